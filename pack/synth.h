@@ -1,0 +1,28 @@
+// expert-pack synth: synthetic MoE GGUFs at real-model shapes (random valid quant blocks,
+// routers skewed toward a Zipf-like expert popularity), so benchmarks run at gigabyte scale
+// without downloads. The files carry the metadata and tokenizer llama.cpp needs to load them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "gguf/ggml_types.h"
+
+namespace expertd::pack {
+
+struct SynthOptions {
+  std::string preset;             // qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b, deepseek-v2-lite
+  std::vector<uint64_t> dims;     // custom: n_embd,n_layer,n_expert,n_expert_used,n_ff_exp[,n_head,n_head_kv,n_vocab]
+  gguf::GgmlType type = gguf::GgmlType::Q4_K;
+  uint32_t layers = 0;            // 0 = the preset's depth
+  uint64_t seed = 1;
+  std::string out_path;
+  bool progress = true;
+};
+
+std::string synth_preset_names();
+Result<uint64_t> write_synth(const SynthOptions& opts);  // returns the file's size
+
+}  // namespace expertd::pack

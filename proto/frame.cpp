@@ -1,0 +1,109 @@
+#include "proto/frame.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace expertd::proto {
+
+Result<const wire::Envelope*> verify_envelope(std::span<const uint8_t> body) {
+  flatbuffers::Verifier::Options opts;
+  opts.max_depth = 16;
+  opts.max_tables = 4096;
+  flatbuffers::Verifier v(body.data(), body.size(), opts);
+  if (!wire::VerifyEnvelopeBuffer(v)) return make_error("frame is not a valid Envelope");
+  const auto* env = wire::GetEnvelope(body.data());
+  if (env->msg_type() == wire::Message::NONE || env->msg() == nullptr)
+    return make_error("frame carries no message");
+  return env;
+}
+
+std::vector<uint8_t> to_frame(flatbuffers::FlatBufferBuilder& fbb) {
+  uint32_t n = fbb.GetSize();
+  std::vector<uint8_t> out(kFrameHeaderBytes + n);
+  uint8_t le[4] = {uint8_t(n), uint8_t(n >> 8), uint8_t(n >> 16), uint8_t(n >> 24)};
+  std::memcpy(out.data(), le, 4);
+  std::memcpy(out.data() + 4, fbb.GetBufferPointer(), n);
+  return out;
+}
+
+std::vector<uint8_t> make_error_frame(uint64_t request_id, wire::ErrorCode code,
+                                      const std::string& message) {
+  flatbuffers::FlatBufferBuilder fbb(256);
+  auto err = wire::CreateErrorDirect(fbb, code, message.c_str());
+  return make_frame(fbb, request_id, err);
+}
+
+Status send_all(int fd, std::span<const uint8_t> bytes, int pass_fd) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    iovec iov{const_cast<uint8_t*>(bytes.data() + sent), bytes.size() - sent};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+    if (pass_fd >= 0 && sent == 0) {
+      std::memset(ctrl, 0, sizeof ctrl);
+      msg.msg_control = ctrl;
+      msg.msg_controllen = sizeof ctrl;
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_error("send to expertd");
+    }
+    sent += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+namespace {
+Status recv_exact(int fd, uint8_t* p, size_t bytes, int* got_fd) {
+  size_t got = 0;
+  while (got < bytes) {
+    iovec iov{p + got, bytes - got};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_error("receive from expertd");
+    }
+    if (n == 0) return make_error("expertd closed the connection");
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        int fdv;
+        std::memcpy(&fdv, CMSG_DATA(c), sizeof fdv);
+        if (got_fd && *got_fd < 0) *got_fd = fdv;
+        else ::close(fdv);  // never leak a descriptor nobody asked for
+      }
+    }
+    got += static_cast<size_t>(n);
+  }
+  return {};
+}
+}  // namespace
+
+Status recv_frame(int fd, std::vector<uint8_t>& body, uint32_t frame_bytes_max, int* got_fd) {
+  uint8_t h[4];
+  EXPERTD_TRY(recv_exact(fd, h, 4, got_fd));
+  uint32_t n = uint32_t(h[0]) | uint32_t(h[1]) << 8 | uint32_t(h[2]) << 16 | uint32_t(h[3]) << 24;
+  if (n == 0 || n > frame_bytes_max)
+    return make_error("frame of " + std::to_string(n) + " bytes exceeds the limit of " +
+                      std::to_string(frame_bytes_max));
+  body.resize(n);
+  return recv_exact(fd, body.data(), n, got_fd);
+}
+
+}  // namespace expertd::proto
