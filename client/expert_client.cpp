@@ -1,0 +1,291 @@
+#include "client/expert_client.h"
+
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/fd.h"
+#include "proto/frame.h"
+
+namespace expertd::client {
+
+namespace wire = expertd::wire;
+
+const RoleView* LayerView::find(const std::string& role) const {
+  for (const auto& r : roles)
+    if (r.role == role) return &r;
+  return nullptr;
+}
+
+int ModelInfo::pack_layer_of(uint32_t model_layer) const {
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i].model_layer == model_layer) return static_cast<int>(i);
+  return -1;
+}
+
+size_t Lease::pending() const {
+  size_t n = 0;
+  for (size_t i = 0; i < ready.size(); ++i) n += !ready[i] && errors[i].empty();
+  return n;
+}
+
+namespace {
+std::string error_text(const wire::Error* e) {
+  return std::string("expertd: ") + wire::EnumNameErrorCode(e->code()) + ": " +
+         (e->message() ? e->message()->str() : "");
+}
+}  // namespace
+
+Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, Options opts) {
+  std::unique_ptr<Client> c(new Client());
+  c->opts_ = opts;
+  c->fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c->fd_ < 0) return errno_error("socket");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof addr.sun_path) return make_error("socket path too long: " + socket_path);
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  if (::connect(c->fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return errno_error("connect to expertd at " + socket_path);
+
+  flatbuffers::FlatBufferBuilder fbb(256);
+  uint64_t rid = c->next_request_++;
+  EXPERTD_TRY(c->send(proto::make_frame(fbb, rid, wire::CreateHelloDirect(fbb, proto::kProtocolVersion, opts.name.c_str()))));
+  pollfd p{c->fd_, POLLIN, 0};
+  if (::poll(&p, 1, opts.timeout_ms) <= 0) return make_error("expertd at " + socket_path + " did not answer Hello");
+  std::vector<uint8_t> body;
+  int arena_fd = -1;
+  EXPERTD_TRY(proto::recv_frame(c->fd_, body, 64u << 20, &arena_fd));
+  UniqueFd arena_owner(arena_fd);
+  auto env = proto::verify_envelope(body);
+  if (!env) return env.error();
+  if (auto* e = (*env)->msg_as_Error()) return make_error(error_text(e));
+  const wire::HelloReply* h = (*env)->msg_as_HelloReply();
+  if (!h) return make_error("expertd answered Hello with an unexpected message");
+  ModelInfo& i = c->info_;
+  i.client_id = h->client_id();
+  i.model_id = h->model_id();
+  i.arch = h->arch() ? h->arch()->str() : "";
+  i.n_experts = h->n_experts();
+  i.n_experts_used = h->n_experts_used();
+  i.arena_kind = h->arena_kind() == wire::ArenaKind::Cuda ? "cuda" : "host";
+  i.slot_bytes = h->slot_bytes();
+  i.slot_count = h->slot_count();
+  i.arena_bytes = h->arena_bytes();
+  i.max_experts_per_request = h->max_experts_per_request();
+  if (h->layers())
+    for (const auto* l : *h->layers()) {
+      LayerView lv{l->model_layer(), l->stride(), {}};
+      if (l->roles())
+        for (const auto* r : *l->roles())
+          lv.roles.push_back({r->role() ? r->role()->str() : "", r->ggml_type(), r->ne0(), r->ne1(), r->offset(), r->bytes()});
+      i.layers.push_back(std::move(lv));
+    }
+  if (i.arena_kind == "host") {
+    if (arena_fd < 0) return make_error("expertd did not pass the arena descriptor");
+    struct stat st{};
+    if (::fstat(arena_fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < i.arena_bytes)
+      return make_error("the arena descriptor is smaller than the announced arena");
+    void* m = ::mmap(nullptr, i.arena_bytes, PROT_READ, MAP_SHARED, arena_fd, 0);
+    if (m == MAP_FAILED) return errno_error("map the expertd arena");
+    c->arena_ = static_cast<const uint8_t*>(m);
+  }
+  return c;
+}
+
+Client::~Client() {
+  if (arena_) ::munmap(const_cast<uint8_t*>(arena_), info_.arena_bytes);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status Client::send(const std::vector<uint8_t>& frame) { return proto::send_all(fd_, frame); }
+
+Status Client::read_frame(std::vector<uint8_t>& body) {
+  pollfd p{fd_, POLLIN, 0};
+  int rc;
+  do rc = ::poll(&p, 1, opts_.timeout_ms);
+  while (rc < 0 && errno == EINTR);
+  if (rc == 0) return make_error("expertd did not answer within " + std::to_string(opts_.timeout_ms) + " ms");
+  return proto::recv_frame(fd_, body, 64u << 20);
+}
+
+// Reads one frame. Ready messages of the current lease are applied (or kept for later); replies
+// are stashed for await_reply. Returns the lease index that became ready, or -1.
+Status Client::pump_one(Lease* lease) {
+  std::vector<uint8_t> body;
+  EXPERTD_TRY(read_frame(body));
+  auto env = proto::verify_envelope(body);
+  if (!env) return env.error();
+  const wire::Envelope* e = *env;
+  if (auto* r = e->msg_as_Ready()) {
+    if (r->lease_id() != current_lease_) return {};  // a lease released meanwhile
+    std::string err = r->error() == wire::ErrorCode::None
+                          ? ""
+                          : std::string(wire::EnumNameErrorCode(r->error())) + ": " + (r->message() ? r->message()->str() : "");
+    if (lease && lease->id == r->lease_id() && r->index() < lease->ready.size()) {
+      if (err.empty()) lease->ready[r->index()] = 1;
+      else lease->errors[r->index()] = err;
+    } else {
+      early_ready_.emplace_back(r->index(), err);
+    }
+    return {};
+  }
+  if (auto* er = e->msg_as_Error(); er && e->request_id() == 0) return make_error(error_text(er));
+  stashed_.push_back(std::move(body));
+  return {};
+}
+
+Result<std::vector<uint8_t>> Client::await_reply(uint64_t rid) {
+  for (;;) {
+    for (auto it = stashed_.begin(); it != stashed_.end(); ++it) {
+      const auto* e = wire::GetEnvelope(it->data());
+      if (e->request_id() == rid) {
+        auto body = std::move(*it);
+        stashed_.erase(it);
+        return body;
+      }
+    }
+    // Errors of fire-and-forget messages are kept aside, not mistaken for this reply.
+    for (auto it = stashed_.begin(); it != stashed_.end();) {
+      const auto* e = wire::GetEnvelope(it->data());
+      if (e->msg_as_Error() && e->request_id() < rid) {
+        async_error_ = error_text(e->msg_as_Error());
+        it = stashed_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    EXPERTD_TRY(pump_one(nullptr));
+  }
+}
+
+Result<Lease> Client::acquire(uint32_t layer, std::span<const uint32_t> experts) {
+  flatbuffers::FlatBufferBuilder fbb(64 + experts.size() * 4);
+  uint64_t rid = next_request_++;
+  auto ids = fbb.CreateVector(experts.data(), experts.size());
+  EXPERTD_TRY(send(proto::make_frame(fbb, rid, wire::CreateAcquire(fbb, layer, ids))));
+  auto body = await_reply(rid);
+  if (!body) return body.error();
+  const auto* e = wire::GetEnvelope(body->data());
+  if (auto* er = e->msg_as_Error()) return make_error(error_text(er));
+  const auto* r = e->msg_as_AcquireReply();
+  if (!r || !r->slots() || !r->ready() || r->slots()->size() != experts.size() || r->ready()->size() != experts.size())
+    return make_error("expertd sent a malformed acquire reply");
+  Lease l;
+  l.id = r->lease_id();
+  l.layer = layer;
+  l.experts.assign(experts.begin(), experts.end());
+  l.slots.assign(r->slots()->begin(), r->slots()->end());
+  l.ready.assign(r->ready()->begin(), r->ready()->end());
+  l.errors.assign(experts.size(), "");
+  l.base = arena_;
+  l.slot_bytes = info_.slot_bytes;
+  for (uint32_t s : l.slots)
+    if (s >= info_.slot_count) return make_error("expertd named slot " + std::to_string(s) + " beyond the arena");
+  current_lease_ = l.id;
+  for (auto& [idx, err] : early_ready_)
+    if (idx < l.ready.size()) err.empty() ? void(l.ready[idx] = 1) : void(l.errors[idx] = err);
+  early_ready_.clear();
+  return l;
+}
+
+Result<std::optional<size_t>> Client::next_ready(Lease& lease) {
+  auto before = lease.ready;
+  auto errs_before = lease.errors;
+  for (;;) {
+    for (auto& [idx, err] : early_ready_)
+      if (idx < lease.ready.size()) err.empty() ? void(lease.ready[idx] = 1) : void(lease.errors[idx] = err);
+    early_ready_.clear();
+    for (size_t i = 0; i < lease.ready.size(); ++i)
+      if (lease.ready[i] != before[i] || lease.errors[i] != errs_before[i]) return std::optional<size_t>(i);
+    if (lease.pending() == 0) return std::optional<size_t>();
+    EXPERTD_TRY(pump_one(&lease));
+  }
+}
+
+Status Client::wait_ready(Lease& lease, std::optional<size_t> index) {
+  for (;;) {
+    if (index) {
+      if (!lease.errors[*index].empty()) return make_error("expert " + std::to_string(lease.experts[*index]) + ": " + lease.errors[*index]);
+      if (lease.ready[*index]) return {};
+    } else {
+      for (size_t i = 0; i < lease.errors.size(); ++i)
+        if (!lease.errors[i].empty()) return make_error("expert " + std::to_string(lease.experts[i]) + ": " + lease.errors[i]);
+      if (lease.pending() == 0) return {};
+    }
+    auto r = next_ready(lease);
+    if (!r) return r.error();
+  }
+}
+
+Status Client::release(Lease& lease) {
+  if (lease.id == 0) return {};
+  flatbuffers::FlatBufferBuilder fbb(64);
+  uint64_t rid = next_request_++;
+  Status st = send(proto::make_frame(fbb, rid, wire::CreateRelease(fbb, lease.id)));
+  if (current_lease_ == lease.id) current_lease_ = 0;
+  early_ready_.clear();
+  lease.id = 0;
+  return st;
+}
+
+Status Client::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
+  flatbuffers::FlatBufferBuilder fbb(64 + experts.size() * 4);
+  auto ids = fbb.CreateVector(experts.data(), experts.size());
+  return send(proto::make_frame(fbb, next_request_++, wire::CreatePrefetch(fbb, layer, ids)));
+}
+
+Result<std::vector<proto::Metric>> Client::stats() {
+  flatbuffers::FlatBufferBuilder fbb(64);
+  uint64_t rid = next_request_++;
+  EXPERTD_TRY(send(proto::make_frame(fbb, rid, wire::CreateStatsRequest(fbb))));
+  auto body = await_reply(rid);
+  if (!body) return body.error();
+  const auto* e = wire::GetEnvelope(body->data());
+  if (auto* er = e->msg_as_Error()) return make_error(error_text(er));
+  const auto* r = e->msg_as_StatsReply();
+  if (!r) return make_error("expertd sent an unexpected reply to Stats");
+  std::vector<proto::Metric> out;
+  if (r->metrics())
+    for (const auto* m : *r->metrics())
+      out.push_back({m->name() ? m->name()->str() : "", m->unit() ? m->unit()->str() : "",
+                     m->help() ? m->help()->str() : "", static_cast<proto::MetricKind>(m->kind()), m->value()});
+  return out;
+}
+
+Result<std::string> Client::status_json() {
+  flatbuffers::FlatBufferBuilder fbb(64);
+  uint64_t rid = next_request_++;
+  EXPERTD_TRY(send(proto::make_frame(fbb, rid, wire::CreateStatusRequest(fbb))));
+  auto body = await_reply(rid);
+  if (!body) return body.error();
+  const auto* e = wire::GetEnvelope(body->data());
+  if (auto* er = e->msg_as_Error()) return make_error(error_text(er));
+  const auto* r = e->msg_as_StatusReply();
+  if (!r || !r->json()) return make_error("expertd sent an unexpected reply to Status");
+  return r->json()->str();
+}
+
+Status Client::admin(AdminOp op, uint32_t layer, std::span<const uint32_t> experts) {
+  flatbuffers::FlatBufferBuilder fbb(64 + experts.size() * 4);
+  uint64_t rid = next_request_++;
+  auto ids = fbb.CreateVector(experts.data(), experts.size());
+  auto wop = op == AdminOp::ResetStats ? wire::AdminOp::ResetStats
+             : op == AdminOp::EvictAll ? wire::AdminOp::EvictAll : wire::AdminOp::Warmup;
+  EXPERTD_TRY(send(proto::make_frame(fbb, rid, wire::CreateAdmin(fbb, wop, layer, ids))));
+  auto body = await_reply(rid);
+  if (!body) return body.error();
+  const auto* e = wire::GetEnvelope(body->data());
+  if (auto* er = e->msg_as_Error()) return make_error(error_text(er));
+  return {};
+}
+
+std::optional<std::string> Client::take_async_error() { return std::exchange(async_error_, std::nullopt); }
+
+}  // namespace expertd::client

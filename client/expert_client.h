@@ -1,0 +1,104 @@
+// libexpertclient: an engine's connection to expertd. Connects, handshakes, maps the slot arena
+// read-only, and acquires experts per layer: the reply comes at once with the ready experts
+// (hits); the misses become ready one by one while the engine computes the hits.
+// Blocking and single-threaded per Client; no Boost in this header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "proto/metrics.h"
+
+namespace expertd::client {
+
+struct RoleView {
+  std::string role;  // gate, up, gate_up, down, gate_bias, up_bias, gate_up_bias, down_bias
+  uint32_t ggml_type = 0;
+  uint64_t ne0 = 0, ne1 = 0, offset = 0, bytes = 0;
+};
+
+struct LayerView {
+  uint32_t model_layer = 0;
+  uint64_t stride = 0;
+  std::vector<RoleView> roles;
+  const RoleView* find(const std::string& role) const;
+};
+
+struct ModelInfo {
+  uint32_t client_id = 0;
+  uint64_t model_id = 0;
+  std::string arch;
+  uint32_t n_experts = 0, n_experts_used = 0;
+  std::vector<LayerView> layers;  // index = pack layer
+  std::string arena_kind;         // "host" or "cuda"
+  uint64_t slot_bytes = 0, arena_bytes = 0;
+  uint32_t slot_count = 0, max_experts_per_request = 0;
+  int pack_layer_of(uint32_t model_layer) const;  // -1 for a dense layer
+};
+
+struct Lease {
+  uint64_t id = 0;
+  uint32_t layer = 0;
+  std::vector<uint32_t> experts;
+  std::vector<uint32_t> slots;
+  std::vector<uint8_t> ready;        // 1: the slot may be read
+  std::vector<std::string> errors;   // non-empty: this expert failed to load
+  const uint8_t* base = nullptr;     // host arena mapping
+  uint64_t slot_bytes = 0;
+  size_t pending() const;
+  const uint8_t* slot_data(size_t i) const { return base + uint64_t{slots[i]} * slot_bytes; }
+};
+
+enum class AdminOp { ResetStats, EvictAll, Warmup };
+
+class Client {
+ public:
+  struct Options {
+    std::string name = "expertclient";
+    int timeout_ms = 120000;  // a reply that does not come in this time is an error, never a hang
+  };
+  static Result<std::unique_ptr<Client>> connect(const std::string& socket_path, Options opts);
+  static Result<std::unique_ptr<Client>> connect(const std::string& socket_path) { return connect(socket_path, Options{}); }
+  ~Client();
+
+  const ModelInfo& info() const { return info_; }
+  const uint8_t* arena() const { return arena_; }
+
+  Result<Lease> acquire(uint32_t layer, std::span<const uint32_t> experts);
+  // Blocks until expert `index` (or, with nullopt, every expert) of the lease is ready.
+  Status wait_ready(Lease& lease, std::optional<size_t> index = std::nullopt);
+  // Blocks until one more expert becomes ready; returns its index, or nullopt when none is pending.
+  Result<std::optional<size_t>> next_ready(Lease& lease);
+  Status release(Lease& lease);
+  Status prefetch(uint32_t layer, std::span<const uint32_t> experts);
+  Result<std::vector<proto::Metric>> stats();
+  Result<std::string> status_json();
+  Status admin(AdminOp op, uint32_t layer = 0, std::span<const uint32_t> experts = {});
+  // An error the daemon sent for a fire-and-forget message (release, prefetch), if any.
+  std::optional<std::string> take_async_error();
+
+ private:
+  Client() = default;
+  struct Impl;
+  Status send(const std::vector<uint8_t>& frame);
+  Result<std::vector<uint8_t>> await_reply(uint64_t request_id);  // the reply's frame body
+  Status pump_one(Lease* lease);  // reads one frame; applies Ready to `lease`
+  Status read_frame(std::vector<uint8_t>& body);
+
+  int fd_ = -1;
+  Options opts_;
+  ModelInfo info_;
+  const uint8_t* arena_ = nullptr;
+  uint64_t next_request_ = 1;
+  uint64_t current_lease_ = 0;
+  std::vector<std::vector<uint8_t>> stashed_;  // replies read while waiting for something else
+  std::vector<std::pair<uint32_t, std::string>> early_ready_;  // Ready of current lease seen early
+  std::optional<std::string> async_error_;
+};
+
+}  // namespace expertd::client

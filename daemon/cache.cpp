@@ -1,0 +1,342 @@
+#include "daemon/cache.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cassert>
+
+namespace expertd::daemon {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+uint64_t us_since(Clock::time_point t) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count());
+}
+}  // namespace
+
+Cache::Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& policy,
+             CacheSink& sink, CacheConfig cfg)
+    : m_(manifest), arena_(arena), policy_(policy), sink_(sink), cfg_(cfg),
+      n_experts_(manifest.n_experts) {
+  slots_.resize(arena.slot_count());
+  for (uint32_t i = arena.slot_count(); i > 0; --i) free_.push_back(i - 1);
+  index_.assign(size_t{manifest.layers.size()} * n_experts_, -1);
+  frequency_.assign(index_.size(), 0);
+  if (cfg_.prefetch_inflight_max == 0) cfg_.prefetch_inflight_max = std::max(1u, arena.slot_count() / 4);
+  stats_.reset(manifest.layers.size());
+}
+
+std::pair<ErrorCode, std::string> Cache::check_ids(uint32_t layer, std::span<const uint32_t> experts,
+                                                   bool for_acquire) const {
+  if (layer >= m_.layers.size())
+    return {ErrorCode::OutOfRange, "layer " + std::to_string(layer) + " out of range (the pack has " +
+                                       std::to_string(m_.layers.size()) + " MoE layers)"};
+  if (experts.empty()) return {ErrorCode::BadRequest, "no expert ids"};
+  if (experts.size() > (for_acquire ? cfg_.max_experts_per_request : n_experts_))
+    return {ErrorCode::BadRequest, std::to_string(experts.size()) + " experts exceed max_experts_per_request " +
+                                       std::to_string(cfg_.max_experts_per_request) + "; split the request"};
+  std::vector<uint32_t> sorted(experts.begin(), experts.end());
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.back() >= n_experts_)
+    return {ErrorCode::OutOfRange, "expert " + std::to_string(sorted.back()) + " out of range (layer has " +
+                                       std::to_string(n_experts_) + " experts)"};
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    return {ErrorCode::BadRequest, "duplicate expert id in one request"};
+  return {ErrorCode::None, ""};
+}
+
+void Cache::acquire(ClientId c, uint64_t request_id, uint32_t layer, std::span<const uint32_t> experts) {
+  auto [code, err] = check_ids(layer, experts, true);
+  if (code != ErrorCode::None) {
+    ++stats_.c.client_errors;
+    return sink_.request_failed(c, request_id, code, err);
+  }
+  bool queued = std::any_of(waiting_.begin(), waiting_.end(), [&](const Pending& p) { return p.client == c; });
+  if (auto it = lease_of_client_.find(c); it != lease_of_client_.end() || queued) {
+    ++stats_.c.client_errors;
+    return sink_.request_failed(c, request_id, ErrorCode::BadRequest,
+                                "this client already holds or awaits a lease; release it before the next acquire");
+  }
+  Pending p{c, request_id, layer, {experts.begin(), experts.end()}, Clock::now()};
+  if (waiting_.empty() && can_grant(layer, experts)) return grant(p);
+  if (waiting_.size() >= cfg_.waiting_acquires_max)
+    return sink_.request_failed(c, request_id, ErrorCode::Busy, "too many acquires waiting for free slots");
+  ++stats_.c.acquire_waits;
+  waiting_.push_back(std::move(p));
+}
+
+bool Cache::can_grant(uint32_t layer, std::span<const uint32_t> experts) const {
+  uint64_t needed = 0, own_evictable = 0;
+  for (uint32_t e : experts) {
+    int32_t s = index_[key(layer, e)];
+    if (s < 0) ++needed;
+    else if (slots_[s].state == State::Ready && slots_[s].pins == 0) ++own_evictable;
+  }
+  return needed <= free_.size() + evictable_ - own_evictable;
+}
+
+void Cache::touch(uint32_t s) {
+  slots_[s].last_access = ++clock_;
+  ++frequency_[key(slots_[s].layer, slots_[s].expert)];
+  if (policy_.wants_aging(++accesses_, arena_.slot_count()))
+    for (auto& f : frequency_) f /= 2;
+}
+
+void Cache::grant(const Pending& p) {
+  uint64_t lease_id = next_lease_++;
+  size_t n = p.experts.size();
+  std::vector<uint32_t> slots(n);
+  std::vector<uint8_t> ready(n, 0);
+  uint32_t pending = 0;
+  // Pin what is resident first, so allocating the misses can never evict it.
+  for (size_t i = 0; i < n; ++i) {
+    int32_t s = index_[key(p.layer, p.experts[i])];
+    if (s < 0) continue;
+    Slot& sl = slots_[s];
+    if (sl.state == State::Ready && sl.pins == 0) --evictable_;
+    ++sl.pins;
+    slots[i] = static_cast<uint32_t>(s);
+    if (sl.prefetched) {
+      ++stats_.c.prefetch_used;
+      sl.prefetched = false;
+    }
+    if (sl.state == State::Ready) {
+      ready[i] = 1;
+      ++stats_.c.cache_hits;
+      ++stats_.layer_hits[p.layer];
+    } else {
+      ++stats_.c.cache_misses;
+      ++stats_.c.cache_miss_joined;
+      ++stats_.layer_misses[p.layer];
+      sl.waiters.push_back({lease_id, static_cast<uint32_t>(i)});
+      ++pending;
+      if (!sl.demand) {
+        sl.demand = true;
+        io_->promote(static_cast<uint64_t>(s));
+      }
+    }
+    touch(static_cast<uint32_t>(s));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (index_[key(p.layer, p.experts[i])] >= 0) continue;
+    int32_t s = take_slot();
+    assert(s >= 0);  // can_grant counted the room
+    Slot& sl = slots_[s];
+    sl.pins = 1;
+    slots[i] = static_cast<uint32_t>(s);
+    sl.waiters.push_back({lease_id, static_cast<uint32_t>(i)});
+    ++pending;
+    ++stats_.c.cache_misses;
+    ++stats_.layer_misses[p.layer];
+    start_load(static_cast<uint32_t>(s), p.layer, p.experts[i], true);
+    touch(static_cast<uint32_t>(s));
+  }
+  leases_[lease_id] = Lease{p.client, p.layer, slots, pending, p.start};
+  lease_of_client_[p.client] = lease_id;
+  ++stats_.c.acquires;
+  sink_.acquire_granted(p.client, p.request_id, lease_id, slots, ready);
+  if (pending == 0) stats_.acquire_latency_us.record(us_since(p.start));
+}
+
+int32_t Cache::take_slot() {
+  if (!free_.empty()) {
+    uint32_t s = free_.back();
+    free_.pop_back();
+    return static_cast<int32_t>(s);
+  }
+  int32_t best = -1;
+  SlotView bv;
+  for (uint32_t s = 0; s < slots_.size(); ++s) {
+    const Slot& sl = slots_[s];
+    if (sl.state != State::Ready || sl.pins != 0) continue;
+    SlotView v{sl.last_access, sl.inserted, frequency_[key(sl.layer, sl.expert)]};
+    if (best < 0 || policy_.before(v, bv)) best = static_cast<int32_t>(s), bv = v;
+  }
+  if (best < 0) return -1;
+  Slot& sl = slots_[best];
+  index_[key(sl.layer, sl.expert)] = -1;
+  ++stats_.c.cache_evictions;
+  if (sl.prefetched) ++stats_.c.prefetch_wasted;
+  sl.prefetched = false;
+  sl.state = State::Free;
+  --evictable_;
+  return best;
+}
+
+void Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand) {
+  Slot& sl = slots_[s];
+  assert(sl.state == State::Free && sl.waiters.size() <= 1);
+  sl.state = State::Loading;
+  sl.layer = layer;
+  sl.expert = expert;
+  sl.inserted = ++clock_;
+  sl.last_access = sl.inserted;
+  sl.prefetched = !demand;
+  sl.demand = demand;
+  sl.started_as_prefetch = !demand;
+  sl.read_start = Clock::now();
+  index_[key(layer, expert)] = static_cast<int32_t>(s);
+  ++loading_;
+  if (!demand) ++prefetch_inflight_;
+  io_->read(s, m_.offset(layer, expert), m_.layers[layer].stride, arena_.read_target(s),
+            cfg_.read_splits, demand ? IoPriority::Demand : IoPriority::Prefetch);
+}
+
+void Cache::on_read_done(uint64_t job, Status st) {
+  uint32_t s = static_cast<uint32_t>(job);
+  Slot& sl = slots_[s];
+  assert(sl.state == State::Loading);
+  if (!st) return finish_load(s, st, ErrorCode::IoError);
+  uint64_t stride = m_.layers[sl.layer].stride;
+  if (cfg_.verify_checksums &&
+      XXH3_64bits(arena_.read_target(s), stride) != m_.layers[sl.layer].checksums[sl.expert]) {
+    ++stats_.c.checksum_errors;
+    return finish_load(s, make_error("checksum mismatch for layer " + std::to_string(sl.layer) +
+                                     " expert " + std::to_string(sl.expert) + " (corrupt pack)"),
+                       ErrorCode::ChecksumError);
+  }
+  // Published only after the bytes are verified (and, on cuda, copied and fenced).
+  arena_.publish(s, stride, [this, s](Status pst) { finish_load(s, pst, ErrorCode::IoError); });
+}
+
+void Cache::finish_load(uint32_t s, Status st, ErrorCode code) {
+  Slot& sl = slots_[s];
+  --loading_;
+  if (sl.started_as_prefetch) --prefetch_inflight_;
+  stats_.read_latency_us.record(us_since(sl.read_start));
+  std::vector<Waiter> waiters = std::move(sl.waiters);
+  sl.waiters.clear();
+  if (st) {
+    ++stats_.c.pack_reads;
+    stats_.c.pack_read_bytes += m_.layers[sl.layer].stride;
+    sl.state = State::Ready;
+    if (sl.pins == 0) ++evictable_;
+    for (const auto& w : waiters) lease_progress(w.lease_id, w.index, ErrorCode::None, "");
+  } else {
+    ++stats_.c.io_errors;
+    index_[key(sl.layer, sl.expert)] = -1;
+    sl.state = State::Free;
+    sl.prefetched = false;
+    if (sl.pins == 0) free_.push_back(s);
+    for (const auto& w : waiters) lease_progress(w.lease_id, w.index, code, st.error().message);
+  }
+  drain_waiting();
+}
+
+void Cache::lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code, const std::string& msg) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return;  // released meanwhile
+  Lease& l = it->second;
+  assert(l.pending > 0);
+  --l.pending;
+  sink_.expert_ready(l.client, lease_id, index, code, msg);
+  if (l.pending == 0) stats_.acquire_latency_us.record(us_since(l.start));
+}
+
+void Cache::unpin(uint32_t s) {
+  Slot& sl = slots_[s];
+  assert(sl.pins > 0);
+  if (--sl.pins > 0) return;
+  if (sl.state == State::Ready) ++evictable_;
+  else if (sl.state == State::Free) free_.push_back(s);
+}
+
+void Cache::release(ClientId c, uint64_t request_id, uint64_t lease_id) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.client != c) {
+    ++stats_.c.client_errors;
+    return sink_.request_failed(c, request_id, ErrorCode::BadRequest,
+                                "unknown lease " + std::to_string(lease_id));
+  }
+  for (uint32_t s : it->second.slots) {
+    auto& w = slots_[s].waiters;
+    w.erase(std::remove_if(w.begin(), w.end(), [&](const Waiter& x) { return x.lease_id == lease_id; }), w.end());
+    unpin(s);
+  }
+  leases_.erase(it);
+  lease_of_client_.erase(c);
+  ++stats_.c.releases;
+  drain_waiting();
+}
+
+void Cache::disconnect(ClientId c) {
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), [&](const Pending& p) { return p.client == c; }),
+                 waiting_.end());
+  if (auto it = lease_of_client_.find(c); it != lease_of_client_.end()) {
+    --stats_.c.releases;  // not a release the client asked for
+    release(c, 0, it->second);
+  } else {
+    drain_waiting();
+  }
+}
+
+void Cache::drain_waiting() {
+  while (!waiting_.empty() && can_grant(waiting_.front().layer, waiting_.front().experts)) {
+    Pending p = std::move(waiting_.front());
+    waiting_.pop_front();
+    grant(p);
+  }
+}
+
+void Cache::expire_waiting() {
+  while (!waiting_.empty() && us_since(waiting_.front().start) / 1000 >= cfg_.acquire_wait_ms_max) {
+    Pending p = std::move(waiting_.front());
+    waiting_.pop_front();
+    ++stats_.c.acquire_timeouts;
+    sink_.request_failed(p.client, p.request_id, ErrorCode::Busy,
+                         "waited " + std::to_string(cfg_.acquire_wait_ms_max) +
+                             " ms for free slots: the cache is too small for the clients' working sets");
+  }
+}
+
+void Cache::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
+  for (uint32_t e : experts) {
+    if (index_[key(layer, e)] >= 0) continue;
+    if (!waiting_.empty() || prefetch_inflight_ >= cfg_.prefetch_inflight_max) {
+      ++stats_.c.prefetch_dropped;
+      continue;
+    }
+    int32_t s = take_slot();
+    if (s < 0) {
+      ++stats_.c.prefetch_dropped;
+      continue;
+    }
+    ++stats_.c.prefetch_issued;
+    start_load(static_cast<uint32_t>(s), layer, e, false);
+  }
+}
+
+void Cache::evict_all() {
+  for (uint32_t s = 0; s < slots_.size(); ++s) {
+    Slot& sl = slots_[s];
+    if (sl.state != State::Ready || sl.pins != 0) continue;
+    index_[key(sl.layer, sl.expert)] = -1;
+    sl.state = State::Free;
+    sl.prefetched = false;
+    --evictable_;
+    free_.push_back(s);
+  }
+}
+
+Gauges Cache::gauges() const {
+  Gauges g;
+  g.leases = leases_.size();
+  g.slot_count = slots_.size();
+  for (const auto& s : slots_) {
+    g.slots_used += s.state != State::Free;
+    g.slots_pinned += s.pins > 0;
+  }
+  g.slots_loading = loading_;
+  g.acquires_waiting = waiting_.size();
+  if (io_) {
+    g.bytes_in_flight = io_->stats().bytes_in_flight;
+    g.bytes_in_flight_max = io_->stats().bytes_in_flight_max;
+    g.io_queued = io_->stats().queued;
+  }
+  g.h2d_bytes = arena_.h2d_bytes();
+  return g;
+}
+
+}  // namespace expertd::daemon

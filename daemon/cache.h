@@ -1,0 +1,135 @@
+// The expert cache: slot table (FREE -> LOADING -> READY), leases that pin slots, joined
+// waiters, FIFO waiting when slots are short, prefetch, and eviction through a policy.
+// Runs on the control thread only: no locks. It talks to clients through CacheSink.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/arena.h"
+#include "daemon/io_engine.h"
+#include "daemon/policy.h"
+#include "daemon/stats.h"
+#include "proto/expertd_generated.h"
+#include "proto/pack_format.h"
+
+namespace expertd::daemon {
+
+using ClientId = uint32_t;
+using wire::ErrorCode;
+
+class CacheSink {
+ public:
+  virtual ~CacheSink() = default;
+  virtual void acquire_granted(ClientId c, uint64_t request_id, uint64_t lease_id,
+                               std::span<const uint32_t> slots, std::span<const uint8_t> ready) = 0;
+  virtual void expert_ready(ClientId c, uint64_t lease_id, uint32_t index, ErrorCode code,
+                            const std::string& message) = 0;
+  virtual void request_failed(ClientId c, uint64_t request_id, ErrorCode code,
+                              const std::string& message) = 0;
+};
+
+struct CacheConfig {
+  uint32_t read_splits = 1;
+  uint32_t max_experts_per_request = 16;
+  uint32_t waiting_acquires_max = 256;
+  uint32_t acquire_wait_ms_max = 30000;
+  uint32_t prefetch_inflight_max = 0;  // 0 = slot_count / 4
+  bool verify_checksums = true;
+};
+
+class Cache {
+ public:
+  Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& policy, CacheSink& sink,
+        CacheConfig cfg);
+  void set_io(IoEngine* io) { io_ = io; }
+
+  void acquire(ClientId c, uint64_t request_id, uint32_t layer, std::span<const uint32_t> experts);
+  void release(ClientId c, uint64_t request_id, uint64_t lease_id);
+  void prefetch(uint32_t layer, std::span<const uint32_t> experts);
+  void disconnect(ClientId c);
+  void evict_all();                    // every unpinned READY slot
+  void expire_waiting();               // timer: fail acquires that waited too long
+  void on_read_done(uint64_t job, Status st);  // from IoEngine
+
+  // Checks an acquire/prefetch's ids; "" when valid.
+  std::pair<ErrorCode, std::string> check_ids(uint32_t layer, std::span<const uint32_t> experts,
+                                             bool for_acquire) const;
+
+  Stats& stats() { return stats_; }
+  Gauges gauges() const;
+  uint32_t max_experts_per_request() const { return cfg_.max_experts_per_request; }
+  // For tests and status: the slot holding (layer, expert), or -1.
+  int32_t slot_of(uint32_t layer, uint32_t expert) const { return index_[key(layer, expert)]; }
+
+ private:
+  enum class State : uint8_t { Free, Loading, Ready };
+  struct Waiter {
+    uint64_t lease_id;
+    uint32_t index;
+  };
+  struct Slot {
+    State state = State::Free;
+    uint32_t layer = 0, expert = 0;
+    uint32_t pins = 0;
+    uint64_t last_access = 0, inserted = 0;
+    bool prefetched = false;
+    bool demand = false;
+    bool started_as_prefetch = false;
+    std::chrono::steady_clock::time_point read_start;
+    std::vector<Waiter> waiters;
+  };
+  struct Lease {
+    ClientId client;
+    uint32_t layer;
+    std::vector<uint32_t> slots;
+    uint32_t pending;
+    std::chrono::steady_clock::time_point start;
+  };
+  struct Pending {
+    ClientId client;
+    uint64_t request_id;
+    uint32_t layer;
+    std::vector<uint32_t> experts;
+    std::chrono::steady_clock::time_point start;
+  };
+
+  size_t key(uint32_t layer, uint32_t expert) const { return size_t{layer} * n_experts_ + expert; }
+  bool can_grant(uint32_t layer, std::span<const uint32_t> experts) const;
+  void grant(const Pending& p);
+  void drain_waiting();
+  int32_t take_slot();  // a FREE slot, or the policy's victim; -1 when none
+  void start_load(uint32_t slot, uint32_t layer, uint32_t expert, bool demand);
+  void finish_load(uint32_t slot, Status st, ErrorCode code);
+  void unpin(uint32_t slot);
+  void lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code, const std::string& msg);
+  void touch(uint32_t slot);
+
+  const pack::Manifest& m_;
+  SlotArena& arena_;
+  EvictionPolicy& policy_;
+  CacheSink& sink_;
+  CacheConfig cfg_;
+  IoEngine* io_ = nullptr;
+  uint32_t n_experts_;
+  std::vector<Slot> slots_;
+  std::vector<int32_t> index_;        // (layer, expert) -> slot or -1
+  std::vector<uint32_t> frequency_;   // (layer, expert) -> acquires (aged by lfru)
+  std::vector<uint32_t> free_;
+  std::unordered_map<uint64_t, Lease> leases_;
+  std::unordered_map<ClientId, uint64_t> lease_of_client_;
+  std::deque<Pending> waiting_;
+  uint64_t next_lease_ = 1, clock_ = 0, accesses_ = 0;
+  uint32_t prefetch_inflight_ = 0, loading_ = 0;
+  uint32_t evictable_ = 0;  // slots READY with no pins
+  Stats stats_;
+};
+
+}  // namespace expertd::daemon

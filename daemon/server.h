@@ -1,0 +1,66 @@
+// The socket side of expertd: accepts engine connections on a Unix socket, reads bounded and
+// verified frames, dispatches them to the cache, and writes replies in order. One Asio
+// io_context on the control thread; io_uring completions arrive through its eventfd.
+#pragma once
+
+#include <utility>  // boost 1.74 asio needs std::exchange declared first
+#include <boost/asio.hpp>
+#include <chrono>
+#include <memory>
+#include <unordered_map>
+
+#include "daemon/cache.h"
+#include "daemon/config.h"
+#include "daemon/trace.h"
+
+namespace expertd::daemon {
+
+namespace asio = boost::asio;
+
+class Server final : public CacheSink {
+ public:
+  Server(asio::io_context& ctx, const Config& cfg, const pack::Manifest& m, SlotArena& arena,
+         Cache& cache, IoEngine& io, TraceWriter& trace);
+  ~Server() override;
+  Status listen();
+  void start();     // accept loop, io_uring eventfd, timers
+  void shutdown();  // stop accepting, drop clients, drain reads, then stop the io_context
+  void reopen_logs();
+  std::string status_json() const;
+  std::vector<proto::Metric> metrics() const;
+
+  void acquire_granted(ClientId c, uint64_t request_id, uint64_t lease_id,
+                       std::span<const uint32_t> slots, std::span<const uint8_t> ready) override;
+  void expert_ready(ClientId c, uint64_t lease_id, uint32_t index, ErrorCode code,
+                    const std::string& message) override;
+  void request_failed(ClientId c, uint64_t request_id, ErrorCode code, const std::string& message) override;
+
+ private:
+  struct Session;
+  void accept();
+  void watch_io();
+  void tick();
+  void write_stats_file();
+  void send(ClientId c, std::vector<uint8_t> frame);
+  void handle(const std::shared_ptr<Session>& s);
+  void handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const wire::Hello* h);
+  void close(const std::shared_ptr<Session>& s);
+  void read_header(std::shared_ptr<Session> s);
+
+  asio::io_context& ctx_;
+  const Config& cfg_;
+  const pack::Manifest& m_;
+  SlotArena& arena_;
+  Cache& cache_;
+  IoEngine& io_;
+  TraceWriter& trace_;
+  asio::local::stream_protocol::acceptor acceptor_;
+  asio::posix::stream_descriptor io_event_;
+  asio::steady_timer timer_;
+  std::unordered_map<ClientId, std::shared_ptr<Session>> sessions_;
+  ClientId next_client_ = 1;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point start_, last_stats_, stop_deadline_;
+};
+
+}  // namespace expertd::daemon

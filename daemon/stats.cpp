@@ -1,0 +1,110 @@
+#include "daemon/stats.h"
+
+#include <bit>
+#include <cmath>
+#include <string>
+
+namespace expertd::daemon {
+
+int Histogram::bucket(uint64_t v) {
+  if (v < kSub) return static_cast<int>(v);
+  int msb = 63 - std::countl_zero(v);
+  int sub = static_cast<int>((v >> (msb - 3)) & (kSub - 1));
+  int b = (msb - 2) * kSub + sub;
+  return b < kBuckets ? b : kBuckets - 1;
+}
+
+uint64_t Histogram::bucket_upper(int b) {
+  if (b < kSub) return static_cast<uint64_t>(b);
+  int msb = b / kSub + 2, sub = b % kSub;
+  return ((uint64_t{kSub} + static_cast<uint64_t>(sub) + 1) << (msb - 3)) - 1;
+}
+
+void Histogram::record(uint64_t us) {
+  ++counts_[static_cast<size_t>(bucket(us))];
+  ++count_;
+  if (us > max_) max_ = us;
+}
+
+uint64_t Histogram::percentile(double p) const {
+  if (count_ == 0) return 0;
+  uint64_t rank = static_cast<uint64_t>(std::ceil(p / 100.0 * static_cast<double>(count_)));
+  if (rank == 0) rank = 1;
+  uint64_t seen = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    seen += counts_[static_cast<size_t>(b)];
+    if (seen >= rank) return std::min(bucket_upper(b), max_);
+  }
+  return max_;
+}
+
+void Stats::reset(size_t n_layers) {
+  c = Counters{};
+  acquire_latency_us.reset();
+  read_latency_us.reset();
+  layer_hits.assign(n_layers, 0);
+  layer_misses.assign(n_layers, 0);
+}
+
+std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
+  using proto::MetricKind;
+  std::vector<proto::Metric> m;
+  auto counter = [&](const char* n, uint64_t v, const char* unit, const char* help) {
+    m.push_back({n, unit, help, MetricKind::Counter, static_cast<double>(v)});
+  };
+  auto gauge = [&](const std::string& n, double v, const char* unit, const std::string& help) {
+    m.push_back({n, unit, help, MetricKind::Gauge, v});
+  };
+  counter("cache_hits", c.cache_hits, "", "experts ready in a slot when acquired");
+  counter("cache_misses", c.cache_misses, "", "experts not ready when acquired");
+  counter("cache_miss_joined", c.cache_miss_joined, "", "misses that joined a read in progress");
+  counter("cache_evictions", c.cache_evictions, "", "ready experts evicted to make room");
+  counter("pack_read_bytes", c.pack_read_bytes, "bytes", "bytes read from the pack (O_DIRECT)");
+  counter("pack_reads", c.pack_reads, "", "expert blocks read from the pack");
+  counter("h2d_bytes", g.h2d_bytes, "bytes", "bytes copied host to device (cuda arena)");
+  counter("fallback_count", c.fallback_count, "", "reads served by a fallback path (there is none)");
+  counter("io_errors", c.io_errors, "", "failed expert reads (I/O or checksum)");
+  counter("checksum_errors", c.checksum_errors, "", "reads whose bytes failed the xxh3 check");
+  counter("prefetch_issued", c.prefetch_issued, "", "prefetch reads started");
+  counter("prefetch_used", c.prefetch_used, "", "prefetched experts later acquired");
+  counter("prefetch_wasted", c.prefetch_wasted, "", "prefetched experts evicted unused");
+  counter("prefetch_dropped", c.prefetch_dropped, "", "prefetch hints not acted on");
+  counter("acquires", c.acquires, "", "acquire requests granted");
+  counter("acquire_waits", c.acquire_waits, "", "acquires that waited for free slots");
+  counter("acquire_timeouts", c.acquire_timeouts, "", "acquires that waited too long");
+  counter("releases", c.releases, "", "leases released");
+  counter("client_errors", c.client_errors, "", "malformed frames or bad requests");
+  counter("clients_connected_total", c.clients_connected_total, "", "connections accepted");
+  gauge("clients", static_cast<double>(g.clients), "", "clients connected");
+  gauge("leases", static_cast<double>(g.leases), "", "leases held");
+  gauge("slot_count", static_cast<double>(g.slot_count), "", "slots in the arena");
+  gauge("slots_used", static_cast<double>(g.slots_used), "", "slots holding or loading an expert");
+  gauge("slots_loading", static_cast<double>(g.slots_loading), "", "slots being read");
+  gauge("slots_pinned", static_cast<double>(g.slots_pinned), "", "slots pinned by leases");
+  gauge("bytes_in_flight", static_cast<double>(g.bytes_in_flight), "bytes", "read bytes in flight");
+  gauge("bytes_in_flight_max", static_cast<double>(g.bytes_in_flight_max), "bytes", "high-water mark of bytes in flight");
+  gauge("io_queued", static_cast<double>(g.io_queued), "", "read parts waiting for queue room");
+  gauge("acquires_waiting", static_cast<double>(g.acquires_waiting), "", "acquires waiting for slots");
+  uint64_t looked = c.cache_hits + c.cache_misses;
+  gauge("hit_rate", looked ? static_cast<double>(c.cache_hits) / static_cast<double>(looked) : 0.0,
+        "ratio", "cache_hits / (cache_hits + cache_misses)");
+  gauge("uptime_s", static_cast<double>(g.uptime_s), "s", "seconds since start");
+  for (const auto& [name, h] : {std::pair{"acquire_latency_us", &acquire_latency_us},
+                                {"read_latency_us", &read_latency_us}}) {
+    std::string n = name;
+    gauge(n + "_p50", static_cast<double>(h->percentile(50)), "us", "median");
+    gauge(n + "_p90", static_cast<double>(h->percentile(90)), "us", "90th percentile");
+    gauge(n + "_p99", static_cast<double>(h->percentile(99)), "us", "99th percentile");
+    gauge(n + "_max", static_cast<double>(h->max()), "us", "maximum");
+    gauge(n + "_count", static_cast<double>(h->count()), "", "samples");
+  }
+  for (size_t l = 0; l < layer_hits.size(); ++l) {
+    uint64_t t = layer_hits[l] + layer_misses[l];
+    gauge("layer" + std::to_string(l) + "_hit_rate",
+          t ? static_cast<double>(layer_hits[l]) / static_cast<double>(t) : 0.0, "ratio",
+          "hit rate of pack layer " + std::to_string(l));
+  }
+  return m;
+}
+
+}  // namespace expertd::daemon

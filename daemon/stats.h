@@ -1,0 +1,78 @@
+// The daemon's counters and latency histograms; to_metrics() is the one registry every
+// consumer renders (expertctl stats table/JSON/Prometheus, the periodic stats file).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "proto/metrics.h"
+
+namespace expertd::daemon {
+
+// Log-linear histogram of microseconds: 8 sub-buckets per power of two, fixed memory.
+class Histogram {
+ public:
+  void record(uint64_t us);
+  uint64_t percentile(double p) const;  // upper bound of the bucket holding the p-th sample
+  uint64_t count() const { return count_; }
+  uint64_t max() const { return max_; }
+  void reset() { *this = Histogram(); }
+
+ private:
+  static constexpr int kSub = 8;
+  static constexpr int kBuckets = 40 * kSub;
+  static int bucket(uint64_t v);
+  static uint64_t bucket_upper(int b);
+  std::array<uint64_t, kBuckets> counts_{};
+  uint64_t count_ = 0, max_ = 0;
+};
+
+struct Counters {
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t cache_miss_joined = 0;  // misses that joined a read already LOADING
+  uint64_t cache_evictions = 0;
+  uint64_t pack_read_bytes = 0;
+  uint64_t pack_reads = 0;
+  uint64_t fallback_count = 0;     // always 0: there is no fallback path; kept for SGLang users
+  uint64_t io_errors = 0;
+  uint64_t checksum_errors = 0;
+  uint64_t prefetch_issued = 0;
+  uint64_t prefetch_used = 0;
+  uint64_t prefetch_wasted = 0;
+  uint64_t prefetch_dropped = 0;   // hints not acted on (no free slot, demand waiting)
+  uint64_t acquires = 0;
+  uint64_t acquire_waits = 0;      // acquires that waited for free slots
+  uint64_t acquire_timeouts = 0;
+  uint64_t releases = 0;
+  uint64_t client_errors = 0;      // malformed frames, bad requests
+  uint64_t clients_connected_total = 0;
+};
+
+struct Gauges {
+  uint64_t clients = 0;
+  uint64_t leases = 0;
+  uint64_t slot_count = 0;
+  uint64_t slots_used = 0;
+  uint64_t slots_loading = 0;
+  uint64_t slots_pinned = 0;
+  uint64_t bytes_in_flight = 0;
+  uint64_t bytes_in_flight_max = 0;
+  uint64_t io_queued = 0;
+  uint64_t acquires_waiting = 0;
+  uint64_t h2d_bytes = 0;
+  uint64_t uptime_s = 0;
+};
+
+struct Stats {
+  Counters c;
+  Histogram acquire_latency_us;  // request received -> last expert ready
+  Histogram read_latency_us;     // read submitted -> bytes verified
+  std::vector<uint64_t> layer_hits, layer_misses;
+
+  void reset(size_t n_layers);
+  std::vector<proto::Metric> to_metrics(const Gauges& g) const;
+};
+
+}  // namespace expertd::daemon
