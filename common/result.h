@@ -33,6 +33,8 @@ class [[nodiscard]] Result {
   const T& value() const& { assert(ok()); return std::get<0>(v_); }
   T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
   T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   const Error& error() const { assert(!ok()); return std::get<1>(v_); }

@@ -1,0 +1,197 @@
+// expertd and libexpertclient as real processes over a real socket: what the cache does.
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "daemon/fixture.h"
+
+using namespace expertd;
+using namespace expertd::test;
+
+namespace {
+// [0,1] [0] [0] [2,3] [1] [4] [0] on 4 slots: LRU evicts 0 for 4 and then misses it again;
+// LFU keeps the popular 0 and evicts 2.
+const std::vector<std::vector<uint32_t>> kScript = {{0, 1}, {0}, {0}, {2, 3}, {1}, {4}, {0}};
+
+void run_script(DaemonTest* t, client::Client& c) {
+  for (const auto& ids : kScript) {
+    auto l = c.acquire(0, ids);
+    ASSERT_TRUE(l) << l.error().message;
+    ASSERT_TRUE(c.wait_ready(*l));
+    ASSERT_TRUE(c.release(*l));
+  }
+  (void)t;
+}
+}  // namespace
+
+TEST_F(DaemonTest, LruHitsMissesEvictionsAsPredicted) {
+  auto d = start({"--cache-slots", "4", "--policy", "lru", "--clients-max", "1", "--max-experts-per-request", "2"});
+  auto c = connect();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->info().slot_count, 4u);
+  EXPECT_EQ(c->info().n_experts, kExperts);
+  run_script(this, *c);
+  EXPECT_EQ(stat(*c, "cache_hits"), 3);
+  EXPECT_EQ(stat(*c, "cache_misses"), 6);
+  EXPECT_EQ(stat(*c, "cache_evictions"), 2);
+  EXPECT_EQ(stat(*c, "pack_read_bytes"), 6 * stride());
+  EXPECT_EQ(stat(*c, "acquires"), 7);
+  EXPECT_EQ(stat(*c, "io_errors"), 0);
+}
+
+TEST_F(DaemonTest, LfuKeepsThePopularExpert) {
+  for (const char* policy : {"lfu", "lfru"}) {
+    auto d = start({"--cache-slots", "4", "--policy", policy, "--clients-max", "1", "--max-experts-per-request", "2"});
+    auto c = connect();
+    ASSERT_TRUE(c);
+    run_script(this, *c);
+    EXPECT_EQ(stat(*c, "cache_hits"), 4) << policy;
+    EXPECT_EQ(stat(*c, "cache_misses"), 5) << policy;
+    EXPECT_EQ(stat(*c, "cache_evictions"), 1) << policy;
+    c.reset();
+    EXPECT_EQ(d->stop(), 0);
+  }
+}
+
+TEST_F(DaemonTest, HitsAreReadyAtOnceAndSlotsHoldTheSourceBytes) {
+  auto d = start({"--cache-slots", "16", "--clients-max", "2", "--max-experts-per-request", "8"});
+  auto c = connect();
+  ASSERT_TRUE(c);
+  use(*c, 1, {3, 9, 27});
+  auto l = c->acquire(1, std::vector<uint32_t>{9, 3, 5});
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->ready, (std::vector<uint8_t>{1, 1, 0}));
+  auto idx = c->next_ready(*l);
+  ASSERT_TRUE(idx && idx->has_value());
+  EXPECT_EQ(**idx, 2u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(slot_matches_source(*c, *l, i));
+  // A second acquire while holding a lease is refused (one working set per client).
+  auto again = c->acquire(0, std::vector<uint32_t>{1});
+  ASSERT_FALSE(again);
+  EXPECT_NE(again.error().message.find("release"), std::string::npos);
+  ASSERT_TRUE(c->release(*l));
+}
+
+// Several clients acquire overlapping experts at once: each expert is read from disk once.
+TEST_F(DaemonTest, ConcurrentClientsReadEachExpertOnce) {
+  auto d = start({"--cache-slots", std::to_string(kLayers * kExperts), "--clients-max", "8",
+                  "--max-experts-per-request", "8", "--read-splits", "2"});
+  auto admin = connect();
+  for (int n_clients : {2, 8}) {
+    ASSERT_TRUE(admin->admin(client::AdminOp::EvictAll));
+    ASSERT_TRUE(admin->admin(client::AdminOp::ResetStats));
+    std::set<std::pair<uint32_t, uint32_t>> unique;
+    uint64_t requested = 0;
+    std::vector<std::vector<std::pair<uint32_t, std::vector<uint32_t>>>> plans(n_clients);
+    for (int k = 0; k < n_clients; ++k)
+      for (int round = 0; round < 6; ++round) {
+        uint32_t layer = round % 2;
+        std::vector<uint32_t> ids;
+        for (uint32_t i = 0; i < 8; ++i) ids.push_back((round * 5 + i * 3 + k) % kExperts);
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        for (uint32_t e : ids) unique.insert({layer, e});
+        requested += ids.size();
+        plans[k].push_back({layer, ids});
+      }
+    std::vector<std::thread> threads;
+    for (int k = 0; k < n_clients - 1; ++k)  // the admin connection is a client too
+      threads.emplace_back([&, k] {
+        auto c = connect();
+        ASSERT_TRUE(c);
+        for (auto& [layer, ids] : plans[k]) use(*c, layer, ids);
+      });
+    for (auto& [layer, ids] : plans[n_clients - 1]) use(*admin, layer, ids);
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(stat(*admin, "pack_reads"), unique.size()) << n_clients << " clients";
+    EXPECT_EQ(stat(*admin, "pack_read_bytes"), unique.size() * stride());
+    EXPECT_EQ(stat(*admin, "cache_hits") + stat(*admin, "cache_misses"), requested);
+    EXPECT_EQ(stat(*admin, "cache_evictions"), 0);
+    EXPECT_EQ(stat(*admin, "io_errors"), 0);
+    EXPECT_EQ(stat(*admin, "leases"), 0);
+  }
+}
+
+TEST_F(DaemonTest, PinnedSlotsAreNeverEvicted) {
+  auto d = start({"--cache-slots", "8", "--policy", "lru", "--clients-max", "2", "--max-experts-per-request", "4"});
+  auto a = connect(), b = connect();
+  auto held = a->acquire(0, std::vector<uint32_t>{0, 1, 2, 3});
+  ASSERT_TRUE(held);
+  ASSERT_TRUE(a->wait_ready(*held));
+  for (uint32_t e = 0; e < kExperts; e += 4) use(*b, 1, {e, e + 1, e + 2, e + 3});
+  EXPECT_GE(stat(*b, "cache_evictions"), 24);
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(slot_matches_source(*a, *held, i)) << i;
+  EXPECT_EQ(stat(*b, "slots_pinned"), 4);
+  ASSERT_TRUE(a->release(*held));
+  EXPECT_EQ(stat(*b, "slots_pinned"), 0);
+}
+
+TEST_F(DaemonTest, PrefetchLoadsWithoutPinningAndCountsUse) {
+  auto d = start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"});
+  auto c = connect();
+  ASSERT_TRUE(c->prefetch(1, std::vector<uint32_t>{5, 6}));
+  for (int i = 0; i < 200 && stat(*c, "pack_reads") < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(stat(*c, "prefetch_issued"), 2);
+  EXPECT_EQ(stat(*c, "slots_pinned"), 0);
+  auto l = c->acquire(1, std::vector<uint32_t>{5});
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->ready[0], 1);
+  EXPECT_TRUE(slot_matches_source(*c, *l, 0));
+  ASSERT_TRUE(c->release(*l));
+  EXPECT_EQ(stat(*c, "prefetch_used"), 1);
+  EXPECT_EQ(stat(*c, "cache_hits"), 1);
+  // Fill the cache with other experts: the unused prefetch of 6 is evicted and counted wasted.
+  for (uint32_t e = 10; e < 26; e += 4) use(*c, 0, {e, e + 1, e + 2, e + 3});
+  EXPECT_EQ(stat(*c, "prefetch_wasted"), 1);
+  // A bad hint is answered with an error the client keeps aside for the caller.
+  ASSERT_TRUE(c->prefetch(1, std::vector<uint32_t>{99}));
+  ASSERT_TRUE(c->stats());
+  auto err = c->take_async_error();
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("OutOfRange"), std::string::npos) << *err;
+}
+
+TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
+  std::string trace = local_ / "trace.bin", stats_file = local_ / "stats.json";
+  auto d = start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4", "--trace-path", trace,
+                  "--stats-path", stats_file, "--stats-interval-s", "1"});
+  {
+    auto c = connect();
+    use(*c, 0, {1, 2});
+    use(*c, 1, {3});
+  }
+  std::string ctl = bin("client/expertctl") + " --socket " + socket();
+  auto [rc, out] = run(ctl + " stats --json");
+  ASSERT_EQ(rc, 0) << out;
+  auto j = nlohmann::json::parse(out);
+  for (const char* k : {"cache_hits", "cache_misses", "cache_evictions", "pack_read_bytes", "h2d_bytes", "fallback_count",
+                        "io_errors", "prefetch_issued", "prefetch_used", "prefetch_wasted", "acquires", "clients",
+                        "slot_count", "slots_used", "acquire_latency_us_p50", "acquire_latency_us_p99"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["cache_misses"], 3);
+  EXPECT_EQ(j["acquires"], 2);
+  EXPECT_EQ(j["slot_count"], 8);
+  EXPECT_EQ(j["slots_used"], 3);
+  std::tie(rc, out) = run(ctl + " stats --prometheus");
+  EXPECT_NE(out.find("expertd_cache_misses_total 3"), std::string::npos) << out;
+  std::tie(rc, out) = run(ctl + " stats");
+  EXPECT_NE(out.find("pack_read_bytes"), std::string::npos) << out;
+  std::tie(rc, out) = run(ctl + " status");
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("8 slots"), std::string::npos) << out;
+  std::tie(rc, out) = run(ctl + " warmup --layer 1 --experts 7,8");
+  EXPECT_EQ(rc, 0) << out;
+  std::tie(rc, out) = run(ctl + " frobnicate");
+  EXPECT_EQ(rc, 2);
+  std::tie(rc, out) = run(ctl + " help");
+  EXPECT_NE(out.find("evict-all"), std::string::npos);
+  EXPECT_EQ(d->stop(), 0);  // SIGTERM drains and exits cleanly
+  EXPECT_FALSE(fs::exists(socket()));
+  auto s = nlohmann::json::parse(read_file(stats_file));
+  EXPECT_EQ(s["acquires"], 2);
+  std::string t = read_file(trace);
+  ASSERT_GE(t.size(), 16u);
+  EXPECT_EQ(t.substr(0, 8), "XPRTTRC1");
+  // Two records: 8+4+2+2 + 2 ids*2, and 16 + 1*2.
+  EXPECT_EQ(t.size(), 16u + (16 + 4) + (16 + 2));
+}

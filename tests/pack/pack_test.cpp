@@ -1,0 +1,241 @@
+#include <sys/resource.h>
+#include <xxhash.h>
+
+#include <cstring>
+
+#include "common/fd.h"
+#include "gguf/gguf_reader.h"
+#include "gguf/gguf_writer.h"
+#include "pack/builder.h"
+#include "pack/verify.h"
+#include "test_util.h"
+
+using namespace expertd;
+using namespace expertd::test;
+
+namespace {
+
+pack::Manifest build_ok(const std::string& model, const std::string& out_dir) {
+  pack::BuildOptions o;
+  o.model_path = model;
+  o.out_dir = out_dir;
+  o.progress = false;
+  o.batch_bytes = 1 << 20;  // several batches even for tiny models
+  auto rep = pack::build_pack(o);
+  EXPECT_TRUE(rep) << (rep ? "" : rep.error().message);
+  auto m = pack::load_manifest(rep->manifest_path);
+  EXPECT_TRUE(m) << (m ? "" : m.error().message);
+  return *m;
+}
+
+// Writes `model`'s KVs and tensors into a GGUF, choosing which tensors by `keep`.
+void copy_gguf(const gguf::Model& src, const std::string& out, const std::function<bool(const gguf::TensorInfo&)>& keep,
+               const std::function<void(gguf::Writer&)>& extra_kv = {}, bool skip_kvs = false) {
+  gguf::Writer w(src.alignment());
+  if (!skip_kvs)
+    for (const auto& kv : src.kvs()) w.add_raw_kv(kv.raw);
+  if (extra_kv) extra_kv(w);
+  std::vector<const gguf::TensorInfo*> kept;
+  for (const auto& t : src.tensors())
+    if (keep(t)) {
+      w.add_tensor(t.name, t.type, std::vector<uint64_t>(t.ne.begin(), t.ne.begin() + t.n_dims));
+      kept.push_back(&t);
+    }
+  std::string data(w.file_bytes(), '\0');
+  auto h = w.header();
+  std::memcpy(data.data(), h.data(), h.size());
+  for (size_t i = 0; i < kept.size(); ++i) std::memcpy(data.data() + w.tensor_offset(i), kept[i]->data, kept[i]->nbytes);
+  write_file(out, data);
+}
+
+bool is_expert(const std::string& name) { return name.find("_exps.") != std::string::npos; }
+
+}  // namespace
+
+// Every golden architecture: the layout formula, alignment, checksums, and every expert's bytes
+// equal the source GGUF's slice (read back here with plain reads, independently of verify).
+TEST(ExpertPack, GoldenModelsRoundTrip) {
+  REQUIRE_GOLDEN();
+  for (const auto& c : golden_cases()) {
+    SCOPED_TRACE(c);
+    TempDir d;
+    auto src = gguf::Model::open(golden_model(c));
+    ASSERT_TRUE(src);
+    pack::Manifest m = build_ok(golden_model(c), d.path());
+    EXPECT_EQ(m.data_start % 4096, 0u);
+    EXPECT_EQ(m.n_experts, *src->get_uint(src->arch() + ".expert_count"));
+    std::string pack_bytes = read_file(d / m.pack_file);
+    ASSERT_EQ(pack_bytes.size(), m.pack_bytes);
+    uint64_t at = m.data_start;
+    for (uint32_t l = 0; l < m.layers.size(); ++l) {
+      const auto& L = m.layers[l];
+      EXPECT_EQ(L.base, at);
+      EXPECT_EQ(L.stride % 4096, 0u);
+      at += L.stride * m.n_experts;
+      for (uint32_t e = 0; e < m.n_experts; ++e) {
+        uint64_t off = m.offset(l, e);
+        EXPECT_EQ(off, L.base + e * L.stride);
+        EXPECT_EQ(off % 4096, 0u);
+        EXPECT_EQ(XXH3_64bits(pack_bytes.data() + off, L.stride), L.checksums[e]);
+        for (const auto& r : L.roles) {
+          EXPECT_EQ(r.offset % 4096, 0u);
+          const auto* t = src->tensor(r.tensor);
+          ASSERT_NE(t, nullptr) << r.tensor;
+          EXPECT_EQ(t->nbytes, r.bytes * m.n_experts);
+          EXPECT_EQ(0, std::memcmp(pack_bytes.data() + off + r.offset, t->data + e * r.bytes, r.bytes))
+              << r.tensor << " expert " << e;
+        }
+      }
+    }
+    // The binary header agrees with the manifest.
+    EXPECT_TRUE(pack::check_header({reinterpret_cast<const uint8_t*>(pack_bytes.data()), m.data_start}, m));
+    // verify (O_DIRECT, against the source) agrees.
+    pack::VerifyOptions vo{d / (pack::model_stem(golden_model(c)) + ".manifest.json"), "", false};
+    auto v = pack::verify_pack(vo);
+    ASSERT_TRUE(v) << v.error().message;
+    EXPECT_TRUE(v->source_compared);
+    EXPECT_EQ(v->experts_checked, m.layers.size() * m.n_experts);
+    // The core GGUF holds every other tensor and key, bytes unchanged, and no routed expert.
+    auto core = gguf::Model::open(d / m.core_file);
+    ASSERT_TRUE(core) << core.error().message;
+    size_t non_expert = 0;
+    for (const auto& t : src->tensors()) {
+      if (is_expert(t.name)) {
+        EXPECT_EQ(core->tensor(t.name), nullptr) << t.name;
+        continue;
+      }
+      ++non_expert;
+      const auto* ct = core->tensor(t.name);
+      ASSERT_NE(ct, nullptr) << t.name;
+      EXPECT_EQ(ct->type, t.type);
+      EXPECT_EQ(0, std::memcmp(ct->data, t.data, t.nbytes)) << t.name;
+    }
+    EXPECT_EQ(core->tensors().size(), non_expert);
+    for (const auto& kv : src->kvs()) {
+      const auto* ckv = core->find(kv.key);
+      ASSERT_NE(ckv, nullptr) << kv.key;
+      EXPECT_TRUE(std::equal(kv.raw.begin(), kv.raw.end(), ckv->raw.begin(), ckv->raw.end())) << kv.key;
+    }
+    EXPECT_EQ(core->get_string("expertpack.model_id"), pack::hex64(m.model_id));
+  }
+}
+
+TEST(ExpertPack, SplitGgufGivesTheSamePack) {
+  REQUIRE_GOLDEN();
+  TempDir d;
+  std::string model = golden_model("qwen3moe-A-s1-f32");
+  auto src = gguf::Model::open(model);
+  ASSERT_TRUE(src);
+  size_t n = src->tensors().size(), half = n / 2;
+  std::vector<std::string> first;
+  for (size_t i = 0; i < half; ++i) first.push_back(src->tensors()[i].name);
+  auto in_first = [&](const gguf::TensorInfo& t) { return std::find(first.begin(), first.end(), t.name) != first.end(); };
+  auto split_kv = [&](uint16_t no) {
+    return [&, no](gguf::Writer& w) {
+      w.add_u32("split.no", no);  // llama.cpp writes u16; any integer is read
+      w.add_u32("split.count", 2);
+      w.add_u32("split.tensors.count", static_cast<uint32_t>(n));
+    };
+  };
+  copy_gguf(*src, d / "m-00001-of-00002.gguf", in_first, split_kv(0));
+  copy_gguf(*src, d / "m-00002-of-00002.gguf", [&](const auto& t) { return !in_first(t); }, split_kv(1), true);
+  TempDir d2;
+  pack::Manifest split = build_ok(d / "m-00001-of-00002.gguf", d.path());
+  pack::Manifest whole = build_ok(model, d2.path());
+  ASSERT_EQ(split.layers.size(), whole.layers.size());
+  for (size_t l = 0; l < split.layers.size(); ++l) EXPECT_EQ(split.layers[l].checksums, whole.layers[l].checksums);
+  EXPECT_EQ(split.source_files.size(), 2u);
+  EXPECT_TRUE(fs::exists(d / "m.core.gguf"));
+  auto core = gguf::Model::open(d / "m.core.gguf");
+  ASSERT_TRUE(core) << core.error().message;
+  EXPECT_FALSE(core->find("split.count"));
+  // Passing a later shard is refused with a clear message.
+  auto r = run(bin("pack/expert-pack") + " -q build " + d / "m-00002-of-00002.gguf");
+  EXPECT_NE(r.first, 0);
+  EXPECT_NE(r.second.find("first shard"), std::string::npos) << r.second;
+}
+
+TEST(ExpertPack, BadInputsFailClearlyAndLeaveNothing) {
+  REQUIRE_GOLDEN();
+  TempDir d;
+  std::string tool = bin("pack/expert-pack") + " -q build ";
+  auto expect_fail = [&](const std::string& model, const std::string& needle) {
+    auto [rc, out] = run(tool + model + " --out " + d.path());
+    EXPECT_NE(rc, 0) << model;
+    EXPECT_NE(out.find(needle), std::string::npos) << out;
+    EXPECT_NE(out.find(fs::path(model).filename().string()), std::string::npos) << "error must name the file: " << out;
+    for (const auto& e : fs::directory_iterator(d.path())) {
+      std::string n = e.path().filename().string();
+      EXPECT_EQ(n.find(".tmp"), std::string::npos) << "left behind: " << n;
+      EXPECT_EQ(n.find(".manifest.json"), std::string::npos) << "left behind: " << n;
+    }
+  };
+  write_file(d / "notgguf.gguf", "this is not a model\n");
+  expect_fail(d / "notgguf.gguf", "not a GGUF");
+  std::string full = read_file(golden_model("olmoe-A-s1-f32"));
+  write_file(d / "trunc.gguf", full.substr(0, full.size() / 2));
+  expect_fail(d / "trunc.gguf", "beyond the end of the file");
+  write_file(d / "trunc2.gguf", full.substr(0, 777));
+  expect_fail(d / "trunc2.gguf", "truncated");
+  auto src = gguf::Model::open(golden_model("olmoe-A-s1-f32"));
+  copy_gguf(*src, d / "dense.gguf", [](const auto& t) { return !is_expert(t.name); });
+  expect_fail(d / "dense.gguf", "not a MoE model");
+  // An unknown tensor type id.
+  std::string bad = full;
+  std::string name = "blk.0.ffn_up_exps.weight";
+  size_t pos = bad.find(name) + name.size() + 4 + 3 * 8;
+  uint32_t t = 250;
+  std::memcpy(bad.data() + pos, &t, 4);
+  write_file(d / "badtype.gguf", bad);
+  expect_fail(d / "badtype.gguf", "unknown ggml type 250");
+  EXPECT_EQ(std::distance(fs::directory_iterator(d.path()), fs::directory_iterator()), 5);  // only the inputs
+}
+
+// A full disk (here: the file size limit, which fails writes the same way) leaves no pack.
+TEST(ExpertPack, WriteFailureLeavesNoPack) {
+  REQUIRE_GOLDEN();
+  TempDir d;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // writes then fail with EFBIG instead of killing us
+    rlimit lim{1 << 20, 1 << 20};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    std::string out = d / "out.txt";
+    FILE* f = std::fopen(out.c_str(), "w");
+    ::dup2(fileno(f), 2);
+    std::string model = golden_model("qwen3moe-A-s1-f32");
+    ::execl(bin("pack/expert-pack").c_str(), "expert-pack", "-q", "build", model.c_str(), "--out", d.path().c_str(), nullptr);
+    ::_exit(127);
+  }
+  int st;
+  ::waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 1);
+  std::string out = read_file(d / "out.txt");
+  EXPECT_NE(out.find("File too large"), std::string::npos) << out;
+  for (const auto& e : fs::directory_iterator(d.path())) EXPECT_EQ(e.path().filename(), "out.txt");
+}
+
+TEST(ExpertPack, VerifyDetectsCorruptionAndTruncation) {
+  REQUIRE_GOLDEN();
+  TempDir d;
+  pack::Manifest m = build_ok(golden_model("llama-A-s1-f32"), d.path());
+  std::string mf = d / "model.manifest.json";
+  auto r = run(bin("pack/expert-pack") + " -q verify " + mf);
+  EXPECT_EQ(r.first, 0) << r.second;
+  EXPECT_NE(r.second.find("equal to the source"), std::string::npos) << r.second;
+  std::string p = read_file(d / m.pack_file);
+  std::string orig = p;
+  p[m.offset(1, 3) + 100] ^= 0x40;
+  write_file(d / m.pack_file, p);
+  r = run(bin("pack/expert-pack") + " -q verify " + mf);
+  EXPECT_NE(r.first, 0);
+  EXPECT_NE(r.second.find("layer 1 (model layer 1) expert 3: checksum mismatch"), std::string::npos) << r.second;
+  write_file(d / m.pack_file, orig.substr(0, orig.size() - 4096));
+  r = run(bin("pack/expert-pack") + " -q verify " + mf);
+  EXPECT_NE(r.first, 0);
+  EXPECT_NE(r.second.find("differs from the manifest"), std::string::npos) << r.second;
+  r = run(bin("pack/expert-pack") + " inspect " + mf);
+  EXPECT_EQ(r.first, 0);
+  EXPECT_NE(r.second.find("pack_layer"), std::string::npos);
+}

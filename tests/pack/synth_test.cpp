@@ -1,0 +1,137 @@
+#include <cmath>
+#include <cstring>
+
+#include "gguf/gguf_reader.h"
+#include "pack/builder.h"
+#include "pack/quantize.h"
+#include "pack/synth.h"
+#include "pack/verify.h"
+#include "test_util.h"
+
+using namespace expertd;
+using namespace expertd::test;
+
+namespace {
+
+float fp16_to_fp32(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  float f;
+  if (exp == 0) f = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31) f = mant ? NAN : INFINITY;
+  else f = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits |= sign;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Reference dequantizers written from GGML's block layouts (ggml-common.h).
+std::vector<float> dequant_q8_0(const uint8_t* p, size_t n) {
+  std::vector<float> out(n);
+  for (size_t b = 0; b < n / 32; ++b, p += 34) {
+    uint16_t d;
+    std::memcpy(&d, p, 2);
+    for (int i = 0; i < 32; ++i) out[b * 32 + i] = fp16_to_fp32(d) * static_cast<int8_t>(p[2 + i]);
+  }
+  return out;
+}
+
+std::vector<float> dequant_q4_k(const uint8_t* p, size_t n) {
+  std::vector<float> out(n);
+  for (size_t b = 0; b < n / 256; ++b, p += 144) {
+    uint16_t hd, hm;
+    std::memcpy(&hd, p, 2);
+    std::memcpy(&hm, p + 2, 2);
+    float d = fp16_to_fp32(hd), dmin = fp16_to_fp32(hm);
+    const uint8_t* q = p + 4;
+    const uint8_t* qs = p + 16;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      if (j < 4) sc = q[j] & 63, m = q[j + 4] & 63;
+      else sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+      for (int l = 0; l < 32; ++l) {
+        int idx = j * 32 + l;
+        uint8_t byte = qs[(idx / 64) * 32 + l];
+        int nib = (j % 2 == 0) ? (byte & 0xF) : (byte >> 4);
+        out[b * 256 + idx] = d * sc * nib - dmin * m;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Quantize, RoundTripsWithinTheTypesPrecision) {
+  uint64_t rng = 42;
+  std::vector<float> x(512);
+  for (auto& v : x) v = pack::gauss(rng);
+  std::vector<uint8_t> q8(512 / 32 * 34), q4(512 / 256 * 144);
+  pack::quantize_row(gguf::GgmlType::Q8_0, x, q8.data());
+  pack::quantize_row(gguf::GgmlType::Q4_K, x, q4.data());
+  auto y8 = dequant_q8_0(q8.data(), 512), y4 = dequant_q4_k(q4.data(), 512);
+  double e8 = 0, e4 = 0, s = 0;
+  for (size_t i = 0; i < x.size(); ++i) e8 += std::pow(x[i] - y8[i], 2), e4 += std::pow(x[i] - y4[i], 2), s += x[i] * x[i];
+  EXPECT_LT(e8 / s, 1e-4);  // 8-bit: NMSE ~ 1e-5
+  EXPECT_LT(e4 / s, 2e-2);  // 4-bit with 6-bit scales: NMSE ~ 1e-2
+  EXPECT_EQ(pack::fp32_to_fp16(1.0f), 0x3C00);
+  EXPECT_EQ(pack::fp32_to_fp16(-2.5f), 0xC100);
+  EXPECT_FLOAT_EQ(fp16_to_fp32(pack::fp32_to_fp16(0.1f)), 0.0999755859375f);
+}
+
+TEST(Synth, WritesALoadableSkewedMoeModelThatPacks) {
+  TempDir d;
+  pack::SynthOptions o;
+  o.dims = {256, 3, 16, 4, 256, 4, 2, 1024};
+  o.type = gguf::GgmlType::Q4_K;
+  o.out_path = d / "synth.gguf";
+  o.progress = false;
+  auto bytes = pack::write_synth(o);
+  ASSERT_TRUE(bytes) << bytes.error().message;
+  auto m = gguf::Model::open(o.out_path);
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->arch(), "qwen3moe");
+  EXPECT_EQ(m->get_uint("qwen3moe.expert_count"), 16u);
+  EXPECT_EQ(m->get_string_array("tokenizer.ggml.tokens")->size(), 1024u);
+  const auto* up = m->tensor("blk.2.ffn_up_exps.weight");
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(up->type, gguf::GgmlType::Q4_K);
+  EXPECT_EQ(up->ne[2], 16u);
+  // Every weight dequantizes to finite values of sane size.
+  auto w = dequant_q4_k(up->data, up->n_elements);
+  double ss = 0;
+  for (float v : w) {
+    ASSERT_TRUE(std::isfinite(v));
+    ss += v * v;
+  }
+  double std_dev = std::sqrt(ss / w.size());
+  EXPECT_GT(std_dev, 0.2 / 16);
+  EXPECT_LT(std_dev, 5.0 / 16);
+  // The router leans on a shared direction with Zipf strength: row norms differ by rank.
+  const auto* r = m->tensor("blk.0.ffn_gate_inp.weight");
+  ASSERT_EQ(r->type, gguf::GgmlType::F32);
+  std::vector<double> norms;
+  for (int e = 0; e < 16; ++e) {
+    const float* row = reinterpret_cast<const float*>(r->data) + e * 256;
+    double n = 0;
+    for (int i = 0; i < 256; ++i) n += row[i] * row[i];
+    norms.push_back(n);
+  }
+  std::sort(norms.begin(), norms.end());
+  EXPECT_GT(norms.back(), 4 * norms.front());
+  // It packs and verifies.
+  pack::BuildOptions bo;
+  bo.model_path = o.out_path;
+  bo.progress = false;
+  auto rep = pack::build_pack(bo);
+  ASSERT_TRUE(rep) << rep.error().message;
+  auto v = pack::verify_pack({rep->manifest_path, "", false});
+  ASSERT_TRUE(v) << v.error().message;
+  EXPECT_EQ(v->experts_checked, 3u * 16);
+  // Unknown presets are refused by name.
+  o.preset = "gpt-17";
+  auto bad = pack::write_synth(o);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("unknown preset"), std::string::npos);
+}

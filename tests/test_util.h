@@ -1,0 +1,160 @@
+// Shared test helpers: golden data, scratch directories, and a real expertd process.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace expertd::test {
+
+namespace fs = std::filesystem;
+
+inline std::string golden_dir() { return EXPERTD_GOLDEN_DIR; }
+inline std::string bin(const std::string& rel) { return std::string(EXPERTD_BIN_DIR) + "/" + rel; }
+
+inline std::string golden_model(const std::string& case_id) {
+  return golden_dir() + "/cases/" + case_id + "/model.gguf";
+}
+
+inline std::vector<std::string> golden_cases() {
+  std::vector<std::string> out;
+  if (!fs::exists(golden_dir() + "/cases")) return out;
+  for (const auto& e : fs::directory_iterator(golden_dir() + "/cases"))
+    if (fs::exists(e.path() / "model.gguf")) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+#define REQUIRE_GOLDEN()                                                                  \
+  do {                                                                                    \
+    if (!std::filesystem::exists(::expertd::test::golden_dir() + "/cases"))               \
+      GTEST_SKIP() << "golden data not found at " << ::expertd::test::golden_dir();      \
+  } while (0)
+
+// A scratch directory on the same file system as the build (O_DIRECT capable), removed after.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "expertd-test-XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline std::string read_file(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+inline void write_file(const std::string& p, const std::string& data) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << data;
+}
+
+// Runs a command; returns {exit status, stdout+stderr}.
+inline std::pair<int, std::string> run(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+inline bool socket_accepts(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A real expertd process. start() waits until its socket accepts connections.
+class Daemon {
+ public:
+  Daemon(std::string manifest, std::string socket, std::vector<std::string> extra = {})
+      : manifest_(std::move(manifest)), socket_(std::move(socket)), extra_(std::move(extra)) {}
+  ~Daemon() { stop(); }
+
+  // Returns false (and the log) when the daemon exits before serving.
+  bool start(std::string* log_out = nullptr) {
+    log_path_ = socket_ + ".log";
+    write_file(socket_ + ".conf", "# empty: the tests pass every setting as a flag\n");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::vector<std::string> args = {bin("daemon/expertd"), "--manifest", manifest_, "--socket", socket_,
+                                       "--config", socket_ + ".conf", "--lock-memory", "false",
+                                       "--reserve-mib", "64"};
+      args.insert(args.end(), extra_.begin(), extra_.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      FILE* f = std::fopen(log_path_.c_str(), "w");
+      ::dup2(fileno(f), 1);
+      ::dup2(fileno(f), 2);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    for (int i = 0; i < 500; ++i) {
+      if (socket_accepts(socket_)) return true;
+      int st;
+      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        exit_status_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        if (log_out) *log_out = read_file(log_path_);
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (log_out) *log_out = "timed out waiting for the socket\n" + read_file(log_path_);
+    return false;
+  }
+
+  // SIGTERM and wait; returns the exit status.
+  int stop() {
+    if (pid_ <= 0) return exit_status_;
+    ::kill(pid_, SIGTERM);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+    exit_status_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return exit_status_;
+  }
+  bool alive() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
+  pid_t pid() const { return pid_; }
+  std::string log() const { return read_file(log_path_); }
+  int exit_status() const { return exit_status_; }
+
+ private:
+  std::string manifest_, socket_, log_path_;
+  std::vector<std::string> extra_;
+  pid_t pid_ = -1;
+  int exit_status_ = -1;
+};
+
+}  // namespace expertd::test
