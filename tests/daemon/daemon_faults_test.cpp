@@ -225,3 +225,11 @@ TEST_F(DaemonTest, StartupRefusesBadPacksAndTooSmallCaches) {
   refuse(manifest_path(), {"--policy", "random"}, "--policy must be one of");
   refuse(local_ / "missing.manifest.json", ok_flags, "missing.manifest.json");
 }
+
+// The shipped example config is valid: every key is a real option (it stops at its manifest).
+TEST(ExampleConfig, EveryKeyIsAnOption) {
+  auto [rc, out] = run(bin("daemon/expertd") + " --config " + std::string(EXPERTD_SOURCE_DIR) +
+                       "/systemd/expertd.conf.example --socket /tmp/expertd-example-test.sock");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("/var/lib/expertd/Qwen3-30B-A3B-Q4_K_M.manifest.json"), std::string::npos) << out;
+}

@@ -1,0 +1,423 @@
+// expert-bench: benchmarks of the storage tier. Each sub-command measures expertd and a
+// baseline in the same run and prints, as its last line, ratio=<x>.
+//   io     expertd serving random misses vs raw O_DIRECT io_uring reads of the same blocks
+//   rtt    acquire+release of a cached expert vs a bare Unix-socket ping-pong
+//   build  expert-pack build bytes/s vs a plain sequential copy of the same file
+//   mem    expertd resident memory beyond its arena with 8 clients; expert-pack build peak RSS
+#include <fcntl.h>
+#include <liburing.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "client/expert_client.h"
+#include "common/fd.h"
+#include "pack/builder.h"
+#include "pack/verify.h"
+
+using namespace expertd;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+std::string self_dir() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  std::string p(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  return p.substr(0, p.rfind('/'));
+}
+
+[[noreturn]] void die(const std::string& m) {
+  std::fprintf(stderr, "expert-bench: error: %s\n", m.c_str());
+  std::exit(1);
+}
+
+// A real expertd for the duration of a benchmark.
+struct DaemonProc {
+  pid_t pid = -1;
+  std::string socket;
+  DaemonProc(const std::string& manifest, std::string sock, std::vector<std::string> flags) : socket(std::move(sock)) {
+    std::string exe = self_dir() + "/../daemon/expertd";
+    pid = ::fork();
+    if (pid == 0) {
+      std::vector<std::string> args = {exe, "--manifest", manifest, "--socket", socket, "--config", "/dev/null",
+                                       "--log-level", "warn", "--lock-memory", "false"};
+      args.insert(args.end(), flags.begin(), flags.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(exe.c_str(), argv.data());
+      ::_exit(127);
+    }
+    for (int i = 0; i < 1000; ++i) {
+      if (auto c = client::Client::connect(socket, {"probe", 2000})) return;
+      int st;
+      if (::waitpid(pid, &st, WNOHANG) == pid) die("expertd exited during start-up");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    die("expertd did not start");
+  }
+  ~DaemonProc() {
+    ::kill(pid, SIGTERM);
+    ::waitpid(pid, nullptr, 0);
+  }
+};
+
+double metric(client::Client& c, const std::string& name) {
+  auto m = c.stats();
+  if (!m) die(m.error().message);
+  for (const auto& x : *m)
+    if (x.name == name) return x.value;
+  return 0;
+}
+
+// Raw baseline: random blocks read with O_DIRECT through io_uring at queue depth qd.
+double raw_read_gbps(const pack::Manifest& m, const std::string& path, uint32_t qd, double seconds, uint64_t seed) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) die("open " + path);
+  io_uring ring;
+  io_uring_queue_init(qd, &ring, 0);
+  uint64_t slot = m.slot_bytes();
+  std::vector<AlignedBuffer> bufs;
+  for (uint32_t i = 0; i < qd; ++i) bufs.emplace_back(slot);
+  std::mt19937_64 rng(seed);
+  auto submit = [&](uint32_t i) {
+    uint32_t l = static_cast<uint32_t>(rng() % m.layers.size()), e = static_cast<uint32_t>(rng() % m.n_experts);
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    io_uring_prep_read(sqe, fd, bufs[i].data(), static_cast<unsigned>(m.layers[l].stride), m.offset(l, e));
+    io_uring_sqe_set_data64(sqe, i);
+  };
+  for (uint32_t i = 0; i < qd; ++i) submit(i);
+  io_uring_submit(&ring);
+  uint64_t bytes = 0;
+  auto t0 = Clock::now();
+  while (secs(t0, Clock::now()) < seconds) {
+    io_uring_cqe* cqe;
+    if (io_uring_wait_cqe(&ring, &cqe) != 0) die("io_uring_wait_cqe");
+    if (cqe->res < 0) die("raw read failed");
+    bytes += static_cast<uint64_t>(cqe->res);
+    uint32_t i = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
+    io_uring_cqe_seen(&ring, cqe);
+    submit(i);
+    io_uring_submit(&ring);
+  }
+  double s = secs(t0, Clock::now());
+  io_uring_queue_exit(&ring);
+  ::close(fd);
+  return bytes / s / 1e9;
+}
+
+int bench_io(const std::string& manifest_path, uint32_t qd, uint32_t clients, double seconds) {
+  auto m = pack::load_manifest(manifest_path);
+  if (!m) die(m.error().message);
+  std::string pack_path = pack::manifest_dir(manifest_path) + "/" + m->pack_file;
+  uint32_t per = std::max(1u, qd / clients);
+  std::printf("pack %s: %zu layers x %u experts, stride %llu KiB, %.2f GiB\n", pack_path.c_str(), m->layers.size(),
+              m->n_experts, (unsigned long long)(m->slot_bytes() >> 10), m->pack_bytes / 1073741824.0);
+  double raw = raw_read_gbps(*m, pack_path, qd, seconds, 1);
+  std::printf("raw io_uring O_DIRECT, qd %u: %.3f GB/s (%.0f blocks/s)\n", qd, raw, raw * 1e9 / m->slot_bytes());
+  // expertd with a cache of exactly one working set per client: nearly every acquire misses.
+  std::string sock = "/tmp/expert-bench-io.sock";
+  DaemonProc d(manifest_path, sock, {"--cache-slots", std::to_string((clients + 1) * per), "--clients-max", std::to_string(clients + 1),
+                                     "--max-experts-per-request", std::to_string(per), "--queue-depth", std::to_string(qd),
+                                     "--policy", "lru", "--reserve-mib", "256"});
+  auto admin = client::Client::connect(sock);
+  if (!admin) die(admin.error().message);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  auto t0 = Clock::now();
+  double start_bytes = metric(**admin, "pack_read_bytes");
+  for (uint32_t k = 0; k < clients; ++k)
+    ts.emplace_back([&, k] {
+      auto c = client::Client::connect(sock);
+      if (!c) die(c.error().message);
+      std::mt19937_64 rng(100 + k);
+      while (!stop) {
+        uint32_t l = static_cast<uint32_t>(rng() % m->layers.size());
+        std::vector<uint32_t> ids;
+        while (ids.size() < per) {
+          uint32_t e = static_cast<uint32_t>(rng() % m->n_experts);
+          if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+        }
+        auto lease = (*c)->acquire(l, ids);
+        if (!lease) die(lease.error().message);
+        if (auto st = (*c)->wait_ready(*lease); !st) die(st.error().message);
+        if (!(*c)->release(*lease)) die("release failed");
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& t : ts) t.join();
+  double s = secs(t0, Clock::now());
+  double bytes = metric(**admin, "pack_read_bytes") - start_bytes;
+  double served = bytes / s / 1e9;
+  std::printf("expertd, %u clients x %u experts, qd %u: %.3f GB/s (%.0f misses/s), hit rate %.3f, io_errors %.0f, "
+              "read p50 %.0f us p99 %.0f us\n",
+              clients, per, qd, served, bytes / s / m->slot_bytes(), metric(**admin, "hit_rate"),
+              metric(**admin, "io_errors"), metric(**admin, "read_latency_us_p50"), metric(**admin, "read_latency_us_p99"));
+  std::printf("ratio=%.3f\n", served / raw);
+  return 0;
+}
+
+int bench_rtt(const std::string& manifest_path, uint32_t iters) {
+  auto pct = [](std::vector<double> v, double p) {
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<size_t>(p / 100 * v.size()))];
+  };
+  // Baseline: a 64-byte request and a 64-byte reply over a Unix socket pair, two threads.
+  int sv[2];
+  ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+  std::thread echo([&] {
+    char b[64];
+    while (::recv(sv[1], b, 64, MSG_WAITALL) == 64) ::send(sv[1], b, 64, 0);
+  });
+  std::vector<double> base;
+  char b[64] = {};
+  for (uint32_t i = 0; i < iters; ++i) {
+    auto t = Clock::now();
+    ::send(sv[0], b, 64, 0);
+    ::recv(sv[0], b, 64, MSG_WAITALL);
+    base.push_back(secs(t, Clock::now()) * 1e6);
+  }
+  ::shutdown(sv[0], SHUT_RDWR);
+  echo.join();
+  ::close(sv[0]);
+  ::close(sv[1]);
+  std::string sock = "/tmp/expert-bench-rtt.sock";
+  DaemonProc d(manifest_path, sock, {"--cache-slots", "64", "--clients-max", "2", "--max-experts-per-request", "8",
+                                     "--reserve-mib", "256"});
+  auto c = client::Client::connect(sock);
+  if (!c) die(c.error().message);
+  std::vector<uint32_t> one{0};
+  auto warm = (*c)->acquire(0, one);
+  if (!warm || !(*c)->wait_ready(*warm)) die("warm-up acquire failed");
+  if (!(*c)->release(*warm)) die("release failed");
+  std::vector<double> rtt;
+  for (uint32_t i = 0; i < iters; ++i) {
+    auto t = Clock::now();
+    auto l = (*c)->acquire(0, one);
+    if (!l || !l->ready[0]) die("a cached expert was not ready at once");
+    if (!(*c)->release(*l)) die("release failed");
+    rtt.push_back(secs(t, Clock::now()) * 1e6);
+  }
+  std::printf("unix socket ping-pong (64 B): p50 %.1f us  p99 %.1f us\n", pct(base, 50), pct(base, 99));
+  std::printf("expertd acquire+release (hit): p50 %.1f us  p99 %.1f us\n", pct(rtt, 50), pct(rtt, 99));
+  std::printf("ratio=%.2f\n", pct(rtt, 50) / pct(base, 50));
+  return 0;
+}
+
+void drop_cache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+int bench_build(const std::string& model, const std::string& out_dir) {
+  uint64_t size = 0;
+  {
+    UniqueFd in(::open(model.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!in.valid()) die("open " + model);
+    size = *file_size(in.get(), model);
+  }
+  // Baseline: sequential copy, 8 MiB buffered reads and writes, then fsync (what cp does).
+  std::string copy = out_dir + "/expert-bench-copy.bin";
+  drop_cache(model);
+  auto t0 = Clock::now();
+  {
+    UniqueFd in(::open(model.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd out(::open(copy.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    std::vector<char> buf(8 << 20);
+    ssize_t n;
+    while ((n = ::read(in.get(), buf.data(), buf.size())) > 0)
+      if (::write(out.get(), buf.data(), static_cast<size_t>(n)) != n) die("copy write failed");
+    ::fsync(out.get());
+  }
+  double copy_s = secs(t0, Clock::now());
+  drop_cache(copy);
+  ::unlink(copy.c_str());
+  drop_cache(model);
+  pack::BuildOptions o;
+  o.model_path = model;
+  o.out_dir = out_dir;
+  o.progress = false;
+  t0 = Clock::now();
+  auto rep = pack::build_pack(o);
+  if (!rep) die(rep.error().message);
+  double build_s = secs(t0, Clock::now());
+  std::printf("source %.2f GiB\nsequential copy: %.2f s, %.0f MiB/s\nexpert-pack build: %.2f s, %.0f MiB/s (pack + core)\n",
+              size / 1073741824.0, copy_s, size / 1048576.0 / copy_s, build_s, size / 1048576.0 / build_s);
+  std::printf("ratio=%.3f\n", copy_s / build_s);
+  return 0;
+}
+
+uint64_t status_kb(pid_t pid, const std::string& key) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string k;
+  uint64_t v = 0;
+  std::string rest;
+  while (f >> k) {
+    if (k == key + ":") {
+      f >> v;
+      return v;
+    }
+    std::getline(f, rest);
+  }
+  return 0;
+}
+
+int bench_mem(const std::string& manifest_path, const std::string& model, const std::string& out_dir) {
+  std::string sock = "/tmp/expert-bench-mem.sock";
+  uint64_t beyond_kb = 0;
+  {
+    DaemonProc d(manifest_path, sock, {"--cache-mib", "512", "--clients-max", "9", "--reserve-mib", "256"});
+    std::vector<std::unique_ptr<client::Client>> cs;
+    for (int i = 0; i < 8; ++i) {
+      auto c = client::Client::connect(sock);
+      if (!c) die(c.error().message);
+      cs.push_back(std::move(*c));
+    }
+    auto m = pack::load_manifest(manifest_path);
+    for (uint32_t k = 0; k < 8; ++k) {  // every client uses a working set
+      std::vector<uint32_t> ids;
+      for (uint32_t i = 0; i < std::min(8u, m->n_experts); ++i) ids.push_back((k * 8 + i) % m->n_experts);
+      auto l = cs[k]->acquire(k % m->layers.size(), ids);
+      if (!l || !cs[k]->wait_ready(*l)) die("acquire failed");
+      if (!cs[k]->release(*l)) die("release failed");
+    }
+    uint64_t rss = status_kb(d.pid, "VmRSS"), shmem = status_kb(d.pid, "RssShmem");
+    beyond_kb = rss - shmem;
+    std::printf("expertd with 8 clients: VmRSS %llu KiB, of which arena (RssShmem) %llu KiB, beyond the arena %.1f MiB "
+                "(target < 64 MiB)\n",
+                (unsigned long long)rss, (unsigned long long)shmem, beyond_kb / 1024.0);
+  }
+  double build_peak_mib = 0;
+  auto cached_kb = [] {
+    std::ifstream f("/proc/meminfo");
+    std::string k, unit;
+    uint64_t v;
+    while (f >> k >> v) {
+      std::getline(f, unit);
+      if (k == "Cached:") return v;
+    }
+    return uint64_t{0};
+  };
+  if (!model.empty()) {
+    drop_cache(model);
+    uint64_t cached_before = cached_kb();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      std::string exe = self_dir() + "/../pack/expert-pack";
+      ::execl(exe.c_str(), "expert-pack", "-q", "build", model.c_str(), "--out", out_dir.c_str(), nullptr);
+      ::_exit(127);
+    }
+    int st;
+    rusage ru{};
+    ::wait4(pid, &st, 0, &ru);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("expert-pack build failed");
+    build_peak_mib = ru.ru_maxrss / 1024.0;
+    std::printf("expert-pack build peak RSS: %.1f MiB (target < 1024 MiB); page cache grew by %.1f MiB for a %.1f MiB "
+                "source\n", build_peak_mib, (double(cached_kb()) - double(cached_before)) / 1024.0,
+                double(std::filesystem::file_size(model)) / 1048576.0);
+  }
+  std::printf("ratio=%.3f\n", beyond_kb / 1024.0 / 64.0);
+  return 0;
+}
+
+// An engine's access pattern without an engine: per token and layer, top-k experts drawn from a
+// Zipf(s) popularity over a per-layer permutation, acquired, waited for, released.
+int bench_sim(const std::string& sock, uint32_t tokens, uint32_t top_k, double zipf_s, uint64_t seed) {
+  auto c = client::Client::connect(sock);
+  if (!c) die(c.error().message);
+  const auto& info = (*c)->info();
+  uint32_t E = info.n_experts, L = static_cast<uint32_t>(info.layers.size());
+  top_k = std::min({top_k, E, info.max_experts_per_request});
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint32_t>> perm(L, std::vector<uint32_t>(E));
+  for (auto& p : perm) {
+    std::iota(p.begin(), p.end(), 0u);
+    std::shuffle(p.begin(), p.end(), rng);
+  }
+  std::vector<double> w(E);
+  for (uint32_t i = 0; i < E; ++i) w[i] = 1.0 / std::pow(i + 1.0, zipf_s);
+  std::discrete_distribution<uint32_t> zipf(w.begin(), w.end());
+  double h0 = metric(**c, "cache_hits"), m0 = metric(**c, "cache_misses"), b0 = metric(**c, "pack_read_bytes");
+  auto t0 = Clock::now();
+  for (uint32_t t = 0; t < tokens; ++t)
+    for (uint32_t l = 0; l < L; ++l) {
+      std::vector<uint32_t> ids;
+      while (ids.size() < top_k) {
+        uint32_t e = perm[l][zipf(rng)];
+        if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+      }
+      auto lease = (*c)->acquire(l, ids);
+      if (!lease) die(lease.error().message);
+      if (auto st = (*c)->wait_ready(*lease); !st) die(st.error().message);
+      if (!(*c)->release(*lease)) die("release failed");
+    }
+  double s = secs(t0, Clock::now());
+  double hits = metric(**c, "cache_hits") - h0, misses = metric(**c, "cache_misses") - m0;
+  double bytes = metric(**c, "pack_read_bytes") - b0;
+  std::printf("%u tokens x %u layers x top-%u (Zipf %.2f): %.1f tokens/s, hit rate %.3f, %.1f misses/token, "
+              "%.2f MiB read/token\n", tokens, L, top_k, zipf_s, tokens / s, hits / (hits + misses), misses / tokens,
+              bytes / tokens / 1048576.0);
+  std::printf("ratio=%.3f\n", hits / (hits + misses));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"expert-bench: storage-tier benchmarks; each prints ratio=<x> last"};
+  app.require_subcommand(1);
+  std::string manifest, model, out_dir = "/tmp";
+  uint32_t qd = 64, clients = 16, iters = 20000;
+  double seconds = 10;
+  auto* io = app.add_subcommand("io", "expertd random misses vs raw O_DIRECT io_uring reads (target >= 0.85)");
+  io->add_option("--manifest", manifest, "pack manifest (a Qwen3-30B-A3B-shaped synthetic pack)")->required();
+  io->add_option("--queue-depth", qd, "reads in flight, both sides")->capture_default_str();
+  io->add_option("--clients", clients, "engine clients")->capture_default_str();
+  io->add_option("--seconds", seconds, "duration of each side")->capture_default_str();
+  auto* rtt = app.add_subcommand("rtt", "acquire+release of a cached expert vs a Unix-socket ping-pong (target <= 3)");
+  rtt->add_option("--manifest", manifest)->required();
+  rtt->add_option("--iters", iters)->capture_default_str();
+  auto* build = app.add_subcommand("build", "expert-pack build vs sequential copy (target >= 0.7)");
+  build->add_option("--model", model, "MoE GGUF")->required();
+  build->add_option("--out", out_dir, "scratch directory on the same drive")->capture_default_str();
+  auto* mem = app.add_subcommand("mem", "expertd memory beyond its arena with 8 clients; build peak RSS");
+  mem->add_option("--manifest", manifest)->required();
+  mem->add_option("--model", model, "also measure expert-pack build of this GGUF");
+  mem->add_option("--out", out_dir)->capture_default_str();
+  std::string sock;
+  uint32_t tokens = 200, top_k = 8;
+  double zipf_s = 1.0;
+  auto* sim = app.add_subcommand("sim", "an engine's access pattern against a running expertd; ratio = hit rate");
+  sim->add_option("--socket", sock, "expertd socket")->required();
+  sim->add_option("--tokens", tokens)->capture_default_str();
+  sim->add_option("--top-k", top_k)->capture_default_str();
+  sim->add_option("--zipf", zipf_s, "popularity skew")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (sim->parsed()) return bench_sim(sock, tokens, top_k, zipf_s, 7);
+  ::signal(SIGPIPE, SIG_IGN);
+  if (io->parsed()) return bench_io(manifest, qd, clients, seconds);
+  if (rtt->parsed()) return bench_rtt(manifest, iters);
+  if (build->parsed()) return bench_build(model, out_dir);
+  return bench_mem(manifest, model, out_dir);
+}
