@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO}
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO} \
+  -DEXPERTD_REQUIRE_GOLDEN=${EXPERTD_REQUIRE_GOLDEN:-OFF}
 cmake --build "$BUILD" -j"$(nproc)"
 if command -v systemd-analyze >/dev/null 2>&1; then
   # Lint the unit. The binary it names is installed by `cmake --install`, not here: that one

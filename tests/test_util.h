@@ -37,10 +37,14 @@ inline std::vector<std::string> golden_cases() {
   return out;
 }
 
+// Skips without ../shared/golden; CI builds with EXPERTD_REQUIRE_GOLDEN so a missing copy fails.
 #define REQUIRE_GOLDEN()                                                                  \
   do {                                                                                    \
-    if (!std::filesystem::exists(::expertd::test::golden_dir() + "/cases"))               \
+    if (!std::filesystem::exists(::expertd::test::golden_dir() + "/cases")) {            \
+      if (EXPERTD_REQUIRE_GOLDEN) FAIL() << "golden data required but not found at "     \
+                                         << ::expertd::test::golden_dir();                \
       GTEST_SKIP() << "golden data not found at " << ::expertd::test::golden_dir();      \
+    }                                                                                     \
   } while (0)
 
 // A scratch directory on the same file system as the build (O_DIRECT capable), removed after.
