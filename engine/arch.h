@@ -1,0 +1,22 @@
+// Architectures differ in a few traits, held as data; each lives in its own arch_*.cpp.
+#pragma once
+
+#include <string_view>
+
+namespace engine {
+
+enum class QkNorm { None, PerHead, Full };
+
+struct ArchTraits {
+  const char* name;          // general.architecture
+  bool rope_neox;            // NeoX (i, i+n/2) pairs, else adjacent (2i, 2i+1)
+  QkNorm qk_norm;
+  bool norm_topk_default;    // when {arch}.expert_weights_norm is absent
+  bool qkv_bias;             // attn_{q,k,v}.bias present
+  bool shared_expert_gated;  // sigmoid(ffn_gate_inp_shexp . x) * shared expert
+};
+
+const ArchTraits* find_arch(std::string_view name);  // nullptr when unsupported
+const char* supported_archs();
+
+}  // namespace engine

@@ -1,0 +1,192 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace engine {
+
+using expertd::make_error;
+
+Engine::Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx)
+    : m_(m), experts_(experts), pool_(n_threads), n_ctx_(n_ctx) {
+  size_t per_layer = size_t(n_ctx) * m.hp.n_head_kv * m.hp.head_dim;
+  k_cache_.assign(per_layer * m.hp.n_layer, 0.0f);
+  v_cache_.assign(per_layer * m.hp.n_layer, 0.0f);
+}
+
+void Engine::matmul(const Tensor& w, const float* x, int T, float* y) {
+  kernels::matmul(w.type, w.data, w.ne[1], w.ne[0], x, T, y, scratch_, &pool_);
+}
+
+void Engine::attention(int il, int T, const float* h, float* out) {
+  const Hparams& hp = m_.hp;
+  const LayerWeights& w = m_.layers[il];
+  const int D = hp.head_dim, H = hp.n_head, HKV = hp.n_head_kv, Q = H * D, KV = HKV * D;
+  std::vector<float> q(size_t(T) * Q), k(size_t(T) * KV), v(size_t(T) * KV);
+  matmul(w.wq, h, T, q.data());
+  matmul(w.wk, h, T, k.data());
+  matmul(w.wv, h, T, v.data());
+  for (int t = 0; t < T; ++t) {
+    float *qt = &q[size_t(t) * Q], *kt = &k[size_t(t) * KV], *vt = &v[size_t(t) * KV];
+    if (w.bq) {
+      for (int i = 0; i < Q; ++i) qt[i] += w.bq.f32()[i];
+      for (int i = 0; i < KV; ++i) kt[i] += w.bk.f32()[i], vt[i] += w.bv.f32()[i];
+    }
+    if (m_.arch->qk_norm == QkNorm::Full) {
+      kernels::rms_norm(qt, w.q_norm.f32(), qt, Q, hp.eps);
+      kernels::rms_norm(kt, w.k_norm.f32(), kt, KV, hp.eps);
+    } else if (m_.arch->qk_norm == QkNorm::PerHead) {
+      for (int hh = 0; hh < H; ++hh) kernels::rms_norm(qt + hh * D, w.q_norm.f32(), qt + hh * D, D, hp.eps);
+      for (int hh = 0; hh < HKV; ++hh) kernels::rms_norm(kt + hh * D, w.k_norm.f32(), kt + hh * D, D, hp.eps);
+    }
+    const int pos = n_past_ + t;
+    for (int hh = 0; hh < H; ++hh) kernels::rope(qt + hh * D, D, hp.n_rot, pos, hp.rope_base, m_.arch->rope_neox);
+    for (int hh = 0; hh < HKV; ++hh) kernels::rope(kt + hh * D, D, hp.n_rot, pos, hp.rope_base, m_.arch->rope_neox);
+    size_t at = (size_t(il) * n_ctx_ + pos) * KV;
+    std::copy(kt, kt + KV, k_cache_.begin() + at);
+    std::copy(vt, vt + KV, v_cache_.begin() + at);
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int group = H / HKV;
+  pool_.parallel_for(int64_t(T) * H, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> s(n_past_ + T);
+    for (int64_t job = b; job < e; ++job) {
+      const int t = static_cast<int>(job / H), hh = static_cast<int>(job % H), kvh = hh / group;
+      const int n_keys = n_past_ + t + 1;  // causal
+      const float* qt = &q[size_t(t) * Q + hh * D];
+      const float* kbase = &k_cache_[size_t(il) * n_ctx_ * KV];
+      const float* vbase = &v_cache_[size_t(il) * n_ctx_ * KV];
+      for (int j = 0; j < n_keys; ++j) {
+        const float* kj = kbase + size_t(j) * KV + kvh * D;
+        float dotv = 0;
+        for (int d = 0; d < D; ++d) dotv += qt[d] * kj[d];
+        s[j] = dotv * scale;
+      }
+      kernels::softmax(s.data(), n_keys);
+      float* o = out + size_t(t) * Q + hh * D;
+      std::fill(o, o + D, 0.0f);
+      for (int j = 0; j < n_keys; ++j) {
+        const float* vj = vbase + size_t(j) * KV + kvh * D;
+        for (int d = 0; d < D; ++d) o[d] += s[j] * vj[d];
+      }
+    }
+  });
+}
+
+void Engine::dense_ffn(const Tensor& g, const Tensor& u, const Tensor& d, int T, const float* h, float* out) {
+  const int64_t F = g.ne[1];
+  std::vector<float> a(size_t(T) * F), b(size_t(T) * F);
+  matmul(g, h, T, a.data());
+  matmul(u, h, T, b.data());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = kernels::silu(a[i]) * b[i];
+  matmul(d, a.data(), T, out);
+}
+
+expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
+  const Hparams& hp = m_.hp;
+  const LayerWeights& w = m_.layers[il];
+  const int E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used;
+  std::vector<float> logits(size_t(T) * X);
+  matmul(w.router, h, T, logits.data());
+  auto& routes = routes_[il];
+  routes.assign(T, {});
+  // Tokens of each expert: (token, k) pairs, so each unique expert is fetched once per layer.
+  std::vector<std::vector<std::pair<int, int>>> users(X);
+  for (int t = 0; t < T; ++t) {
+    float* p = &logits[size_t(t) * X];
+    kernels::softmax(p, X);
+    std::vector<uint32_t> idx(X);
+    std::iota(idx.begin(), idx.end(), 0u);
+    std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
+    Route& r = routes[t];
+    r.experts.assign(idx.begin(), idx.begin() + K);
+    float sum = 0;
+    for (uint32_t e : r.experts) r.weights.push_back(p[e]), sum += p[e];
+    if (hp.norm_topk)
+      for (float& x : r.weights) x /= std::max(sum, 6.103515625e-5f);
+    for (int k = 0; k < K; ++k) users[r.experts[k]].push_back({t, k});
+  }
+  std::vector<uint32_t> unique;
+  for (int e = 0; e < X; ++e)
+    if (!users[e].empty()) unique.push_back(static_cast<uint32_t>(e));
+  // Per (token, k) expert outputs; summed below in router order.
+  std::vector<float> expert_out(size_t(T) * K * E);
+  std::vector<float> xs, ys;
+  auto st = experts_.for_each_expert(il, unique, [&](size_t ui, const ExpertWeights& ew) {
+    const auto& us = users[unique[ui]];
+    const int n = static_cast<int>(us.size()), F = static_cast<int>(ew.gate.ne[1]);
+    xs.resize(size_t(n) * E);
+    for (int i = 0; i < n; ++i) std::copy(h + size_t(us[i].first) * E, h + size_t(us[i].first + 1) * E, xs.begin() + size_t(i) * E);
+    std::vector<float> g(size_t(n) * F), u(size_t(n) * F);
+    matmul(ew.gate, xs.data(), n, g.data());
+    matmul(ew.up, xs.data(), n, u.data());
+    for (size_t i = 0; i < g.size(); ++i) g[i] = kernels::silu(g[i]) * u[i];
+    ys.resize(size_t(n) * E);
+    matmul(ew.down, g.data(), n, ys.data());
+    for (int i = 0; i < n; ++i)
+      std::copy(ys.begin() + size_t(i) * E, ys.begin() + size_t(i + 1) * E,
+                expert_out.begin() + (size_t(us[i].first) * K + us[i].second) * E);
+  });
+  if (!st) return st;
+  for (int t = 0; t < T; ++t) {
+    float* o = out + size_t(t) * E;
+    for (int k = 0; k < K; ++k) {
+      const float wk = routes[t].weights[k];
+      const float* e = &expert_out[(size_t(t) * K + k) * E];
+      if (k == 0) for (int i = 0; i < E; ++i) o[i] = e[i] * wk;
+      else for (int i = 0; i < E; ++i) o[i] += e[i] * wk;
+    }
+  }
+  if (w.gate_shexp) {
+    std::vector<float> shared(size_t(T) * E);
+    dense_ffn(w.gate_shexp, w.up_shexp, w.down_shexp, T, h, shared.data());
+    for (int t = 0; t < T; ++t) {
+      float gate = 1.0f;
+      if (w.shexp_gate) {
+        float z = 0;
+        for (int i = 0; i < E; ++i) z += w.shexp_gate.f32()[i] * h[size_t(t) * E + i];
+        gate = 1.0f / (1.0f + std::exp(-z));
+      }
+      for (int i = 0; i < E; ++i) out[size_t(t) * E + i] += gate * shared[size_t(t) * E + i];
+    }
+  }
+  return {};
+}
+
+expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+  const Hparams& hp = m_.hp;
+  const int T = static_cast<int>(tokens.size()), E = hp.n_embd;
+  if (T == 0) return make_error("no tokens to evaluate");
+  if (n_past_ + T > n_ctx_)
+    return make_error("context full: " + std::to_string(n_past_ + T) + " tokens exceed the context of " + std::to_string(n_ctx_));
+  for (int32_t tok : tokens)
+    if (tok < 0 || tok >= hp.n_vocab) return make_error("token id " + std::to_string(tok) + " is outside the vocabulary");
+  std::vector<float> x(size_t(T) * E), h(size_t(T) * E), tmp(size_t(T) * std::max(E, hp.n_head * hp.head_dim));
+  const size_t emb_row = kernels::row_size(m_.tok_embd.type, E);
+  for (int t = 0; t < T; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.data + emb_row * tokens[t], &x[size_t(t) * E], E);
+  routes_.assign(hp.n_layer, {});
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const LayerWeights& w = m_.layers[il];
+    for (int t = 0; t < T; ++t) kernels::rms_norm(&x[size_t(t) * E], w.attn_norm.f32(), &h[size_t(t) * E], E, hp.eps);
+    std::vector<float> att(size_t(T) * hp.n_head * hp.head_dim);
+    attention(il, T, h.data(), att.data());
+    matmul(w.wo, att.data(), T, tmp.data());
+    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    for (int t = 0; t < T; ++t) kernels::rms_norm(&x[size_t(t) * E], w.ffn_norm.f32(), &h[size_t(t) * E], E, hp.eps);
+    if (w.is_moe()) {
+      if (auto st = moe(il, T, h.data(), tmp.data()); !st) return st;
+    } else {
+      dense_ffn(w.ffn_gate, w.ffn_up, w.ffn_down, T, h.data(), tmp.data());
+    }
+    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+  }
+  n_past_ += T;
+  const int first = all_logits ? 0 : T - 1, rows = T - first;
+  for (int t = first; t < T; ++t) kernels::rms_norm(&x[size_t(t) * E], m_.output_norm.f32(), &h[size_t(t - first) * E], E, hp.eps);
+  logits.resize(size_t(rows) * hp.n_vocab);
+  matmul(m_.output, h.data(), rows, logits.data());
+  return {};
+}
+
+}  // namespace engine

@@ -1,0 +1,143 @@
+#include "engine/expert_source.h"
+
+#include "kernels/kernels.h"
+#include "pack/builder.h"
+#include "proto/pack_format.h"
+
+namespace engine {
+
+using expertd::make_error;
+
+namespace {
+
+Tensor slice(const Tensor& t, uint32_t e) {
+  Tensor s = t;
+  s.ne[2] = 1;
+  s.data = t.data + kernels::row_size(t.type, t.ne[0]) * t.ne[1] * e;
+  return s;
+}
+
+class LocalSource final : public ExpertSource {
+ public:
+  explicit LocalSource(const Model& m) : m_(m) {}
+  std::string name() const override { return "local"; }
+  expertd::Status for_each_expert(int layer, std::span<const uint32_t> experts,
+                                  const std::function<void(size_t, const ExpertWeights&)>& fn) override {
+    const LayerWeights& w = m_.layers[layer];
+    ++stats_.acquires;
+    for (size_t i = 0; i < experts.size(); ++i) {
+      ++stats_.experts;
+      ++stats_.ready_at_once;
+      fn(i, ExpertWeights{slice(w.gate_exps, experts[i]), slice(w.up_exps, experts[i]), slice(w.down_exps, experts[i])});
+    }
+    return {};
+  }
+
+ private:
+  const Model& m_;
+};
+
+class DaemonSource final : public ExpertSource {
+ public:
+  DaemonSource(const Model& m, std::unique_ptr<expertd::client::Client> c) : m_(m), c_(std::move(c)) {
+    const auto& info = c_->info();
+    pack_layer_.assign(m.hp.n_layer, -1);
+    for (int il = 0; il < m.hp.n_layer; ++il) pack_layer_[il] = info.pack_layer_of(static_cast<uint32_t>(il));
+  }
+  std::string name() const override { return "daemon"; }
+
+  Tensor role(const expertd::client::Lease& l, size_t i, const std::string& name) const {
+    const auto* r = c_->info().layers[l.layer].find(name);
+    Tensor t;
+    t.type = r->ggml_type;
+    t.ne = {static_cast<int64_t>(r->ne0), static_cast<int64_t>(r->ne1), 1};
+    t.data = l.slot_data(i) + r->offset;
+    return t;
+  }
+
+  expertd::Status for_each_expert(int layer, std::span<const uint32_t> experts,
+                                  const std::function<void(size_t, const ExpertWeights&)>& fn) override {
+    int pl = pack_layer_[layer];
+    if (pl < 0) return make_error("expertd's pack has no experts for model layer " + std::to_string(layer));
+    // A layer's unique experts may exceed what one acquire may pin: split them into chunks.
+    size_t max = c_->info().max_experts_per_request;
+    for (size_t base = 0; base < experts.size(); base += max) {
+      auto chunk = experts.subspan(base, std::min(max, experts.size() - base));
+      auto lease = c_->acquire(static_cast<uint32_t>(pl), chunk);
+      if (!lease) return lease.error();
+      ++stats_.acquires;
+      ++stats_.chunks;
+      auto run = [&](size_t i) {
+        fn(base + i, ExpertWeights{role(*lease, i, "gate"), role(*lease, i, "up"), role(*lease, i, "down")});
+      };
+      // Hits first, while the misses are still being read.
+      for (size_t i = 0; i < chunk.size(); ++i)
+        if (lease->ready[i]) run(i), ++stats_.ready_at_once;
+      for (;;) {
+        auto next = c_->next_ready(*lease);
+        if (!next) {
+          (void)c_->release(*lease);
+          return next.error();
+        }
+        if (!next->has_value()) break;
+        size_t i = **next;
+        if (!lease->errors[i].empty()) {
+          std::string e = "expert " + std::to_string(chunk[i]) + " of layer " + std::to_string(layer) + ": " + lease->errors[i];
+          (void)c_->release(*lease);
+          return make_error(e);
+        }
+        run(i);
+      }
+      stats_.experts += chunk.size();
+      if (auto st = c_->release(*lease); !st) return st;
+    }
+    return {};
+  }
+
+  void prefetch(int layer, std::span<const uint32_t> experts) override {
+    if (pack_layer_[layer] >= 0) (void)c_->prefetch(static_cast<uint32_t>(pack_layer_[layer]), experts);
+  }
+
+ private:
+  const Model& m_;
+  std::unique_ptr<expertd::client::Client> c_;
+  std::vector<int> pack_layer_;
+};
+
+}  // namespace
+
+std::unique_ptr<ExpertSource> make_local_source(const Model& m) { return std::make_unique<LocalSource>(m); }
+
+expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m, const std::string& socket) {
+  auto c = expertd::client::Client::connect(socket, {"expert-run", 120000});
+  if (!c) return c.error();
+  const auto& info = (*c)->info();
+  if (info.arena_kind != "host") return make_error("expertd serves a " + info.arena_kind + " arena; this engine runs on the CPU");
+  std::string served = expertd::pack::hex64(info.model_id);
+  std::string mine = m.pack_model_id.empty() ? expertd::pack::hex64(expertd::pack::source_identity(*m.file)) : m.pack_model_id;
+  if (mine != served)
+    return make_error("expertd serves model " + served + " but " + m.file->path() + " is model " + mine +
+                      " (pack it with expert-pack build and serve that pack)");
+  if (static_cast<int>(info.n_experts) != m.hp.n_expert)
+    return make_error("expertd serves " + std::to_string(info.n_experts) + " experts per layer, the model has " +
+                      std::to_string(m.hp.n_expert));
+  for (int il = 0; il < m.hp.n_layer; ++il) {
+    if (!m.layers[il].is_moe()) continue;
+    int pl = info.pack_layer_of(static_cast<uint32_t>(il));
+    if (pl < 0) return make_error("expertd's pack lacks MoE layer " + std::to_string(il));
+    for (const char* r : {"gate", "up", "down"}) {
+      const auto* role = info.layers[pl].find(r);
+      if (!role) return make_error(std::string("expertd's pack lacks the ") + r + " projection of layer " + std::to_string(il));
+      bool shape_ok = std::string(r) == "down"
+                          ? role->ne0 == static_cast<uint64_t>(m.hp.n_ff_exp) && role->ne1 == static_cast<uint64_t>(m.hp.n_embd)
+                          : role->ne0 == static_cast<uint64_t>(m.hp.n_embd) && role->ne1 == static_cast<uint64_t>(m.hp.n_ff_exp);
+      if (!shape_ok)
+        return make_error(std::string("expertd's ") + r + " projection of layer " + std::to_string(il) + " has another shape than the model's");
+      if (!kernels::weight_type_supported(role->ggml_type))
+        return make_error(std::string("layer ") + std::to_string(il) + " " + r + ": unsupported type " + std::to_string(role->ggml_type));
+    }
+  }
+  return std::unique_ptr<ExpertSource>(new DaemonSource(m, std::move(*c)));
+}
+
+}  // namespace engine

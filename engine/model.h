@@ -1,0 +1,66 @@
+// The whole model in one header: hyper-parameters read from GGUF metadata, and every weight
+// with its shape. ne[0] is a row's length (inputs); a weight computes y = W x with
+// W of ne = {in, out}. Weights are views into the memory-mapped GGUF (never copied).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/arch.h"
+#include "gguf/gguf_reader.h"
+
+namespace engine {
+
+struct Tensor {
+  uint32_t type = 0;                   // GGML type id
+  std::array<int64_t, 3> ne{0, 0, 0};  // {in, out, n_expert}
+  const uint8_t* data = nullptr;
+  explicit operator bool() const { return data != nullptr; }
+  const float* f32() const { return reinterpret_cast<const float*>(data); }
+};
+
+struct Hparams {
+  std::string arch;
+  int n_vocab = 0, n_embd = 0, n_layer = 0, n_ctx_train = 0;
+  int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+  float eps = 1e-6f, rope_base = 10000.f;
+  bool norm_topk = true;  // renormalise the selected experts' weights
+};
+
+struct LayerWeights {
+  Tensor attn_norm;                 // (n_embd)
+  Tensor wq, wk, wv;                // (n_embd) -> (n_head * head_dim), (n_head_kv * head_dim)
+  Tensor bq, bk, bv;                // optional biases (qwen2moe)
+  Tensor q_norm, k_norm;            // (head_dim) per head, or the whole projection (olmoe)
+  Tensor wo;                        // (n_head * head_dim) -> (n_embd)
+  Tensor ffn_norm;                  // (n_embd)
+  Tensor router;                    // ffn_gate_inp: (n_embd) -> (n_expert), F32
+  Tensor gate_exps, up_exps;        // (n_embd) -> (n_ff_exp) x n_expert; absent in a core GGUF
+  Tensor down_exps;                 // (n_ff_exp) -> (n_embd) x n_expert
+  Tensor shexp_gate;                // ffn_gate_inp_shexp: (n_embd) -> 1, sigmoid gate
+  Tensor gate_shexp, up_shexp;      // (n_embd) -> (n_ff_shexp)
+  Tensor down_shexp;                // (n_ff_shexp) -> (n_embd)
+  Tensor ffn_gate, ffn_up, ffn_down;  // a dense FFN layer (no experts)
+  bool is_moe() const { return static_cast<bool>(router); }
+};
+
+struct Model {
+  Hparams hp;
+  const ArchTraits* arch = nullptr;
+  Tensor tok_embd;     // (n_embd) x n_vocab
+  Tensor output_norm;  // (n_embd)
+  Tensor output;       // (n_embd) -> (n_vocab); token_embd when tied
+  std::vector<LayerWeights> layers;
+  bool has_local_experts = false;  // false for a core GGUF: experts come from expertd
+  std::string pack_model_id;       // expertpack.model_id of a core GGUF
+  const gguf::Model* file = nullptr;
+
+  // Checks every tensor's presence, type and shape; errors name the tensor and the file.
+  static expertd::Result<Model> load(const gguf::Model& file);
+};
+
+}  // namespace engine

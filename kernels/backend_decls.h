@@ -1,0 +1,21 @@
+// Declarations of the per-backend kernel bodies (kernels/impl.inc).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/quant_blocks.h"
+
+#define KERNELS_DECLARE(NS)                                                      \
+  namespace kernels::NS {                                                        \
+  void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);                   \
+  void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n);                    \
+  float dot_f32(const float* a, const float* b, int64_t n);                      \
+  float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);                \
+  float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);               \
+  float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);             \
+  float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n);               \
+  float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n);               \
+  float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n);               \
+  }
+KERNELS_DECLARE(scalar)
+KERNELS_DECLARE(avx2)

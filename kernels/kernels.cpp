@@ -1,0 +1,231 @@
+#include "kernels/kernels.h"
+
+#include <cassert>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/backend_decls.h"
+#include "kernels/fp16.h"
+
+namespace kernels {
+
+Backend best_backend() {
+  static const Backend b = [] {
+    if (const char* f = std::getenv("EXPERTD_KERNELS"); f && std::strcmp(f, "scalar") == 0) return Backend::Scalar;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
+               ? Backend::Avx2
+               : Backend::Scalar;
+  }();
+  return b;
+}
+
+const char* backend_name(Backend b) { return b == Backend::Avx2 ? "avx2" : "scalar"; }
+
+bool weight_type_supported(uint32_t t) {
+  return t == F32 || t == F16 || t == BF16 || t == Q8_0 || t == Q4_K || t == Q5_K || t == Q6_K;
+}
+
+uint32_t vec_dot_type(uint32_t w) {
+  switch (w) {
+    case Q8_0: return Q8_0;
+    case Q4_K: case Q5_K: case Q6_K: return Q8_K;
+    default: return w;  // F32, F16, BF16: same type
+  }
+}
+
+size_t row_size(uint32_t t, int64_t n) {
+  switch (t) {
+    case F32: return 4 * n;
+    case F16: case BF16: return 2 * n;
+    case Q8_0: return n / kQK8_0 * sizeof(BlockQ8_0);
+    case Q4_K: return n / kQK_K * sizeof(BlockQ4K);
+    case Q5_K: return n / kQK_K * sizeof(BlockQ5K);
+    case Q6_K: return n / kQK_K * sizeof(BlockQ6K);
+    case Q8_K: return n / kQK_K * sizeof(BlockQ8K);
+    default: return 0;
+  }
+}
+
+void dequantize_row(uint32_t type, const void* src, float* y, int64_t n) {
+  switch (type) {
+    case F32: std::memcpy(y, src, 4 * n); return;
+    case F16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(s[i]);
+      return;
+    }
+    case BF16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(s[i]);
+      return;
+    }
+    case Q8_0: {
+      auto* b = static_cast<const BlockQ8_0*>(src);
+      for (int64_t i = 0; i < n / kQK8_0; ++i)
+        for (int j = 0; j < kQK8_0; ++j) y[i * kQK8_0 + j] = fp16_to_fp32(b[i].d) * b[i].qs[j];
+      return;
+    }
+    case Q4_K: case Q5_K: {
+      for (int64_t i = 0; i < n / kQK_K; ++i) {
+        const uint8_t *scales, *ql, *qh = nullptr;
+        uint16_t hd, hm;
+        if (type == Q4_K) {
+          auto& b = static_cast<const BlockQ4K*>(src)[i];
+          scales = b.scales, ql = b.qs, hd = b.d, hm = b.dmin;
+        } else {
+          auto& b = static_cast<const BlockQ5K*>(src)[i];
+          scales = b.scales, ql = b.qs, qh = b.qh, hd = b.d, hm = b.dmin;
+        }
+        const float d = fp16_to_fp32(hd), dmin = fp16_to_fp32(hm);
+        uint8_t u1 = 1, u2 = 2;
+        for (int j = 0; j < 8; j += 2) {
+          uint8_t sc[2], m[2];
+          for (int k = 0; k < 2; ++k) {
+            int jj = j + k;
+            if (jj < 4) sc[k] = scales[jj] & 63, m[k] = scales[jj + 4] & 63;
+            else sc[k] = (scales[jj + 4] & 0xF) | ((scales[jj - 4] >> 6) << 4), m[k] = (scales[jj + 4] >> 4) | ((scales[jj] >> 6) << 4);
+          }
+          for (int l = 0; l < 32; ++l) {
+            int lo = ql[l] & 0xF, hi = ql[l] >> 4;
+            if (qh) lo += (qh[l] & u1) ? 16 : 0, hi += (qh[l] & u2) ? 16 : 0;
+            y[i * kQK_K + j * 32 + l] = d * sc[0] * lo - dmin * m[0];
+            y[i * kQK_K + j * 32 + 32 + l] = d * sc[1] * hi - dmin * m[1];
+          }
+          ql += 32;
+          u1 <<= 2;
+          u2 <<= 2;
+        }
+      }
+      return;
+    }
+    case Q6_K: {
+      for (int64_t i = 0; i < n / kQK_K; ++i) {
+        auto& b = static_cast<const BlockQ6K*>(src)[i];
+        const float d = fp16_to_fp32(b.d);
+        const uint8_t* ql = b.ql;
+        const uint8_t* qh = b.qh;
+        const int8_t* sc = b.scales;
+        float* out = y + i * kQK_K;
+        for (int half = 0; half < 2; ++half) {
+          for (int l = 0; l < 32; ++l) {
+            int is = l / 16;
+            out[l] = d * sc[is] * (((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            out[l + 32] = d * sc[is + 2] * (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            out[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            out[l + 96] = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+          }
+          out += 128, ql += 64, qh += 32, sc += 8;
+        }
+      }
+      return;
+    }
+    default: assert(!"dequantize_row: unsupported type");
+  }
+}
+
+void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n, Backend be) {
+  switch (vec_dot_type(wtype)) {
+    case F32: std::memcpy(dst, x, 4 * n); return;
+    case F16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(x[i]);
+      return;
+    }
+    case BF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(x[i]);
+      return;
+    }
+    case Q8_0:
+      return be == Backend::Avx2 ? avx2::quantize_q8_0(x, static_cast<BlockQ8_0*>(dst), n)
+                                 : scalar::quantize_q8_0(x, static_cast<BlockQ8_0*>(dst), n);
+    case Q8_K:
+      return be == Backend::Avx2 ? avx2::quantize_q8_k(x, static_cast<BlockQ8K*>(dst), n)
+                                 : scalar::quantize_q8_k(x, static_cast<BlockQ8K*>(dst), n);
+    default: assert(!"quantize_activations: unsupported type");
+  }
+}
+
+#define KERNELS_DOT(NS)                                                                                  \
+  switch (wtype) {                                                                                       \
+    case F32: return NS::dot_f32(static_cast<const float*>(w), static_cast<const float*>(x), n);        \
+    case F16: return NS::dot_f16(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(x), n);  \
+    case BF16: return NS::dot_bf16(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(x), n); \
+    case Q8_0: return NS::dot_q8_0(static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(x), n); \
+    case Q4_K: return NS::dot_q4_k(static_cast<const BlockQ4K*>(w), static_cast<const BlockQ8K*>(x), n); \
+    case Q5_K: return NS::dot_q5_k(static_cast<const BlockQ5K*>(w), static_cast<const BlockQ8K*>(x), n); \
+    case Q6_K: return NS::dot_q6_k(static_cast<const BlockQ6K*>(w), static_cast<const BlockQ8K*>(x), n); \
+    default: assert(!"dot: unsupported type"); return 0;                                                \
+  }
+
+float dot(uint32_t wtype, const void* w, const void* x, int64_t n, Backend be) {
+  if (be == Backend::Avx2) {
+    KERNELS_DOT(avx2)
+  }
+  KERNELS_DOT(scalar)
+}
+
+Scratch::~Scratch() { std::free(data); }
+
+uint8_t* Scratch::get(size_t n) {
+  if (n > bytes) {
+    std::free(data);
+    data = static_cast<uint8_t*>(std::aligned_alloc(64, (n + 63) / 64 * 64));
+    bytes = n;
+  }
+  return data;
+}
+
+void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens, float* y,
+            Scratch& scratch, ThreadPool* pool, Backend be) {
+  const size_t xq_row = row_size(vec_dot_type(wtype), cols), w_row = row_size(wtype, cols);
+  uint8_t* xq = scratch.get(xq_row * n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t) quantize_activations(wtype, x + t * cols, xq + t * xq_row, cols, be);
+  auto body = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* wr = static_cast<const uint8_t*>(w) + r * w_row;
+      for (int64_t t = 0; t < n_tokens; ++t) y[t * rows + r] = dot(wtype, wr, xq + t * xq_row, cols, be);
+    }
+  };
+  if (pool && rows * cols * n_tokens >= (1 << 16)) pool->parallel_for(rows, 16, body);
+  else body(0, rows);
+}
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  double sum = 0;  // ggml accumulates in ggml_float (double)
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(sum / n) + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * (w ? w[i] : 1.0f);
+}
+
+void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bool neox) {
+  (void)head_dim;
+  const float theta_scale = std::pow(base, -2.0f / static_cast<float>(n_rot));
+  float theta = static_cast<float>(pos);
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const float c = std::cos(theta), s = std::sin(theta);
+    int64_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+    theta *= theta_scale;
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::fmax(mx, x[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace kernels

@@ -1,0 +1,53 @@
+// GGML quantization block layouts, declared once for every backend (host and, later, device).
+// Sizes are static_asserted to ggml's (ggml-common.h); bytes in a GGUF map onto these directly.
+#pragma once
+
+#include <cstdint>
+
+namespace kernels {
+
+inline constexpr int kQK8_0 = 32;
+inline constexpr int kQK_K = 256;
+inline constexpr int kKScaleBytes = 12;
+
+struct BlockQ8_0 {
+  uint16_t d;            // fp16 scale
+  int8_t qs[kQK8_0];
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+
+// 8 sub-blocks of 32 with 6-bit scales and mins packed in 12 bytes; 4-bit quants.
+struct BlockQ4K {
+  uint16_t d, dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4K) == 144);
+
+// As Q4_K plus one high bit per weight in qh.
+struct BlockQ5K {
+  uint16_t d, dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5K) == 176);
+
+// 16 sub-blocks of 16 with int8 scales; 6-bit quants: 4 low bits in ql, 2 high bits in qh.
+struct BlockQ6K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ6K) == 210);
+
+// Activations for K-quant dots: float scale, int8 quants, sums of each 16 quants.
+struct BlockQ8K {
+  float d;
+  int8_t qs[kQK_K];
+  int16_t bsums[kQK_K / 16];
+};
+static_assert(sizeof(BlockQ8K) == 292);
+
+}  // namespace kernels
