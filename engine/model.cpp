@@ -165,7 +165,9 @@ Result<Model> Model::load(const gguf::Model& f) {
   if (!any_local && m.pack_model_id.empty())
     return make_error(f.path() + ": no expert tensors and no expertpack.model_id: not a model, nor a core GGUF");
   if (!any_local) {
-    hp.n_ff_exp = static_cast<int>(f.get_uint(a + "expert_feed_forward_length").value_or(0));
+    // Mixtral-style llama keeps the expert width in feed_forward_length.
+    hp.n_ff_exp = static_cast<int>(f.get_uint(a + "expert_feed_forward_length")
+                                       .value_or(f.get_uint(a + "feed_forward_length").value_or(0)));
   }
   return m;
 }

@@ -1,0 +1,210 @@
+// The engine against llama.cpp's golden logits, routing and greedy tokens, with experts read in
+// place (--local) and through a real expertd whose cache is smaller than the model; the two
+// paths must give bit-identical logits.
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "pack/builder.h"
+#include "test_util.h"
+
+using namespace expertd::test;
+
+namespace {
+
+struct Case {
+  std::string id;
+  nlohmann::json j;
+  std::vector<int32_t> prompt, all, greedy;
+  std::vector<float> logits;  // [n_tokens, n_vocab]
+  int n_vocab = 0;
+};
+
+Case load_case(const std::string& id) {
+  Case c;
+  c.id = id;
+  c.j = nlohmann::json::parse(read_file(golden_dir() + "/cases/" + id + "/case.json"));
+  c.prompt = c.j["prompt_tokens"].get<std::vector<int32_t>>();
+  c.all = c.j["all_tokens"].get<std::vector<int32_t>>();
+  c.greedy = c.j["greedy_tokens"].get<std::vector<int32_t>>();
+  c.n_vocab = c.j["logits"]["shape"][1].get<int>();
+  std::string raw = read_file(golden_dir() + "/cases/" + id + "/logits.bin");
+  c.logits.resize(raw.size() / 4);
+  std::memcpy(c.logits.data(), raw.data(), raw.size());
+  return c;
+}
+
+// Teacher-forced as llama.cpp ran it: the prompt in one batch, then one token at a time.
+std::vector<float> teacher_forced(engine::Engine& eng, const Case& c, std::vector<std::vector<std::vector<uint32_t>>>* routes) {
+  std::vector<float> all, step;
+  eng.reset();
+  auto st = eng.eval({c.prompt.data(), c.prompt.size()}, true, all);
+  EXPECT_TRUE(st) << (st ? "" : st.error().message);
+  auto keep_routes = [&] {
+    if (!routes) return;
+    for (size_t il = 0; il < eng.routes().size(); ++il) {
+      if (routes->size() <= il) routes->resize(eng.routes().size());
+      for (const auto& r : eng.routes()[il]) {
+        auto s = r.experts;
+        std::sort(s.begin(), s.end());
+        (*routes)[il].push_back(s);
+      }
+    }
+  };
+  keep_routes();
+  for (size_t i = c.prompt.size(); i < c.all.size(); ++i) {
+    st = eng.eval({c.all.data() + i, 1}, true, step);
+    EXPECT_TRUE(st) << (st ? "" : st.error().message);
+    all.insert(all.end(), step.begin(), step.end());
+    keep_routes();
+  }
+  return all;
+}
+
+std::vector<int32_t> greedy(engine::Engine& eng, const Case& c, size_t n) {
+  std::vector<float> logits;
+  eng.reset();
+  std::vector<int32_t> out;
+  auto st = eng.eval({c.prompt.data(), c.prompt.size()}, false, logits);
+  EXPECT_TRUE(st);
+  for (size_t i = 0; i < n; ++i) {
+    int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(best);
+    if (!eng.eval({&best, 1}, false, logits)) break;
+  }
+  return out;
+}
+
+void check_against_golden(const Case& c, const std::vector<float>& mine) {
+  ASSERT_EQ(mine.size(), c.logits.size());
+  const size_t rows = c.all.size(), V = c.n_vocab;
+  std::vector<double> rowmax(rows);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t v = 0; v < V; ++v) rowmax[r] = std::max(rowmax[r], std::fabs(double(mine[r * V + v]) - c.logits[r * V + v]));
+  double mx = *std::max_element(rowmax.begin(), rowmax.end());
+  std::string variant = c.id.substr(c.id.rfind('-') + 1);
+  if (variant == "f32") {
+    EXPECT_LE(mx, 1e-4) << c.id;
+  } else if (variant == "f16") {
+    EXPECT_LE(mx, 1.5e-2) << c.id;
+  } else {  // quantized: we emulate llama.cpp's activation quantization
+    auto sorted = rowmax;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_LE(sorted[rows / 2], 1e-3) << c.id << " median row-max";
+    size_t over = std::count_if(rowmax.begin(), rowmax.end(), [](double d) { return d > 0.5; });
+    EXPECT_LE(over, rows / 5) << c.id;
+  }
+}
+
+const char* kArchs[] = {"qwen3moe", "olmoe", "llama", "qwen2moe"};
+const char* kVariants[] = {"A-s1-f32", "A-s1-f16", "A-s1-q8_0", "B-s11-q4_k_m"};
+
+}  // namespace
+
+TEST(Golden, LocalLogitsRoutingAndGreedyMatchLlamaCpp) {
+  REQUIRE_GOLDEN();
+  for (const char* arch : kArchs)
+    for (const char* variant : kVariants) {
+      Case c = load_case(std::string(arch) + "-" + variant);
+      SCOPED_TRACE(c.id);
+      auto file = gguf::Model::open(golden_model(c.id));
+      ASSERT_TRUE(file);
+      auto model = engine::Model::load(*file);
+      ASSERT_TRUE(model) << model.error().message;
+      auto src = engine::make_local_source(*model);
+      engine::Engine eng(*model, *src, 2, 256);
+      std::vector<std::vector<std::vector<uint32_t>>> routes;
+      auto logits = teacher_forced(eng, c, &routes);
+      check_against_golden(c, logits);
+      // Routing: the selected sets agree with llama.cpp's everywhere for f32 (and ≥ 90% otherwise).
+      auto rj = nlohmann::json::parse(read_file(golden_dir() + "/cases/" + c.id + "/routing.json"));
+      size_t same = 0, total = 0;
+      for (auto& [layer, v] : rj["layers"].items()) {
+        auto sel = v["selected_experts"].get<std::vector<std::vector<uint32_t>>>();
+        for (size_t p = 0; p < sel.size(); ++p) {
+          std::sort(sel[p].begin(), sel[p].end());
+          same += sel[p] == routes[std::stoi(layer)][p];
+          ++total;
+        }
+      }
+      if (c.id.ends_with("f32")) EXPECT_EQ(same, total);
+      else EXPECT_GE(same * 10, total * 9);
+      // Free-running greedy decoding reproduces llama.cpp's tokens (quantized: up to the first
+      // step whose top1-top2 margin is below 0.3).
+      auto margins = c.j["greedy_top1_top2_margins"].get<std::vector<double>>();
+      size_t n = c.greedy.size();
+      if (!c.id.ends_with("f32") && !c.id.ends_with("f16"))
+        for (size_t i = 0; i < margins.size(); ++i)
+          if (margins[i] < 0.3) {
+            n = i;
+            break;
+          }
+      auto g = greedy(eng, c, c.greedy.size());
+      EXPECT_EQ(std::vector<int32_t>(g.begin(), g.begin() + n), std::vector<int32_t>(c.greedy.begin(), c.greedy.begin() + n));
+    }
+}
+
+// Through a real expertd with a cache smaller than the model and acquires smaller than a
+// layer's unique experts (so prefill is chunked): bit-identical to the local path.
+TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
+  REQUIRE_GOLDEN();
+  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16", "olmoe-A-s1-f32"}) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    TempDir d;
+    expertd::pack::BuildOptions bo;
+    bo.model_path = golden_model(id);
+    bo.out_dir = d.path();
+    bo.progress = false;
+    auto rep = expertd::pack::build_pack(bo);
+    ASSERT_TRUE(rep) << rep.error().message;
+    Daemon daemon(rep->manifest_path, d / "s.sock",
+                  {"--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4", "--policy", "lru"});
+    std::string log;
+    ASSERT_TRUE(daemon.start(&log)) << log;
+
+    auto full = gguf::Model::open(golden_model(id));
+    auto core = gguf::Model::open(rep->core_path);
+    ASSERT_TRUE(full && core);
+    auto mfull = engine::Model::load(*full);
+    auto mcore = engine::Model::load(*core);
+    ASSERT_TRUE(mfull) << mfull.error().message;
+    ASSERT_TRUE(mcore) << mcore.error().message;
+    EXPECT_FALSE(mcore->has_local_experts);
+    auto local = engine::make_local_source(*mfull);
+    auto remote = engine::make_daemon_source(*mcore, d / "s.sock");
+    ASSERT_TRUE(remote) << remote.error().message;
+    engine::Engine e_local(*mfull, *local, 2, 256), e_remote(*mcore, **remote, 2, 256);
+    auto a = teacher_forced(e_local, c, nullptr);
+    auto b = teacher_forced(e_remote, c, nullptr);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "daemon and local logits differ";
+    EXPECT_EQ(greedy(e_local, c, 16), greedy(e_remote, c, 16));
+    EXPECT_GT((*remote)->stats().chunks, (*remote)->stats().acquires / 2);  // prefill was split
+    auto ctl = run(bin("client/expertctl") + " --socket " + d / "s.sock" + " stats --json");
+    auto s = nlohmann::json::parse(ctl.second);
+    EXPECT_GT(s["cache_misses"].get<int>(), 0);
+    EXPECT_GT(s["cache_evictions"].get<int>(), 0);  // the cache is smaller than the model
+    EXPECT_EQ(s["io_errors"].get<int>(), 0);
+  }
+}
+
+TEST(Golden, CoreGgufRefusesADaemonServingAnotherModel) {
+  REQUIRE_GOLDEN();
+  TempDir d;
+  expertd::pack::BuildOptions bo;
+  bo.model_path = golden_model("olmoe-A-s1-f32");
+  bo.out_dir = d.path();
+  bo.progress = false;
+  auto rep = expertd::pack::build_pack(bo);
+  ASSERT_TRUE(rep);
+  Daemon daemon(rep->manifest_path, d / "s.sock", {"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"});
+  ASSERT_TRUE(daemon.start());
+  auto other = gguf::Model::open(golden_model("olmoe-A-s1-f16"));  // same shapes, other model
+  auto m = engine::Model::load(*other);
+  ASSERT_TRUE(m);
+  auto src = engine::make_daemon_source(*m, d / "s.sock");
+  ASSERT_FALSE(src);
+  EXPECT_NE(src.error().message.find("expertd serves model"), std::string::npos) << src.error().message;
+}
