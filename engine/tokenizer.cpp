@@ -1,0 +1,401 @@
+#include "engine/tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
+#include <queue>
+
+namespace engine {
+
+using expertd::make_error;
+
+namespace {
+
+// Token types (llama.cpp's llama_token_type).
+constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kByte = 6;
+
+// GPT-2 byte-level encoding: printable bytes stand for themselves, the others map to U+0100...
+struct ByteCodec {
+  std::string enc[256];
+  std::unordered_map<uint32_t, uint8_t> dec;
+  ByteCodec() {
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      uint32_t cp = keep ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
+      enc[b] = cp < 0x80 ? std::string(1, static_cast<char>(cp))
+                         : std::string{static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+      dec[cp] = static_cast<uint8_t>(b);
+    }
+  }
+};
+const ByteCodec& codec() {
+  static const ByteCodec c;
+  return c;
+}
+
+size_t utf8_len(unsigned char c) {
+  if (c < 0x80) return 1;
+  if ((c >> 5) == 0x6) return 2;
+  if ((c >> 4) == 0xE) return 3;
+  if ((c >> 3) == 0x1E) return 4;
+  return 1;  // invalid lead byte: one byte
+}
+
+// The pre-tokenizer regexes of llama.cpp's pre-tokenizer types, applied in sequence.
+const char* kGpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* kLlama3 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* kQwen2 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges) {
+  *ignore_merges = false;
+  if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "falcon3") {
+    *ignore_merges = true;
+    return {kLlama3};
+  }
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez") return {kQwen2};
+  if (pre == "gpt-2" || pre == "olmo" || pre == "mpt" || pre == "jais" || pre == "phi-2" || pre == "jina-es" ||
+      pre == "trillion")
+    return {kGpt2};
+  if (pre == "deepseek-llm")
+    return {R"([\r\n])",
+            // Written with \x{} escapes where Unicode normalisation would change the character.
+            "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-"
+            "ὗὙὛὝὟ-\\x{1F7D}ᾀ-ᾴᾶ-ᾼ\\x{1FBE}ῂ-ῄῆ-ῌῐ-\\x{1FD3}ῖ-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\\x{2126}ℨ\\x{212A}-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-"
+            "ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+            "\\s?[!-/:-~！-／：-～‘-‟　-。]+", R"(\s+$)", "[一-龥ࠀ-一가-퟿]+", R"(\p{N}+)"};
+  if (pre == "deepseek-coder")
+    return {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[一-龥ࠀ-一가-퟿]+", R"(\p{N})"};
+  if (pre == "deepseek-v3")
+    return {R"(\p{N}{1,3})", "[一-龥぀-ゟ゠-ヿ]+",
+            R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+  if (pre == "gpt-4o" || pre == "llama4")
+    return {R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+  if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" || pre == "codeshell")
+    return {R"(\p{N})", kGpt2};
+  return {};  // unknown: the caller refuses it
+}
+
+}  // namespace
+
+struct Tokenizer::Regexes {
+  std::vector<pcre2_code*> codes;
+  ~Regexes() {
+    for (auto* c : codes) pcre2_code_free(c);
+  }
+};
+
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+expertd::Result<Tokenizer> Tokenizer::load(const gguf::Model& f) {
+  Tokenizer t;
+  t.model_ = std::string(f.get_string("tokenizer.ggml.model").value_or(""));
+  t.pre_ = std::string(f.get_string("tokenizer.ggml.pre").value_or("default"));
+  auto tokens = f.get_string_array("tokenizer.ggml.tokens");
+  if (!tokens || tokens->empty()) return make_error(f.path() + ": no tokenizer.ggml.tokens");
+  if (t.model_ != "gpt2" && t.model_ != "llama")
+    return make_error(f.path() + ": tokenizer model '" + t.model_ + "' is not supported (gpt2, llama)");
+  for (auto s : *tokens) t.text_.emplace_back(s);
+  auto types = f.get_number_array("tokenizer.ggml.token_type");
+  auto scores = f.get_number_array("tokenizer.ggml.scores");
+  t.type_.assign(t.text_.size(), kNormal);
+  t.score_.assign(t.text_.size(), 0.0f);
+  if (types && types->size() == t.text_.size())
+    for (size_t i = 0; i < types->size(); ++i) t.type_[i] = static_cast<int32_t>((*types)[i]);
+  if (scores && scores->size() == t.text_.size())
+    for (size_t i = 0; i < scores->size(); ++i) t.score_[i] = static_cast<float>((*scores)[i]);
+  for (size_t i = 0; i < t.text_.size(); ++i) t.id_of_.emplace(t.text_[i], static_cast<int32_t>(i));
+  auto id = [&](const char* key, int32_t fallback) {
+    auto v = f.get_int(key);
+    return v && *v >= 0 && *v < static_cast<int64_t>(t.text_.size()) ? static_cast<int32_t>(*v) : fallback;
+  };
+  if (t.model_ == "gpt2") {
+    auto merges = f.get_string_array("tokenizer.ggml.merges");
+    if (!merges) return make_error(f.path() + ": BPE tokenizer without tokenizer.ggml.merges");
+    for (size_t i = 0; i < merges->size(); ++i) t.merge_rank_.emplace(std::string((*merges)[i]), static_cast<int32_t>(i));
+    auto exprs = regexes_for(t.pre_, &t.ignore_merges_);
+    if (exprs.empty()) return make_error(f.path() + ": pre-tokenizer '" + t.pre_ + "' is not supported");
+    t.regexes_ = std::make_unique<Regexes>();
+    for (const auto& e : exprs) {
+      int err;
+      PCRE2_SIZE off;
+      pcre2_code* c = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(e.c_str()), e.size(), PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+      if (!c) return make_error("pre-tokenizer regex failed to compile at offset " + std::to_string(off));
+      pcre2_jit_compile(c, PCRE2_JIT_COMPLETE);
+      t.regexes_->codes.push_back(c);
+    }
+    t.bos_ = id("tokenizer.ggml.bos_token_id", 11);
+    t.eos_ = id("tokenizer.ggml.eos_token_id", 11);
+    t.add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token").value_or(false);
+  } else {
+    t.bos_ = id("tokenizer.ggml.bos_token_id", 1);
+    t.eos_ = id("tokenizer.ggml.eos_token_id", 2);
+    t.unk_ = id("tokenizer.ggml.unknown_token_id", 0);
+    t.add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
+    t.add_space_prefix_ = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+  }
+  t.eot_ = id("tokenizer.ggml.eot_token_id", -1);
+  if (t.eot_ < 0)
+    for (const char* s : {"<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<end_of_turn>"})
+      if (auto it = t.id_of_.find(s); it != t.id_of_.end()) {
+        t.eot_ = it->second;
+        break;
+      }
+  for (size_t i = 0; i < t.text_.size(); ++i)
+    if ((t.type_[i] == kControl || t.type_[i] == kUserDefined) && !t.text_[i].empty()) t.specials_.push_back(static_cast<int32_t>(i));
+  std::stable_sort(t.specials_.begin(), t.specials_.end(),
+                   [&](int32_t a, int32_t b) { return t.text_[a].size() > t.text_[b].size(); });
+  return t;
+}
+
+bool Tokenizer::is_end_of_generation(int32_t id) const { return id == eos_ || id == eot_; }
+
+int32_t Tokenizer::find(std::string_view text) const {
+  auto it = id_of_.find(std::string(text));
+  return it == id_of_.end() ? -1 : it->second;
+}
+
+// Each regex splits every piece further; unmatched stretches stay pieces of their own.
+std::vector<std::string> Tokenizer::pre_split(const std::string& text) const {
+  std::vector<std::string> pieces{text};
+  pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
+  for (pcre2_code* re : regexes_->codes) {
+    std::vector<std::string> next;
+    for (const std::string& p : pieces) {
+      size_t at = 0, last = 0;
+      while (at <= p.size()) {
+        int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), at, 0, md, nullptr);
+        if (rc < 0) break;
+        PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+        size_t s = ov[0], e = ov[1];
+        if (e == s) {  // empty match: step one character
+          at = s + (s < p.size() ? utf8_len(static_cast<unsigned char>(p[s])) : 1);
+          continue;
+        }
+        if (s > last) next.push_back(p.substr(last, s - last));
+        next.push_back(p.substr(s, e - s));
+        last = at = e;
+      }
+      if (last < p.size()) next.push_back(p.substr(last));
+    }
+    pieces = std::move(next);
+  }
+  pcre2_match_data_free(md);
+  return pieces;
+}
+
+void Tokenizer::bpe_word(const std::string& raw, std::vector<int32_t>& out) const {
+  std::string word;
+  for (unsigned char c : raw) word += codec().enc[c];
+  if (ignore_merges_)
+    if (auto it = id_of_.find(word); it != id_of_.end()) return out.push_back(it->second);
+  // Symbols are UTF-8 characters of the encoded word; merge the lowest-ranked pair first
+  // (ties: leftmost), as llama.cpp does.
+  struct Sym {
+    size_t start, len;
+    int prev, next;
+  };
+  std::vector<Sym> sym;
+  for (size_t o = 0; o < word.size();) {
+    size_t n = std::min(word.size() - o, utf8_len(static_cast<unsigned char>(word[o])));
+    sym.push_back({o, n, static_cast<int>(sym.size()) - 1, -1});
+    o += n;
+  }
+  for (size_t i = 0; i + 1 < sym.size(); ++i) sym[i].next = static_cast<int>(i + 1);
+  struct Bigram {
+    int left, right, rank;
+    std::string text;
+  };
+  auto cmp = [](const Bigram& a, const Bigram& b) { return a.rank > b.rank || (a.rank == b.rank && a.left > b.left); };
+  std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> q(cmp);
+  auto add = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    std::string a = word.substr(sym[l].start, sym[l].len), b = word.substr(sym[r].start, sym[r].len);
+    auto it = merge_rank_.find(a + " " + b);
+    if (it != merge_rank_.end()) q.push({l, r, it->second, a + b});
+  };
+  for (size_t i = 1; i < sym.size(); ++i) add(static_cast<int>(i - 1), static_cast<int>(i));
+  while (!q.empty()) {
+    Bigram bg = q.top();
+    q.pop();
+    Sym &l = sym[bg.left], &r = sym[bg.right];
+    if (l.len == 0 || r.len == 0 || word.compare(l.start, l.len, bg.text.substr(0, l.len)) != 0 ||
+        l.len + r.len != bg.text.size() || word.compare(r.start, r.len, bg.text.substr(l.len)) != 0 || l.next != bg.right)
+      continue;  // outdated
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = bg.left;
+    add(l.prev, bg.left);
+    add(bg.left, l.next);
+  }
+  for (const Sym& s : sym) {
+    if (s.len == 0) continue;
+    std::string piece = word.substr(s.start, s.len);
+    if (auto it = id_of_.find(piece); it != id_of_.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    for (char c : piece)  // not in the vocabulary: its single characters
+      if (auto it = id_of_.find(std::string(1, c)); it != id_of_.end()) out.push_back(it->second);
+  }
+}
+
+void Tokenizer::spm_text(const std::string& text, std::vector<int32_t>& out) const {
+  struct Sym {
+    size_t start, len;
+    int prev, next;
+  };
+  std::vector<Sym> sym;
+  for (size_t o = 0; o < text.size();) {
+    size_t n = std::min(text.size() - o, utf8_len(static_cast<unsigned char>(text[o])));
+    sym.push_back({o, n, static_cast<int>(sym.size()) - 1, -1});
+    o += n;
+  }
+  for (size_t i = 0; i + 1 < sym.size(); ++i) sym[i].next = static_cast<int>(i + 1);
+  struct Bigram {
+    int left, right;
+    float score;
+    size_t len;
+  };
+  auto cmp = [](const Bigram& a, const Bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+  std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> q(cmp);
+  auto add = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    std::string s = text.substr(sym[l].start, sym[l].len + sym[r].len);
+    auto it = id_of_.find(s);
+    if (it == id_of_.end()) return;
+    q.push({l, r, score_[it->second], s.size()});
+  };
+  for (size_t i = 1; i < sym.size(); ++i) add(static_cast<int>(i - 1), static_cast<int>(i));
+  while (!q.empty()) {
+    Bigram bg = q.top();
+    q.pop();
+    Sym &l = sym[bg.left], &r = sym[bg.right];
+    if (l.len == 0 || r.len == 0 || l.len + r.len != bg.len) continue;
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = bg.left;
+    add(l.prev, bg.left);
+    add(bg.left, l.next);
+  }
+  // Every merge formed a vocabulary token, so a final symbol is a token or a single character
+  // outside the vocabulary, which falls back to its bytes.
+  auto emit = [&](size_t start, size_t len) {
+    std::string s = text.substr(start, len);
+    if (auto it = id_of_.find(s); it != id_of_.end()) return out.push_back(it->second);
+    for (unsigned char c : s) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", c);
+      auto it = id_of_.find(buf);
+      out.push_back(it != id_of_.end() ? it->second : unk_);
+    }
+  };
+  for (const Sym& s : sym)
+    if (s.len) emit(s.start, s.len);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+  // Split the text around special tokens (control tokens only when parse_special).
+  struct Frag {
+    std::string text;
+    int32_t special;
+  };
+  std::vector<Frag> frags{{std::string(text), -1}};
+  for (int32_t sp : specials_) {
+    if (!parse_special && type_[sp] == kControl) continue;
+    const std::string& st = text_[sp];
+    std::vector<Frag> next;
+    for (auto& f : frags) {
+      if (f.special >= 0) {
+        next.push_back(f);
+        continue;
+      }
+      size_t at = 0;
+      for (size_t hit; (hit = f.text.find(st, at)) != std::string::npos; at = hit + st.size()) {
+        if (hit > at) next.push_back({f.text.substr(at, hit - at), -1});
+        next.push_back({"", sp});
+      }
+      if (at < f.text.size()) next.push_back({f.text.substr(at), -1});
+    }
+    frags = std::move(next);
+  }
+  std::vector<int32_t> out;
+  if (add_bos && bos_ >= 0) out.push_back(bos_);
+  bool prev_special = true;
+  for (const auto& f : frags) {
+    if (f.special >= 0) {
+      out.push_back(f.special);
+      prev_special = true;
+      continue;
+    }
+    if (f.text.empty()) continue;
+    if (model_ == "gpt2") {
+      for (const auto& w : pre_split(f.text)) bpe_word(w, out);
+    } else {
+      std::string s = (add_space_prefix_ && prev_special) ? " " + f.text : f.text;
+      std::string esc;
+      for (char c : s) esc += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
+      spm_text(esc, out);
+      prev_special = false;
+    }
+  }
+  return out;
+}
+
+std::string Tokenizer::piece(int32_t id, bool special) const {
+  if (id < 0 || id >= n_vocab()) return "";
+  const std::string& t = text_[id];
+  int32_t type = type_[id];
+  if (type == kControl || type == kUnknown) return special ? t : "";
+  if (type == kUserDefined) return t;
+  if (model_ == "gpt2") {
+    std::string out;
+    for (size_t o = 0; o < t.size();) {
+      size_t n = utf8_len(static_cast<unsigned char>(t[o]));
+      uint32_t cp = static_cast<unsigned char>(t[o]);
+      if (n == 2 && o + 1 < t.size()) cp = ((cp & 0x1F) << 6) | (static_cast<unsigned char>(t[o + 1]) & 0x3F);
+      auto it = codec().dec.find(cp);
+      if (n <= 2 && it != codec().dec.end()) out += static_cast<char>(it->second);
+      else out += t.substr(o, n);
+      o += n;
+    }
+    return out;
+  }
+  if (type == kByte && t.size() == 6) return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+  std::string out;
+  for (size_t o = 0; o < t.size();) {
+    if (t.compare(o, 3, "\xE2\x96\x81") == 0) out += ' ', o += 3;
+    else out += t[o++];
+  }
+  return out;
+}
+
+std::string Utf8Stream::push(const std::string& bytes) {
+  pending_ += bytes;
+  // Find the last complete character boundary.
+  size_t end = pending_.size(), i = pending_.size();
+  size_t back = 0;
+  while (i > 0 && back < 4) {
+    --i;
+    ++back;
+    unsigned char c = static_cast<unsigned char>(pending_[i]);
+    if ((c & 0xC0) != 0x80) {  // a lead byte (or ASCII)
+      if (utf8_len(c) > back) end = i;  // incomplete
+      break;
+    }
+  }
+  std::string out = pending_.substr(0, end);
+  pending_.erase(0, end);
+  return out;
+}
+
+std::string Utf8Stream::flush() { return std::exchange(pending_, std::string()); }
+
+}  // namespace engine
