@@ -4,9 +4,13 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <random>
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include <nlohmann/json.hpp>
 
 using namespace engine;
 
@@ -91,6 +95,153 @@ int cmd_logits(const Common& o, const std::string& tokens_csv, const std::string
   return 0;
 }
 
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+double metric(const std::vector<expertd::proto::Metric>& ms, const std::string& name) {
+  for (const auto& m : ms)
+    if (m.name == name) return m.value;
+  return 0;
+}
+
+engine::Tokenizer load_tokenizer(const gguf::Model& f) {
+  auto t = engine::Tokenizer::load(f);
+  if (!t) die(t.error().message);
+  return std::move(*t);
+}
+
+std::string read_text(const std::string& text, const std::string& file) {
+  if (file.empty()) return text;
+  std::ifstream f(file, std::ios::binary);
+  if (!f) die("cannot read " + file);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Prints the daemon's counters that changed during the run.
+void print_daemon_delta(const std::vector<expertd::proto::Metric>& before, const std::vector<expertd::proto::Metric>& after,
+                        int tokens) {
+  if (after.empty()) return;
+  double h = metric(after, "cache_hits") - metric(before, "cache_hits");
+  double m = metric(after, "cache_misses") - metric(before, "cache_misses");
+  double b = metric(after, "pack_read_bytes") - metric(before, "pack_read_bytes");
+  std::fprintf(stderr, "expertd: %.0f hits, %.0f misses (hit rate %.3f), %.1f MiB read, %.2f misses/token, %.2f MiB/token, "
+               "%.0f evictions, io_errors %.0f\n", h, m, h + m > 0 ? h / (h + m) : 0.0, b / 1048576.0,
+               tokens ? m / tokens : 0.0, tokens ? b / 1048576.0 / tokens : 0.0,
+               metric(after, "cache_evictions") - metric(before, "cache_evictions"), metric(after, "io_errors"));
+}
+
+struct GenOptions {
+  std::string prompt, prompt_file;
+  int n = 128;
+  bool chat = false, verbose = false;
+  engine::SamplerParams sp;
+};
+
+int cmd_generate(const Common& o, GenOptions g) {
+  Loaded l = load(o);
+  engine::Tokenizer tok = load_tokenizer(*l.file);
+  std::string prompt = read_text(g.prompt, g.prompt_file);
+  if (g.chat) {
+    if (tok.find("<|im_start|>") < 0) die("--chat needs a model with <|im_start|>/<|im_end|> tokens");
+    prompt = "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n";
+  }
+  auto ids = tok.encode(prompt, tok.add_bos(), true);
+  if (ids.empty()) die("the prompt is empty");
+  Engine eng(*l.model, *l.source, o.threads, std::min<int>(o.ctx, static_cast<int>(ids.size()) + g.n));
+  engine::Sampler sampler(g.sp);
+  auto before = l.source->daemon_metrics();
+  std::vector<float> logits;
+  auto t0 = Clock::now();
+  if (auto st = eng.eval(ids, false, logits); !st) die(st.error().message);
+  double prefill_s = secs(t0);
+  engine::Utf8Stream out;
+  auto t1 = Clock::now();
+  int generated = 0;
+  for (; generated < g.n; ++generated) {
+    int32_t next = sampler.sample(logits);
+    if (tok.is_end_of_generation(next)) break;
+    std::fputs(out.push(tok.piece(next)).c_str(), stdout);
+    std::fflush(stdout);
+    if (generated + 1 == g.n) {
+      ++generated;
+      break;
+    }
+    if (auto st = eng.eval({&next, 1}, false, logits); !st) {
+      std::fputs(out.flush().c_str(), stdout);
+      std::fputc('\n', stdout);
+      die(st.error().message);
+    }
+  }
+  std::fputs(out.flush().c_str(), stdout);
+  std::fputc('\n', stdout);
+  if (g.verbose) {
+    double decode_s = secs(t1);
+    std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s); "
+                 "experts from %s, kernels %s, %d threads\n", ids.size(), prefill_s, ids.size() / prefill_s, generated,
+                 decode_s, generated / std::max(decode_s, 1e-9), l.source->name().c_str(),
+                 kernels::backend_name(kernels::best_backend()), o.threads);
+    print_daemon_delta(before, l.source->daemon_metrics(), static_cast<int>(ids.size()) + generated);
+  }
+  return 0;
+}
+
+int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
+  Loaded l = load(o);
+  Engine eng(*l.model, *l.source, o.threads, std::min<int>(o.ctx, n_prompt + n_gen + 1));
+  std::mt19937 rng(1234);
+  std::vector<int32_t> prompt(n_prompt);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % l.model->hp.n_vocab);
+  std::vector<float> logits;
+  auto m0 = l.source->daemon_metrics();
+  auto t0 = Clock::now();
+  if (auto st = eng.eval(prompt, false, logits); !st) die(st.error().message);
+  double pp = secs(t0);
+  auto m1 = l.source->daemon_metrics();
+  auto t1 = Clock::now();
+  for (int i = 0; i < n_gen; ++i) {
+    int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (auto st = eng.eval({&next, 1}, false, logits); !st) die(st.error().message);
+  }
+  double tg = secs(t1);
+  auto m2 = l.source->daemon_metrics();
+  nlohmann::ordered_json j = {{"model", o.model}, {"experts", l.source->name()}, {"threads", o.threads},
+                              {"kernels", kernels::backend_name(kernels::best_backend())},
+                              {"prefill_tokens", n_prompt}, {"prefill_tok_s", n_prompt / pp},
+                              {"decode_tokens", n_gen}, {"decode_tok_s", n_gen / tg}};
+  if (!m2.empty()) {
+    double h = metric(m2, "cache_hits") - metric(m1, "cache_hits"), m = metric(m2, "cache_misses") - metric(m1, "cache_misses");
+    double b = metric(m2, "pack_read_bytes") - metric(m1, "pack_read_bytes");
+    j["decode_hit_rate"] = h + m > 0 ? h / (h + m) : 0.0;
+    j["decode_misses_per_token"] = m / n_gen;
+    j["decode_read_bytes_per_token"] = b / n_gen;
+    j["prefill_read_bytes"] = metric(m1, "pack_read_bytes") - metric(m0, "pack_read_bytes");
+  }
+  if (json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("prefill %d tokens: %.2f tok/s\ndecode  %d tokens: %.2f tok/s\n", n_prompt, n_prompt / pp, n_gen, n_gen / tg);
+    if (j.contains("decode_hit_rate"))
+      std::printf("decode through expertd: hit rate %.3f, %.2f misses/token, %.2f MiB read/token\n",
+                  j["decode_hit_rate"].get<double>(), j["decode_misses_per_token"].get<double>(),
+                  j["decode_read_bytes_per_token"].get<double>() / 1048576.0);
+  }
+  return 0;
+}
+
+int cmd_tokenize(const std::string& model, const std::string& text, const std::string& file, bool no_parse_special,
+                 bool add_bos) {
+  auto f = gguf::Model::open(model);
+  if (!f) die(f.error().message);
+  engine::Tokenizer tok = load_tokenizer(*f);
+  auto ids = tok.encode(read_text(text, file), add_bos, !no_parse_special);
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+  std::printf("%s\n", line.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,7 +256,47 @@ int main(int argc, char** argv) {
   logits->add_option("--out", out, "output file")->required();
   logits->add_option("--decode-from", decode_from,
                      "evaluate the first N tokens as one batch, the rest one at a time (0: all in one batch)");
+
+  auto* gen = app.add_subcommand("generate", "stream generated text to stdout");
+  add_common(gen, co);
+  GenOptions g;
+  gen->add_option("--prompt", g.prompt, "prompt text (special tokens in it are recognised)");
+  gen->add_option("--prompt-file", g.prompt_file, "read the prompt from a file");
+  gen->add_option("-n,--n-predict", g.n, "tokens to generate")->capture_default_str();
+  gen->add_option("--temp", g.sp.temperature, "temperature (0: greedy)")->capture_default_str();
+  gen->add_option("--top-k", g.sp.top_k, "keep the k most likely tokens (0: off)")->capture_default_str();
+  gen->add_option("--top-p", g.sp.top_p, "nucleus sampling mass (1: off)")->capture_default_str();
+  gen->add_option("--seed", g.sp.seed, "random seed")->capture_default_str();
+  gen->add_flag("--chat", g.chat, "wrap the prompt in the model's chat template (<|im_start|> style)");
+  gen->add_flag("--verbose", g.verbose, "timings and the daemon's stats delta on stderr");
+
+  auto* bench = app.add_subcommand("bench", "prefill and decode tokens/s; hit rate and bytes read through expertd");
+  add_common(bench, co);
+  int n_prompt = 128, n_gen = 64;
+  bool json = false;
+  bench->add_option("-p", n_prompt, "prompt tokens")->capture_default_str();
+  bench->add_option("-n", n_gen, "generated tokens")->capture_default_str();
+  bench->add_flag("--json", json, "one JSON object");
+
+  auto* tokz = app.add_subcommand("tokenize", "print token ids (llama-tokenize --ids --no-bos semantics)");
+  std::string tmodel, ttext, tfile;
+  bool no_parse_special = false, add_bos = false;
+  tokz->add_option("--model", tmodel, "GGUF with a tokenizer (a vocab-only GGUF is enough)")->required();
+  tokz->add_option("--text", ttext, "text to tokenize");
+  tokz->add_option("--file", tfile, "file to tokenize");
+  tokz->add_flag("--no-parse-special", no_parse_special, "treat special-token text as plain text");
+  tokz->add_flag("--add-bos", add_bos, "prepend BOS");
+
   CLI11_PARSE(app, argc, argv);
   if (logits->parsed()) return cmd_logits(co, tokens, out, decode_from);
+  if (gen->parsed()) {
+    if (g.prompt.empty() && g.prompt_file.empty()) die("generate needs --prompt or --prompt-file");
+    return cmd_generate(co, g);
+  }
+  if (bench->parsed()) return cmd_bench(co, n_prompt, n_gen, json);
+  if (tokz->parsed()) {
+    if (ttext.empty() == tfile.empty()) die("tokenize needs exactly one of --text and --file");
+    return cmd_tokenize(tmodel, ttext, tfile, no_parse_special, add_bos);
+  }
   return 0;
 }

@@ -94,6 +94,11 @@ class DaemonSource final : public ExpertSource {
     return {};
   }
 
+  std::vector<expertd::proto::Metric> daemon_metrics() override {
+    auto m = c_->stats();
+    return m ? std::move(*m) : std::vector<expertd::proto::Metric>{};
+  }
+
   void prefetch(int layer, std::span<const uint32_t> experts) override {
     if (pack_layer_[layer] >= 0) (void)c_->prefetch(static_cast<uint32_t>(pack_layer_[layer]), experts);
   }

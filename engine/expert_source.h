@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "client/expert_client.h"
 #include "common/result.h"
@@ -34,6 +35,8 @@ class ExpertSource {
   // A hint that these experts of a later layer will be needed soon (daemon: Prefetch).
   virtual void prefetch(int layer, std::span<const uint32_t> experts) { (void)layer, (void)experts; }
   const SourceStats& stats() const { return stats_; }
+  // The daemon's metrics (empty for the local source).
+  virtual std::vector<expertd::proto::Metric> daemon_metrics() { return {}; }
 
  protected:
   SourceStats stats_;

@@ -57,6 +57,7 @@ Status send_all(int fd, std::span<const uint8_t> bytes, int pass_fd) {
     ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == EPIPE || errno == ECONNRESET) return errno_error("expertd closed the connection (send)");
       return errno_error("send to expertd");
     }
     sent += static_cast<size_t>(n);

@@ -1,0 +1,141 @@
+// expert-run as a user runs it: the CLI, a real expertd, hostile models, a daemon that dies.
+#include <signal.h>
+
+#include <cstring>
+#include <thread>
+
+#include "gguf/gguf_reader.h"
+#include "gguf/gguf_writer.h"
+#include "pack/builder.h"
+#include "test_util.h"
+
+using namespace expertd::test;
+
+namespace {
+
+std::string run_bin() { return bin("engine/expert-run"); }
+
+struct Packed {
+  TempDir dir;
+  std::string model, core, manifest;
+  explicit Packed(const std::string& case_id) {
+    model = dir / "m.gguf";
+    std::filesystem::copy_file(golden_model(case_id), model);
+    expertd::pack::BuildOptions o;
+    o.model_path = model;
+    o.progress = false;
+    auto rep = expertd::pack::build_pack(o);
+    EXPECT_TRUE(rep);
+    core = rep->core_path;
+    manifest = rep->manifest_path;
+  }
+};
+
+}  // namespace
+
+TEST(ExpertRun, GenerateThroughExpertdEqualsLocal) {
+  REQUIRE_GOLDEN();
+  Packed p("qwen2moe-B-s11-q4_k_m");
+  Daemon d(p.manifest, p.dir / "s.sock", {"--cache-slots", "10", "--clients-max", "1", "--max-experts-per-request", "5"});
+  std::string log;
+  ASSERT_TRUE(d.start(&log)) << log;
+  for (std::string sampling : {"--temp 0", "--temp 0.9 --top-k 20 --top-p 0.9 --seed 7"}) {
+    std::string args = " --prompt 'The experts stream from disk' -n 24 --threads 2 " + sampling;
+    auto local = run(run_bin() + " generate --model " + p.model + " --local" + args + " 2>/dev/null");
+    auto remote = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + args + " 2>/dev/null");
+    ASSERT_EQ(local.first, 0) << local.second;
+    ASSERT_EQ(remote.first, 0) << remote.second;
+    EXPECT_EQ(local.second, remote.second) << sampling;
+    EXPECT_GT(local.second.size(), 10u);
+  }
+  auto verbose = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + " --prompt hi -n 4 --verbose");
+  EXPECT_NE(verbose.second.find("expertd:"), std::string::npos) << verbose.second;
+  EXPECT_NE(verbose.second.find("misses/token"), std::string::npos) << verbose.second;
+  auto bench = run(run_bin() + " bench --model " + p.core + " --socket " + p.dir / "s.sock" + " -p 16 -n 8 --json");
+  ASSERT_EQ(bench.first, 0) << bench.second;
+  EXPECT_NE(bench.second.find("\"decode_hit_rate\""), std::string::npos) << bench.second;
+  // Logits through the CLI: n_tokens x n_vocab float32.
+  auto lg = run(run_bin() + " logits --model " + p.core + " --socket " + p.dir / "s.sock" + " --tokens 1,2,3 --out " + p.dir / "l.bin");
+  ASSERT_EQ(lg.first, 0) << lg.second;
+  EXPECT_EQ(std::filesystem::file_size(p.dir / "l.bin"), 3u * 512 * 4);
+}
+
+TEST(ExpertRun, TokenizeHasLlamaTokenizeSemantics) {
+  std::string vocab = std::string(EXPERTD_SOURCE_DIR) + "/tests/data/tokenizer/ggml-vocab-synth-qwen2.gguf";
+  auto special = run(run_bin() + " tokenize --model " + vocab + " --text '<|im_start|>hello'");
+  ASSERT_EQ(special.first, 0) << special.second;
+  EXPECT_EQ(special.second.substr(0, 4), "509 ");
+  auto plain = run(run_bin() + " tokenize --model " + vocab + " --text '<|im_start|>hello' --no-parse-special");
+  EXPECT_NE(plain.second.substr(0, 4), "509 ");
+  auto bos = run(run_bin() + " tokenize --model " + vocab + " --text hello --add-bos");
+  EXPECT_EQ(bos.second.substr(0, 4), "508 ");
+  EXPECT_EQ(std::count(special.second.begin(), special.second.end(), '\n'), 1);
+}
+
+TEST(ExpertRun, HostileModelsGetClearErrors) {
+  REQUIRE_GOLDEN();
+  TempDir d;
+  auto expect_error = [&](const std::string& model, const std::string& needle) {
+    auto r = run(run_bin() + " generate --model " + model + " --local --prompt hi -n 2");
+    EXPECT_EQ(r.first, 1) << r.second;
+    EXPECT_NE(r.second.find(needle), std::string::npos) << r.second;
+  };
+  std::string src = read_file(golden_model("olmoe-A-s1-q8_0"));
+  write_file(d / "trunc.gguf", src.substr(0, src.size() - 1000));
+  expect_error(d / "trunc.gguf", "beyond the end of the file");
+  // A missing tensor and an unsupported type, written with the GGUF writer.
+  auto m = gguf::Model::open(golden_model("olmoe-A-s1-q8_0"));
+  ASSERT_TRUE(m);
+  auto rewrite = [&](const std::string& out, const std::string& drop, bool retype) {
+    gguf::Writer w(m->alignment());
+    for (const auto& kv : m->kvs()) w.add_raw_kv(kv.raw);
+    std::vector<const gguf::TensorInfo*> kept;
+    for (const auto& t : m->tensors()) {
+      if (t.name == drop) continue;
+      auto type = retype && t.name == "blk.1.attn_k.weight" ? gguf::GgmlType::Q4_0 : t.type;
+      w.add_tensor(t.name, type, std::vector<uint64_t>(t.ne.begin(), t.ne.begin() + t.n_dims));
+      kept.push_back(&t);
+    }
+    std::string data(w.file_bytes(), '\0');
+    auto h = w.header();
+    std::memcpy(data.data(), h.data(), h.size());
+    for (size_t i = 0; i < kept.size(); ++i)
+      std::memcpy(data.data() + w.tensor_offset(i), kept[i]->data, std::min<uint64_t>(kept[i]->nbytes, w.tensor_bytes(i)));
+    write_file(out, data);
+  };
+  rewrite(d / "missing.gguf", "blk.0.attn_q.weight", false);
+  expect_error(d / "missing.gguf", "missing tensor blk.0.attn_q.weight");
+  rewrite(d / "q4_0.gguf", "", true);
+  expect_error(d / "q4_0.gguf", "blk.1.attn_k.weight has type Q4_0");
+  expect_error(golden_model("deepseek2-A-s1-f32"), "architecture 'deepseek2' is not supported");
+}
+
+TEST(ExpertRun, ADaemonThatDiesMidGenerationIsAnErrorNotAHang) {
+  REQUIRE_GOLDEN();
+  Packed p("llama-A-s1-f32");
+  Daemon d(p.manifest, p.dir / "s.sock", {"--cache-slots", "16", "--clients-max", "1", "--max-experts-per-request", "8"});
+  ASSERT_TRUE(d.start());
+  std::string out = p.dir / "out.txt";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    FILE* f = std::fopen(out.c_str(), "w");
+    ::dup2(fileno(f), 1);
+    ::dup2(fileno(f), 2);
+    std::string sock = p.dir / "s.sock";
+    ::execl(run_bin().c_str(), "expert-run", "generate", "--model", p.core.c_str(), "--socket", sock.c_str(), "--prompt",
+            "hello", "-n", "100000", "--ctx", "100000", "--threads", "1", nullptr);
+    ::_exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(d.pid(), SIGKILL);
+  auto start = std::chrono::steady_clock::now();
+  int st = 0;
+  while (::waitpid(pid, &st, WNOHANG) == 0) {
+    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << "expert-run hangs";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 1);
+  std::string text = read_file(out);
+  EXPECT_NE(text.find("expertd closed the connection"), std::string::npos) << text.substr(text.size() > 300 ? text.size() - 300 : 0);
+}
