@@ -1,6 +1,7 @@
 // expert-run: the bundled engine. Generates text, writes logits, benchmarks, tokenizes.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -230,6 +231,38 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   return 0;
 }
 
+// Perplexity over a text: windows of ctx+1 tokens, each evaluated from an empty cache, every
+// token after the first of a window scored (the same windows as model/train.py's evaluation).
+int cmd_perplexity(const Common& o, const std::string& file, int window, bool json) {
+  Loaded l = load(o);
+  engine::Tokenizer tok = load_tokenizer(*l.file);
+  auto ids = tok.encode(read_text("", file), false, false);
+  if (static_cast<int>(ids.size()) < window + 1) die(file + " is shorter than one window of " + std::to_string(window + 1) + " tokens");
+  Engine eng(*l.model, *l.source, o.threads, window);
+  const int V = l.model->hp.n_vocab;
+  double nll = 0;
+  long scored = 0;
+  std::vector<float> logits;
+  auto t0 = Clock::now();
+  for (size_t s = 0; s + window + 1 <= ids.size(); s += window) {
+    eng.reset();
+    if (auto st = eng.eval({ids.data() + s, static_cast<size_t>(window)}, true, logits); !st) die(st.error().message);
+    for (int t = 0; t < window; ++t) {
+      const float* row = &logits[size_t(t) * V];
+      double mx = *std::max_element(row, row + V), sum = 0;
+      for (int v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
+      nll += std::log(sum) + mx - row[ids[s + t + 1]];
+      ++scored;
+    }
+  }
+  double ppl = std::exp(nll / scored);
+  if (json)
+    std::printf("{\"tokens_scored\":%ld,\"mean_nll\":%.6f,\"perplexity\":%.4f,\"seconds\":%.2f}\n", scored, nll / scored, ppl, secs(t0));
+  else
+    std::printf("%ld tokens scored in windows of %d: mean NLL %.4f, perplexity %.3f (%.1f s)\n", scored, window, nll / scored, ppl, secs(t0));
+  return 0;
+}
+
 int cmd_tokenize(const std::string& model, const std::string& text, const std::string& file, bool no_parse_special,
                  bool add_bos) {
   auto f = gguf::Model::open(model);
@@ -287,7 +320,17 @@ int main(int argc, char** argv) {
   tokz->add_flag("--no-parse-special", no_parse_special, "treat special-token text as plain text");
   tokz->add_flag("--add-bos", add_bos, "prepend BOS");
 
+  auto* ppl = app.add_subcommand("perplexity", "perplexity of a text file");
+  add_common(ppl, co);
+  std::string ppl_file;
+  int window = 128;
+  bool ppl_json = false;
+  ppl->add_option("--file", ppl_file, "text file")->required();
+  ppl->add_option("--window", window, "tokens of context per window")->capture_default_str();
+  ppl->add_flag("--json", ppl_json, "one JSON object");
+
   CLI11_PARSE(app, argc, argv);
+  if (ppl->parsed()) return cmd_perplexity(co, ppl_file, window, ppl_json);
   if (logits->parsed()) return cmd_logits(co, tokens, out, decode_from);
   if (gen->parsed()) {
     if (g.prompt.empty() && g.prompt_file.empty()) die("generate needs --prompt or --prompt-file");
