@@ -26,6 +26,7 @@
 
 #include "client/expert_client.h"
 #include "common/fd.h"
+#include "daemon/trace_sim.h"
 #include "pack/builder.h"
 #include "pack/verify.h"
 
@@ -382,6 +383,54 @@ int bench_sim(const std::string& sock, uint32_t tokens, uint32_t top_k, double z
   return 0;
 }
 
+// Replays an expertd trace: per-layer expert popularity, and the hit rate of each policy and of
+// the offline optimum (Belady) at several cache sizes.
+int bench_policy(const std::string& path, const std::vector<double>& fractions) {
+  auto t = daemon::read_trace(path);
+  if (!t) die(t.error().message);
+  uint64_t accesses = 0;
+  for (const auto& r : t->records) accesses += r.experts.size();
+  std::printf("trace %s: %zu acquires, %llu expert accesses, %u layers x %u experts\n", path.c_str(), t->records.size(),
+              (unsigned long long)accesses, t->n_layers, t->n_experts);
+  for (uint32_t l = 0; l < t->n_layers; ++l) {  // popularity: share of the layer's accesses per expert, sorted
+    std::vector<uint64_t> c(t->n_experts, 0);
+    uint64_t total = 0;
+    for (const auto& r : t->records)
+      if (r.layer == l)
+        for (uint32_t e : r.experts) ++c[e], ++total;
+    if (!total) continue;
+    std::sort(c.rbegin(), c.rend());
+    std::printf("layer %2u popularity:", l);
+    uint64_t top = 0;
+    for (uint32_t i = 0; i < t->n_experts; ++i) {
+      if (i < 8) std::printf(" %4.1f%%", 100.0 * c[i] / total);
+      if (i < t->n_experts / 10) top += c[i];
+    }
+    uint32_t unused = static_cast<uint32_t>(std::count(c.begin(), c.end(), 0));
+    std::printf("  | top 10%% of experts: %.1f%% of accesses, %u never used\n", 100.0 * top / total, unused);
+  }
+  std::printf("\n%-8s", "cache");
+  for (const char* p : {"lru", "lfu", "lfru", "belady"}) std::printf(" %8s", p);
+  std::printf("\n");
+  double last_ratio = 0;
+  for (double f : fractions) {
+    uint32_t slots = std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(f * t->n_layers * t->n_experts)));
+    std::printf("%5.0f%%  ", f * 100);
+    double lfru = 0, opt = 0;
+    for (const char* p : {"lru", "lfu", "lfru", "belady"}) {
+      auto r = daemon::simulate(*t, slots, p);
+      if (!r) die(r.error().message);
+      std::printf(" %8.3f", r->hit_rate());
+      if (std::string(p) == "lfru") lfru = r->hit_rate();
+      if (std::string(p) == "belady") opt = r->hit_rate();
+    }
+    std::printf("   (%u slots)\n", slots);
+    last_ratio = opt > 0 ? lfru / opt : 0;
+  }
+  std::printf("ratio=%.3f\n", last_ratio);  // lfru / belady at the last size
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -413,7 +462,13 @@ int main(int argc, char** argv) {
   sim->add_option("--tokens", tokens)->capture_default_str();
   sim->add_option("--top-k", top_k)->capture_default_str();
   sim->add_option("--zipf", zipf_s, "popularity skew")->capture_default_str();
+  std::string trace_path;
+  std::vector<double> fractions = {0.10, 0.25, 0.50};
+  auto* pol = app.add_subcommand("policy", "replay an expertd trace: popularity, hit rate per policy and Belady; ratio = lfru/belady");
+  pol->add_option("--trace", trace_path, "file written by expertd --trace-path")->required();
+  pol->add_option("--fractions", fractions, "cache sizes as fractions of all experts")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  if (pol->parsed()) return bench_policy(trace_path, fractions);
   if (sim->parsed()) return bench_sim(sock, tokens, top_k, zipf_s, 7);
   ::signal(SIGPIPE, SIG_IGN);
   if (io->parsed()) return bench_io(manifest, qd, clients, seconds);

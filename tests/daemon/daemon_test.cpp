@@ -1,9 +1,12 @@
 // expertd and libexpertclient as real processes over a real socket: what the cache does.
 #include <nlohmann/json.hpp>
+#include <cmath>
+#include <random>
 #include <set>
 #include <thread>
 
 #include "daemon/fixture.h"
+#include "daemon/trace_sim.h"
 
 using namespace expertd;
 using namespace expertd::test;
@@ -194,4 +197,41 @@ TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
   EXPECT_EQ(t.substr(0, 8), "XPRTTRC1");
   // Two records: 8+4+2+2 + 2 ids*2, and 16 + 1*2.
   EXPECT_EQ(t.size(), 16u + (16 + 4) + (16 + 2));
+}
+
+// The offline simulator replays expertd's trace and reproduces the daemon's hits exactly; the
+// offline optimum is never beaten.
+TEST_F(DaemonTest, TraceReplayReproducesTheDaemonsHits) {
+  for (const char* policy : {"lru", "lfu", "lfru"}) {
+    std::string trace = local_ / (std::string(policy) + ".trace");
+    auto d = start({"--cache-slots", "6", "--policy", policy, "--clients-max", "1", "--max-experts-per-request", "3",
+                    "--trace-path", trace});
+    auto c = connect();
+    std::mt19937 rng(42);
+    for (int i = 0; i < 300; ++i) {
+      uint32_t layer = rng() % kLayers;
+      std::vector<uint32_t> ids;
+      size_t n = 1 + rng() % 3;
+      while (ids.size() < n) {
+        uint32_t e = std::min<uint32_t>(kExperts - 1, static_cast<uint32_t>(std::exp(std::uniform_real_distribution<>(0, 3.4)(rng))) - 1);
+        if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+      }
+      auto l = c->acquire(layer, ids);
+      ASSERT_TRUE(l);
+      ASSERT_TRUE(c->wait_ready(*l));
+      ASSERT_TRUE(c->release(*l));
+    }
+    double hits = stat(*c, "cache_hits");
+    c.reset();
+    ASSERT_EQ(d->stop(), 0);
+    auto t = daemon::read_trace(trace);
+    ASSERT_TRUE(t) << t.error().message;
+    EXPECT_EQ(t->records.size(), 300u);
+    auto sim = daemon::simulate(*t, 6, policy);
+    ASSERT_TRUE(sim);
+    EXPECT_EQ(sim->hits, hits) << policy;
+    auto opt = daemon::simulate(*t, 6, "belady");
+    ASSERT_TRUE(opt);
+    EXPECT_GE(opt->hits, sim->hits) << policy;
+  }
 }
