@@ -1,0 +1,125 @@
+// Every kernel against the scalar reference: the AVX2 build of each dot product, matmul across
+// threads, and each quantized dot against the dequantized weights in double precision.
+#include "kernels/kernels.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/fp16.h"
+#include "kernels/quant_blocks.h"
+#include "test_util.h"
+
+using namespace kernels;
+
+namespace {
+
+// Random but valid blocks: random quants, scales set to finite values of sane size.
+std::vector<uint8_t> random_weights(uint32_t type, int64_t n, std::mt19937_64& rng) {
+  std::vector<uint8_t> w(row_size(type, n));
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  std::normal_distribution<float> g(0.f, 1.f);
+  auto h = [&](float v) { return fp32_to_fp16(v); };
+  switch (type) {
+    case F32: for (int64_t i = 0; i < n; ++i) { float v = g(rng); std::memcpy(&w[4 * i], &v, 4); } break;
+    case F16: for (int64_t i = 0; i < n; ++i) { uint16_t v = h(g(rng)); std::memcpy(&w[2 * i], &v, 2); } break;
+    case BF16: for (int64_t i = 0; i < n; ++i) { uint16_t v = fp32_to_bf16(g(rng)); std::memcpy(&w[2 * i], &v, 2); } break;
+    case Q8_0: for (auto* b = reinterpret_cast<BlockQ8_0*>(w.data()); b < reinterpret_cast<BlockQ8_0*>(w.data() + w.size()); ++b) b->d = h(0.01f); break;
+    case Q4_K: for (auto* b = reinterpret_cast<BlockQ4K*>(w.data()); b < reinterpret_cast<BlockQ4K*>(w.data() + w.size()); ++b) b->d = h(0.005f), b->dmin = h(0.03f); break;
+    case Q5_K: for (auto* b = reinterpret_cast<BlockQ5K*>(w.data()); b < reinterpret_cast<BlockQ5K*>(w.data() + w.size()); ++b) b->d = h(0.003f), b->dmin = h(0.04f); break;
+    case Q6_K: for (auto* b = reinterpret_cast<BlockQ6K*>(w.data()); b < reinterpret_cast<BlockQ6K*>(w.data() + w.size()); ++b) b->d = h(0.001f); break;
+  }
+  return w;
+}
+
+const uint32_t kTypes[] = {F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K};
+
+}  // namespace
+
+TEST(Kernels, DotMatchesDequantizedReferenceOnEveryBackend) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> g(0.f, 1.f);
+  const int64_t n = 512;
+  for (uint32_t t : kTypes) {
+    SCOPED_TRACE(t);
+    auto w = random_weights(t, n, rng);
+    std::vector<float> x(n), wf(n), xf(n);
+    for (auto& v : x) v = g(rng);
+    // Reference: dequantized weights against dequantized (quantized) activations, in double.
+    std::vector<uint8_t> xq(row_size(vec_dot_type(t), n));
+    quantize_activations(t, x.data(), xq.data(), n, Backend::Scalar);
+    dequantize_row(t, w.data(), wf.data(), n);
+    if (vec_dot_type(t) == Q8_K) {
+      auto* b = reinterpret_cast<const BlockQ8K*>(xq.data());
+      for (int64_t i = 0; i < n; ++i) xf[i] = b[i / 256].d * b[i / 256].qs[i % 256];
+    } else {
+      dequantize_row(vec_dot_type(t), xq.data(), xf.data(), n);
+    }
+    double ref = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) ref += double(wf[i]) * xf[i], mag += std::fabs(double(wf[i]) * xf[i]);
+    float scalar = dot(t, w.data(), xq.data(), n, Backend::Scalar);
+    EXPECT_NEAR(scalar, ref, 1e-5 * mag + 1e-6);
+    if (best_backend() == Backend::Avx2) {
+      std::vector<uint8_t> xq2(xq.size());
+      quantize_activations(t, x.data(), xq2.data(), n, Backend::Avx2);
+      EXPECT_EQ(0, std::memcmp(xq.data(), xq2.data(), xq.size())) << "activation quantization differs";
+      EXPECT_NEAR(dot(t, w.data(), xq.data(), n, Backend::Avx2), scalar, 1e-5 * mag + 1e-6);
+    }
+  }
+}
+
+TEST(Kernels, Q8KQuantizationIsLlamaCpps) {
+  std::vector<float> x(256);
+  for (int i = 0; i < 256; ++i) x[i] = std::sin(i * 0.1f) * (i == 77 ? 5.f : 1.f);
+  BlockQ8K b;
+  quantize_activations(Q4_K, x.data(), &b, 256, Backend::Scalar);
+  // iscale = -127 / max (max = the signed element of largest magnitude): x[77] maps to -127.
+  EXPECT_EQ(b.qs[77], -127);
+  EXPECT_FLOAT_EQ(b.d, 1.0f / (-127.f / x[77]));
+  int sum = 0;
+  for (int i = 0; i < 16; ++i) sum += b.qs[i];
+  EXPECT_EQ(b.bsums[0], sum);
+}
+
+TEST(Kernels, MatmulIsTheSameOnOneOrManyThreads) {
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> g(0.f, 1.f);
+  const int64_t rows = 96, cols = 512, tokens = 5;
+  ThreadPool one(1), four(4);
+  for (uint32_t t : kTypes) {
+    auto w = random_weights(t, rows * cols, rng);
+    std::vector<float> x(tokens * cols), y1(tokens * rows), y4(tokens * rows);
+    for (auto& v : x) v = g(rng);
+    Scratch s1, s4;
+    matmul(t, w.data(), rows, cols, x.data(), tokens, y1.data(), s1, &one);
+    matmul(t, w.data(), rows, cols, x.data(), tokens, y4.data(), s4, &four);
+    EXPECT_EQ(0, std::memcmp(y1.data(), y4.data(), y1.size() * 4)) << t;
+    std::vector<uint8_t> xq(row_size(vec_dot_type(t), cols));
+    quantize_activations(t, x.data() + 2 * cols, xq.data(), cols);
+    EXPECT_EQ(y1[2 * rows + 17], dot(t, w.data() + row_size(t, cols) * 17, xq.data(), cols)) << t;
+  }
+}
+
+TEST(Kernels, NormsRopeSoftmax) {
+  std::vector<float> x = {1, 2, 3, 4}, w = {1, 1, 2, 2}, y(4);
+  rms_norm(x.data(), w.data(), y.data(), 4, 0.0f);
+  float inv = 1.0f / std::sqrt(7.5f);
+  EXPECT_FLOAT_EQ(y[0], 1 * inv);
+  EXPECT_FLOAT_EQ(y[3], 8 * inv);
+  std::vector<float> r = {1, 0, 0, 1};  // NeoX pairs (0,2) and (1,3); at pos 0 nothing turns
+  rope(r.data(), 4, 4, 0, 10000.f, true);
+  EXPECT_EQ(r, (std::vector<float>{1, 0, 0, 1}));
+  rope(r.data(), 4, 4, 1, 10000.f, true);  // pair (0,2) turns by 1 rad, pair (1,3) by 0.01 rad
+  EXPECT_NEAR(r[0], std::cos(1.0f), 1e-6);
+  EXPECT_NEAR(r[2], std::sin(1.0f), 1e-6);
+  std::vector<float> a = {1, 0, 0, 1};  // adjacent pairs (0,1) and (2,3)
+  rope(a.data(), 4, 4, 1, 10000.f, false);
+  EXPECT_NEAR(a[1], std::sin(1.0f), 1e-6);
+  std::vector<float> s = {1, 2, 3};
+  softmax(s.data(), 3);
+  EXPECT_NEAR(s[0] + s[1] + s[2], 1.0, 1e-6);
+  EXPECT_NEAR(s[2] / s[1], std::exp(1.0), 1e-5);
+  EXPECT_EQ(fp16_to_fp32(fp32_to_fp16(0.333333f)), 0.33325195f);
+  EXPECT_EQ(bf16_to_fp32(fp32_to_bf16(1.00390625f)), 1.0f);  // ties to even
+}
