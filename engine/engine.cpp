@@ -154,6 +154,28 @@ expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
   return {};
 }
 
+void Engine::prefetch_next(int il, int T, const float* x) {
+  const Hparams& hp = m_.hp;
+  if (il + 1 >= hp.n_layer || !m_.layers[il + 1].is_moe()) return;
+  const LayerWeights& next = m_.layers[il + 1];
+  const int E = hp.n_embd, X = hp.n_expert;
+  std::vector<float> h(size_t(T) * E), logits(size_t(T) * X);
+  for (int t = 0; t < T; ++t) kernels::rms_norm(x + size_t(t) * E, next.ffn_norm.f32(), &h[size_t(t) * E], E, hp.eps);
+  matmul(next.router, h.data(), T, logits.data());
+  std::vector<bool> want(X, false);
+  for (int t = 0; t < T; ++t) {
+    const float* p = &logits[size_t(t) * X];
+    std::vector<uint32_t> idx(X);
+    std::iota(idx.begin(), idx.end(), 0u);
+    std::partial_sort(idx.begin(), idx.begin() + hp.n_expert_used, idx.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
+    for (int k = 0; k < hp.n_expert_used; ++k) want[idx[k]] = true;
+  }
+  std::vector<uint32_t> ids;
+  for (int e = 0; e < X; ++e)
+    if (want[e]) ids.push_back(static_cast<uint32_t>(e));
+  experts_.prefetch(il + 1, ids);
+}
+
 expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
   const Hparams& hp = m_.hp;
   const int T = static_cast<int>(tokens.size()), E = hp.n_embd;
@@ -175,6 +197,7 @@ expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits, s
     for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[size_t(t) * E], w.ffn_norm.f32(), &h[size_t(t) * E], E, hp.eps);
     if (w.is_moe()) {
+      if (prefetch_) prefetch_next(il, T, x.data());
       if (auto st = moe(il, T, h.data(), tmp.data()); !st) return st;
     } else {
       dense_ffn(w.ffn_gate, w.ffn_up, w.ffn_down, T, h.data(), tmp.data());

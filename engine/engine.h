@@ -31,18 +31,23 @@ class Engine {
   // Routing of the last eval: [layer][token].
   const std::vector<std::vector<Route>>& routes() const { return routes_; }
   kernels::ThreadPool& pool() { return pool_; }
+  // Before a layer's experts run, hint the next MoE layer's likely experts to the source: the
+  // next router applied to the current hidden state (DESIGN.md, "Overlap").
+  void set_prefetch(bool on) { prefetch_ = on; }
 
  private:
   void attention(int il, int T, const float* h, float* out);
   expertd::Status moe(int il, int T, const float* h, float* out);
   void dense_ffn(const Tensor& g, const Tensor& u, const Tensor& d, int T, const float* h, float* out);
   void matmul(const Tensor& w, const float* x, int T, float* y);
+  void prefetch_next(int il, int T, const float* x);
 
   const Model& m_;
   ExpertSource& experts_;
   kernels::ThreadPool pool_;
   kernels::Scratch scratch_;
   int n_ctx_, n_past_ = 0;
+  bool prefetch_ = false;
   std::vector<float> k_cache_, v_cache_;  // [layer][pos][n_head_kv * head_dim]
   std::vector<std::vector<Route>> routes_;
 };

@@ -27,6 +27,7 @@ struct Common {
   bool local = false;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int ctx = 4096;
+  bool prefetch = false;
 };
 
 void add_common(CLI::App* c, Common& o) {
@@ -35,6 +36,7 @@ void add_common(CLI::App* c, Common& o) {
   c->add_flag("--local", o.local, "read experts in place from the GGUF (the reference path)");
   c->add_option("--threads", o.threads, "CPU threads")->capture_default_str();
   c->add_option("--ctx", o.ctx, "context length (KV cache)")->capture_default_str();
+  c->add_flag("--prefetch", o.prefetch, "hint the next layer's likely experts to expertd before they are needed");
 }
 
 struct Loaded {
@@ -151,6 +153,7 @@ int cmd_generate(const Common& o, GenOptions g) {
   auto ids = tok.encode(prompt, tok.add_bos(), true);
   if (ids.empty()) die("the prompt is empty");
   Engine eng(*l.model, *l.source, o.threads, std::min<int>(o.ctx, static_cast<int>(ids.size()) + g.n));
+  eng.set_prefetch(o.prefetch);
   engine::Sampler sampler(g.sp);
   auto before = l.source->daemon_metrics();
   std::vector<float> logits;
@@ -191,6 +194,7 @@ int cmd_generate(const Common& o, GenOptions g) {
 int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   Loaded l = load(o);
   Engine eng(*l.model, *l.source, o.threads, std::min<int>(o.ctx, n_prompt + n_gen + 1));
+  eng.set_prefetch(o.prefetch);
   std::mt19937 rng(1234);
   std::vector<int32_t> prompt(n_prompt);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % l.model->hp.n_vocab);

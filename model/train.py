@@ -81,33 +81,29 @@ class MoeLM(torch.nn.Module):
         self.out_norm = torch.nn.Parameter(torch.ones(E))
 
     def moe(self, m, h):
-        """h: (N, E) -> (N, E), aux balance loss. Tokens are grouped per expert."""
+        """h: (N, E) -> (N, E), aux balance loss. Tokens are grouped per expert into one padded
+        batch, so each projection is a single batched matmul over all experts."""
         c = self.c
         X, K = c["n_expert"], c["n_expert_used"]
+        N, E = h.shape
         probs = F.softmax(h @ m.router.t(), dim=-1)
         w, idx = probs.topk(K, dim=-1)
         w = w / w.sum(-1, keepdim=True).clamp_min(6.103515625e-5)
-        out = torch.zeros_like(h)
         flat_e = idx.reshape(-1)
-        flat_t = torch.arange(h.shape[0]).repeat_interleave(K)
+        flat_t = torch.arange(N).repeat_interleave(K)
         flat_w = w.reshape(-1)
-        order = torch.argsort(flat_e)
-        counts = torch.bincount(flat_e, minlength=X).tolist()
-        # unbind once: indexing the stacked parameters per expert would allocate a full-size
-        # gradient for every expert in the backward pass
-        gates, ups, downs = m.gate.unbind(0), m.up.unbind(0), m.down.unbind(0)
-        start = 0
-        for e in range(X):
-            n = counts[e]
-            if n == 0:
-                continue
-            sel = order[start:start + n]
-            start += n
-            t = flat_t[sel]
-            x = h[t]
-            y = (F.silu(x @ gates[e].t()) * (x @ ups[e].t())) @ downs[e].t()
-            out.index_add_(0, t, y * flat_w[sel, None])
-        frac = torch.bincount(flat_e, minlength=X).float() / flat_e.numel()
+        order = torch.argsort(flat_e, stable=True)
+        counts = torch.bincount(flat_e, minlength=X)
+        cap = int(counts.max())
+        se = flat_e[order]
+        slot = torch.arange(order.numel()) - (torch.cumsum(counts, 0) - counts)[se]
+        xin = h.new_zeros(X, cap, E)
+        xin[se, slot] = h[flat_t[order]]
+        y = torch.bmm(F.silu(torch.bmm(xin, m.gate.transpose(1, 2))) * torch.bmm(xin, m.up.transpose(1, 2)),
+                      m.down.transpose(1, 2))
+        out = torch.zeros_like(h)
+        out.index_add_(0, flat_t[order], y[se, slot] * flat_w[order, None])
+        frac = counts.float() / flat_e.numel()
         aux = X * (frac * probs.mean(0)).sum()
         return out, aux
 
@@ -160,7 +156,7 @@ def main():
     ap.add_argument("--out", default="model/build")
     ap.add_argument("--minutes", type=float, default=60)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)

@@ -48,6 +48,12 @@ TEST(ExpertRun, GenerateThroughExpertdEqualsLocal) {
     EXPECT_EQ(local.second, remote.second) << sampling;
     EXPECT_GT(local.second.size(), 10u);
   }
+  // Prefetch hints change what is read when, never the result.
+  auto plain = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + " --prompt 'And the' -n 16 --temp 0 2>/dev/null");
+  auto hinted = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + " --prompt 'And the' -n 16 --temp 0 --prefetch 2>/dev/null");
+  EXPECT_EQ(plain.second, hinted.second);
+  auto st = run(bin("client/expertctl") + " --socket " + p.dir / "s.sock" + " stats --json");
+  EXPECT_EQ(st.second.find("\"prefetch_issued\":0,"), std::string::npos) << st.second;
   auto verbose = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + " --prompt hi -n 4 --verbose");
   EXPECT_NE(verbose.second.find("expertd:"), std::string::npos) << verbose.second;
   EXPECT_NE(verbose.second.find("misses/token"), std::string::npos) << verbose.second;
