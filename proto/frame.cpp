@@ -79,6 +79,7 @@ Status recv_exact(int fd, uint8_t* p, size_t bytes, int* got_fd) {
     ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == ECONNRESET) return errno_error("expertd closed the connection (receive)");
       return errno_error("receive from expertd");
     }
     if (n == 0) return make_error("expertd closed the connection");
