@@ -56,8 +56,16 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
 
   flatbuffers::FlatBufferBuilder fbb(256);
   uint64_t rid = c->next_request_++;
-  EXPERTD_TRY(c->send(proto::make_frame(fbb, rid, wire::CreateHelloDirect(fbb, proto::kProtocolVersion, opts.name.c_str()))));
+  // A daemon that refuses us (too many clients) writes its Error and closes at once; our Hello
+  // may then fail, but the Error is still there to read and names the cause.
+  Status sent = c->send(proto::make_frame(fbb, rid, wire::CreateHelloDirect(fbb, proto::kProtocolVersion, opts.name.c_str())));
   pollfd p{c->fd_, POLLIN, 0};
+  if (!sent) {
+    std::vector<uint8_t> body;
+    if (::poll(&p, 1, 1000) > 0 && proto::recv_frame(c->fd_, body, 1 << 20))
+      if (auto env = proto::verify_envelope(body); env && (*env)->msg_as_Error()) return make_error(error_text((*env)->msg_as_Error()));
+    return sent.error();
+  }
   if (::poll(&p, 1, opts.timeout_ms) <= 0) return make_error("expertd at " + socket_path + " did not answer Hello");
   std::vector<uint8_t> body;
   int arena_fd = -1;

@@ -111,6 +111,8 @@ TEST_F(DaemonTest, ConcurrentClientsReadEachExpertOnce) {
     EXPECT_EQ(stat(*admin, "cache_hits") + stat(*admin, "cache_misses"), requested);
     EXPECT_EQ(stat(*admin, "cache_evictions"), 0);
     EXPECT_EQ(stat(*admin, "io_errors"), 0);
+    // The other connections' last releases may still be in flight: wait for them, bounded.
+    for (int i = 0; i < 200 && stat(*admin, "leases") > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_EQ(stat(*admin, "leases"), 0);
   }
 }
@@ -126,7 +128,7 @@ TEST_F(DaemonTest, PinnedSlotsAreNeverEvicted) {
   for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(slot_matches_source(*a, *held, i)) << i;
   EXPECT_EQ(stat(*b, "slots_pinned"), 4);
   ASSERT_TRUE(a->release(*held));
-  EXPECT_EQ(stat(*b, "slots_pinned"), 0);
+  EXPECT_EQ(stat(*a, "slots_pinned"), 0);  // asked on a: its release is processed first
 }
 
 TEST_F(DaemonTest, PrefetchLoadsWithoutPinningAndCountsUse) {
