@@ -233,3 +233,26 @@ TEST(ExampleConfig, EveryKeyIsAnOption) {
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("/var/lib/expertd/Qwen3-30B-A3B-Q4_K_M.manifest.json"), std::string::npos) << out;
 }
+
+// SIGHUP reopens the log and the trace (logrotate moves them away first).
+TEST_F(DaemonTest, SighupReopensLogAndTrace) {
+  std::string logf = local_ / "expertd.log", trace = local_ / "t.bin";
+  auto d = start({"--cache-slots", "4", "--clients-max", "1", "--max-experts-per-request", "2", "--log-path", logf,
+                  "--trace-path", trace});
+  auto c = connect();
+  use(*c, 0, {1});
+  fs::rename(logf, logf + ".1");
+  ASSERT_TRUE(c->stats());  // the trace record of the first acquire is buffered until flushed
+  fs::rename(trace, trace + ".1");
+  ::kill(d->pid(), SIGHUP);
+  for (int i = 0; i < 200 && !(fs::exists(logf) && fs::exists(trace)); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(fs::exists(logf));
+  ASSERT_TRUE(fs::exists(trace));
+  use(*c, 1, {2});
+  c.reset();
+  EXPECT_EQ(d->stop(), 0);
+  EXPECT_NE(read_file(logf).find("stopped"), std::string::npos) << read_file(logf);
+  EXPECT_EQ(read_file(trace).size(), 16u + 16 + 2);                  // header + the second acquire
+  EXPECT_EQ(read_file(trace + ".1").size(), 16u + 16 + 2);           // header + the first acquire
+  EXPECT_NE(read_file(logf + ".1").find("serving"), std::string::npos);
+}
