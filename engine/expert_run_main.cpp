@@ -172,6 +172,12 @@ int cmd_generate(const Common& o, GenOptions g) {
       ++generated;
       break;
     }
+    if (eng.n_past() >= eng.n_ctx()) {
+      ++generated;
+      std::fputs(out.flush().c_str(), stdout);
+      std::fprintf(stderr, "\nexpert-run: the context of %d tokens is full; stopping (raise --ctx)\n", eng.n_ctx());
+      break;
+    }
     if (auto st = eng.eval({&next, 1}, false, logits); !st) {
       std::fputs(out.flush().c_str(), stdout);
       std::fputc('\n', stdout);
@@ -180,6 +186,7 @@ int cmd_generate(const Common& o, GenOptions g) {
   }
   std::fputs(out.flush().c_str(), stdout);
   std::fputc('\n', stdout);
+  std::fflush(stdout);
   if (g.verbose) {
     double decode_s = secs(t1);
     std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s); "

@@ -38,9 +38,12 @@ def main():
     ap.add_argument("-n", type=int, default=24)
     ap.add_argument("--tolerance", type=float, default=None, help="max |logit difference| allowed")
     args = ap.parse_args()
-    # F16 activations round to ~1e-3; Q8_0 activation blocks move logits by ~0.05-0.15 (see
-    # ../shared/golden/README.md), more where two experts' router scores nearly tie.
-    tol = args.tolerance if args.tolerance is not None else (0.05 if args.type == "F16" else 0.5)
+    # Row-wise limits, as ../shared/golden/README.md recommends: F16 activations move logits by
+    # ~1e-3 and Q8_0 activation blocks by ~0.05-0.15; a row where two experts' router scores
+    # nearly tie may select another expert and differ by more, so a few rows may exceed `tol`.
+    tol = args.tolerance if args.tolerance is not None else (0.02 if args.type == "F16" else 0.25)
+    rows_over_max = 0.1 if args.type == "F16" else 0.2
+    rowmaxes = []
     torch.set_num_threads(2)
     ck = torch.load(os.path.join(args.build, "checkpoint.pt"), map_location="cpu")
     model = train.MoeLM(ck["config"])
@@ -74,7 +77,9 @@ def main():
             mine = np.fromfile(f.name, dtype="<f4").reshape(len(ids), -1)
         with torch.no_grad():
             ref, _ = model(torch.tensor([ids]))
-        d = float(np.abs(mine - ref[0].numpy()).max())
+        rm = np.abs(mine - ref[0].numpy()).max(axis=1)
+        rowmaxes += rm.tolist()
+        d = float(rm.max())
         worst = max(worst, d)
         # Teacher-forced: the engine's argmax equals PyTorch's greedy token at every step, up to
         # the first step whose PyTorch top1-top2 margin is below 0.3.
@@ -84,9 +89,12 @@ def main():
             if int(mine[n_prompt - 1 + i].argmax()) != ids[n_prompt + i]:
                 argmax_ok = False
         print(f"{'same' if same else 'diff'}  max|dlogit| {d:.2e}  {p!r} -> {ref_text!r}")
+    median = float(np.median(rowmaxes))
+    over = float(np.mean(np.array(rowmaxes) > tol))
     print(f"free-running greedy text identical for {agree}/{len(PROMPTS)} prompts; teacher-forced argmax "
-          f"{'agrees' if argmax_ok else 'DISAGREES'}; worst max|dlogit| {worst:.3e} (tolerance {tol})")
-    ok = argmax_ok and worst <= tol and (args.type != "F16" or agree == len(PROMPTS))
+          f"{'agrees' if argmax_ok else 'DISAGREES'}; per-row max|dlogit|: median {median:.2e}, worst {worst:.2e}, "
+          f"{100 * over:.1f}% of rows above {tol} (limit {100 * rows_over_max:.0f}%)")
+    ok = argmax_ok and median <= tol and over <= rows_over_max and (args.type != "F16" or agree == len(PROMPTS))
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 

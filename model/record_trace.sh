@@ -19,7 +19,7 @@ prompts=("In the beginning God created" "And the LORD spake unto Moses, saying,"
 seed=1
 for p in "${prompts[@]}"; do
   build/engine/expert-run generate --model "$work/m.core.gguf" --socket "$work/s.sock" --prompt "$p" -n 250 \
-    --temp 0.8 --top-k 40 --top-p 0.95 --seed $seed --ctx 256 >/dev/null
+    --temp 0.8 --top-k 40 --top-p 0.95 --seed $seed --ctx 260 >/dev/null
   seed=$((seed + 1))
 done
 kill -TERM $pid
@@ -29,6 +29,6 @@ gzip -9 -n -c "$work/trace.bin" > model/trace/kjv-2000-tokens.trace.gz
 {
   echo "# Routing of the bundled model: 8 prompts x 250 generated tokens (temperature 0.8, seeds 1-8)"
   echo "# recorded by model/record_trace.sh; replay: expert-bench policy --trace <(zcat model/trace/kjv-2000-tokens.trace.gz)"
-  build/bench/expert-bench policy --trace "$work/trace.bin"
+  build/bench/expert-bench policy --trace "$work/trace.bin" | sed "s|$work/trace.bin|model/trace/kjv-2000-tokens.trace (gunzipped)|"
 } > model/trace/policy-report.txt
 cat model/trace/policy-report.txt

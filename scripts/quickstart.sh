@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's first command: install, build, make and pack a MoE model, serve it with a cache
-# smaller than the model, drive it with an engine-shaped workload, show the stats, stop cleanly.
+# The README's first command: install, build, pack the bundled MoE model, serve its experts
+# through expertd with a cache smaller than the model, generate a paragraph, show the stats,
+# stop the daemon cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -8,22 +9,20 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)"
 
 mkdir -p demo
-if [ ! -f demo/demo-moe.manifest.json ]; then
-  # 4 MoE layers x 64 experts (top-8), Q8_0: a 110 MB model whose experts stream from disk.
-  build/pack/expert-pack synth --dims 512,4,64,8,256,8,2,2048 --type Q8_0 --out demo/demo-moe.gguf
-  build/pack/expert-pack build demo/demo-moe.gguf --verify
-fi
+cp -f model/kjv-moe-q8_0.gguf demo/kjv.gguf
+build/pack/expert-pack build demo/kjv.gguf --verify
 
 sock=demo/expertd.sock
-echo "== starting expertd with a 32 MiB cache for a $(du -h demo/demo-moe.expertpack | cut -f1) pack"
-build/daemon/expertd --manifest demo/demo-moe.manifest.json --socket "$sock" --config /dev/null \
-  --cache-mib 32 --reserve-mib 256 --clients-max 2 --lock-memory false --log-level warn &
+echo "== expertd: 48 expert slots for a model of 4 layers x 32 experts (the cache holds 3/8 of it)"
+build/daemon/expertd --manifest demo/kjv.manifest.json --socket "$sock" --config /dev/null \
+  --cache-slots 48 --clients-max 2 --reserve-mib 256 --lock-memory false --log-level warn &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 
-echo "== an engine-shaped workload: 300 tokens, top-8 of 64 experts per layer, Zipf popularity"
-build/bench/expert-bench sim --socket "$sock" --tokens 300 --top-k 8
+echo "== expert-run generate (experts streamed from the pack through expertd)"
+build/engine/expert-run generate --model demo/kjv.core.gguf --socket "$sock" \
+  --prompt "And God said" -n 160 --temp 0.7 --top-k 40 --top-p 0.95 --seed 3 --prefetch --verbose
 
 echo "== expertctl stats"
 build/client/expertctl --socket "$sock" stats
