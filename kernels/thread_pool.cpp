@@ -1,8 +1,14 @@
 #include "kernels/thread_pool.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 
 namespace kernels {
+
+namespace {
+constexpr int kSpinIterations = 1 << 14;  // ~50 us of polling before a worker sleeps
+}
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this] { worker(); });
@@ -28,15 +34,19 @@ void ThreadPool::run_chunks() {
 void ThreadPool::worker() {
   uint64_t seen = 0;
   for (;;) {
-    {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
+      if (++spins < kSpinIterations) {
+        _mm_pause();
+        continue;
+      }
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      cv_.wait(lk, [&] { return stop_ || generation_.load() != seen; });
     }
+    if (stop_) return;
+    seen = generation_.load(std::memory_order_acquire);
     run_chunks();
-    std::lock_guard lk(mu_);
-    if (--busy_ == 0) done_cv_.notify_one();
+    busy_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -44,19 +54,18 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   if (n <= 0) return;
   int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(n / std::max<int64_t>(grain, 1), n_threads_ * 4));
   if (threads_.empty() || chunks == 1) return fn(0, n);
+  fn_ = &fn;
+  n_ = n;
+  chunk_ = (n + chunks - 1) / chunks;
+  next_.store(0, std::memory_order_relaxed);
+  busy_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
   {
-    std::lock_guard lk(mu_);
-    fn_ = &fn;
-    n_ = n;
-    chunk_ = (n + chunks - 1) / chunks;
-    next_ = 0;
-    busy_ = static_cast<int>(threads_.size());
-    ++generation_;
+    std::lock_guard lk(mu_);  // pairs with the sleepers' predicate check
+    generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   cv_.notify_all();
   run_chunks();
-  std::unique_lock lk(mu_);
-  done_cv_.wait(lk, [&] { return busy_ == 0; });
+  while (busy_.load(std::memory_order_acquire) != 0) _mm_pause();
 }
 
 }  // namespace kernels

@@ -1,4 +1,6 @@
 // A fixed pool of worker threads for data-parallel loops; allocated once, reused per op.
+// Workers spin briefly for the next loop before sleeping: a decode step issues hundreds of
+// small matmuls, and a futex wake-up per matmul would cost more than the work.
 #pragma once
 
 #include <atomic>
@@ -25,10 +27,10 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  uint64_t generation_ = 0;
-  int busy_ = 0;
-  bool stop_ = false;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> busy_{0};
+  std::atomic<bool> stop_{false};
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, chunk_ = 1;
   std::atomic<int64_t> next_{0};
