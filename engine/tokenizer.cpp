@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <optional>
 #include <queue>
 
 namespace engine {
@@ -41,6 +42,54 @@ size_t utf8_len(unsigned char c) {
   if ((c >> 4) == 0xE) return 3;
   if ((c >> 3) == 0x1E) return 4;
   return 1;  // invalid lead byte: one byte
+}
+
+// Merges adjacent symbols of `text` (its UTF-8 characters at first) until no pair merges.
+// priority(a, b) gives the merge order of a pair (lower first; ties: leftmost) or nothing when
+// the pair does not merge. Returns the final symbols as (start, length).
+template <class Priority>
+std::vector<std::pair<size_t, size_t>> merge_symbols(const std::string& text, Priority priority) {
+  struct Sym {
+    size_t start, len;
+    int prev, next;
+  };
+  std::vector<Sym> sym;
+  for (size_t o = 0; o < text.size();) {
+    size_t n = std::min(text.size() - o, utf8_len(static_cast<unsigned char>(text[o])));
+    sym.push_back({o, n, static_cast<int>(sym.size()) - 1, -1});
+    o += n;
+  }
+  for (size_t i = 0; i + 1 < sym.size(); ++i) sym[i].next = static_cast<int>(i + 1);
+  struct Bigram {
+    int left, right;
+    double priority;
+    size_t len;
+  };
+  auto later = [](const Bigram& a, const Bigram& b) { return a.priority > b.priority || (a.priority == b.priority && a.left > b.left); };
+  std::priority_queue<Bigram, std::vector<Bigram>, decltype(later)> q(later);
+  auto add = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    auto p = priority(std::string_view(text).substr(sym[l].start, sym[l].len), std::string_view(text).substr(sym[r].start, sym[r].len));
+    if (p) q.push({l, r, *p, sym[l].len + sym[r].len});
+  };
+  for (size_t i = 1; i < sym.size(); ++i) add(static_cast<int>(i - 1), static_cast<int>(i));
+  while (!q.empty()) {
+    Bigram bg = q.top();
+    q.pop();
+    Sym &l = sym[bg.left], &r = sym[bg.right];
+    // Outdated when either side merged meanwhile (a length changed, or a side is gone).
+    if (l.len == 0 || r.len == 0 || l.next != bg.right || l.len + r.len != bg.len) continue;
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = bg.left;
+    add(l.prev, bg.left);
+    add(bg.left, l.next);
+  }
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const Sym& x : sym)
+    if (x.len) out.emplace_back(x.start, x.len);
+  return out;
 }
 
 // The pre-tokenizer regexes of llama.cpp's pre-tokenizer types, applied in sequence.
@@ -194,49 +243,14 @@ void Tokenizer::bpe_word(const std::string& raw, std::vector<int32_t>& out) cons
   for (unsigned char c : raw) word += codec().enc[c];
   if (ignore_merges_)
     if (auto it = id_of_.find(word); it != id_of_.end()) return out.push_back(it->second);
-  // Symbols are UTF-8 characters of the encoded word; merge the lowest-ranked pair first
-  // (ties: leftmost), as llama.cpp does.
-  struct Sym {
-    size_t start, len;
-    int prev, next;
-  };
-  std::vector<Sym> sym;
-  for (size_t o = 0; o < word.size();) {
-    size_t n = std::min(word.size() - o, utf8_len(static_cast<unsigned char>(word[o])));
-    sym.push_back({o, n, static_cast<int>(sym.size()) - 1, -1});
-    o += n;
-  }
-  for (size_t i = 0; i + 1 < sym.size(); ++i) sym[i].next = static_cast<int>(i + 1);
-  struct Bigram {
-    int left, right, rank;
-    std::string text;
-  };
-  auto cmp = [](const Bigram& a, const Bigram& b) { return a.rank > b.rank || (a.rank == b.rank && a.left > b.left); };
-  std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> q(cmp);
-  auto add = [&](int l, int r) {
-    if (l < 0 || r < 0) return;
-    std::string a = word.substr(sym[l].start, sym[l].len), b = word.substr(sym[r].start, sym[r].len);
-    auto it = merge_rank_.find(a + " " + b);
-    if (it != merge_rank_.end()) q.push({l, r, it->second, a + b});
-  };
-  for (size_t i = 1; i < sym.size(); ++i) add(static_cast<int>(i - 1), static_cast<int>(i));
-  while (!q.empty()) {
-    Bigram bg = q.top();
-    q.pop();
-    Sym &l = sym[bg.left], &r = sym[bg.right];
-    if (l.len == 0 || r.len == 0 || word.compare(l.start, l.len, bg.text.substr(0, l.len)) != 0 ||
-        l.len + r.len != bg.text.size() || word.compare(r.start, r.len, bg.text.substr(l.len)) != 0 || l.next != bg.right)
-      continue;  // outdated
-    l.len += r.len;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[r.next].prev = bg.left;
-    add(l.prev, bg.left);
-    add(bg.left, l.next);
-  }
-  for (const Sym& s : sym) {
-    if (s.len == 0) continue;
-    std::string piece = word.substr(s.start, s.len);
+  // The lowest-ranked merge first (ties: leftmost), as llama.cpp does.
+  auto parts = merge_symbols(word, [&](std::string_view a, std::string_view b) -> std::optional<double> {
+    auto it = merge_rank_.find(std::string(a) + " " + std::string(b));
+    if (it == merge_rank_.end()) return std::nullopt;
+    return it->second;
+  });
+  for (auto [start, len] : parts) {
+    std::string piece = word.substr(start, len);
     if (auto it = id_of_.find(piece); it != id_of_.end()) {
       out.push_back(it->second);
       continue;
@@ -247,58 +261,27 @@ void Tokenizer::bpe_word(const std::string& raw, std::vector<int32_t>& out) cons
 }
 
 void Tokenizer::spm_text(const std::string& text, std::vector<int32_t>& out) const {
-  struct Sym {
-    size_t start, len;
-    int prev, next;
-  };
-  std::vector<Sym> sym;
-  for (size_t o = 0; o < text.size();) {
-    size_t n = std::min(text.size() - o, utf8_len(static_cast<unsigned char>(text[o])));
-    sym.push_back({o, n, static_cast<int>(sym.size()) - 1, -1});
-    o += n;
-  }
-  for (size_t i = 0; i + 1 < sym.size(); ++i) sym[i].next = static_cast<int>(i + 1);
-  struct Bigram {
-    int left, right;
-    float score;
-    size_t len;
-  };
-  auto cmp = [](const Bigram& a, const Bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
-  std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> q(cmp);
-  auto add = [&](int l, int r) {
-    if (l < 0 || r < 0) return;
-    std::string s = text.substr(sym[l].start, sym[l].len + sym[r].len);
-    auto it = id_of_.find(s);
-    if (it == id_of_.end()) return;
-    q.push({l, r, score_[it->second], s.size()});
-  };
-  for (size_t i = 1; i < sym.size(); ++i) add(static_cast<int>(i - 1), static_cast<int>(i));
-  while (!q.empty()) {
-    Bigram bg = q.top();
-    q.pop();
-    Sym &l = sym[bg.left], &r = sym[bg.right];
-    if (l.len == 0 || r.len == 0 || l.len + r.len != bg.len) continue;
-    l.len += r.len;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[r.next].prev = bg.left;
-    add(l.prev, bg.left);
-    add(bg.left, l.next);
-  }
+  // The best-scoring pair that forms a vocabulary token first (ties: leftmost).
+  auto parts = merge_symbols(text, [&](std::string_view a, std::string_view b) -> std::optional<double> {
+    auto it = id_of_.find(std::string(a) + std::string(b));
+    if (it == id_of_.end()) return std::nullopt;
+    return -static_cast<double>(score_[it->second]);
+  });
   // Every merge formed a vocabulary token, so a final symbol is a token or a single character
   // outside the vocabulary, which falls back to its bytes.
-  auto emit = [&](size_t start, size_t len) {
+  for (auto [start, len] : parts) {
     std::string s = text.substr(start, len);
-    if (auto it = id_of_.find(s); it != id_of_.end()) return out.push_back(it->second);
+    if (auto it = id_of_.find(s); it != id_of_.end()) {
+      out.push_back(it->second);
+      continue;
+    }
     for (unsigned char c : s) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "<0x%02X>", c);
       auto it = id_of_.find(buf);
       out.push_back(it != id_of_.end() ? it->second : unk_);
     }
-  };
-  for (const Sym& s : sym)
-    if (s.len) emit(s.start, s.len);
+  }
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
