@@ -11,32 +11,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import subprocess
 import time
 
 
-def llama_cpp_bench(model: str, threads: int, n_prompt: int, n_gen: int, repack: bool) -> dict:
+def llama_cpp_bench(model: str, threads: int, prompt: list[int], stream: list[int], repack: bool) -> dict:
     import llama_cpp
+    import llama_cpp.llama_cpp as C
 
+    n_prompt = len(prompt)
+    if not repack:  # llama.cpp's --no-repack: weights stay in the mmap
+        default_params = C.llama_model_default_params
+
+        def no_repack():
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+
+        C.llama_model_default_params = no_repack
+
+    n_gen = len(stream)
     kw = dict(model_path=model, n_threads=threads, n_threads_batch=threads, n_ctx=n_prompt + n_gen + 8,
               n_batch=max(n_prompt, 8), n_gpu_layers=0, verbose=False, logits_all=False)
-    if not repack:
-        kw["use_extra_bufts"] = False  # llama.cpp's --no-repack (newer llama-cpp-python versions)
-    try:
-        llm = llama_cpp.Llama(**kw)
-    except TypeError:
-        kw.pop("use_extra_bufts", None)
-        llm = llama_cpp.Llama(**kw)
-    rng = random.Random(1234)
-    vocab = llm.n_vocab()
-    prompt = [rng.randrange(vocab) for _ in range(n_prompt)]
+    llm = llama_cpp.Llama(**kw)
     t0 = time.time()
     llm.eval(prompt)
     pp = time.time() - t0
     t1 = time.time()
-    for i in range(n_gen):  # the token fed does not change the cost of a decode step
-        llm.eval([prompt[i % n_prompt]])
+    for t in stream:  # the same tokens expert-run decoded
+        llm.eval([t])
     tg = time.time() - t1
     return {"prefill_tok_s": n_prompt / pp, "decode_tok_s": n_gen / tg}
 
@@ -53,7 +56,7 @@ def main():
     ours = json.loads(subprocess.run([args.expert_run, "bench", "--model", args.model, "--local", "-p", str(args.p), "-n",
                                       str(args.n), "--threads", str(args.threads), "--json"],
                                      capture_output=True, text=True, check=True).stdout)
-    ref = llama_cpp_bench(args.model, args.threads, args.p, args.n, not args.no_repack)
+    ref = llama_cpp_bench(args.model, args.threads, ours["prompt"], ours["decode_stream"], not args.no_repack)
     print(f"model {args.model}, {args.threads} threads, prompt {args.p}, generate {args.n}")
     print(f"expert-run --local: prefill {ours['prefill_tok_s']:.2f} tok/s, decode {ours['decode_tok_s']:.2f} tok/s")
     print(f"llama.cpp{' (no repack)' if args.no_repack else ''}: prefill {ref['prefill_tok_s']:.2f} tok/s, "

@@ -212,8 +212,13 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   double pp = secs(t0);
   auto m1 = l.source->daemon_metrics();
   auto t1 = Clock::now();
+  // Decode feeds fresh random tokens, one per step: a fixed workload any engine can replay, with
+  // the routing diversity of real text (greedy decoding of a synthetic model may repeat one
+  // token and always hit the cache).
+  std::vector<int32_t> stream(n_gen);
+  for (auto& t : stream) t = static_cast<int32_t>(rng() % l.model->hp.n_vocab);
   for (int i = 0; i < n_gen; ++i) {
-    int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    int32_t next = stream[i];
     if (auto st = eng.eval({&next, 1}, false, logits); !st) die(st.error().message);
   }
   double tg = secs(t1);
@@ -221,7 +226,7 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   nlohmann::ordered_json j = {{"model", o.model}, {"experts", l.source->name()}, {"threads", o.threads},
                               {"kernels", kernels::backend_name(kernels::best_backend())},
                               {"prefill_tokens", n_prompt}, {"prefill_tok_s", n_prompt / pp},
-                              {"decode_tokens", n_gen}, {"decode_tok_s", n_gen / tg}};
+                              {"decode_tokens", n_gen}, {"decode_tok_s", n_gen / tg}, {"prompt", prompt}, {"decode_stream", stream}};
   if (!m2.empty()) {
     double h = metric(m2, "cache_hits") - metric(m1, "cache_hits"), m = metric(m2, "cache_misses") - metric(m1, "cache_misses");
     double b = metric(m2, "pack_read_bytes") - metric(m1, "pack_read_bytes");
