@@ -31,7 +31,7 @@ struct Common {
 };
 
 void add_common(CLI::App* c, Common& o) {
-  c->add_option("--model", o.model, "model GGUF, or the core GGUF of an expert pack")->required();
+  c->add_option("--model", o.model, "model GGUF, or the core GGUF of an expert pack (default: the bundled model)");
   c->add_option("--socket", o.socket, "expertd socket: experts come from the daemon");
   c->add_flag("--local", o.local, "read experts in place from the GGUF (the reference path)");
   c->add_option("--threads", o.threads, "CPU threads")->capture_default_str();
@@ -45,7 +45,18 @@ struct Loaded {
   std::unique_ptr<ExpertSource> source;
 };
 
-Loaded load(const Common& o) {
+// The bundled model (model/kjv-moe-q8_0.gguf): installed copy first, then the source tree's.
+std::string default_model() {
+  for (const char* p : {EXPERTD_INSTALLED_MODEL, EXPERTD_SOURCE_MODEL})
+    if (FILE* f = std::fopen(p, "rb")) {
+      std::fclose(f);
+      return p;
+    }
+  die(std::string("no --model given and the bundled model is not at ") + EXPERTD_INSTALLED_MODEL + " or " + EXPERTD_SOURCE_MODEL);
+}
+
+Loaded load(Common o) {
+  if (o.model.empty()) o.model = default_model();
   Loaded l;
   auto f = gguf::Model::open(o.model);
   if (!f) die(f.error().message);
@@ -279,8 +290,9 @@ int cmd_perplexity(const Common& o, const std::string& file, int window, bool js
   return 0;
 }
 
-int cmd_tokenize(const std::string& model, const std::string& text, const std::string& file, bool no_parse_special,
+int cmd_tokenize(std::string model, const std::string& text, const std::string& file, bool no_parse_special,
                  bool add_bos) {
+  if (model.empty()) model = default_model();
   auto f = gguf::Model::open(model);
   if (!f) die(f.error().message);
   engine::Tokenizer tok = load_tokenizer(*f);
@@ -330,7 +342,7 @@ int main(int argc, char** argv) {
   auto* tokz = app.add_subcommand("tokenize", "print token ids (llama-tokenize --ids --no-bos semantics)");
   std::string tmodel, ttext, tfile;
   bool no_parse_special = false, add_bos = false;
-  tokz->add_option("--model", tmodel, "GGUF with a tokenizer (a vocab-only GGUF is enough)")->required();
+  tokz->add_option("--model", tmodel, "GGUF with a tokenizer, a vocab-only GGUF is enough (default: the bundled model)");
   tokz->add_option("--text", ttext, "text to tokenize");
   tokz->add_option("--file", tfile, "file to tokenize");
   tokz->add_flag("--no-parse-special", no_parse_special, "treat special-token text as plain text");

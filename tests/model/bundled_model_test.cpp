@@ -52,6 +52,9 @@ TEST(BundledModel, WritesKjvWordsThroughExpertdAndMatchesLocal) {
   ASSERT_GE(words.size(), 40u) << remote.second;
   size_t known = std::count_if(words.begin(), words.end(), [&](const std::string& w) { return vocab.count(w); });
   EXPECT_GE(known * 10, words.size() * 9) << known << " of " << words.size() << " words known:\n" << remote.second;
+  // Without --model, expert-run uses the bundled model.
+  auto implicit = run(run_bin + " generate --local --prompt 'And God said' -n 120 --temp 0 --threads 2 2>/dev/null");
+  EXPECT_EQ(implicit.second, local.second);
   auto stats = run(bin("client/expertctl") + " --socket " + d / "s.sock" + " stats --json");
   EXPECT_EQ(stats.second.find("\"cache_misses\":0,"), std::string::npos) << stats.second;  // misses really happen
 }
