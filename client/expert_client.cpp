@@ -173,16 +173,21 @@ Result<std::vector<uint8_t>> Client::await_reply(uint64_t rid) {
   }
 }
 
+Result<std::vector<uint8_t>> Client::round_trip(uint64_t rid, const std::vector<uint8_t>& frame) {
+  EXPERTD_TRY(send(frame));
+  auto body = await_reply(rid);
+  if (!body) return body.error();
+  if (auto* er = wire::GetEnvelope(body->data())->msg_as_Error()) return make_error(error_text(er));
+  return body;
+}
+
 Result<Lease> Client::acquire(uint32_t layer, std::span<const uint32_t> experts) {
   flatbuffers::FlatBufferBuilder fbb(64 + experts.size() * 4);
   uint64_t rid = next_request_++;
   auto ids = fbb.CreateVector(experts.data(), experts.size());
-  EXPERTD_TRY(send(proto::make_frame(fbb, rid, wire::CreateAcquire(fbb, layer, ids))));
-  auto body = await_reply(rid);
+  auto body = round_trip(rid, proto::make_frame(fbb, rid, wire::CreateAcquire(fbb, layer, ids)));
   if (!body) return body.error();
-  const auto* e = wire::GetEnvelope(body->data());
-  if (auto* er = e->msg_as_Error()) return make_error(error_text(er));
-  const auto* r = e->msg_as_AcquireReply();
+  const auto* r = wire::GetEnvelope(body->data())->msg_as_AcquireReply();
   if (!r || !r->slots() || !r->ready() || r->slots()->size() != experts.size() || r->ready()->size() != experts.size())
     return make_error("expertd sent a malformed acquire reply");
   Lease l;
@@ -252,12 +257,9 @@ Status Client::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
 Result<std::vector<proto::Metric>> Client::stats() {
   flatbuffers::FlatBufferBuilder fbb(64);
   uint64_t rid = next_request_++;
-  EXPERTD_TRY(send(proto::make_frame(fbb, rid, wire::CreateStatsRequest(fbb))));
-  auto body = await_reply(rid);
+  auto body = round_trip(rid, proto::make_frame(fbb, rid, wire::CreateStatsRequest(fbb)));
   if (!body) return body.error();
-  const auto* e = wire::GetEnvelope(body->data());
-  if (auto* er = e->msg_as_Error()) return make_error(error_text(er));
-  const auto* r = e->msg_as_StatsReply();
+  const auto* r = wire::GetEnvelope(body->data())->msg_as_StatsReply();
   if (!r) return make_error("expertd sent an unexpected reply to Stats");
   std::vector<proto::Metric> out;
   if (r->metrics())
@@ -270,12 +272,9 @@ Result<std::vector<proto::Metric>> Client::stats() {
 Result<std::string> Client::status_json() {
   flatbuffers::FlatBufferBuilder fbb(64);
   uint64_t rid = next_request_++;
-  EXPERTD_TRY(send(proto::make_frame(fbb, rid, wire::CreateStatusRequest(fbb))));
-  auto body = await_reply(rid);
+  auto body = round_trip(rid, proto::make_frame(fbb, rid, wire::CreateStatusRequest(fbb)));
   if (!body) return body.error();
-  const auto* e = wire::GetEnvelope(body->data());
-  if (auto* er = e->msg_as_Error()) return make_error(error_text(er));
-  const auto* r = e->msg_as_StatusReply();
+  const auto* r = wire::GetEnvelope(body->data())->msg_as_StatusReply();
   if (!r || !r->json()) return make_error("expertd sent an unexpected reply to Status");
   return r->json()->str();
 }
@@ -286,11 +285,8 @@ Status Client::admin(AdminOp op, uint32_t layer, std::span<const uint32_t> exper
   auto ids = fbb.CreateVector(experts.data(), experts.size());
   auto wop = op == AdminOp::ResetStats ? wire::AdminOp::ResetStats
              : op == AdminOp::EvictAll ? wire::AdminOp::EvictAll : wire::AdminOp::Warmup;
-  EXPERTD_TRY(send(proto::make_frame(fbb, rid, wire::CreateAdmin(fbb, wop, layer, ids))));
-  auto body = await_reply(rid);
+  auto body = round_trip(rid, proto::make_frame(fbb, rid, wire::CreateAdmin(fbb, wop, layer, ids)));
   if (!body) return body.error();
-  const auto* e = wire::GetEnvelope(body->data());
-  if (auto* er = e->msg_as_Error()) return make_error(error_text(er));
   return {};
 }
 

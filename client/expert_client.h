@@ -87,6 +87,8 @@ class Client {
   struct Impl;
   Status send(const std::vector<uint8_t>& frame);
   Result<std::vector<uint8_t>> await_reply(uint64_t request_id);  // the reply's frame body
+  // Sends a request and waits for its reply; an Error reply becomes an error naming the cause.
+  Result<std::vector<uint8_t>> round_trip(uint64_t request_id, const std::vector<uint8_t>& frame);
   Status pump_one(Lease* lease);  // reads one frame; applies Ready to `lease`
   Status read_frame(std::vector<uint8_t>& body);
 

@@ -1,5 +1,7 @@
 #include "engine/expert_source.h"
 
+#include <array>
+
 #include "kernels/kernels.h"
 #include "pack/builder.h"
 #include "proto/pack_format.h"
@@ -43,11 +45,12 @@ class DaemonSource final : public ExpertSource {
     const auto& info = c_->info();
     pack_layer_.assign(m.hp.n_layer, -1);
     for (int il = 0; il < m.hp.n_layer; ++il) pack_layer_[il] = info.pack_layer_of(static_cast<uint32_t>(il));
+    // Role layouts resolved once (make_daemon_source checked they exist), not per expert.
+    for (const auto& l : info.layers) roles_.push_back({l.find("gate"), l.find("up"), l.find("down")});
   }
   std::string name() const override { return "daemon"; }
 
-  Tensor role(const expertd::client::Lease& l, size_t i, const std::string& name) const {
-    const auto* r = c_->info().layers[l.layer].find(name);
+  static Tensor role(const expertd::client::Lease& l, size_t i, const expertd::client::RoleView* r) {
     Tensor t;
     t.type = r->ggml_type;
     t.ne = {static_cast<int64_t>(r->ne0), static_cast<int64_t>(r->ne1), 1};
@@ -68,7 +71,8 @@ class DaemonSource final : public ExpertSource {
       ++stats_.acquires;
       ++stats_.chunks;
       auto run = [&](size_t i) {
-        fn(base + i, ExpertWeights{role(*lease, i, "gate"), role(*lease, i, "up"), role(*lease, i, "down")});
+        const auto& r = roles_[pl];
+        fn(base + i, ExpertWeights{role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2])});
       };
       // Hits first, while the misses are still being read.
       for (size_t i = 0; i < chunk.size(); ++i)
@@ -107,6 +111,7 @@ class DaemonSource final : public ExpertSource {
   const Model& m_;
   std::unique_ptr<expertd::client::Client> c_;
   std::vector<int> pack_layer_;
+  std::vector<std::array<const expertd::client::RoleView*, 3>> roles_;  // gate, up, down per pack layer
 };
 
 }  // namespace
