@@ -158,7 +158,8 @@ TEST_F(DaemonTest, PrefetchLoadsWithoutPinningAndCountsUse) {
 
 TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
   std::string trace = local_ / "trace.bin", stats_file = local_ / "stats.json";
-  auto d = start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4", "--trace-path", trace,
+  // clients-max 4: each expertctl may connect before the daemon has seen the previous client close.
+  auto d = start({"--cache-slots", "8", "--clients-max", "4", "--max-experts-per-request", "2", "--trace-path", trace,
                   "--stats-path", stats_file, "--stats-interval-s", "1"});
   {
     auto c = connect();

@@ -36,7 +36,8 @@ struct Packed {
 TEST(ExpertRun, GenerateThroughExpertdEqualsLocal) {
   REQUIRE_GOLDEN();
   Packed p("qwen2moe-B-s11-q4_k_m");
-  Daemon d(p.manifest, p.dir / "s.sock", {"--cache-slots", "10", "--clients-max", "1", "--max-experts-per-request", "5"});
+  // clients-max 3: each run may connect before the daemon has seen the previous one close.
+  Daemon d(p.manifest, p.dir / "s.sock", {"--cache-slots", "15", "--clients-max", "3", "--max-experts-per-request", "5"});
   std::string log;
   ASSERT_TRUE(d.start(&log)) << log;
   for (std::string sampling : {"--temp 0", "--temp 0.9 --top-k 20 --top-p 0.9 --seed 7"}) {
