@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -110,23 +111,63 @@ expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
   std::vector<uint32_t> unique;
   for (int e = 0; e < X; ++e)
     if (!users[e].empty()) unique.push_back(static_cast<uint32_t>(e));
+  std::vector<std::vector<int32_t>> toks(unique.size());
+  for (size_t ui = 0; ui < unique.size(); ++ui)
+    for (auto [t, k] : users[unique[ui]]) toks[ui].push_back(t);
+  // The tokens' inputs quantized once per layer for each activation type the gate and up use.
+  struct Quantized {
+    uint32_t type = ~0u;
+    size_t row = 0;
+    std::vector<uint8_t> buf;
+  };
+  std::array<Quantized, 2> hq;
+  auto quantized_h = [&](uint32_t wtype) -> const Quantized& {
+    const uint32_t vt = kernels::vec_dot_type(wtype);
+    for (auto& c : hq)
+      if (c.type == vt) return c;
+    Quantized& c = hq[0].type == ~0u ? hq[0] : hq[1];  // gate and up: at most two types
+    c.type = vt, c.row = kernels::row_size(vt, E), c.buf.resize(c.row * T);
+    for (int t = 0; t < T; ++t) kernels::quantize_activations(wtype, h + size_t(t) * E, c.buf.data() + t * c.row, E);
+    return c;
+  };
   // Per (token, k) expert outputs; summed below in router order.
   std::vector<float> expert_out(size_t(T) * K * E);
-  std::vector<float> xs, ys;
-  auto st = experts_.for_each_expert(il, unique, [&](size_t ui, const ExpertWeights& ew) {
-    const auto& us = users[unique[ui]];
-    const int n = static_cast<int>(us.size()), F = static_cast<int>(ew.gate.ne[1]);
-    xs.resize(size_t(n) * E);
-    for (int i = 0; i < n; ++i) std::copy(h + size_t(us[i].first) * E, h + size_t(us[i].first + 1) * E, xs.begin() + size_t(i) * E);
-    std::vector<float> g(size_t(n) * F), u(size_t(n) * F);
-    matmul(ew.gate, xs.data(), n, g.data());
-    matmul(ew.up, xs.data(), n, u.data());
-    for (size_t i = 0; i < g.size(); ++i) g[i] = kernels::silu(g[i]) * u[i];
-    ys.resize(size_t(n) * E);
-    matmul(ew.down, g.data(), n, ys.data());
-    for (int i = 0; i < n; ++i)
-      std::copy(ys.begin() + size_t(i) * E, ys.begin() + size_t(i + 1) * E,
-                expert_out.begin() + (size_t(us[i].first) * K + us[i].second) * E);
+  std::vector<kernels::MatmulJob> jobs;
+  std::vector<std::vector<float>> g, u, ys;
+  std::vector<std::vector<uint8_t>> aq;
+  // Each batch of available experts: gate and up of all of them in one parallel loop, SwiGLU, then
+  // all their down projections in another (two fork-joins per batch, not three per expert).
+  auto st = experts_.for_each_batch(il, unique, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {
+    const size_t nb = idx.size();
+    g.resize(nb), u.resize(nb), ys.resize(nb), aq.resize(nb);
+    jobs.clear();
+    for (size_t b = 0; b < nb; ++b) {
+      const auto& tk = toks[idx[b]];
+      const int64_t n = static_cast<int64_t>(tk.size()), F = ws[b].gate.ne[1];
+      g[b].resize(n * F), u[b].resize(n * F);
+      const Quantized& qg = quantized_h(ws[b].gate.type);
+      const Quantized& qu = quantized_h(ws[b].up.type);
+      jobs.push_back({ws[b].gate.type, ws[b].gate.data, F, E, qg.buf.data(), qg.row, tk.data(), n, g[b].data()});
+      jobs.push_back({ws[b].up.type, ws[b].up.data, F, E, qu.buf.data(), qu.row, tk.data(), n, u[b].data()});
+    }
+    kernels::matmul_batch(jobs.data(), jobs.size(), &pool_);
+    jobs.clear();
+    for (size_t b = 0; b < nb; ++b) {
+      const ExpertWeights& ew = ws[b];
+      const int64_t n = static_cast<int64_t>(toks[idx[b]].size()), F = ew.gate.ne[1];
+      for (size_t i = 0; i < g[b].size(); ++i) g[b][i] = kernels::silu(g[b][i]) * u[b][i];
+      const size_t arow = kernels::row_size(kernels::vec_dot_type(ew.down.type), F);
+      aq[b].resize(arow * n);
+      for (int64_t i = 0; i < n; ++i) kernels::quantize_activations(ew.down.type, &g[b][i * F], aq[b].data() + i * arow, F);
+      ys[b].resize(size_t(n) * E);
+      jobs.push_back({ew.down.type, ew.down.data, E, F, aq[b].data(), arow, nullptr, n, ys[b].data()});
+    }
+    kernels::matmul_batch(jobs.data(), jobs.size(), &pool_);
+    for (size_t b = 0; b < nb; ++b) {
+      const auto& us = users[unique[idx[b]]];
+      for (size_t i = 0; i < us.size(); ++i)
+        std::copy(ys[b].begin() + i * E, ys[b].begin() + (i + 1) * E, expert_out.begin() + (size_t(us[i].first) * K + us[i].second) * E);
+    }
   });
   if (!st) return st;
   for (int t = 0; t < T; ++t) {

@@ -23,15 +23,18 @@ class LocalSource final : public ExpertSource {
  public:
   explicit LocalSource(const Model& m) : m_(m) {}
   std::string name() const override { return "local"; }
-  expertd::Status for_each_expert(int layer, std::span<const uint32_t> experts,
-                                  const std::function<void(size_t, const ExpertWeights&)>& fn) override {
+  expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts, const BatchFn& fn) override {
     const LayerWeights& w = m_.layers[layer];
     ++stats_.acquires;
+    std::vector<size_t> idx(experts.size());
+    std::vector<ExpertWeights> ws;
     for (size_t i = 0; i < experts.size(); ++i) {
-      ++stats_.experts;
-      ++stats_.ready_at_once;
-      fn(i, ExpertWeights{slice(w.gate_exps, experts[i]), slice(w.up_exps, experts[i]), slice(w.down_exps, experts[i])});
+      idx[i] = i;
+      ws.push_back({slice(w.gate_exps, experts[i]), slice(w.up_exps, experts[i]), slice(w.down_exps, experts[i])});
     }
+    stats_.experts += experts.size();
+    stats_.ready_at_once += experts.size();
+    fn(idx, ws);
     return {};
   }
 
@@ -58,25 +61,29 @@ class DaemonSource final : public ExpertSource {
     return t;
   }
 
-  expertd::Status for_each_expert(int layer, std::span<const uint32_t> experts,
-                                  const std::function<void(size_t, const ExpertWeights&)>& fn) override {
+  expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts, const BatchFn& fn) override {
     int pl = pack_layer_[layer];
     if (pl < 0) return make_error("expertd's pack has no experts for model layer " + std::to_string(layer));
+    const auto& r = roles_[pl];
     // A layer's unique experts may exceed what one acquire may pin: split them into chunks.
     size_t max = c_->info().max_experts_per_request;
+    std::vector<size_t> idx;
+    std::vector<ExpertWeights> ws;
     for (size_t base = 0; base < experts.size(); base += max) {
       auto chunk = experts.subspan(base, std::min(max, experts.size() - base));
       auto lease = c_->acquire(static_cast<uint32_t>(pl), chunk);
       if (!lease) return lease.error();
       ++stats_.acquires;
       ++stats_.chunks;
-      auto run = [&](size_t i) {
-        const auto& r = roles_[pl];
-        fn(base + i, ExpertWeights{role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2])});
+      auto add = [&](size_t i) {
+        idx.push_back(base + i);
+        ws.push_back({role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2])});
       };
-      // Hits first, while the misses are still being read.
+      // Hits first, in one batch, while the misses are still being read.
+      idx.clear(), ws.clear();
       for (size_t i = 0; i < chunk.size(); ++i)
-        if (lease->ready[i]) run(i), ++stats_.ready_at_once;
+        if (lease->ready[i]) add(i), ++stats_.ready_at_once;
+      if (!idx.empty()) fn(idx, ws);
       for (;;) {
         auto next = c_->next_ready(*lease);
         if (!next) {
@@ -90,7 +97,9 @@ class DaemonSource final : public ExpertSource {
           (void)c_->release(*lease);
           return make_error(e);
         }
-        run(i);
+        idx.clear(), ws.clear();
+        add(i);
+        fn(idx, ws);
       }
       stats_.experts += chunk.size();
       if (auto st = c_->release(*lease); !st) return st;

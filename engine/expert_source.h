@@ -28,10 +28,12 @@ class ExpertSource {
  public:
   virtual ~ExpertSource() = default;
   virtual std::string name() const = 0;
-  // Calls fn(i, weights) once for each experts[i] of model layer `layer`, as each becomes
-  // available (ready ones first). Every call of fn happens before this returns.
-  virtual expertd::Status for_each_expert(int layer, std::span<const uint32_t> experts,
-                                          const std::function<void(size_t, const ExpertWeights&)>& fn) = 0;
+  // Calls fn(indices, weights) with batches of the experts of model layer `layer` as they
+  // become available: every expert already resident in one batch, then the rest as they arrive.
+  // weights[j] belongs to experts[indices[j]]; each expert comes exactly once, and every call of
+  // fn happens before this returns.
+  using BatchFn = std::function<void(std::span<const size_t>, std::span<const ExpertWeights>)>;
+  virtual expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts, const BatchFn& fn) = 0;
   // A hint that these experts of a later layer will be needed soon (daemon: Prefetch).
   virtual void prefetch(int layer, std::span<const uint32_t> experts) { (void)layer, (void)experts; }
   const SourceStats& stats() const { return stats_; }

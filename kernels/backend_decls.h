@@ -16,6 +16,10 @@
   float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n);               \
   float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n);               \
   float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n);               \
+  float dot(uint32_t wtype, const void* w, const void* x, int64_t n);            \
+  /* one weight row against n_tok (1..4) activation rows */                     \
+  void dot_tile(uint32_t wtype, const void* w, const void* const* xs, int n_tok, int64_t n, float* out); \
   }
 KERNELS_DECLARE(scalar)
 KERNELS_DECLARE(avx2)
+KERNELS_DECLARE(avx512)

@@ -1,27 +1,45 @@
 #include "kernels/kernels.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "kernels/backend_decls.h"
 #include "kernels/fp16.h"
 
 namespace kernels {
 
+#define KERNELS_CALL(be, fn, ...)                     \
+  ((be) == Backend::Avx512 ? avx512::fn(__VA_ARGS__)  \
+   : (be) == Backend::Avx2 ? avx2::fn(__VA_ARGS__)    \
+                           : scalar::fn(__VA_ARGS__))
+
 Backend best_backend() {
   static const Backend b = [] {
-    if (const char* f = std::getenv("EXPERTD_KERNELS"); f && std::strcmp(f, "scalar") == 0) return Backend::Scalar;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
-               ? Backend::Avx2
-               : Backend::Scalar;
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    Backend best = avx512 ? Backend::Avx512 : avx2 ? Backend::Avx2 : Backend::Scalar;
+    if (const char* f = std::getenv("EXPERTD_KERNELS")) {  // only ever lowers the choice
+      if (std::strcmp(f, "scalar") == 0) best = Backend::Scalar;
+      else if (std::strcmp(f, "avx2") == 0 && best == Backend::Avx512) best = Backend::Avx2;
+    }
+    return best;
   }();
   return b;
 }
 
-const char* backend_name(Backend b) { return b == Backend::Avx2 ? "avx2" : "scalar"; }
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::Avx512: return "avx512-vnni";
+    case Backend::Avx2: return "avx2";
+    default: return "scalar";
+  }
+}
 
 bool weight_type_supported(uint32_t t) {
   return t == F32 || t == F16 || t == BF16 || t == Q8_0 || t == Q4_K || t == Q5_K || t == Q6_K;
@@ -138,33 +156,18 @@ void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n, 
       for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(x[i]);
       return;
     }
-    case Q8_0:
-      return be == Backend::Avx2 ? avx2::quantize_q8_0(x, static_cast<BlockQ8_0*>(dst), n)
-                                 : scalar::quantize_q8_0(x, static_cast<BlockQ8_0*>(dst), n);
-    case Q8_K:
-      return be == Backend::Avx2 ? avx2::quantize_q8_k(x, static_cast<BlockQ8K*>(dst), n)
-                                 : scalar::quantize_q8_k(x, static_cast<BlockQ8K*>(dst), n);
+    case Q8_0: return KERNELS_CALL(be, quantize_q8_0, x, static_cast<BlockQ8_0*>(dst), n);
+    case Q8_K: return KERNELS_CALL(be, quantize_q8_k, x, static_cast<BlockQ8K*>(dst), n);
     default: assert(!"quantize_activations: unsupported type");
   }
 }
 
-#define KERNELS_DOT(NS)                                                                                  \
-  switch (wtype) {                                                                                       \
-    case F32: return NS::dot_f32(static_cast<const float*>(w), static_cast<const float*>(x), n);        \
-    case F16: return NS::dot_f16(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(x), n);  \
-    case BF16: return NS::dot_bf16(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(x), n); \
-    case Q8_0: return NS::dot_q8_0(static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(x), n); \
-    case Q4_K: return NS::dot_q4_k(static_cast<const BlockQ4K*>(w), static_cast<const BlockQ8K*>(x), n); \
-    case Q5_K: return NS::dot_q5_k(static_cast<const BlockQ5K*>(w), static_cast<const BlockQ8K*>(x), n); \
-    case Q6_K: return NS::dot_q6_k(static_cast<const BlockQ6K*>(w), static_cast<const BlockQ8K*>(x), n); \
-    default: assert(!"dot: unsupported type"); return 0;                                                \
-  }
-
 float dot(uint32_t wtype, const void* w, const void* x, int64_t n, Backend be) {
-  if (be == Backend::Avx2) {
-    KERNELS_DOT(avx2)
-  }
-  KERNELS_DOT(scalar)
+  return KERNELS_CALL(be, dot, wtype, w, x, n);
+}
+
+void dot_tile(uint32_t wtype, const void* w, const void* const* xs, int n_tok, int64_t n, float* out, Backend be) {
+  KERNELS_CALL(be, dot_tile, wtype, w, xs, n_tok, n, out);
 }
 
 Scratch::~Scratch() { std::free(data); }
@@ -180,17 +183,41 @@ uint8_t* Scratch::get(size_t n) {
 
 void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens, float* y,
             Scratch& scratch, ThreadPool* pool, Backend be) {
-  const size_t xq_row = row_size(vec_dot_type(wtype), cols), w_row = row_size(wtype, cols);
+  const size_t xq_row = row_size(vec_dot_type(wtype), cols);
   uint8_t* xq = scratch.get(xq_row * n_tokens);
   for (int64_t t = 0; t < n_tokens; ++t) quantize_activations(wtype, x + t * cols, xq + t * xq_row, cols, be);
-  auto body = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* wr = static_cast<const uint8_t*>(w) + r * w_row;
-      for (int64_t t = 0; t < n_tokens; ++t) y[t * rows + r] = dot(wtype, wr, xq + t * xq_row, cols, be);
+  const MatmulJob job{wtype, w, rows, cols, xq, xq_row, nullptr, n_tokens, y};
+  matmul_batch(&job, 1, pool, be);
+}
+
+void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backend be) {
+  // Rows of all jobs laid end to end; a chunk of the loop may span jobs.
+  std::vector<int64_t> first(n_jobs + 1, 0);
+  int64_t work = 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    first[j + 1] = first[j] + jobs[j].rows;
+    work += jobs[j].rows * jobs[j].cols * jobs[j].n_tokens;
+  }
+  auto body = [&](int64_t b, int64_t e) {
+    size_t j = std::upper_bound(first.begin(), first.end(), b) - first.begin() - 1;
+    // Tiles of one weight row x up to 4 tokens: the row's blocks are unpacked once per tile.
+    const void* xs[4];
+    float out[4];
+    for (int64_t g = b; g < e; ++g) {
+      while (g >= first[j + 1]) ++j;
+      const MatmulJob& m = jobs[j];
+      const int64_t r = g - first[j];
+      const uint8_t* wr = static_cast<const uint8_t*>(m.w) + r * row_size(m.wtype, m.cols);
+      for (int64_t t = 0; t < m.n_tokens; t += 4) {
+        const int nt = static_cast<int>(std::min<int64_t>(4, m.n_tokens - t));
+        for (int i = 0; i < nt; ++i) xs[i] = m.xq + (m.tok ? m.tok[t + i] : t + i) * m.xq_row;
+        dot_tile(m.wtype, wr, xs, nt, m.cols, out, be);
+        for (int i = 0; i < nt; ++i) m.y[(t + i) * m.rows + r] = out[i];
+      }
     }
   };
-  if (pool && rows * cols * n_tokens >= (1 << 16)) pool->parallel_for(rows, 16, body);
-  else body(0, rows);
+  if (pool && work >= (1 << 16)) pool->parallel_for(first[n_jobs], 16, body);
+  else body(0, first[n_jobs]);
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {

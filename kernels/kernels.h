@@ -1,5 +1,6 @@
 // CPU kernels for MoE inference. Weight types use GGML's ids. Every op has a scalar reference
-// (the source of truth, always built) and an AVX2 build of the same code chosen at run time.
+// (the source of truth, always built) and AVX2 and AVX-512 VNNI builds of the same code; the best
+// the CPU runs is chosen at run time (EXPERTD_KERNELS=avx2|scalar lowers the choice).
 // Before a quantized matmul the activations are quantized the way llama.cpp's CPU path does
 // (F16 for F16 weights, BF16 for BF16, Q8_0 blocks for Q8_0, Q8_K blocks for K-quants).
 #pragma once
@@ -13,7 +14,7 @@ namespace kernels {
 
 enum Type : uint32_t { F32 = 0, F16 = 1, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30 };
 
-enum class Backend { Scalar, Avx2 };
+enum class Backend { Scalar, Avx2, Avx512 };  // Avx512: F, BW, VL and VNNI
 Backend best_backend();            // what this CPU runs
 const char* backend_name(Backend b);
 
@@ -25,6 +26,10 @@ void dequantize_row(uint32_t type, const void* src, float* dst, int64_t n);
 // Quantizes activations to vec_dot_type(wtype); dst holds row_size(vec_dot_type, n) bytes.
 void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n, Backend b = best_backend());
 float dot(uint32_t wtype, const void* wrow, const void* xq, int64_t n, Backend b = best_backend());
+// One weight row against n_tok (1..4) quantized activation rows; out[t] is bit-identical to
+// dot(wtype, wrow, xs[t], n, b) whatever n_tok is.
+void dot_tile(uint32_t wtype, const void* wrow, const void* const* xs, int n_tok, int64_t n, float* out,
+              Backend b = best_backend());
 
 // y[t*rows + r] = sum_c W[r, c] * x[t*cols + c] for t < n_tokens. W is rows x cols, row-major in
 // `wtype`. `scratch` is resized as needed (activations quantized once per call).
@@ -36,6 +41,22 @@ struct Scratch {
 };
 void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
             float* y, Scratch& scratch, ThreadPool* pool, Backend b = best_backend());
+
+// One weight matrix against already-quantized activation rows: token i's row is
+// xq + tok[i] * xq_row (tok == nullptr: row i). y[i * rows + r] receives row r's dot.
+struct MatmulJob {
+  uint32_t wtype;
+  const void* w;
+  int64_t rows, cols;
+  const uint8_t* xq;
+  size_t xq_row;
+  const int32_t* tok;
+  int64_t n_tokens;
+  float* y;
+};
+// Runs every job in one parallel loop over all their rows (one fork-join however many matrices:
+// a decode step's experts are many small matrices). Each y value is exactly what matmul() gives.
+void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backend b = best_backend());
 
 // Elementwise and small ops (float32).
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);

@@ -1,4 +1,4 @@
-// Every kernel against the scalar reference: the AVX2 build of each dot product, matmul across
+// Every kernel against the scalar reference: the AVX2 and AVX-512 builds of each dot product and tile, matmul across
 // threads, and each quantized dot against the dequantized weights in double precision.
 #include "kernels/kernels.h"
 
@@ -35,6 +35,14 @@ std::vector<uint8_t> random_weights(uint32_t type, int64_t n, std::mt19937_64& r
 
 const uint32_t kTypes[] = {F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K};
 
+// Every backend this CPU can run, the scalar reference included.
+std::vector<Backend> runnable_backends() {
+  std::vector<Backend> v = {Backend::Scalar};
+  if (best_backend() != Backend::Scalar) v.push_back(Backend::Avx2);
+  if (best_backend() == Backend::Avx512) v.push_back(Backend::Avx512);
+  return v;
+}
+
 }  // namespace
 
 TEST(Kernels, DotMatchesDequantizedReferenceOnEveryBackend) {
@@ -60,12 +68,41 @@ TEST(Kernels, DotMatchesDequantizedReferenceOnEveryBackend) {
     for (int64_t i = 0; i < n; ++i) ref += double(wf[i]) * xf[i], mag += std::fabs(double(wf[i]) * xf[i]);
     float scalar = dot(t, w.data(), xq.data(), n, Backend::Scalar);
     EXPECT_NEAR(scalar, ref, 1e-5 * mag + 1e-6);
-    if (best_backend() == Backend::Avx2) {
+    for (Backend be : runnable_backends()) {
+      SCOPED_TRACE(backend_name(be));
       std::vector<uint8_t> xq2(xq.size());
-      quantize_activations(t, x.data(), xq2.data(), n, Backend::Avx2);
+      quantize_activations(t, x.data(), xq2.data(), n, be);
       EXPECT_EQ(0, std::memcmp(xq.data(), xq2.data(), xq.size())) << "activation quantization differs";
-      // Integer block sums are exact; the float accumulation may round differently (FMA).
-      EXPECT_NEAR(dot(t, w.data(), xq.data(), n, Backend::Avx2), scalar, 1e-5 * mag + 1e-6);
+      // Integer block sums are exact; the float accumulation may round differently (FMA, lanes).
+      EXPECT_NEAR(dot(t, w.data(), xq.data(), n, be), scalar, 1e-5 * mag + 1e-6);
+    }
+  }
+}
+
+// A tile of one row x n tokens gives each token exactly what a single dot gives it, on every backend
+// and for every tile width, so results never depend on how tokens are grouped.
+TEST(Kernels, TileEqualsSingleDotsOnEveryBackend) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> g(0.f, 1.f);
+  const int64_t n = 768;
+  for (uint32_t t : kTypes) {
+    SCOPED_TRACE(t);
+    auto w = random_weights(t, n, rng);
+    const size_t xq_row = row_size(vec_dot_type(t), n);
+    std::vector<uint8_t> xq(4 * xq_row);
+    std::vector<float> x(n);
+    for (int k = 0; k < 4; ++k) {
+      for (auto& v : x) v = g(rng) * (k + 1);
+      quantize_activations(t, x.data(), xq.data() + k * xq_row, n);
+    }
+    const void* xs[4] = {xq.data(), xq.data() + xq_row, xq.data() + 2 * xq_row, xq.data() + 3 * xq_row};
+    for (Backend be : runnable_backends()) {
+      SCOPED_TRACE(backend_name(be));
+      for (int nt = 1; nt <= 4; ++nt) {
+        float out[4] = {};
+        dot_tile(t, w.data(), xs, nt, n, out, be);
+        for (int k = 0; k < nt; ++k) EXPECT_EQ(out[k], dot(t, w.data(), xs[k], n, be)) << "width " << nt << " token " << k;
+      }
     }
   }
 }
