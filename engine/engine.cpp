@@ -50,6 +50,7 @@ void Engine::attention(int il, int T, const float* h, float* out) {
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int group = H / HKV;
+  const kernels::Backend be = kernels::best_backend();
   pool_.parallel_for(int64_t(T) * H, 1, [&](int64_t b, int64_t e) {
     std::vector<float> s(n_past_ + T);
     for (int64_t job = b; job < e; ++job) {
@@ -60,16 +61,14 @@ void Engine::attention(int il, int T, const float* h, float* out) {
       const float* vbase = &v_cache_[size_t(il) * n_ctx_ * KV];
       for (int j = 0; j < n_keys; ++j) {
         const float* kj = kbase + size_t(j) * KV + kvh * D;
-        float dotv = 0;
-        for (int d = 0; d < D; ++d) dotv += qt[d] * kj[d];
-        s[j] = dotv * scale;
+        s[j] = kernels::dot_f32(qt, kj, D, be) * scale;
       }
       kernels::softmax(s.data(), n_keys);
       float* o = out + size_t(t) * Q + hh * D;
       std::fill(o, o + D, 0.0f);
       for (int j = 0; j < n_keys; ++j) {
         const float* vj = vbase + size_t(j) * KV + kvh * D;
-        for (int d = 0; d < D; ++d) o[d] += s[j] * vj[d];
+        kernels::axpy(s[j], vj, o, D, be);
       }
     }
   });

@@ -200,16 +200,16 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backen
   }
   auto body = [&](int64_t b, int64_t e) {
     size_t j = std::upper_bound(first.begin(), first.end(), b) - first.begin() - 1;
-    // Tiles of one weight row x up to 4 tokens: the row's blocks are unpacked once per tile.
-    const void* xs[4];
-    float out[4];
+    // Tiles of one weight row x up to kMaxTile tokens: the row's blocks are unpacked once per tile.
+    const void* xs[kMaxTile];
+    float out[kMaxTile];
     for (int64_t g = b; g < e; ++g) {
       while (g >= first[j + 1]) ++j;
       const MatmulJob& m = jobs[j];
       const int64_t r = g - first[j];
       const uint8_t* wr = static_cast<const uint8_t*>(m.w) + r * row_size(m.wtype, m.cols);
-      for (int64_t t = 0; t < m.n_tokens; t += 4) {
-        const int nt = static_cast<int>(std::min<int64_t>(4, m.n_tokens - t));
+      for (int64_t t = 0; t < m.n_tokens; t += kMaxTile) {
+        const int nt = static_cast<int>(std::min<int64_t>(kMaxTile, m.n_tokens - t));
         for (int i = 0; i < nt; ++i) xs[i] = m.xq + (m.tok ? m.tok[t + i] : t + i) * m.xq_row;
         dot_tile(m.wtype, wr, xs, nt, m.cols, out, be);
         for (int i = 0; i < nt; ++i) m.y[(t + i) * m.rows + r] = out[i];
@@ -219,6 +219,10 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backen
   if (pool && work >= (1 << 16)) pool->parallel_for(first[n_jobs], 16, body);
   else body(0, first[n_jobs]);
 }
+
+float dot_f32(const float* a, const float* b, int64_t n, Backend be) { return KERNELS_CALL(be, dot_f32, a, b, n); }
+
+void axpy(float a, const float* x, float* y, int64_t n, Backend be) { KERNELS_CALL(be, axpy, a, x, y, n); }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
   double sum = 0;  // ggml accumulates in ggml_float (double)

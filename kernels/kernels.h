@@ -14,6 +14,8 @@ namespace kernels {
 
 enum Type : uint32_t { F32 = 0, F16 = 1, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30 };
 
+inline constexpr int kMaxTile = 4;  // tokens per weight-row pass in a matmul
+
 enum class Backend { Scalar, Avx2, Avx512 };  // Avx512: F, BW, VL and VNNI
 Backend best_backend();            // what this CPU runs
 const char* backend_name(Backend b);
@@ -26,7 +28,7 @@ void dequantize_row(uint32_t type, const void* src, float* dst, int64_t n);
 // Quantizes activations to vec_dot_type(wtype); dst holds row_size(vec_dot_type, n) bytes.
 void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n, Backend b = best_backend());
 float dot(uint32_t wtype, const void* wrow, const void* xq, int64_t n, Backend b = best_backend());
-// One weight row against n_tok (1..4) quantized activation rows; out[t] is bit-identical to
+// One weight row against n_tok (1..kMaxTile) quantized activation rows; out[t] is bit-identical to
 // dot(wtype, wrow, xs[t], n, b) whatever n_tok is.
 void dot_tile(uint32_t wtype, const void* wrow, const void* const* xs, int n_tok, int64_t n, float* out,
               Backend b = best_backend());
@@ -59,6 +61,8 @@ struct MatmulJob {
 void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backend b = best_backend());
 
 // Elementwise and small ops (float32).
+float dot_f32(const float* a, const float* b, int64_t n, Backend be = best_backend());
+void axpy(float a, const float* x, float* y, int64_t n, Backend be = best_backend());  // y += a * x
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 // Rotates pairs of one head of head_dim values at position pos: NeoX pairs (i, i+n_rot/2) or
 // normal adjacent pairs (2i, 2i+1); only the first n_rot dims.

@@ -89,17 +89,18 @@ TEST(Kernels, TileEqualsSingleDotsOnEveryBackend) {
     SCOPED_TRACE(t);
     auto w = random_weights(t, n, rng);
     const size_t xq_row = row_size(vec_dot_type(t), n);
-    std::vector<uint8_t> xq(4 * xq_row);
+    std::vector<uint8_t> xq(kMaxTile * xq_row);
     std::vector<float> x(n);
-    for (int k = 0; k < 4; ++k) {
+    const void* xs[kMaxTile];
+    for (int k = 0; k < kMaxTile; ++k) {
       for (auto& v : x) v = g(rng) * (k + 1);
       quantize_activations(t, x.data(), xq.data() + k * xq_row, n);
+      xs[k] = xq.data() + k * xq_row;
     }
-    const void* xs[4] = {xq.data(), xq.data() + xq_row, xq.data() + 2 * xq_row, xq.data() + 3 * xq_row};
     for (Backend be : runnable_backends()) {
       SCOPED_TRACE(backend_name(be));
-      for (int nt = 1; nt <= 4; ++nt) {
-        float out[4] = {};
+      for (int nt = 1; nt <= kMaxTile; ++nt) {
+        float out[kMaxTile] = {};
         dot_tile(t, w.data(), xs, nt, n, out, be);
         for (int k = 0; k < nt; ++k) EXPECT_EQ(out[k], dot(t, w.data(), xs[k], n, be)) << "width " << nt << " token " << k;
       }
