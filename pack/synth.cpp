@@ -87,7 +87,14 @@ struct TensorPlan {
   std::vector<uint64_t> ne;
   enum Kind { Random, Ones, Embedding, Router } kind = Random;
   uint32_t layer = 0;
+  float scale = 1.0f;  // of the random values' std, 1/sqrt(row length) by default
 };
+
+// Random weights make attention near-uniform: its output is an average over positions, common to
+// every token, and so are large parts of the experts' outputs. Kept small next to the embeddings,
+// they leave each token's routed hidden state its own, and routing as diverse as a trained
+// model's (calibrated against the bundled model's trace: see bench/routing in the README).
+constexpr float kAttnOutScale = 0.25f, kExpertOutScale = 0.5f, kRouterSkew = 0.6f;
 
 gguf::GgmlType fit(gguf::GgmlType want, uint64_t row) {
   if (gguf::row_bytes(want, row)) return want;
@@ -118,6 +125,7 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, gguf::GgmlType t) {
       mat(p + "attn_k.weight", s.n_embd, s.n_head_kv * s.head_dim);
       mat(p + "attn_v.weight", s.n_embd, s.n_head_kv * s.head_dim);
       mat(p + "attn_output.weight", s.n_head * s.head_dim, s.n_embd);
+      v.back().scale = kAttnOutScale;
       if (s.qk_norm && s.arch == "olmoe") {
         vec(p + "attn_q_norm.weight", s.n_head * s.head_dim);
         vec(p + "attn_k_norm.weight", s.n_head_kv * s.head_dim);
@@ -137,6 +145,7 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, gguf::GgmlType t) {
     v.push_back({p + "ffn_gate_exps.weight", fit(t, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert}});
     v.push_back({p + "ffn_up_exps.weight", fit(t, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert}});
     v.push_back({p + "ffn_down_exps.weight", fit(t, s.n_ff_exp), {s.n_ff_exp, s.n_embd, s.n_expert}});
+    v.back().scale = kExpertOutScale;
     if (s.n_ff_shexp) {
       mat(p + "ffn_gate_shexp.weight", s.n_embd, s.n_ff_shexp);
       mat(p + "ffn_up_shexp.weight", s.n_embd, s.n_ff_shexp);
@@ -240,7 +249,7 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
     const auto& t = plan[i];
     uint64_t bytes = w.tensor_bytes(i), rows = bytes / *gguf::row_bytes(t.type, t.ne[0]);
     uint64_t rb = *gguf::row_bytes(t.type, t.ne[0]);
-    float std_dev = 1.0f / std::sqrt(float(t.ne[0]));
+    float std_dev = t.scale / std::sqrt(float(t.ne[0]));
     uint64_t chunk_rows = std::max<uint64_t>(1, (16u << 20) / rb);
     for (uint64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
       uint64_t nr = std::min(chunk_rows, rows - r0);
@@ -257,11 +266,14 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
         for (uint64_t r = 0; r < nr; ++r) {
           for (uint64_t c = 0; c < t.ne[0]; ++c) {
             float x = t.kind == TensorPlan::Ones ? 1.0f : gauss(rng) * std_dev;
-            if (t.kind == TensorPlan::Embedding) x += 0.5f * dir[c];  // cosine ~0.45 with dir
+            // Embeddings at the scale of what the blocks add to the residual stream (norm ~sqrt(n_embd)):
+            // at a smaller scale, attention's average over positions and the experts' outputs
+            // swamp each token's own direction and every token routes alike.
+            if (t.kind == TensorPlan::Embedding) x = (x + 0.5f * dir[c]) * std::sqrt(float(s.n_embd));  // cosine ~0.45 with dir
             // The routed hidden state has norm sqrt(n_embd) and leans on `dir` (cosine ~0.5), and
             // the noise part of a router logit has std ~1: expert of rank r gets about
-            // +1.5/(1+r) std, a Zipf(1) popularity that still routes to most experts.
-            if (t.kind == TensorPlan::Router) x += 3.0f / std::sqrt(float(s.n_embd)) * dir[c] / float(1 + perm[r0 + r]);
+            // +kRouterSkew/(1+r) std, a Zipf(1) popularity that still routes to most experts.
+            if (t.kind == TensorPlan::Router) x += 2.0f * kRouterSkew / std::sqrt(float(s.n_embd)) * dir[c] / float(1 + perm[r0 + r]);
             row[c] = x;
           }
           quantize_row(t.type, {row.data(), t.ne[0]}, buf.data() + r * rb);
