@@ -28,6 +28,8 @@ mkdir -p "$cg"
 echo "$limit" > "$cg/memory.limit_in_bytes"
 echo "model $((size >> 20)) MiB ($layers layers, Q4_K), core $((core >> 20)) MiB; limit $((limit >> 20)) MiB; expertd cache $cache_mib MiB"
 
+# What the drive delivers to O_DIRECT reads of this pack (raw io_uring, queue depth 64), just before.
+drive=$(build/bench/expert-bench io --manifest "$dir/q30b.manifest.json" --seconds 3 | sed -n 's/^raw io_uring O_DIRECT, qd [0-9]*: \([0-9.]*\) GB\/s.*/\1/p')
 sync; echo 3 > /proc/sys/vm/drop_caches
 sh -c "echo \$\$ > $cg/cgroup.procs; exec build/daemon/expertd --manifest $dir/q30b.manifest.json --socket $dir/s.sock \
   --config /dev/null --cache-mib $cache_mib --reserve-mib 0 --clients-max 1 --lock-memory false --log-level warn" &
@@ -62,8 +64,6 @@ PY
 )
 echo "llama.cpp (mmap, no repack): $ref"
 echo "peak memory of the run: $(( $(cat $cg/memory.max_usage_in_bytes) >> 20 )) MiB"
-# What the drive delivers to O_DIRECT reads of this pack (raw io_uring, queue depth 64).
-drive=$(build/bench/expert-bench io --manifest "$dir/q30b.manifest.json" --seconds 3 | sed -n 's/^raw io_uring O_DIRECT, qd [0-9]*: \([0-9.]*\) GB\/s.*/\1/p')
 python3 - "$ours" "$ref" "$drive" <<'PY'
 import json, sys
 o, r = json.loads(sys.argv[1]), json.loads(sys.argv[2])

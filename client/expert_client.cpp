@@ -87,6 +87,8 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
   i.slot_count = h->slot_count();
   i.arena_bytes = h->arena_bytes();
   i.max_experts_per_request = h->max_experts_per_request();
+  if (h->cuda_ipc_handle()) i.cuda_ipc_handle.assign(h->cuda_ipc_handle()->begin(), h->cuda_ipc_handle()->end());
+  if (h->cuda_event_handles()) i.cuda_event_handles.assign(h->cuda_event_handles()->begin(), h->cuda_event_handles()->end());
   if (h->layers())
     for (const auto* l : *h->layers()) {
       LayerView lv{l->model_layer(), l->stride(), {}};

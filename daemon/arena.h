@@ -24,9 +24,18 @@ class SlotArena {
   // Makes a landed read visible in the slot, then calls `done` on the control thread
   // (host: at once; cuda: after the H2D copy's event). Bytes counted in h2d_bytes.
   virtual void publish(uint32_t slot, uint64_t bytes, std::function<void(Status)> done) = 0;
+  // Reads that may be in flight at once (cuda: one per staging buffer); the cache queues the rest.
+  virtual uint32_t max_reads_in_flight() const { return ~0u; }
+  // A read into read_target(slot) failed or was rejected: its target is free again.
+  virtual void abandon(uint32_t slot) { (void)slot; }
   // The descriptor passed to clients with SCM_RIGHTS (host memfd), or -1.
   virtual int share_fd() const { return -1; }
+  // cuda: cudaIpcMemHandle_t of the arena and one cudaIpcEventHandle_t per slot, for HelloReply.
+  virtual std::vector<uint8_t> ipc_memory_handle() const { return {}; }
+  virtual std::vector<uint8_t> ipc_event_handles() const { return {}; }
   virtual uint64_t h2d_bytes() const { return 0; }
+  virtual uint64_t copy_errors() const { return 0; }  // failed host-to-device copies
+  virtual uint64_t stage_waits() const { return 0; }  // reads that waited for a staging buffer's copy
 };
 
 // Bytes the host could give the arena now (MemAvailable), for the slot budget.
@@ -36,5 +45,19 @@ Result<uint64_t> host_available_bytes();
 // (F_SEAL_FUTURE_WRITE forbids any new writable mapping). O_DIRECT reads land in the slots.
 Result<std::unique_ptr<SlotArena>> create_host_arena(uint32_t slot_count, uint64_t slot_bytes,
                                                      bool lock_memory, std::string* warning);
+
+struct CudaArenaOptions {
+  int device = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t cache_bytes = 0;    // --cache-mib (or --cache-slots x slot_bytes)
+  uint64_t reserve_bytes = 0;  // VRAM left to engines
+  uint64_t max_slots = 0;      // every expert of the pack
+  uint64_t need_slots = 0;     // clients_max x max_experts_per_request
+  uint32_t stage_slots = 8;
+};
+
+// VRAM slots (cudaMalloc + cudaIpcGetMemHandle), an interprocess event per slot, pinned staging.
+// Built only with the CUDA tier (EXPERTD_HAVE_CUDA_ARENA); `info` describes the device.
+Result<std::unique_ptr<SlotArena>> create_cuda_arena(const CudaArenaOptions& o, std::string* info);
 
 }  // namespace expertd::daemon

@@ -180,25 +180,53 @@ void Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand)
   index_[key(layer, expert)] = static_cast<int32_t>(s);
   ++loading_;
   if (!demand) ++prefetch_inflight_;
-  io_->read(s, m_.offset(layer, expert), m_.layers[layer].stride, arena_.read_target(s),
-            cfg_.read_splits, demand ? IoPriority::Demand : IoPriority::Prefetch);
+  if (reads_in_flight_ >= arena_.max_reads_in_flight())
+    (demand ? deferred_demand_ : deferred_prefetch_).push_back(s);
+  else
+    issue_read(s);
+}
+
+void Cache::issue_read(uint32_t s) {
+  Slot& sl = slots_[s];
+  uint8_t* target = arena_.read_target(s);
+  if (!target) return finish_load(s, make_error("the slot arena has no buffer for a read"), ErrorCode::IoError);
+  ++reads_in_flight_;
+  io_->read(s, m_.offset(sl.layer, sl.expert), m_.layers[sl.layer].stride, target, cfg_.read_splits,
+            sl.demand ? IoPriority::Demand : IoPriority::Prefetch);
+}
+
+void Cache::issue_deferred() {
+  while (reads_in_flight_ < arena_.max_reads_in_flight() && (!deferred_demand_.empty() || !deferred_prefetch_.empty())) {
+    auto& q = deferred_demand_.empty() ? deferred_prefetch_ : deferred_demand_;
+    uint32_t s = q.front();
+    q.pop_front();
+    issue_read(s);
+  }
 }
 
 void Cache::on_read_done(uint64_t job, Status st) {
   uint32_t s = static_cast<uint32_t>(job);
   Slot& sl = slots_[s];
   assert(sl.state == State::Loading);
-  if (!st) return finish_load(s, st, ErrorCode::IoError);
+  --reads_in_flight_;
+  if (!st) {
+    arena_.abandon(s);
+    finish_load(s, st, ErrorCode::IoError);
+    return issue_deferred();
+  }
   uint64_t stride = m_.layers[sl.layer].stride;
   if (cfg_.verify_checksums &&
       XXH3_64bits(arena_.read_target(s), stride) != m_.layers[sl.layer].checksums[sl.expert]) {
     ++stats_.c.checksum_errors;
-    return finish_load(s, make_error("checksum mismatch for layer " + std::to_string(sl.layer) +
-                                     " expert " + std::to_string(sl.expert) + " (corrupt pack)"),
-                       ErrorCode::ChecksumError);
+    arena_.abandon(s);
+    finish_load(s, make_error("checksum mismatch for layer " + std::to_string(sl.layer) + " expert " +
+                              std::to_string(sl.expert) + " (corrupt pack)"),
+                ErrorCode::ChecksumError);
+    return issue_deferred();
   }
-  // Published only after the bytes are verified (and, on cuda, copied and fenced).
+  // Published only after the bytes are verified (and, on cuda, copied and fenced by its event).
   arena_.publish(s, stride, [this, s](Status pst) { finish_load(s, pst, ErrorCode::IoError); });
+  issue_deferred();
 }
 
 void Cache::finish_load(uint32_t s, Status st, ErrorCode code) {
@@ -336,6 +364,9 @@ Gauges Cache::gauges() const {
     g.io_queued = io_->stats().queued;
   }
   g.h2d_bytes = arena_.h2d_bytes();
+  g.copy_errors = arena_.copy_errors();
+  g.stage_waits = arena_.stage_waits();
+  g.reads_deferred = deferred_demand_.size() + deferred_prefetch_.size();
   return g;
 }
 

@@ -107,6 +107,8 @@ class Cache {
   void drain_waiting();
   int32_t take_slot();  // a FREE slot, or the policy's victim; -1 when none
   void start_load(uint32_t slot, uint32_t layer, uint32_t expert, bool demand);
+  void issue_read(uint32_t slot);
+  void issue_deferred();
   void finish_load(uint32_t slot, Status st, ErrorCode code);
   void unpin(uint32_t slot);
   void lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code, const std::string& msg);
@@ -128,6 +130,9 @@ class Cache {
   std::deque<Pending> waiting_;
   uint64_t next_lease_ = 1, clock_ = 0, accesses_ = 0;
   uint32_t prefetch_inflight_ = 0, loading_ = 0;
+  // Loads waiting for the arena to take another read (cuda: a free staging buffer).
+  std::deque<uint32_t> deferred_demand_, deferred_prefetch_;
+  uint32_t reads_in_flight_ = 0;
   uint32_t evictable_ = 0;  // slots READY with no pins
   Stats stats_;
 };

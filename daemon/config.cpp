@@ -18,6 +18,7 @@ Status Config::validate() const {
   if (read_splits < 1 || read_splits > 64) return make_error("--read-splits must be 1..64");
   if (clients_max < 1 || clients_max > 1024) return make_error("--clients-max must be 1..1024");
   if (stage_slots < 1 || stage_slots > 1024) return make_error("--stage-slots must be 1..1024");
+  if (device < 0) return make_error("--device must be a GPU ordinal (0, 1, ...)");
   if (frame_bytes_max < 4096 || frame_bytes_max > (64u << 20)) return make_error("--frame-bytes-max must be 4 KiB..64 MiB");
   if (inflight_mib == 0) return make_error("--inflight-mib must be positive");
   if (socket.size() >= 108) return make_error("--socket path is longer than a Unix socket allows (107 bytes)");
@@ -27,7 +28,7 @@ Status Config::validate() const {
 std::string Config::to_json() const {
   nlohmann::ordered_json j = {
       {"manifest", manifest}, {"socket", socket}, {"backend", backend}, {"cache_mib", cache_mib}, {"cache_slots", cache_slots},
-      {"reserve_mib", reserve_mib}, {"stage_slots", stage_slots}, {"read_splits", read_splits},
+      {"reserve_mib", reserve_mib}, {"stage_slots", stage_slots}, {"device", device}, {"read_splits", read_splits},
       {"queue_depth", queue_depth}, {"inflight_mib", inflight_mib}, {"policy", policy},
       {"clients_max", clients_max}, {"max_experts_per_request", max_experts_per_request},
       {"frame_bytes_max", frame_bytes_max}, {"acquire_wait_ms_max", acquire_wait_ms_max},
@@ -48,7 +49,8 @@ Result<Config> parse_config(int argc, char** argv, int* exit_code) {
   app.add_option("--cache-mib", c.cache_mib, "arena budget in MiB")->capture_default_str();
   app.add_option("--cache-slots", c.cache_slots, "exact number of expert slots (overrides --cache-mib)");
   app.add_option("--reserve-mib", c.reserve_mib, "memory to leave free, MiB")->capture_default_str();
-  app.add_option("--stage-slots", c.stage_slots, "cuda: pinned staging buffers")->capture_default_str();
+  app.add_option("--stage-slots", c.stage_slots, "cuda: pinned staging buffers (reads in flight at most)")->capture_default_str();
+  app.add_option("--device", c.device, "cuda: GPU ordinal")->capture_default_str();
   app.add_option("--read-splits", c.read_splits, "parallel reads per miss")->capture_default_str();
   app.add_option("--queue-depth", c.queue_depth, "io_uring queue depth")->capture_default_str();
   app.add_option("--inflight-mib", c.inflight_mib, "bound on read bytes in flight, MiB")->capture_default_str();

@@ -18,6 +18,7 @@ struct Config {
   uint32_t cache_slots = 0;                  // exact slot count instead of --cache-mib (0 = off)
   uint64_t reserve_mib = 1024;               // memory left to everything else
   uint32_t stage_slots = 8;                  // cuda: pinned staging buffers
+  int device = 0;                            // cuda: GPU ordinal
   uint32_t read_splits = 1;                  // parallel reads per miss
   uint32_t queue_depth = 64;                 // io_uring submission queue entries
   uint64_t inflight_mib = 256;               // bytes in flight bound

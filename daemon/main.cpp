@@ -65,13 +65,29 @@ int run(const Config& cfg) {
   uint32_t max_per_request = cfg.max_experts_per_request;
   if (max_per_request == 0) max_per_request = std::max(8u, 2 * m.n_experts_used);
   max_per_request = std::min(max_per_request, m.n_experts);
-  auto slots = plan_slots(cfg, m, max_per_request);
-  if (!slots) throw std::runtime_error(slots.error().message);
 
   std::unique_ptr<SlotArena> arena;
   if (cfg.backend == "cuda") {
-    throw std::runtime_error("--backend cuda: this build has no CUDA arena; use --backend host");
+#ifdef EXPERTD_HAVE_CUDA_ARENA
+    CudaArenaOptions o;
+    o.device = cfg.device;
+    o.slot_bytes = m.slot_bytes();
+    o.cache_bytes = cfg.cache_slots ? uint64_t{cfg.cache_slots} * m.slot_bytes() : cfg.cache_mib << 20;
+    o.reserve_bytes = cfg.reserve_mib << 20;
+    o.max_slots = uint64_t{m.n_experts} * m.layers.size();
+    o.need_slots = std::min<uint64_t>(uint64_t{cfg.clients_max} * max_per_request, o.max_slots);
+    o.stage_slots = cfg.stage_slots;
+    std::string info;
+    auto a = create_cuda_arena(o, &info);
+    if (!a) throw std::runtime_error(a.error().message);
+    arena = std::move(*a);
+    spdlog::info("cuda arena on {}", info);
+#else
+    throw std::runtime_error("--backend cuda: this build has no CUDA arena (configure with -DEXPERTD_CUDA=ON); use --backend host");
+#endif
   } else {
+    auto slots = plan_slots(cfg, m, max_per_request);
+    if (!slots) throw std::runtime_error(slots.error().message);
     std::string warning;
     auto a = create_host_arena(*slots, m.slot_bytes(), cfg.lock_memory, &warning);
     if (!a) throw std::runtime_error(a.error().message);

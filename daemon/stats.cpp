@@ -62,6 +62,8 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
   counter("pack_read_bytes", c.pack_read_bytes, "bytes", "bytes read from the pack (O_DIRECT)");
   counter("pack_reads", c.pack_reads, "", "expert blocks read from the pack");
   counter("h2d_bytes", g.h2d_bytes, "bytes", "bytes copied host to device (cuda arena)");
+  counter("copy_errors", g.copy_errors, "", "failed host-to-device copies (cuda arena)");
+  counter("stage_waits", g.stage_waits, "", "reads that waited for a staging buffer's copy (cuda arena)");
   counter("fallback_count", c.fallback_count, "", "reads served by a fallback path (there is none)");
   counter("io_errors", c.io_errors, "", "failed expert reads (I/O or checksum)");
   counter("checksum_errors", c.checksum_errors, "", "reads whose bytes failed the xxh3 check");
@@ -81,6 +83,7 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
   gauge("slots_used", static_cast<double>(g.slots_used), "", "slots holding or loading an expert");
   gauge("slots_loading", static_cast<double>(g.slots_loading), "", "slots being read");
   gauge("slots_pinned", static_cast<double>(g.slots_pinned), "", "slots pinned by leases");
+  gauge("reads_deferred", static_cast<double>(g.reads_deferred), "", "loads waiting for a free staging buffer (cuda arena)");
   gauge("bytes_in_flight", static_cast<double>(g.bytes_in_flight), "bytes", "read bytes in flight");
   gauge("bytes_in_flight_max", static_cast<double>(g.bytes_in_flight_max), "bytes", "high-water mark of bytes in flight");
   gauge("io_queued", static_cast<double>(g.io_queued), "", "read parts waiting for queue room");

@@ -62,6 +62,9 @@ struct Gauges {
   uint64_t io_queued = 0;
   uint64_t acquires_waiting = 0;
   uint64_t h2d_bytes = 0;
+  uint64_t copy_errors = 0;
+  uint64_t stage_waits = 0;
+  uint64_t reads_deferred = 0;
   uint64_t uptime_s = 0;
 };
 

@@ -1,0 +1,330 @@
+// CUDA kernels (see cuda_kernels.h). Reference: the scalar CPU kernels in kernels/impl.inc and
+// dequantize_row in kernels/kernels.cpp; tests/gpu/cuda_kernels_test.cpp checks every one.
+#include "kernels/cuda/cuda_kernels.h"
+
+#include <cuda_fp16.h>
+
+#include "kernels/quant_blocks.h"
+
+namespace kernels::cuda {
+namespace {
+
+enum : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30 };
+
+__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+
+__device__ __forceinline__ void k4_scale_min(int j, const uint8_t* q, float* d, float* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// The 32 weights of chunk c (elements 32c .. 32c + 31) of a row, dequantized.
+template <uint32_t T>
+__device__ __forceinline__ void chunk32(const uint8_t* row, int64_t c, float* w) {
+  if constexpr (T == kF32) {
+    const float* r = reinterpret_cast<const float*>(row) + c * 32;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) w[i] = r[i];
+  } else if constexpr (T == kF16 || T == kBF16) {
+    const uint16_t* r = reinterpret_cast<const uint16_t*>(row) + c * 32;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) w[i] = T == kF16 ? h2f(r[i]) : bf2f(r[i]);
+  } else if constexpr (T == kQ8_0) {
+    const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[c];
+    const float d = h2f(b.d);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) w[i] = d * b.qs[i];
+  } else if constexpr (T == kQ4_K || T == kQ5_K) {
+    const int j = static_cast<int>(c % 8);
+    const uint8_t *scales, *qs, *qh = nullptr;
+    uint16_t hd, hm;
+    if constexpr (T == kQ4_K) {
+      const BlockQ4K& b = reinterpret_cast<const BlockQ4K*>(row)[c / 8];
+      scales = b.scales, qs = b.qs, hd = b.d, hm = b.dmin;
+    } else {
+      const BlockQ5K& b = reinterpret_cast<const BlockQ5K*>(row)[c / 8];
+      scales = b.scales, qs = b.qs, qh = b.qh, hd = b.d, hm = b.dmin;
+    }
+    float sc, m;
+    k4_scale_min(j, scales, &sc, &m);
+    const float d = h2f(hd) * sc, mn = h2f(hm) * m;
+    const uint8_t* q = qs + (j / 2) * 32;
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      int v = (q[i] >> shift) & 0xF;
+      if constexpr (T == kQ5_K) v |= ((qh[i] >> j) & 1) << 4;
+      w[i] = d * v - mn;
+    }
+  } else if constexpr (T == kQ6_K) {
+    const BlockQ6K& b = reinterpret_cast<const BlockQ6K*>(row)[c / 8];
+    const int j = static_cast<int>(c % 8), h = j / 4, g = j % 4;
+    const uint8_t* ql = b.ql + 64 * h + (g & 1) * 32;
+    const uint8_t* qh = b.qh + 32 * h;
+    const int8_t* sc = b.scales + 8 * h + 2 * g;
+    const float d = h2f(b.d);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int q = ((ql[i] >> (4 * (g >> 1))) & 0xF) | (((qh[i] >> (2 * g)) & 3) << 4);
+      w[i] = d * sc[i / 16] * (q - 32);
+    }
+  }
+}
+
+constexpr int kTokensPerBlock = 8;
+constexpr int kWarpsPerBlock = 4;
+
+// One warp per weight row and up to kTokensPerBlock tokens: each lane dequantizes chunks of 32
+// weights once and applies them to every token.
+template <uint32_t T>
+__global__ void matmul_kernel(const uint8_t* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
+                              int64_t n_tokens, float* y) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
+  if (r >= rows) return;
+  const int64_t t0 = int64_t(blockIdx.y) * kTokensPerBlock;
+  const int nt = static_cast<int>(n_tokens - t0 < kTokensPerBlock ? n_tokens - t0 : kTokensPerBlock);
+  const uint8_t* row = w + r * row_bytes;
+  float acc[kTokensPerBlock] = {};
+  float wv[32];
+  for (int64_t c = lane; c < cols / 32; c += 32) {
+    chunk32<T>(row, c, wv);
+#pragma unroll
+    for (int t = 0; t < kTokensPerBlock; ++t) {
+      if (t >= nt) break;
+      const float* xt = x + (t0 + t) * cols + c * 32;
+      float s = 0;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s = fmaf(wv[i], xt[i], s);
+      acc[t] += s;
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kTokensPerBlock; ++t) {
+    float v = acc[t];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0 && t < nt) y[(t0 + t) * rows + r] = v;
+  }
+}
+
+size_t row_bytes(uint32_t type, int64_t n) {
+  switch (type) {
+    case kF32: return 4 * n;
+    case kF16: case kBF16: return 2 * n;
+    case kQ8_0: return n / kQK8_0 * sizeof(BlockQ8_0);
+    case kQ4_K: return n / kQK_K * sizeof(BlockQ4K);
+    case kQ5_K: return n / kQK_K * sizeof(BlockQ5K);
+    case kQ6_K: return n / kQK_K * sizeof(BlockQ6K);
+    default: return 0;
+  }
+}
+
+__device__ float block_sum(float v, float* shared) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // `shared` may still be read from a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = 0;
+  for (int i = 0; i < int(blockDim.x / 32); ++i) v += shared[i];
+  return v;
+}
+
+__device__ float block_max(float v, float* shared) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = -INFINITY;
+  for (int i = 0; i < int(blockDim.x / 32); ++i) v = fmaxf(v, shared[i]);
+  return v;
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_t n, float eps) {
+  __shared__ float red[32];
+  const float* xr = x + int64_t(blockIdx.x) * n;
+  float* yr = y + int64_t(blockIdx.x) * n;
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+  s = block_sum(s, red);
+  const float scale = rsqrtf(s / n + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
+}
+
+__global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+                            int64_t pos0, float base, bool neox) {
+  const int64_t half = n_rot / 2;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n_tokens * n_heads * half) return;
+  const int64_t i = idx % half, th = idx / half, t = th / n_heads;
+  float* hx = x + th * head_dim;
+  const float theta = float(pos0 + t) * powf(base, -2.0f * float(i) / float(n_rot));
+  float s, c;
+  sincosf(theta, &s, &c);
+  const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+  const float x0 = hx[a], x1 = hx[b];
+  hx[a] = x0 * c - x1 * s;
+  hx[b] = x0 * s + x1 * c;
+}
+
+__global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+constexpr int kMaxTopK = 32;
+
+__global__ void softmax_topk_kernel(const float* logits, int64_t n_tokens, int64_t n_expert, int k, bool norm,
+                                    int32_t* ids, float* weights) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n_tokens) return;
+  const float* l = logits + t * n_expert;
+  float mx = -INFINITY;
+  for (int64_t e = 0; e < n_expert; ++e) mx = fmaxf(mx, l[e]);
+  float sum = 0;
+  for (int64_t e = 0; e < n_expert; ++e) sum += expf(l[e] - mx);
+  int32_t chosen[kMaxTopK];
+  float p[kMaxTopK], psum = 0;
+  for (int kk = 0; kk < k; ++kk) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < n_expert; ++e) {
+      bool taken = false;
+      for (int j = 0; j < kk; ++j) taken |= chosen[j] == e;
+      if (!taken && (best < 0 || l[e] > l[best])) best = static_cast<int32_t>(e);
+    }
+    chosen[kk] = best;
+    p[kk] = expf(l[best] - mx) / sum;
+    psum += p[kk];
+  }
+  for (int kk = 0; kk < k; ++kk) {
+    ids[t * k + kk] = chosen[kk];
+    weights[t * k + kk] = norm ? p[kk] / fmaxf(psum, 6.103515625e-5f) : p[kk];
+  }
+}
+
+// One block per (token, head); scores of every visible key in shared memory.
+__global__ void attention_kernel(const float* q, const float* kc, const float* vc, float* out, int64_t n_past,
+                                 int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale) {
+  extern __shared__ float s[];
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x / n_head, h = blockIdx.x % n_head, kvh = h / (n_head / n_head_kv);
+  const int64_t n_keys = n_past + t + 1, kv_row = n_head_kv * head_dim;
+  const float* qh = q + (t * n_head + h) * head_dim;
+  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) {
+    const float* kj = kc + j * kv_row + kvh * head_dim;
+    float d = 0;
+    for (int64_t i = 0; i < head_dim; ++i) d = fmaf(qh[i], kj[i], d);
+    s[j] = d * scale;
+  }
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) mx = fmaxf(mx, s[j]);
+  mx = block_max(mx, red);
+  float sum = 0;
+  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) {
+    s[j] = expf(s[j] - mx);
+    sum += s[j];
+  }
+  sum = block_sum(sum, red);  // its barriers also publish s[]
+  const float inv = 1.0f / sum;
+  float* o = out + (t * n_head + h) * head_dim;
+  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float acc = 0;
+    for (int64_t j = 0; j < n_keys; ++j) acc = fmaf(s[j], vc[j * kv_row + kvh * head_dim + d], acc);
+    o[d] = acc * inv;
+  }
+}
+
+__global__ void weighted_sum_kernel(const float* eo, const float* wts, float* out, int64_t n_tokens, int64_t k_used,
+                                    int64_t n) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n_tokens * n) return;
+  const int64_t t = idx / n, i = idx % n;
+  float acc = 0;
+  for (int64_t k = 0; k < k_used; ++k) acc += wts[t * k_used + k] * eo[(t * k_used + k) * n + i];
+  out[idx] = acc;
+}
+
+unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+}  // namespace
+
+bool weight_type_supported(uint32_t t) { return row_bytes(t, 256) != 0; }
+
+cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
+                   float* y, cudaStream_t stream) {
+  if (rows <= 0 || n_tokens <= 0) return cudaSuccess;
+  const size_t rb = row_bytes(wtype, cols);
+  if (rb == 0 || cols % (wtype == kQ4_K || wtype == kQ5_K || wtype == kQ6_K ? kQK_K : 32) != 0) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                  static_cast<unsigned>((n_tokens + kTokensPerBlock - 1) / kTokensPerBlock));
+  const dim3 block(32 * kWarpsPerBlock);
+  auto* wb = static_cast<const uint8_t*>(w);
+  switch (wtype) {
+    case kF32: matmul_kernel<kF32><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kF16: matmul_kernel<kF16><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kBF16: matmul_kernel<kBF16><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kQ8_0: matmul_kernel<kQ8_0><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kQ4_K: matmul_kernel<kQ4_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kQ5_K: matmul_kernel<kQ5_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kQ6_K: matmul_kernel<kQ6_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps, cudaStream_t stream) {
+  if (n_rows <= 0) return cudaSuccess;
+  rms_norm_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(x, w, y, n, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos0, float base,
+                 bool neox, cudaStream_t stream) {
+  const int64_t n = n_tokens * n_heads * (n_rot / 2);
+  if (n <= 0) return cudaSuccess;
+  rope_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n_tokens, n_heads, head_dim, n_rot, pos0, base, neox);
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  swiglu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int k, bool norm_topk, int32_t* ids,
+                         float* weights, cudaStream_t stream) {
+  if (k < 1 || k > kMaxTopK || k > n_expert) return cudaErrorInvalidValue;
+  if (n_tokens <= 0) return cudaSuccess;
+  softmax_topk_kernel<<<blocks_for(n_tokens, 64), 64, 0, stream>>>(logits, n_tokens, n_expert, k, norm_topk, ids, weights);
+  return cudaGetLastError();
+}
+
+cudaError_t attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n_tokens,
+                      int64_t n_past, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                      cudaStream_t stream) {
+  if (n_tokens <= 0) return cudaSuccess;
+  if (n_head_kv <= 0 || n_head % n_head_kv != 0) return cudaErrorInvalidValue;
+  const size_t shared = size_t(n_past + n_tokens) * sizeof(float);
+  if (shared > 48 * 1024) return cudaErrorInvalidValue;  // 12288 positions; longer contexts need tiling
+  attention_kernel<<<static_cast<unsigned>(n_tokens * n_head), 128, shared, stream>>>(q, k_cache, v_cache, out, n_past,
+                                                                                       n_head, n_head_kv, head_dim, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t weighted_sum(const float* expert_out, const float* weights, float* out, int64_t n_tokens, int64_t k_used,
+                         int64_t n, cudaStream_t stream) {
+  if (n_tokens * n <= 0) return cudaSuccess;
+  weighted_sum_kernel<<<blocks_for(n_tokens * n, 256), 256, 0, stream>>>(expert_out, weights, out, n_tokens, k_used, n);
+  return cudaGetLastError();
+}
+
+}  // namespace kernels::cuda

@@ -1,0 +1,47 @@
+// CUDA kernels for MoE inference: the device counterparts of kernels/kernels.h. Weights stay in
+// their GGML type (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, block layouts of kernels/quant_blocks.h)
+// and are dequantized inside the matmul; activations are float32. All pointers are device
+// pointers; every call is asynchronous on `stream` and returns the launch status.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kernels::cuda {
+
+bool weight_type_supported(uint32_t type);
+
+// y[t * rows + r] = sum_c W[r, c] * x[t * cols + c] for t < n_tokens (decode: n_tokens = 1; prefill:
+// the tokens grouped per expert). W is rows x cols, row-major, cols a multiple of the type's block.
+cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
+                   float* y, cudaStream_t stream);
+
+// Each of n_rows rows of n: y = x / rms(x) * w (w may be null: no weight).
+cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps, cudaStream_t stream);
+
+// x holds n_tokens x n_heads heads of head_dim; token t sits at position pos0 + t. NeoX pairs
+// (i, i + n_rot/2) or adjacent pairs (2i, 2i+1), first n_rot dims; theta = pos * base^(-2i/n_rot).
+cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos0,
+                 float base, bool neox, cudaStream_t stream);
+
+// out[i] = silu(gate[i]) * up[i]
+cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+// Per token: softmax over n_expert router logits, the k largest (ties: lower id first), their
+// probabilities, renormalised to sum 1 when norm_topk. ids and weights are n_tokens x k.
+cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int k, bool norm_topk,
+                         int32_t* ids, float* weights, cudaStream_t stream);
+
+// Causal attention with a KV cache: q is n_tokens x n_head x head_dim for positions
+// n_past .. n_past + n_tokens - 1; k_cache/v_cache hold n_past + n_tokens positions of
+// n_head_kv x head_dim (row stride n_head_kv * head_dim). out is n_tokens x n_head x head_dim.
+cudaError_t attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n_tokens,
+                      int64_t n_past, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                      cudaStream_t stream);
+
+// out[t] = sum_k weights[t * k_used + k] * expert_out[(t * k_used + k) * n], summed in k order.
+cudaError_t weighted_sum(const float* expert_out, const float* weights, float* out, int64_t n_tokens, int64_t k_used,
+                         int64_t n, cudaStream_t stream);
+
+}  // namespace kernels::cuda

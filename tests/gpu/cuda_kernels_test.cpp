@@ -1,0 +1,184 @@
+// Every CUDA kernel against the CPU reference (kernels/kernels.h: dequantize_row and the scalar
+// float ops), on random but valid data of every supported weight type.
+#include "kernels/cuda/cuda_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gpu_util.h"
+#include "kernels/fp16.h"
+#include "kernels/kernels.h"
+#include "kernels/quant_blocks.h"
+
+using namespace kernels;
+
+namespace {
+
+std::vector<uint8_t> random_weights(uint32_t type, int64_t n, std::mt19937_64& rng) {
+  std::vector<uint8_t> w(row_size(type, n));
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  std::normal_distribution<float> g(0.f, 1.f);
+  auto h = [&](float v) { return fp32_to_fp16(v); };
+  switch (type) {
+    case F32: for (int64_t i = 0; i < n; ++i) { float v = g(rng); std::memcpy(&w[4 * i], &v, 4); } break;
+    case F16: for (int64_t i = 0; i < n; ++i) { uint16_t v = h(g(rng)); std::memcpy(&w[2 * i], &v, 2); } break;
+    case BF16: for (int64_t i = 0; i < n; ++i) { uint16_t v = fp32_to_bf16(g(rng)); std::memcpy(&w[2 * i], &v, 2); } break;
+    case Q8_0: for (auto* b = reinterpret_cast<BlockQ8_0*>(w.data()); b < reinterpret_cast<BlockQ8_0*>(w.data() + w.size()); ++b) b->d = h(0.01f); break;
+    case Q4_K: for (auto* b = reinterpret_cast<BlockQ4K*>(w.data()); b < reinterpret_cast<BlockQ4K*>(w.data() + w.size()); ++b) b->d = h(0.005f), b->dmin = h(0.03f); break;
+    case Q5_K: for (auto* b = reinterpret_cast<BlockQ5K*>(w.data()); b < reinterpret_cast<BlockQ5K*>(w.data() + w.size()); ++b) b->d = h(0.003f), b->dmin = h(0.04f); break;
+    case Q6_K: for (auto* b = reinterpret_cast<BlockQ6K*>(w.data()); b < reinterpret_cast<BlockQ6K*>(w.data() + w.size()); ++b) b->d = h(0.001f); break;
+  }
+  return w;
+}
+
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  explicit Dev(size_t n) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
+  Dev(const std::vector<T>& v) : Dev(v.size()) { EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
+  ~Dev() { cudaFree(p); }
+  std::vector<T> get(size_t n) const {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+};
+
+std::vector<float> randn(size_t n, std::mt19937_64& rng, float s = 1.f) {
+  std::normal_distribution<float> g(0.f, s);
+  std::vector<float> v(n);
+  for (auto& x : v) x = g(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST(CudaKernels, MatmulOfEveryTypeMatchesTheDequantizedReference) {
+  EXPERTD_REQUIRE_GPU();
+  std::mt19937_64 rng(5);
+  const int64_t rows = 37, cols = 512;
+  for (uint32_t t : {F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K}) {
+    ASSERT_TRUE(cuda::weight_type_supported(t)) << t;
+    for (int64_t n_tok : {1, 3, 8, 13}) {
+      SCOPED_TRACE(::testing::Message() << "type " << t << ", tokens " << n_tok);
+      auto w = random_weights(t, rows * cols, rng);
+      auto x = randn(n_tok * cols, rng);
+      std::vector<float> wf(cols);
+      Dev<uint8_t> dw(w);
+      Dev<float> dx(x), dy(n_tok * rows);
+      CUDA_OK(cuda::matmul(t, dw.p, rows, cols, dx.p, n_tok, dy.p, nullptr));
+      auto y = dy.get(n_tok * rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(t, w.data() + r * row_size(t, cols), wf.data(), cols);
+        for (int64_t k = 0; k < n_tok; ++k) {
+          double ref = 0, mag = 0;
+          for (int64_t c = 0; c < cols; ++c) ref += double(wf[c]) * x[k * cols + c], mag += std::fabs(double(wf[c]) * x[k * cols + c]);
+          ASSERT_NEAR(y[k * rows + r], ref, 1e-5 * mag + 1e-6) << "row " << r << " token " << k;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, RmsNormRopeSwigluWeightedSum) {
+  EXPERTD_REQUIRE_GPU();
+  std::mt19937_64 rng(6);
+  const int64_t n = 256, rows = 5;
+  auto x = randn(n * rows, rng), w = randn(n, rng);
+  Dev<float> dx(x), dw(w), dy(n * rows);
+  CUDA_OK(cuda::rms_norm(dx.p, dw.p, dy.p, n, rows, 1e-6f, nullptr));
+  auto y = dy.get(n * rows);
+  std::vector<float> ref(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    rms_norm(&x[r * n], w.data(), ref.data(), n, 1e-6f);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[r * n + i], ref[i], 1e-5f * (1 + std::fabs(ref[i])));
+  }
+  // RoPE: 3 tokens x 4 heads of 64, both pairings, 48 rotated dims, from position 7.
+  for (bool neox : {true, false}) {
+    auto q = randn(3 * 4 * 64, rng);
+    Dev<float> dq(q);
+    CUDA_OK(cuda::rope(dq.p, 3, 4, 64, 48, 7, 10000.f, neox, nullptr));
+    auto got = dq.get(q.size());
+    for (int t = 0; t < 3; ++t)
+      for (int h = 0; h < 4; ++h) rope(&q[(t * 4 + h) * 64], 64, 48, 7 + t, 10000.f, neox);
+    for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(got[i], q[i], 2e-4f * (1 + std::fabs(q[i]))) << i << " neox " << neox;
+  }
+  auto g = randn(1000, rng, 3.f), u = randn(1000, rng);
+  Dev<float> dg(g), du(u), dout(1000);
+  CUDA_OK(cuda::swiglu(dg.p, du.p, dout.p, 1000, nullptr));
+  auto sw = dout.get(1000);
+  for (int i = 0; i < 1000; ++i) ASSERT_NEAR(sw[i], silu(g[i]) * u[i], 1e-5f * (1 + std::fabs(g[i] * u[i])));
+  // Weighted sum of 2 tokens x 3 experts of 100.
+  auto eo = randn(2 * 3 * 100, rng), wt = randn(2 * 3, rng);
+  Dev<float> deo(eo), dwt(wt), dsum(200);
+  CUDA_OK(cuda::weighted_sum(deo.p, dwt.p, dsum.p, 2, 3, 100, nullptr));
+  auto s = dsum.get(200);
+  for (int t = 0; t < 2; ++t)
+    for (int i = 0; i < 100; ++i) {
+      float r = 0;
+      for (int k = 0; k < 3; ++k) r += wt[t * 3 + k] * eo[(t * 3 + k) * 100 + i];
+      ASSERT_NEAR(s[t * 100 + i], r, 1e-5f * (1 + std::fabs(r)));
+    }
+}
+
+TEST(CudaKernels, SoftmaxTopKRoutesLikeTheCpu) {
+  EXPERTD_REQUIRE_GPU();
+  std::mt19937_64 rng(8);
+  const int64_t T = 9, X = 128;
+  const int K = 8;
+  auto logits = randn(T * X, rng, 2.f);
+  logits[3 * X + 5] = logits[3 * X + 6] = 9.f;  // a tie: the lower id comes first
+  Dev<float> dl(logits), dw(T * K);
+  Dev<int32_t> di(T * K);
+  for (bool norm : {true, false}) {
+    CUDA_OK(cuda::softmax_topk(dl.p, T, X, K, norm, di.p, dw.p, nullptr));
+    auto ids = di.get(T * K);
+    auto wts = dw.get(T * K);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> p(logits.begin() + t * X, logits.begin() + (t + 1) * X);
+      softmax(p.data(), X);
+      std::vector<int> idx(X);
+      std::iota(idx.begin(), idx.end(), 0);
+      std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return p[a] > p[b]; });
+      float sum = 0;
+      for (int k = 0; k < K; ++k) sum += p[idx[k]];
+      for (int k = 0; k < K; ++k) {
+        ASSERT_EQ(ids[t * K + k], idx[k]) << "token " << t << " rank " << k;
+        ASSERT_NEAR(wts[t * K + k], norm ? p[idx[k]] / sum : p[idx[k]], 1e-5f);
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, CausalAttentionWithAKvCache) {
+  EXPERTD_REQUIRE_GPU();
+  std::mt19937_64 rng(10);
+  const int64_t T = 4, past = 5, H = 8, HKV = 2, D = 64, KV = HKV * D;
+  auto q = randn(T * H * D, rng), k = randn((past + T) * KV, rng), v = randn((past + T) * KV, rng);
+  Dev<float> dq(q), dk(k), dv(v), dout(T * H * D);
+  const float scale = 1.0f / std::sqrt(float(D));
+  CUDA_OK(cuda::attention(dq.p, dk.p, dv.p, dout.p, T, past, H, HKV, D, scale, nullptr));
+  auto out = dout.get(T * H * D);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kvh = h / (H / HKV), n_keys = past + t + 1;
+      std::vector<double> s(n_keys);
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        double d = 0;
+        for (int64_t i = 0; i < D; ++i) d += double(q[(t * H + h) * D + i]) * k[j * KV + kvh * D + i];
+        s[j] = d * scale, mx = std::max(mx, s[j]);
+      }
+      for (auto& x : s) x = std::exp(x - mx), sum += x;
+      for (int64_t i = 0; i < D; ++i) {
+        double r = 0;
+        for (int64_t j = 0; j < n_keys; ++j) r += s[j] / sum * v[j * KV + kvh * D + i];
+        ASSERT_NEAR(out[(t * H + h) * D + i], r, 1e-4) << "token " << t << " head " << h << " dim " << i;
+      }
+    }
+}
