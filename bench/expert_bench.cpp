@@ -4,6 +4,7 @@
 //   rtt    acquire+release of a cached expert vs a bare Unix-socket ping-pong
 //   build  expert-pack build bytes/s vs a plain sequential copy of the same file
 //   mem    expertd resident memory beyond its arena with 8 clients; expert-pack build peak RSS
+//   h2d    (CUDA builds) the cuda arena's staging path vs bare cudaMemcpyAsync from pinned memory
 #include <fcntl.h>
 #include <liburing.h>
 #include <signal.h>
@@ -23,9 +24,13 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#ifdef EXPERTD_HAVE_CUDA_ARENA
+#include <cuda_runtime.h>
+#endif
 
 #include "client/expert_client.h"
 #include "common/fd.h"
+#include "daemon/arena.h"
 #include "daemon/trace_sim.h"
 #include "pack/builder.h"
 #include "pack/verify.h"
@@ -123,7 +128,7 @@ double raw_read_gbps(const pack::Manifest& m, const std::string& path, uint32_t 
   return bytes / s / 1e9;
 }
 
-int bench_io(const std::string& manifest_path, uint32_t qd, uint32_t clients, double seconds) {
+int bench_io(const std::string& manifest_path, uint32_t qd, uint32_t clients, double seconds, const std::string& backend) {
   auto m = pack::load_manifest(manifest_path);
   if (!m) die(m.error().message);
   std::string pack_path = pack::manifest_dir(manifest_path) + "/" + m->pack_file;
@@ -136,7 +141,8 @@ int bench_io(const std::string& manifest_path, uint32_t qd, uint32_t clients, do
   std::string sock = "/tmp/expert-bench-io.sock";
   DaemonProc d(manifest_path, sock, {"--cache-slots", std::to_string((clients + 1) * per), "--clients-max", std::to_string(clients + 1),
                                      "--max-experts-per-request", std::to_string(per), "--queue-depth", std::to_string(qd),
-                                     "--policy", "lru", "--reserve-mib", "256"});
+                                     "--policy", "lru", "--reserve-mib", "256", "--backend", backend,
+                                     "--stage-slots", std::to_string(std::min(qd, 1024u))});
   auto admin = client::Client::connect(sock);
   if (!admin) die(admin.error().message);
   std::atomic<bool> stop{false};
@@ -167,9 +173,9 @@ int bench_io(const std::string& manifest_path, uint32_t qd, uint32_t clients, do
   double s = secs(t0, Clock::now());
   double bytes = metric(**admin, "pack_read_bytes") - start_bytes;
   double served = bytes / s / 1e9;
-  std::printf("expertd, %u clients x %u experts, qd %u: %.3f GB/s (%.0f misses/s), hit rate %.3f, io_errors %.0f, "
+  std::printf("expertd (%s arena), %u clients x %u experts, qd %u: %.3f GB/s (%.0f misses/s), hit rate %.3f, io_errors %.0f, "
               "read p50 %.0f us p99 %.0f us\n",
-              clients, per, qd, served, bytes / s / m->slot_bytes(), metric(**admin, "hit_rate"),
+              backend.c_str(), clients, per, qd, served, bytes / s / m->slot_bytes(), metric(**admin, "hit_rate"),
               metric(**admin, "io_errors"), metric(**admin, "read_latency_us_p50"), metric(**admin, "read_latency_us_p99"));
   std::printf("ratio=%.3f\n", served / raw);
   return 0;
@@ -433,6 +439,71 @@ int bench_policy(const std::string& path, const std::vector<double>& fractions) 
 
 }  // namespace
 
+// The cuda arena's staging path without the drive: every iteration binds a pinned staging buffer
+// (waiting for its previous copy when the ring is full), queues the copy into a slot and records
+// the slot's interprocess event, exactly as a miss does. Baseline: back-to-back cudaMemcpyAsync of
+// the same sizes from pinned buffers on one stream.
+int bench_h2d(uint64_t slot_kib, uint32_t slots, uint32_t stages, double seconds, int device) {
+#ifdef EXPERTD_HAVE_CUDA_ARENA
+  const uint64_t slot = slot_kib << 10;
+  auto check = [](cudaError_t e, const char* what) {
+    if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
+  };
+  check(cudaSetDevice(device), "cudaSetDevice");
+  double bare = 0;
+  {
+    void* dev = nullptr;
+    check(cudaMalloc(&dev, slots * slot), "cudaMalloc");
+    std::vector<void*> pinned(stages);
+    for (auto& p : pinned) check(cudaHostAlloc(&p, slot, cudaHostAllocPortable), "cudaHostAlloc");
+    cudaStream_t st;
+    check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+    uint64_t n = 0;
+    auto t0 = Clock::now();
+    while (secs(t0, Clock::now()) < seconds) {
+      for (int k = 0; k < 64; ++k, ++n)
+        check(cudaMemcpyAsync(static_cast<uint8_t*>(dev) + (n % slots) * slot, pinned[n % stages], slot,
+                              cudaMemcpyHostToDevice, st), "cudaMemcpyAsync");
+      check(cudaStreamSynchronize(st), "sync");
+    }
+    bare = n * slot / secs(t0, Clock::now()) / 1e9;
+    cudaStreamDestroy(st);
+    for (auto p : pinned) cudaFreeHost(p);
+    cudaFree(dev);
+  }
+  std::printf("bare cudaMemcpyAsync from pinned memory, %llu KiB blocks: %.2f GB/s\n", (unsigned long long)slot_kib, bare);
+  daemon::CudaArenaOptions o;
+  o.device = device;
+  o.slot_bytes = slot;
+  o.cache_bytes = slots * slot;
+  o.max_slots = slots;
+  o.need_slots = 1;
+  o.stage_slots = stages;
+  std::string info;
+  auto arena = daemon::create_cuda_arena(o, &info);
+  if (!arena) die(arena.error().message);
+  uint64_t n = 0, failed = 0;
+  auto t0 = Clock::now();
+  while (secs(t0, Clock::now()) < seconds) {
+    for (int k = 0; k < 64; ++k, ++n) {
+      uint32_t s = static_cast<uint32_t>(n % slots);
+      if (!(*arena)->read_target(s)) die("no staging buffer");
+      (*arena)->publish(s, slot, [&](Status st) { failed += !st; });
+    }
+  }
+  check(cudaDeviceSynchronize(), "sync");
+  double staged = n * slot / secs(t0, Clock::now()) / 1e9;
+  std::printf("cuda arena staging path (%u pinned buffers, event per slot) on %s: %.2f GB/s, %llu stage waits, %llu copy errors\n",
+              stages, info.c_str(), staged, (unsigned long long)(*arena)->stage_waits(),
+              (unsigned long long)((*arena)->copy_errors() + failed));
+  std::printf("ratio=%.3f\n", staged / bare);
+  return 0;
+#else
+  (void)slot_kib, (void)slots, (void)stages, (void)seconds, (void)device;
+  die("this build has no CUDA tier (configure with -DEXPERTD_CUDA=ON)");
+#endif
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"expert-bench: storage-tier benchmarks; each prints ratio=<x> last"};
   app.require_subcommand(1);
@@ -444,6 +515,17 @@ int main(int argc, char** argv) {
   io->add_option("--queue-depth", qd, "reads in flight, both sides")->capture_default_str();
   io->add_option("--clients", clients, "engine clients")->capture_default_str();
   io->add_option("--seconds", seconds, "duration of each side")->capture_default_str();
+  std::string backend = "host";
+  io->add_option("--backend", backend, "expertd's arena: host or cuda (misses delivered into VRAM)")->capture_default_str();
+  uint64_t slot_kib = 2592;
+  uint32_t h2d_slots = 256, stages = 8;
+  int device = 0;
+  auto* h2d = app.add_subcommand("h2d", "cuda arena staging path vs bare pinned cudaMemcpyAsync (target >= 0.9; CUDA builds)");
+  h2d->add_option("--slot-kib", slot_kib, "bytes per copy (a Qwen3-30B-A3B Q4_K expert: 2592 KiB)")->capture_default_str();
+  h2d->add_option("--slots", h2d_slots, "VRAM slots cycled through")->capture_default_str();
+  h2d->add_option("--stage-slots", stages, "pinned staging buffers")->capture_default_str();
+  h2d->add_option("--seconds", seconds, "duration of each side")->capture_default_str();
+  h2d->add_option("--device", device, "GPU ordinal")->capture_default_str();
   auto* rtt = app.add_subcommand("rtt", "acquire+release of a cached expert vs a Unix-socket ping-pong (target <= 3)");
   rtt->add_option("--manifest", manifest)->required();
   rtt->add_option("--iters", iters)->capture_default_str();
@@ -471,7 +553,8 @@ int main(int argc, char** argv) {
   if (pol->parsed()) return bench_policy(trace_path, fractions);
   if (sim->parsed()) return bench_sim(sock, tokens, top_k, zipf_s, 7);
   ::signal(SIGPIPE, SIG_IGN);
-  if (io->parsed()) return bench_io(manifest, qd, clients, seconds);
+  if (h2d->parsed()) return bench_h2d(slot_kib, h2d_slots, stages, seconds, device);
+  if (io->parsed()) return bench_io(manifest, qd, clients, seconds, backend);
   if (rtt->parsed()) return bench_rtt(manifest, iters);
   if (build->parsed()) return bench_build(model, out_dir);
   return bench_mem(manifest, model, out_dir);
