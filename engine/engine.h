@@ -18,22 +18,39 @@ struct Route {
   std::vector<float> weights;     // final mixing weights, same order
 };
 
-class Engine {
+// What expert-run drives: the CPU engine below or the CUDA one (engine/cuda_engine.h).
+class Forward {
+ public:
+  virtual ~Forward() = default;
+  // Evaluates tokens at positions n_past().. and appends them to the KV cache. Writes the
+  // logits of every token (all_logits) or of the last one to `logits` (row-major).
+  virtual expertd::Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) = 0;
+  virtual int n_past() const = 0;
+  virtual int n_ctx() const = 0;
+  virtual void reset() = 0;
+  virtual void set_prefetch(bool on) = 0;
+  virtual std::string experts_name() const = 0;                      // "local" or "daemon"
+  virtual std::vector<expertd::proto::Metric> daemon_metrics() = 0;  // empty without a daemon
+  virtual std::string device_name() const = 0;                       // CPU kernels or the GPU
+};
+
+class Engine final : public Forward {
  public:
   Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx);
 
-  // Evaluates tokens at positions n_past().. and appends them to the KV cache. Writes the
-  // logits of every token (all_logits) or of the last one to `logits` (row-major).
-  expertd::Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
-  int n_past() const { return n_past_; }
-  int n_ctx() const { return n_ctx_; }
-  void reset() { n_past_ = 0; }
+  expertd::Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) override;
+  int n_past() const override { return n_past_; }
+  int n_ctx() const override { return n_ctx_; }
+  void reset() override { n_past_ = 0; }
+  std::string experts_name() const override { return experts_.name(); }
+  std::vector<expertd::proto::Metric> daemon_metrics() override { return experts_.daemon_metrics(); }
+  std::string device_name() const override { return kernels::backend_name(kernels::best_backend()); }
   // Routing of the last eval: [layer][token].
   const std::vector<std::vector<Route>>& routes() const { return routes_; }
   kernels::ThreadPool& pool() { return pool_; }
   // Before a layer's experts run, hint the next MoE layer's likely experts to the source: the
   // next router applied to the current hidden state (DESIGN.md, "Overlap").
-  void set_prefetch(bool on) { prefetch_ = on; }
+  void set_prefetch(bool on) override { prefetch_ = on; }
 
  private:
   void attention(int il, int T, const float* h, float* out);

@@ -9,6 +9,9 @@
 #include <thread>
 
 #include "engine/engine.h"
+#ifdef EXPERTD_HAVE_CUDA_ENGINE
+#include "engine/cuda_engine.h"
+#endif
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 #include <nlohmann/json.hpp>
@@ -28,6 +31,7 @@ struct Common {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int ctx = 4096;
   bool prefetch = false;
+  std::string device = "cpu";
 };
 
 void add_common(CLI::App* c, Common& o) {
@@ -37,6 +41,10 @@ void add_common(CLI::App* c, Common& o) {
   c->add_option("--threads", o.threads, "CPU threads")->capture_default_str();
   c->add_option("--ctx", o.ctx, "context length (KV cache)")->capture_default_str();
   c->add_flag("--prefetch", o.prefetch, "hint the next layer's likely experts to expertd before they are needed");
+  c->add_option("--device", o.device, "cpu, or cuda: weights, KV cache and MoE kernels on the GPU, experts from a cuda "
+                                      "expertd's VRAM slots (or uploaded whole with --local)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
 }
 
 struct Loaded {
@@ -65,6 +73,11 @@ Loaded load(Common o) {
   if (!m) die(m.error().message);
   l.model = std::make_unique<Model>(std::move(*m));
   if (o.local && !o.socket.empty()) die("--local and --socket exclude each other");
+  if (o.device == "cuda") {
+    if (o.socket.empty() && !l.model->has_local_experts)
+      die(o.model + " is a core GGUF without experts: pass --socket of the expertd serving its pack");
+    return l;  // the CUDA engine opens its own expert access (engine/cuda_engine.h)
+  }
   if (!o.socket.empty()) {
     auto s = make_daemon_source(*l.model, o.socket);
     if (!s) die(s.error().message);
@@ -75,6 +88,19 @@ Loaded load(Common o) {
     l.source = make_local_source(*l.model);
   }
   return l;
+}
+
+std::unique_ptr<Forward> forward(Loaded& l, const Common& o, int n_ctx) {
+  if (o.device == "cuda") {
+#ifdef EXPERTD_HAVE_CUDA_ENGINE
+    auto f = make_cuda_forward(*l.model, o.socket, n_ctx);
+    if (!f) die(f.error().message);
+    return std::move(*f);
+#else
+    die("--device cuda: this build has no CUDA tier (configure with -DEXPERTD_CUDA=ON)");
+#endif
+  }
+  return std::make_unique<Engine>(*l.model, *l.source, o.threads, n_ctx);
 }
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -94,12 +120,12 @@ int cmd_logits(const Common& o, const std::string& tokens_csv, const std::string
   Loaded l = load(o);
   auto ids = parse_ids(tokens_csv);
   if (ids.empty()) die("--tokens is empty");
-  Engine eng(*l.model, *l.source, o.threads, std::max<int>(o.ctx, static_cast<int>(ids.size())));
+  auto eng = forward(l, o, std::max<int>(o.ctx, static_cast<int>(ids.size())));
   std::vector<float> all, step;
   size_t first = decode_from > 0 ? std::min<size_t>(decode_from, ids.size()) : ids.size();
-  if (auto st = eng.eval({ids.data(), first}, true, all); !st) die(st.error().message);
+  if (auto st = eng->eval({ids.data(), first}, true, all); !st) die(st.error().message);
   for (size_t i = first; i < ids.size(); ++i) {
-    if (auto st = eng.eval({ids.data() + i, 1}, true, step); !st) die(st.error().message);
+    if (auto st = eng->eval({ids.data() + i, 1}, true, step); !st) die(st.error().message);
     all.insert(all.end(), step.begin(), step.end());
   }
   std::ofstream f(out, std::ios::binary);
@@ -163,13 +189,13 @@ int cmd_generate(const Common& o, GenOptions g) {
   }
   auto ids = tok.encode(prompt, tok.add_bos(), true);
   if (ids.empty()) die("the prompt is empty");
-  Engine eng(*l.model, *l.source, o.threads, std::min<int>(o.ctx, static_cast<int>(ids.size()) + g.n));
-  eng.set_prefetch(o.prefetch);
+  auto eng = forward(l, o, std::min<int>(o.ctx, static_cast<int>(ids.size()) + g.n));
+  eng->set_prefetch(o.prefetch);
   engine::Sampler sampler(g.sp);
-  auto before = l.source->daemon_metrics();
+  auto before = eng->daemon_metrics();
   std::vector<float> logits;
   auto t0 = Clock::now();
-  if (auto st = eng.eval(ids, false, logits); !st) die(st.error().message);
+  if (auto st = eng->eval(ids, false, logits); !st) die(st.error().message);
   double prefill_s = secs(t0);
   engine::Utf8Stream out;
   auto t1 = Clock::now();
@@ -183,13 +209,13 @@ int cmd_generate(const Common& o, GenOptions g) {
       ++generated;
       break;
     }
-    if (eng.n_past() >= eng.n_ctx()) {
+    if (eng->n_past() >= eng->n_ctx()) {
       ++generated;
       std::fputs(out.flush().c_str(), stdout);
-      std::fprintf(stderr, "\nexpert-run: the context of %d tokens is full; stopping (raise --ctx)\n", eng.n_ctx());
+      std::fprintf(stderr, "\nexpert-run: the context of %d tokens is full; stopping (raise --ctx)\n", eng->n_ctx());
       break;
     }
-    if (auto st = eng.eval({&next, 1}, false, logits); !st) {
+    if (auto st = eng->eval({&next, 1}, false, logits); !st) {
       std::fputs(out.flush().c_str(), stdout);
       std::fputc('\n', stdout);
       die(st.error().message);
@@ -202,26 +228,26 @@ int cmd_generate(const Common& o, GenOptions g) {
     double decode_s = secs(t1);
     std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s); "
                  "experts from %s, kernels %s, %d threads\n", ids.size(), prefill_s, ids.size() / prefill_s, generated,
-                 decode_s, generated / std::max(decode_s, 1e-9), l.source->name().c_str(),
-                 kernels::backend_name(kernels::best_backend()), o.threads);
-    print_daemon_delta(before, l.source->daemon_metrics(), static_cast<int>(ids.size()) + generated);
+                 decode_s, generated / std::max(decode_s, 1e-9), eng->experts_name().c_str(),
+                 eng->device_name().c_str(), o.threads);
+    print_daemon_delta(before, eng->daemon_metrics(), static_cast<int>(ids.size()) + generated);
   }
   return 0;
 }
 
 int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   Loaded l = load(o);
-  Engine eng(*l.model, *l.source, o.threads, std::min<int>(o.ctx, n_prompt + n_gen + 1));
-  eng.set_prefetch(o.prefetch);
+  auto eng = forward(l, o, std::min<int>(o.ctx, n_prompt + n_gen + 1));
+  eng->set_prefetch(o.prefetch);
   std::mt19937 rng(1234);
   std::vector<int32_t> prompt(n_prompt);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % l.model->hp.n_vocab);
   std::vector<float> logits;
-  auto m0 = l.source->daemon_metrics();
+  auto m0 = eng->daemon_metrics();
   auto t0 = Clock::now();
-  if (auto st = eng.eval(prompt, false, logits); !st) die(st.error().message);
+  if (auto st = eng->eval(prompt, false, logits); !st) die(st.error().message);
   double pp = secs(t0);
-  auto m1 = l.source->daemon_metrics();
+  auto m1 = eng->daemon_metrics();
   auto t1 = Clock::now();
   // Decode feeds fresh random tokens, one per step: a fixed workload any engine can replay, with
   // the routing diversity of real text (greedy decoding of a synthetic model may repeat one
@@ -230,12 +256,12 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   for (auto& t : stream) t = static_cast<int32_t>(rng() % l.model->hp.n_vocab);
   for (int i = 0; i < n_gen; ++i) {
     int32_t next = stream[i];
-    if (auto st = eng.eval({&next, 1}, false, logits); !st) die(st.error().message);
+    if (auto st = eng->eval({&next, 1}, false, logits); !st) die(st.error().message);
   }
   double tg = secs(t1);
-  auto m2 = l.source->daemon_metrics();
-  nlohmann::ordered_json j = {{"model", o.model}, {"experts", l.source->name()}, {"threads", o.threads},
-                              {"kernels", kernels::backend_name(kernels::best_backend())},
+  auto m2 = eng->daemon_metrics();
+  nlohmann::ordered_json j = {{"model", o.model}, {"experts", eng->experts_name()}, {"threads", o.threads},
+                              {"kernels", eng->device_name()},
                               {"prefill_tokens", n_prompt}, {"prefill_tok_s", n_prompt / pp},
                               {"decode_tokens", n_gen}, {"decode_tok_s", n_gen / tg}, {"prompt", prompt}, {"decode_stream", stream}};
   if (!m2.empty()) {
@@ -265,15 +291,15 @@ int cmd_perplexity(const Common& o, const std::string& file, int window, bool js
   engine::Tokenizer tok = load_tokenizer(*l.file);
   auto ids = tok.encode(read_text("", file), false, false);
   if (static_cast<int>(ids.size()) < window + 1) die(file + " is shorter than one window of " + std::to_string(window + 1) + " tokens");
-  Engine eng(*l.model, *l.source, o.threads, window);
+  auto eng = forward(l, o, window);
   const int V = l.model->hp.n_vocab;
   double nll = 0;
   long scored = 0;
   std::vector<float> logits;
   auto t0 = Clock::now();
   for (size_t s = 0; s + window + 1 <= ids.size(); s += window) {
-    eng.reset();
-    if (auto st = eng.eval({ids.data() + s, static_cast<size_t>(window)}, true, logits); !st) die(st.error().message);
+    eng->reset();
+    if (auto st = eng->eval({ids.data() + s, static_cast<size_t>(window)}, true, logits); !st) die(st.error().message);
     for (int t = 0; t < window; ++t) {
       const float* row = &logits[size_t(t) * V];
       double mx = *std::max_element(row, row + V), sum = 0;

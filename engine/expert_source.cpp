@@ -128,10 +128,20 @@ class DaemonSource final : public ExpertSource {
 std::unique_ptr<ExpertSource> make_local_source(const Model& m) { return std::make_unique<LocalSource>(m); }
 
 expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m, const std::string& socket) {
+  auto c = connect_daemon(m, socket, "host");
+  if (!c) return c.error();
+  return std::unique_ptr<ExpertSource>(new DaemonSource(m, std::move(*c)));
+}
+
+expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(const Model& m, const std::string& socket,
+                                                                         const std::string& arena_kind) {
   auto c = expertd::client::Client::connect(socket, {"expert-run", 120000});
   if (!c) return c.error();
   const auto& info = (*c)->info();
-  if (info.arena_kind != "host") return make_error("expertd serves a " + info.arena_kind + " arena; this engine runs on the CPU");
+  if (info.arena_kind != arena_kind)
+    return make_error("expertd serves a " + info.arena_kind + " arena; this engine needs a " + arena_kind +
+                      " one (" + (arena_kind == "host" ? "expert-run --device cuda, or expertd --backend host)"
+                                                        : "expertd --backend cuda, or expert-run --device cpu)"));
   std::string served = expertd::pack::hex64(info.model_id);
   std::string mine = m.pack_model_id.empty() ? expertd::pack::hex64(expertd::pack::source_identity(*m.file)) : m.pack_model_id;
   if (mine != served)
@@ -156,7 +166,7 @@ expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m
         return make_error(std::string("layer ") + std::to_string(il) + " " + r + ": unsupported type " + std::to_string(role->ggml_type));
     }
   }
-  return std::unique_ptr<ExpertSource>(new DaemonSource(m, std::move(*c)));
+  return std::move(*c);
 }
 
 }  // namespace engine

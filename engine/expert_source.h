@@ -49,4 +49,9 @@ std::unique_ptr<ExpertSource> make_local_source(const Model& m);
 // Connects to expertd and checks that it serves this model (manifest identity and shapes).
 expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m, const std::string& socket);
 
+// The same connection and checks, for an engine that needs an arena of kind `arena_kind`
+// ("host" for the CPU engine, "cuda" for the GPU one).
+expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(const Model& m, const std::string& socket,
+                                                                         const std::string& arena_kind);
+
 }  // namespace engine

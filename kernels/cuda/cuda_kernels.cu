@@ -252,6 +252,31 @@ __global__ void weighted_sum_kernel(const float* eo, const float* wts, float* ou
   out[idx] = acc;
 }
 
+__global__ void add_kernel(float* y, const float* x, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
+__global__ void add_rows_kernel(float* y, const float* b, int64_t n, int64_t total) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < total) y[i] += b[i % n];
+}
+
+__global__ void move_rows_kernel(const float* src, const int32_t* idx, float* dst, int64_t n, int64_t total, bool gather) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int64_t r = i / n, c = i % n;
+  if (gather) dst[i] = src[int64_t(idx[r]) * n + c];
+  else dst[int64_t(idx[r]) * n + c] = src[i];
+}
+
+__global__ void add_gated_kernel(float* y, const float* x, const float* gate, int64_t n, int64_t total) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const float g = gate ? 1.0f / (1.0f + expf(-gate[i / n])) : 1.0f;
+  y[i] += g * x[i];
+}
+
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 }  // namespace
@@ -324,6 +349,36 @@ cudaError_t weighted_sum(const float* expert_out, const float* weights, float* o
                          int64_t n, cudaStream_t stream) {
   if (n_tokens * n <= 0) return cudaSuccess;
   weighted_sum_kernel<<<blocks_for(n_tokens * n, 256), 256, 0, stream>>>(expert_out, weights, out, n_tokens, k_used, n);
+  return cudaGetLastError();
+}
+
+cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  add_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(y, x, n);
+  return cudaGetLastError();
+}
+
+cudaError_t add_rows(float* y, const float* b, int64_t n, int64_t n_rows, cudaStream_t stream) {
+  if (n * n_rows <= 0) return cudaSuccess;
+  add_rows_kernel<<<blocks_for(n * n_rows, 256), 256, 0, stream>>>(y, b, n, n * n_rows);
+  return cudaGetLastError();
+}
+
+cudaError_t gather_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n, cudaStream_t stream) {
+  if (n * n_rows <= 0) return cudaSuccess;
+  move_rows_kernel<<<blocks_for(n * n_rows, 256), 256, 0, stream>>>(src, idx, dst, n, n * n_rows, true);
+  return cudaGetLastError();
+}
+
+cudaError_t scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n, cudaStream_t stream) {
+  if (n * n_rows <= 0) return cudaSuccess;
+  move_rows_kernel<<<blocks_for(n * n_rows, 256), 256, 0, stream>>>(src, idx, dst, n, n * n_rows, false);
+  return cudaGetLastError();
+}
+
+cudaError_t add_gated(float* y, const float* x, const float* gate, int64_t n, int64_t n_rows, cudaStream_t stream) {
+  if (n * n_rows <= 0) return cudaSuccess;
+  add_gated_kernel<<<blocks_for(n * n_rows, 256), 256, 0, stream>>>(y, x, gate, n, n * n_rows);
   return cudaGetLastError();
 }
 

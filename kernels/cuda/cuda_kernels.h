@@ -44,4 +44,13 @@ cudaError_t attention(const float* q, const float* k_cache, const float* v_cache
 cudaError_t weighted_sum(const float* expert_out, const float* weights, float* out, int64_t n_tokens, int64_t k_used,
                          int64_t n, cudaStream_t stream);
 
+// Small data movement and elementwise helpers of the forward pass.
+cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream);                          // y += x
+cudaError_t add_rows(float* y, const float* b, int64_t n, int64_t n_rows, cudaStream_t stream);     // each row += b
+// dst row i = src row idx[i] (gather) / dst row idx[i] = src row i (scatter); rows of n floats.
+cudaError_t gather_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n, cudaStream_t stream);
+cudaError_t scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n, cudaStream_t stream);
+// y row r += sigmoid(gate[r]) * x row r (gate null: plain add).
+cudaError_t add_gated(float* y, const float* x, const float* gate, int64_t n, int64_t n_rows, cudaStream_t stream);
+
 }  // namespace kernels::cuda

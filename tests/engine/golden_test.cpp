@@ -6,100 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "golden_util.h"
 #include "pack/builder.h"
 #include "test_util.h"
 
 using namespace expertd::test;
 
 namespace {
-
-struct Case {
-  std::string id;
-  nlohmann::json j;
-  std::vector<int32_t> prompt, all, greedy;
-  std::vector<float> logits;  // [n_tokens, n_vocab]
-  int n_vocab = 0;
-};
-
-Case load_case(const std::string& id) {
-  Case c;
-  c.id = id;
-  c.j = nlohmann::json::parse(read_file(golden_dir() + "/cases/" + id + "/case.json"));
-  c.prompt = c.j["prompt_tokens"].get<std::vector<int32_t>>();
-  c.all = c.j["all_tokens"].get<std::vector<int32_t>>();
-  c.greedy = c.j["greedy_tokens"].get<std::vector<int32_t>>();
-  c.n_vocab = c.j["logits"]["shape"][1].get<int>();
-  std::string raw = read_file(golden_dir() + "/cases/" + id + "/logits.bin");
-  c.logits.resize(raw.size() / 4);
-  std::memcpy(c.logits.data(), raw.data(), raw.size());
-  return c;
-}
-
-// Teacher-forced as llama.cpp ran it: the prompt in one batch, then one token at a time.
-std::vector<float> teacher_forced(engine::Engine& eng, const Case& c, std::vector<std::vector<std::vector<uint32_t>>>* routes) {
-  std::vector<float> all, step;
-  eng.reset();
-  auto st = eng.eval({c.prompt.data(), c.prompt.size()}, true, all);
-  EXPECT_TRUE(st) << (st ? "" : st.error().message);
-  auto keep_routes = [&] {
-    if (!routes) return;
-    for (size_t il = 0; il < eng.routes().size(); ++il) {
-      if (routes->size() <= il) routes->resize(eng.routes().size());
-      for (const auto& r : eng.routes()[il]) {
-        auto s = r.experts;
-        std::sort(s.begin(), s.end());
-        (*routes)[il].push_back(s);
-      }
-    }
-  };
-  keep_routes();
-  for (size_t i = c.prompt.size(); i < c.all.size(); ++i) {
-    st = eng.eval({c.all.data() + i, 1}, true, step);
-    EXPECT_TRUE(st) << (st ? "" : st.error().message);
-    all.insert(all.end(), step.begin(), step.end());
-    keep_routes();
-  }
-  return all;
-}
-
-std::vector<int32_t> greedy(engine::Engine& eng, const Case& c, size_t n) {
-  std::vector<float> logits;
-  eng.reset();
-  std::vector<int32_t> out;
-  auto st = eng.eval({c.prompt.data(), c.prompt.size()}, false, logits);
-  EXPECT_TRUE(st);
-  for (size_t i = 0; i < n; ++i) {
-    int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    out.push_back(best);
-    if (!eng.eval({&best, 1}, false, logits)) break;
-  }
-  return out;
-}
-
-// Returns the median row-max |Δ| (quantized cases are judged together, see the test).
-double check_against_golden(const Case& c, const std::vector<float>& mine) {
-  EXPECT_EQ(mine.size(), c.logits.size());
-  if (mine.size() != c.logits.size()) return 1e9;
-  const size_t rows = c.all.size(), V = c.n_vocab;
-  std::vector<double> rowmax(rows);
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t v = 0; v < V; ++v) rowmax[r] = std::max(rowmax[r], std::fabs(double(mine[r * V + v]) - c.logits[r * V + v]));
-  double mx = *std::max_element(rowmax.begin(), rowmax.end());
-  std::string variant = c.id.substr(c.id.rfind('-') + 1);
-  if (variant == "f32") {
-    EXPECT_LE(mx, 1e-4) << c.id;
-  } else if (variant == "f16") {
-    EXPECT_LE(mx, 1.5e-2) << c.id;
-  }
-  auto sorted = rowmax;
-  std::sort(sorted.begin(), sorted.end());
-  if (variant != "f32" && variant != "f16") {  // the golden README's limits for quantized models
-    EXPECT_LE(sorted[rows / 2], 0.25) << c.id << " median row-max";
-    size_t over = std::count_if(rowmax.begin(), rowmax.end(), [](double d) { return d > 0.5; });
-    EXPECT_LE(over, rows / 5) << c.id;
-  }
-  return sorted[rows / 2];
-}
 
 const char* kArchs[] = {"qwen3moe", "olmoe", "llama", "qwen2moe"};
 const char* kVariants[] = {"A-s1-f32", "A-s1-f16", "A-s1-q8_0", "B-s11-q4_k_m"};

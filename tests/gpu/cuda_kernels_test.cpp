@@ -182,3 +182,32 @@ TEST(CudaKernels, CausalAttentionWithAKvCache) {
       }
     }
 }
+
+TEST(CudaKernels, AddGatherScatterAndGatedAdd) {
+  EXPERTD_REQUIRE_GPU();
+  std::mt19937_64 rng(12);
+  const int64_t n = 50, rows = 6;
+  auto y = randn(n * rows, rng), x = randn(n * rows, rng), b = randn(n, rng), g = randn(rows, rng);
+  const std::vector<int32_t> idx = {4, 0, 5, 1};
+  Dev<float> dy(y), dx(x), db(b), dg(g), dout(n * rows);
+  Dev<int32_t> di(idx);
+  CUDA_OK(cuda::add(dy.p, dx.p, n * rows, nullptr));
+  CUDA_OK(cuda::add_rows(dy.p, db.p, n, rows, nullptr));
+  CUDA_OK(cuda::add_gated(dy.p, dx.p, dg.p, n, rows, nullptr));
+  auto got = dy.get(n * rows);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      float want = y[r * n + i] + x[r * n + i] + b[i] + 1.0f / (1.0f + std::exp(-g[r])) * x[r * n + i];
+      ASSERT_NEAR(got[r * n + i], want, 1e-5f * (1 + std::fabs(want)));
+    }
+  CUDA_OK(cuda::gather_rows(dx.p, di.p, dout.p, 4, n, nullptr));
+  auto gathered = dout.get(4 * n);
+  for (int k = 0; k < 4; ++k)
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(gathered[k * n + i], x[idx[k] * n + i]);
+  CUDA_OK(cudaMemset(dout.p, 0, n * rows * sizeof(float)));
+  CUDA_OK(cuda::scatter_rows(dx.p, di.p, dout.p, 4, n, nullptr));
+  auto scattered = dout.get(n * rows);
+  for (int k = 0; k < 4; ++k)
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(scattered[idx[k] * n + i], x[k * n + i]);
+  EXPECT_EQ(scattered[2 * n], 0.0f);  // rows nobody scattered to stay untouched
+}

@@ -1,0 +1,105 @@
+// expert-run's GPU forward pass against llama.cpp's golden logits and the CPU engine's greedy
+// tokens, with experts uploaded (--local) and through a cuda expertd whose cache is smaller than
+// the model; the two GPU paths must give bit-identical logits.
+#include "engine/cuda_engine.h"
+#include "engine/golden_util.h"
+#include "gpu_util.h"
+#include "pack/builder.h"
+
+using namespace expertd::test;
+
+namespace {
+const char* kArchs[] = {"qwen3moe", "olmoe", "llama", "qwen2moe"};
+const char* kVariants[] = {"A-s1-f32", "A-s1-f16", "A-s1-q8_0", "B-s11-q4_k_m"};
+}  // namespace
+
+TEST(CudaEngine, GoldenLogitsAndTheCpuEnginesGreedyTokens) {
+  EXPERTD_REQUIRE_GPU();
+  REQUIRE_GOLDEN();
+  for (const char* arch : kArchs)
+    for (const char* variant : kVariants) {
+      Case c = load_case(std::string(arch) + "-" + variant);
+      SCOPED_TRACE(c.id);
+      auto file = gguf::Model::open(golden_model(c.id));
+      ASSERT_TRUE(file);
+      auto model = engine::Model::load(*file);
+      ASSERT_TRUE(model) << model.error().message;
+      auto gpu = engine::make_cuda_forward(*model, "", 256);
+      ASSERT_TRUE(gpu) << gpu.error().message;
+      // The GPU keeps float activations: the golden README's limits for such implementations
+      // (f32 weights: every row within 1e-3).
+      auto logits = teacher_forced(**gpu, c, nullptr);
+      check_against_golden(c, logits);
+      // Greedy tokens as the CPU engine's, up to the first step whose margin is below 0.3.
+      auto src = engine::make_local_source(*model);
+      engine::Engine cpu(*model, *src, 2, 256);
+      auto margins = c.j["greedy_top1_top2_margins"].get<std::vector<double>>();
+      size_t n = c.greedy.size();
+      for (size_t i = 0; i < margins.size(); ++i)
+        if (margins[i] < 0.3) {
+          n = i;
+          break;
+        }
+      auto a = greedy(cpu, c, n), b = greedy(**gpu, c, n);
+      EXPECT_EQ(a, b);
+    }
+}
+
+TEST(CudaEngine, DaemonSlotsAreBitIdenticalToUploadedExperts) {
+  EXPERTD_REQUIRE_GPU();
+  REQUIRE_GOLDEN();
+  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16"}) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    TempDir d;
+    expertd::pack::BuildOptions bo;
+    bo.model_path = golden_model(id);
+    bo.out_dir = d.path();
+    bo.progress = false;
+    auto rep = expertd::pack::build_pack(bo);
+    ASSERT_TRUE(rep) << rep.error().message;
+    Daemon daemon(rep->manifest_path, d / "s.sock",
+                  {"--backend", "cuda", "--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4"});
+    std::string log;
+    ASSERT_TRUE(daemon.start(&log)) << log;
+    auto full = gguf::Model::open(golden_model(id));
+    auto core = gguf::Model::open(rep->core_path);
+    ASSERT_TRUE(full && core);
+    auto mfull = engine::Model::load(*full);
+    auto mcore = engine::Model::load(*core);
+    ASSERT_TRUE(mfull && mcore);
+    auto local = engine::make_cuda_forward(*mfull, "", 256);
+    auto remote = engine::make_cuda_forward(*mcore, d / "s.sock", 256);
+    ASSERT_TRUE(local) << local.error().message;
+    ASSERT_TRUE(remote) << remote.error().message;
+    auto a = teacher_forced(**local, c, nullptr);
+    auto b = teacher_forced(**remote, c, nullptr);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "daemon and uploaded experts differ";
+    auto ctl = run(bin("client/expertctl") + " --socket " + d / "s.sock" + " stats --json");
+    auto s = nlohmann::json::parse(ctl.second);
+    EXPECT_GT(s["cache_evictions"].get<int>(), 0);
+    EXPECT_EQ(s["h2d_bytes"].get<double>(), s["pack_read_bytes"].get<double>());
+    EXPECT_EQ(s["io_errors"].get<int>(), 0);
+  }
+}
+
+TEST(CudaEngine, ACpuOnlyDaemonIsAClearError) {
+  EXPERTD_REQUIRE_GPU();
+  REQUIRE_GOLDEN();
+  TempDir d;
+  expertd::pack::BuildOptions bo;
+  bo.model_path = golden_model("olmoe-A-s1-f32");
+  bo.out_dir = d.path();
+  bo.progress = false;
+  auto rep = expertd::pack::build_pack(bo);
+  ASSERT_TRUE(rep);
+  Daemon daemon(rep->manifest_path, d / "s.sock", {"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"});
+  ASSERT_TRUE(daemon.start());
+  auto core = gguf::Model::open(rep->core_path);
+  auto m = engine::Model::load(*core);
+  ASSERT_TRUE(m);
+  auto f = engine::make_cuda_forward(*m, d / "s.sock", 64);
+  ASSERT_FALSE(f);
+  EXPECT_NE(f.error().message.find("expertd --backend cuda"), std::string::npos) << f.error().message;
+}
