@@ -5,6 +5,8 @@
     /tmp/venv/bin/python bench/compare_llamacpp.py --model M.gguf --threads 2 -p 128 -n 64
 
 Prints prefill and decode tokens/s of both and, last, ratio=<expert-run decode / llama.cpp decode>.
+With --repeat N the two sides alternate N times (this is a shared, noisy machine) and the medians
+of the per-round ratios are reported.
 llama.cpp is used here only, as the baseline; it is never part of expertd.
 """
 from __future__ import annotations
@@ -15,33 +17,39 @@ import subprocess
 import time
 
 
-def llama_cpp_bench(model: str, threads: int, prompt: list[int], stream: list[int], repack: bool) -> dict:
-    import llama_cpp
-    import llama_cpp.llama_cpp as C
+class LlamaCpp:
+    def __init__(self, model: str, threads: int, n_ctx: int, n_batch: int, repack: bool):
+        import llama_cpp
+        import llama_cpp.llama_cpp as C
 
-    n_prompt = len(prompt)
-    if not repack:  # llama.cpp's --no-repack: weights stay in the mmap
-        default_params = C.llama_model_default_params
+        if not repack:  # llama.cpp's --no-repack: weights stay in the mmap
+            default_params = C.llama_model_default_params
 
-        def no_repack():
-            p = default_params()
-            p.use_extra_bufts = False
-            return p
+            def no_repack():
+                p = default_params()
+                p.use_extra_bufts = False
+                return p
 
-        C.llama_model_default_params = no_repack
+            C.llama_model_default_params = no_repack
+        self.llm = llama_cpp.Llama(model_path=model, n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx,
+                                   n_batch=n_batch, n_gpu_layers=0, verbose=False, logits_all=False)
 
-    n_gen = len(stream)
-    kw = dict(model_path=model, n_threads=threads, n_threads_batch=threads, n_ctx=n_prompt + n_gen + 8,
-              n_batch=max(n_prompt, 8), n_gpu_layers=0, verbose=False, logits_all=False)
-    llm = llama_cpp.Llama(**kw)
-    t0 = time.time()
-    llm.eval(prompt)
-    pp = time.time() - t0
-    t1 = time.time()
-    for t in stream:  # the same tokens expert-run decoded
-        llm.eval([t])
-    tg = time.time() - t1
-    return {"prefill_tok_s": n_prompt / pp, "decode_tok_s": n_gen / tg}
+    def bench(self, prompt: list[int], stream: list[int]) -> dict:
+        self.llm.reset()
+        t0 = time.time()
+        self.llm.eval(prompt)
+        pp = time.time() - t0
+        t1 = time.time()
+        for t in stream:  # the same tokens expert-run decoded
+            self.llm.eval([t])
+        tg = time.time() - t1
+        return {"prefill_tok_s": len(prompt) / pp, "decode_tok_s": len(stream) / tg}
+
+
+def ours_bench(args) -> dict:
+    return json.loads(subprocess.run([args.expert_run, "bench", "--model", args.model, "--local", "-p", str(args.p), "-n",
+                                      str(args.n), "--threads", str(args.threads), "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
 
 
 def main():
@@ -52,17 +60,24 @@ def main():
     ap.add_argument("-p", type=int, default=128)
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--no-repack", action="store_true", help="llama.cpp streams weights from the mmap (no repacking)")
+    ap.add_argument("--repeat", type=int, default=1, help="alternate the two sides this many times; report medians")
     args = ap.parse_args()
-    ours = json.loads(subprocess.run([args.expert_run, "bench", "--model", args.model, "--local", "-p", str(args.p), "-n",
-                                      str(args.n), "--threads", str(args.threads), "--json"],
-                                     capture_output=True, text=True, check=True).stdout)
-    ref = llama_cpp_bench(args.model, args.threads, ours["prompt"], ours["decode_stream"], not args.no_repack)
-    print(f"model {args.model}, {args.threads} threads, prompt {args.p}, generate {args.n}")
-    print(f"expert-run --local: prefill {ours['prefill_tok_s']:.2f} tok/s, decode {ours['decode_tok_s']:.2f} tok/s")
-    print(f"llama.cpp{' (no repack)' if args.no_repack else ''}: prefill {ref['prefill_tok_s']:.2f} tok/s, "
-          f"decode {ref['decode_tok_s']:.2f} tok/s")
-    print(f"prefill ratio {ours['prefill_tok_s'] / ref['prefill_tok_s']:.3f}")
-    print(f"ratio={ours['decode_tok_s'] / ref['decode_tok_s']:.3f}")
+    import statistics
+    ours = ours_bench(args)
+    ref_engine = LlamaCpp(args.model, args.threads, args.p + args.n + 8, max(args.p, 8), not args.no_repack)
+    print(f"model {args.model}, {args.threads} threads, prompt {args.p}, generate {args.n}, {ours['kernels']} kernels")
+    pr, dr = [], []
+    for r in range(args.repeat):
+        if r:
+            ours = ours_bench(args)
+        ref = ref_engine.bench(ours["prompt"], ours["decode_stream"])
+        pr.append(ours["prefill_tok_s"] / ref["prefill_tok_s"])
+        dr.append(ours["decode_tok_s"] / ref["decode_tok_s"])
+        print(f"round {r + 1}: expert-run --local prefill {ours['prefill_tok_s']:.2f} decode {ours['decode_tok_s']:.2f} tok/s; "
+              f"llama.cpp{' (no repack)' if args.no_repack else ''} prefill {ref['prefill_tok_s']:.2f} "
+              f"decode {ref['decode_tok_s']:.2f} tok/s; ratios {pr[-1]:.3f} / {dr[-1]:.3f}")
+    print(f"prefill ratio {statistics.median(pr):.3f} (median of {len(pr)}: {min(pr):.3f}-{max(pr):.3f})")
+    print(f"ratio={statistics.median(dr):.3f}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ void Engine::attention(int il, int T, const float* h, float* out) {
   const Hparams& hp = m_.hp;
   const LayerWeights& w = m_.layers[il];
   const int D = hp.head_dim, H = hp.n_head, HKV = hp.n_head_kv, Q = H * D, KV = HKV * D;
-  std::vector<float> q(size_t(T) * Q), k(size_t(T) * KV), v(size_t(T) * KV);
+  auto& q = buf_.q, &k = buf_.k, &v = buf_.v;
+  q.resize(size_t(T) * Q), k.resize(size_t(T) * KV), v.resize(size_t(T) * KV);
   matmul(w.wq, h, T, q.data());
   matmul(w.wk, h, T, k.data());
   matmul(w.wv, h, T, v.data());
@@ -130,10 +131,11 @@ expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
     return c;
   };
   // Per (token, k) expert outputs; summed below in router order.
-  std::vector<float> expert_out(size_t(T) * K * E);
-  std::vector<kernels::MatmulJob> jobs;
-  std::vector<std::vector<float>> g, u, ys;
-  std::vector<std::vector<uint8_t>> aq;
+  auto& expert_out = buf_.expert_out;
+  expert_out.resize(size_t(T) * K * E);  // every (token, k) row is written below
+  auto& jobs = buf_.jobs;
+  auto &g = buf_.g, &u = buf_.u, &ys = buf_.ys;
+  auto& aq = buf_.aq;
   // Each batch of available experts: gate and up of all of them in one parallel loop, SwiGLU, then
   // all their down projections in another (two fork-joins per batch, not three per expert).
   auto st = experts_.for_each_batch(il, unique, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {
@@ -224,14 +226,15 @@ expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits, s
     return make_error("context full: " + std::to_string(n_past_ + T) + " tokens exceed the context of " + std::to_string(n_ctx_));
   for (int32_t tok : tokens)
     if (tok < 0 || tok >= hp.n_vocab) return make_error("token id " + std::to_string(tok) + " is outside the vocabulary");
-  std::vector<float> x(size_t(T) * E), h(size_t(T) * E), tmp(size_t(T) * std::max(E, hp.n_head * hp.head_dim));
+  auto &x = buf_.x, &h = buf_.h, &tmp = buf_.tmp, &att = buf_.att;
+  x.resize(size_t(T) * E), h.resize(size_t(T) * E), tmp.resize(size_t(T) * std::max(E, hp.n_head * hp.head_dim));
+  att.resize(size_t(T) * hp.n_head * hp.head_dim);
   const size_t emb_row = kernels::row_size(m_.tok_embd.type, E);
   for (int t = 0; t < T; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.data + emb_row * tokens[t], &x[size_t(t) * E], E);
   routes_.assign(hp.n_layer, {});
   for (int il = 0; il < hp.n_layer; ++il) {
     const LayerWeights& w = m_.layers[il];
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[size_t(t) * E], w.attn_norm.f32(), &h[size_t(t) * E], E, hp.eps);
-    std::vector<float> att(size_t(T) * hp.n_head * hp.head_dim);
     attention(il, T, h.data(), att.data());
     matmul(w.wo, att.data(), T, tmp.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];

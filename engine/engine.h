@@ -67,6 +67,14 @@ class Engine final : public Forward {
   bool prefetch_ = false;
   std::vector<float> k_cache_, v_cache_;  // [layer][pos][n_head_kv * head_dim]
   std::vector<std::vector<Route>> routes_;
+  // Work buffers kept across calls: a prefill's would otherwise be page-faulted and zeroed anew
+  // for every layer.
+  struct Buffers {
+    std::vector<float> x, h, tmp, att, q, k, v, expert_out;
+    std::vector<kernels::MatmulJob> jobs;
+    std::vector<std::vector<float>> g, u, ys;
+    std::vector<std::vector<uint8_t>> aq;
+  } buf_;
 };
 
 }  // namespace engine
