@@ -46,6 +46,17 @@ class LlamaCpp:
         return {"prefill_tok_s": len(prompt) / pp, "decode_tok_s": len(stream) / tg}
 
 
+def llama_bench_subprocess(args, prompt: list[int], stream: list[int]) -> dict:
+    # A process of its own per round: an idle llama.cpp process left alive beside expert-run
+    # measurably slows it (same file mapped by both; seen as 350 -> 260 tok/s prefill here).
+    import sys
+    cmd = [sys.executable, __file__, "--llama-worker", "--model", args.model, "--threads", str(args.threads),
+           "--tokens", ",".join(map(str, prompt)), "--stream", ",".join(map(str, stream))]
+    if args.no_repack:
+        cmd.append("--no-repack")
+    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+
+
 def ours_bench(args) -> dict:
     return json.loads(subprocess.run([args.expert_run, "bench", "--model", args.model, "--local", "-p", str(args.p), "-n",
                                       str(args.n), "--threads", str(args.threads), "--json"],
@@ -61,21 +72,28 @@ def main():
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--no-repack", action="store_true", help="llama.cpp streams weights from the mmap (no repacking)")
     ap.add_argument("--repeat", type=int, default=1, help="alternate the two sides this many times; report medians")
+    ap.add_argument("--llama-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--tokens", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--stream", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.llama_worker:
+        prompt = [int(t) for t in args.tokens.split(",")]
+        stream = [int(t) for t in args.stream.split(",")] if args.stream else []
+        eng = LlamaCpp(args.model, args.threads, len(prompt) + len(stream) + 8, max(len(prompt), 8), not args.no_repack)
+        print(json.dumps(eng.bench(prompt, stream)))
+        return
     import statistics
-    ours = ours_bench(args)
-    ref_engine = LlamaCpp(args.model, args.threads, args.p + args.n + 8, max(args.p, 8), not args.no_repack)
-    print(f"model {args.model}, {args.threads} threads, prompt {args.p}, generate {args.n}, {ours['kernels']} kernels")
     pr, dr = [], []
     for r in range(args.repeat):
-        if r:
-            ours = ours_bench(args)
-        ref = ref_engine.bench(ours["prompt"], ours["decode_stream"])
+        ours = ours_bench(args)
+        if r == 0:
+            print(f"model {args.model}, {args.threads} threads, prompt {args.p}, generate {args.n}, {ours['kernels']} kernels")
+        ref = llama_bench_subprocess(args, ours["prompt"], ours["decode_stream"])
         pr.append(ours["prefill_tok_s"] / ref["prefill_tok_s"])
         dr.append(ours["decode_tok_s"] / ref["decode_tok_s"])
         print(f"round {r + 1}: expert-run --local prefill {ours['prefill_tok_s']:.2f} decode {ours['decode_tok_s']:.2f} tok/s; "
               f"llama.cpp{' (no repack)' if args.no_repack else ''} prefill {ref['prefill_tok_s']:.2f} "
-              f"decode {ref['decode_tok_s']:.2f} tok/s; ratios {pr[-1]:.3f} / {dr[-1]:.3f}")
+              f"decode {ref['decode_tok_s']:.2f} tok/s; ratios {pr[-1]:.3f} / {dr[-1]:.3f}", flush=True)
     print(f"prefill ratio {statistics.median(pr):.3f} (median of {len(pr)}: {min(pr):.3f}-{max(pr):.3f})")
     print(f"ratio={statistics.median(dr):.3f}")
 

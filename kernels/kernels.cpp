@@ -198,22 +198,30 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backen
     first[j + 1] = first[j] + jobs[j].rows;
     work += jobs[j].rows * jobs[j].cols * jobs[j].n_tokens;
   }
+  // Blocked like a GEMM: a block of weight rows (kept in L2) against a block of tokens (kept in
+  // L1), in tiles of one row x up to kMaxTile tokens whose row blocks are unpacked once per tile.
+  // Every (row, token) value is computed the same way whatever the blocking.
+  constexpr int64_t kRowBlock = 64, kTokenBlock = 2 * kMaxTile;
   auto body = [&](int64_t b, int64_t e) {
     size_t j = std::upper_bound(first.begin(), first.end(), b) - first.begin() - 1;
-    // Tiles of one weight row x up to kMaxTile tokens: the row's blocks are unpacked once per tile.
     const void* xs[kMaxTile];
     float out[kMaxTile];
-    for (int64_t g = b; g < e; ++g) {
+    for (int64_t g = b; g < e; g = std::min(e, first[j + 1]), ++j) {
       while (g >= first[j + 1]) ++j;
       const MatmulJob& m = jobs[j];
-      const int64_t r = g - first[j];
-      const uint8_t* wr = static_cast<const uint8_t*>(m.w) + r * row_size(m.wtype, m.cols);
-      for (int64_t t = 0; t < m.n_tokens; t += kMaxTile) {
-        const int nt = static_cast<int>(std::min<int64_t>(kMaxTile, m.n_tokens - t));
-        for (int i = 0; i < nt; ++i) xs[i] = m.xq + (m.tok ? m.tok[t + i] : t + i) * m.xq_row;
-        dot_tile(m.wtype, wr, xs, nt, m.cols, out, be);
-        for (int i = 0; i < nt; ++i) m.y[(t + i) * m.rows + r] = out[i];
-      }
+      const int64_t r_end = std::min(e, first[j + 1]) - first[j];
+      const size_t w_row = row_size(m.wtype, m.cols);
+      for (int64_t rb = g - first[j]; rb < r_end; rb += kRowBlock)
+        for (int64_t tb = 0; tb < m.n_tokens; tb += kTokenBlock)
+          for (int64_t r = rb; r < std::min(rb + kRowBlock, r_end); ++r) {
+            const uint8_t* wr = static_cast<const uint8_t*>(m.w) + r * w_row;
+            for (int64_t t = tb; t < std::min(tb + kTokenBlock, m.n_tokens); t += kMaxTile) {
+              const int nt = static_cast<int>(std::min<int64_t>(kMaxTile, m.n_tokens - t));
+              for (int i = 0; i < nt; ++i) xs[i] = m.xq + (m.tok ? m.tok[t + i] : t + i) * m.xq_row;
+              dot_tile(m.wtype, wr, xs, nt, m.cols, out, be);
+              for (int i = 0; i < nt; ++i) m.y[(t + i) * m.rows + r] = out[i];
+            }
+          }
     }
   };
   if (pool && work >= (1 << 16)) pool->parallel_for(first[n_jobs], 16, body);
