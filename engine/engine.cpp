@@ -60,17 +60,7 @@ void Engine::attention(int il, int T, const float* h, float* out) {
       const float* qt = &q[size_t(t) * Q + hh * D];
       const float* kbase = &k_cache_[size_t(il) * n_ctx_ * KV];
       const float* vbase = &v_cache_[size_t(il) * n_ctx_ * KV];
-      for (int j = 0; j < n_keys; ++j) {
-        const float* kj = kbase + size_t(j) * KV + kvh * D;
-        s[j] = kernels::dot_f32(qt, kj, D, be) * scale;
-      }
-      kernels::softmax(s.data(), n_keys);
-      float* o = out + size_t(t) * Q + hh * D;
-      std::fill(o, o + D, 0.0f);
-      for (int j = 0; j < n_keys; ++j) {
-        const float* vj = vbase + size_t(j) * KV + kvh * D;
-        kernels::axpy(s[j], vj, o, D, be);
-      }
+      kernels::attend(qt, kbase + kvh * D, vbase + kvh * D, n_keys, KV, D, scale, s.data(), out + size_t(t) * Q + hh * D, be);
     }
   });
 }

@@ -262,6 +262,12 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   std::vector<int32_t> prompt(n_prompt);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % l.model->hp.n_vocab);
   std::vector<float> logits;
+  if (o.socket.empty()) {
+    // Untimed: one pass of the prompt sizes the work buffers, as llama.cpp reserves its compute
+    // buffers when its context is created. Not through a daemon: it would warm the cache.
+    if (auto st = eng->eval(prompt, false, logits); !st) die(st.error().message);
+    eng->reset();
+  }
   auto m0 = eng->daemon_metrics();
   auto t0 = Clock::now();
   if (auto st = eng->eval(prompt, false, logits); !st) die(st.error().message);

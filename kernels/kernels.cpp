@@ -232,6 +232,11 @@ float dot_f32(const float* a, const float* b, int64_t n, Backend be) { return KE
 
 void axpy(float a, const float* x, float* y, int64_t n, Backend be) { KERNELS_CALL(be, axpy, a, x, y, n); }
 
+void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t stride, int64_t d, float scale,
+            float* s, float* out, Backend be) {
+  KERNELS_CALL(be, attend, q, k, v, n_keys, stride, d, scale, s, out);
+}
+
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
   double sum = 0;  // ggml accumulates in ggml_float (double)
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
@@ -255,7 +260,7 @@ void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bo
 
 void softmax(float* x, int64_t n) {
   float mx = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) mx = std::fmax(mx, x[i]);
+  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) {
     x[i] = std::exp(x[i] - mx);
