@@ -140,12 +140,7 @@ void Cache::grant(const Pending& p) {
   if (pending == 0) stats_.acquire_latency_us.record(us_since(p.start));
 }
 
-int32_t Cache::take_slot() {
-  if (!free_.empty()) {
-    uint32_t s = free_.back();
-    free_.pop_back();
-    return static_cast<int32_t>(s);
-  }
+int32_t Cache::pick_victim() const {
   int32_t best = -1;
   SlotView bv;
   for (uint32_t s = 0; s < slots_.size(); ++s) {
@@ -154,15 +149,28 @@ int32_t Cache::take_slot() {
     SlotView v{sl.last_access, sl.inserted, frequency_[key(sl.layer, sl.expert)]};
     if (best < 0 || policy_.before(v, bv)) best = static_cast<int32_t>(s), bv = v;
   }
-  if (best < 0) return -1;
-  Slot& sl = slots_[best];
+  return best;
+}
+
+int32_t Cache::take_slot() {
+  if (!free_.empty()) {
+    uint32_t s = free_.back();
+    free_.pop_back();
+    return static_cast<int32_t>(s);
+  }
+  int32_t best = pick_victim();
+  if (best >= 0) evict(static_cast<uint32_t>(best));
+  return best;
+}
+
+void Cache::evict(uint32_t s) {
+  Slot& sl = slots_[s];
   index_[key(sl.layer, sl.expert)] = -1;
   ++stats_.c.cache_evictions;
   if (sl.prefetched) ++stats_.c.prefetch_wasted;
   sl.prefetched = false;
   sl.state = State::Free;
   --evictable_;
-  return best;
 }
 
 void Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand) {
@@ -326,7 +334,20 @@ void Cache::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
       ++stats_.c.prefetch_dropped;
       continue;
     }
-    int32_t s = take_slot();
+    // Admission: a hint takes a free slot, or evicts only an expert acquired less often than
+    // the hinted one (hints that evicted whatever the policy offered cost more than they saved
+    // with small caches: a third of the experts cached, 11.5 vs 16.0 tok/s).
+    int32_t s;
+    if (!free_.empty()) {
+      s = take_slot();
+    } else {
+      s = pick_victim();
+      if (s >= 0 && frequency_[key(layer, e)] <= frequency_[key(slots_[s].layer, slots_[s].expert)]) {
+        ++stats_.c.prefetch_rejected;
+        continue;
+      }
+      if (s >= 0) evict(static_cast<uint32_t>(s));
+    }
     if (s < 0) {
       ++stats_.c.prefetch_dropped;
       continue;

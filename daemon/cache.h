@@ -106,6 +106,8 @@ class Cache {
   void grant(const Pending& p);
   void drain_waiting();
   int32_t take_slot();  // a FREE slot, or the policy's victim; -1 when none
+  int32_t pick_victim() const;  // the policy's victim among unpinned READY slots, not evicted; -1 when none
+  void evict(uint32_t slot);
   void start_load(uint32_t slot, uint32_t layer, uint32_t expert, bool demand);
   void issue_read(uint32_t slot);
   void issue_deferred();

@@ -71,6 +71,7 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
   counter("prefetch_used", c.prefetch_used, "", "prefetched experts later acquired");
   counter("prefetch_wasted", c.prefetch_wasted, "", "prefetched experts evicted unused");
   counter("prefetch_dropped", c.prefetch_dropped, "", "prefetch hints not acted on");
+  counter("prefetch_rejected", c.prefetch_rejected, "", "prefetch hints colder than the expert they would evict");
   counter("acquires", c.acquires, "", "acquire requests granted");
   counter("acquire_waits", c.acquire_waits, "", "acquires that waited for free slots");
   counter("acquire_timeouts", c.acquire_timeouts, "", "acquires that waited too long");

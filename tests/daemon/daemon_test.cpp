@@ -156,6 +156,35 @@ TEST_F(DaemonTest, PrefetchLoadsWithoutPinningAndCountsUse) {
   EXPECT_NE(err->find("OutOfRange"), std::string::npos) << *err;
 }
 
+// With the cache full, a hint may evict only an expert acquired less often than the hinted one:
+// a cold hint is rejected and the cache keeps its experts; a hint for an expert used more often
+// than the coldest resident one is loaded in its place.
+TEST_F(DaemonTest, PrefetchIntoAFullCacheEvictsOnlyColderExperts) {
+  auto d = start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4", "--policy", "lru"});
+  auto c = connect();
+  use(*c, 0, {9});
+  use(*c, 0, {9});  // acquired twice
+  use(*c, 0, {4, 5, 6, 7});
+  for (int k = 0; k < 3; ++k) use(*c, 0, {0, 1, 2, 3});  // the last slot goes to 3 by evicting 9
+  ASSERT_EQ(stat(*c, "cache_evictions"), 1);
+  // The least recently used resident experts (4-7) were acquired once. Expert 20, never
+  // acquired, may not displace them: rejected, nothing evicted.
+  ASSERT_TRUE(c->prefetch(0, std::vector<uint32_t>{20}));
+  ASSERT_TRUE(c->stats());  // hints are processed in order: done once this reply arrives
+  EXPECT_EQ(stat(*c, "prefetch_rejected"), 1);
+  EXPECT_EQ(stat(*c, "prefetch_issued"), 0);
+  EXPECT_EQ(stat(*c, "cache_evictions"), 1);
+  // Expert 9 (acquired twice) may: it is loaded in place of one of them.
+  ASSERT_TRUE(c->prefetch(0, std::vector<uint32_t>{9}));
+  for (int i = 0; i < 200 && stat(*c, "pack_reads") < 10; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(stat(*c, "prefetch_issued"), 1);
+  EXPECT_EQ(stat(*c, "cache_evictions"), 2);
+  auto l = c->acquire(0, std::vector<uint32_t>{9, 0, 1, 2});
+  ASSERT_TRUE(l);
+  EXPECT_EQ(std::count(l->ready.begin(), l->ready.end(), 1), 4);  // 9 prefetched, 0-2 kept
+  ASSERT_TRUE(c->release(*l));
+}
+
 TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
   std::string trace = local_ / "trace.bin", stats_file = local_ / "stats.json";
   // clients-max 4: each expertctl may connect before the daemon has seen the previous client close.

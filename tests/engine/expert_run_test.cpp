@@ -4,6 +4,8 @@
 #include <cstring>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
 #include "pack/builder.h"
@@ -54,7 +56,8 @@ TEST(ExpertRun, GenerateThroughExpertdEqualsLocal) {
   auto hinted = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + " --prompt 'And the' -n 16 --temp 0 --prefetch 2>/dev/null");
   EXPECT_EQ(plain.second, hinted.second);
   auto st = run(bin("client/expertctl") + " --socket " + p.dir / "s.sock" + " stats --json");
-  EXPECT_EQ(st.second.find("\"prefetch_issued\":0,"), std::string::npos) << st.second;
+  auto sj = nlohmann::json::parse(st.second);  // the hints reached the daemon: loaded, or judged too cold
+  EXPECT_GT(sj["prefetch_issued"].get<double>() + sj["prefetch_rejected"].get<double>(), 0) << st.second;
   auto verbose = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + " --prompt hi -n 4 --verbose");
   EXPECT_NE(verbose.second.find("expertd:"), std::string::npos) << verbose.second;
   EXPECT_NE(verbose.second.find("misses/token"), std::string::npos) << verbose.second;
