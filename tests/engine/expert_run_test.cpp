@@ -9,6 +9,7 @@
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
 #include "pack/builder.h"
+#include "golden_util.h"
 #include "test_util.h"
 
 using namespace expertd::test;
@@ -17,21 +18,6 @@ namespace {
 
 std::string run_bin() { return bin("engine/expert-run"); }
 
-struct Packed {
-  TempDir dir;
-  std::string model, core, manifest;
-  explicit Packed(const std::string& case_id) {
-    model = dir / "m.gguf";
-    std::filesystem::copy_file(golden_model(case_id), model);
-    expertd::pack::BuildOptions o;
-    o.model_path = model;
-    o.progress = false;
-    auto rep = expertd::pack::build_pack(o);
-    EXPECT_TRUE(rep);
-    core = rep->core_path;
-    manifest = rep->manifest_path;
-  }
-};
 
 }  // namespace
 

@@ -12,18 +12,11 @@
 
 using namespace expertd::test;
 
-namespace {
-
-const char* kArchs[] = {"qwen3moe", "olmoe", "llama", "qwen2moe"};
-const char* kVariants[] = {"A-s1-f32", "A-s1-f16", "A-s1-q8_0", "B-s11-q4_k_m"};
-
-}  // namespace
-
 TEST(Golden, LocalLogitsRoutingAndGreedyMatchLlamaCpp) {
   REQUIRE_GOLDEN();
   int quantized = 0, emulated_exactly = 0;
-  for (const char* arch : kArchs)
-    for (const char* variant : kVariants) {
+  for (const char* arch : kGoldenArchs)
+    for (const char* variant : kGoldenVariants) {
       Case c = load_case(std::string(arch) + "-" + variant);
       SCOPED_TRACE(c.id);
       auto file = gguf::Model::open(golden_model(c.id));

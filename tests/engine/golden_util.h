@@ -4,13 +4,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
 #include "engine/engine.h"
+#include "pack/builder.h"
 #include "test_util.h"
 
 namespace expertd::test {
+
+// The architectures the engine implements and the golden variants of each.
+inline constexpr const char* kGoldenArchs[] = {"qwen3moe", "olmoe", "llama", "qwen2moe"};
+inline constexpr const char* kGoldenVariants[] = {"A-s1-f32", "A-s1-f16", "A-s1-q8_0", "B-s11-q4_k_m"};
 
 struct Case {
   std::string id;
@@ -103,5 +109,22 @@ inline double check_against_golden(const Case& c, const std::vector<float>& mine
   }
   return sorted[rows / 2];
 }
+
+// A golden model packed into a temporary directory: manifest, core GGUF and pack beside a copy
+// of the model (so the full GGUF and its core sit together, as `expert-pack build` leaves them).
+struct Packed {
+  TempDir dir;
+  std::string model, core, manifest;
+  explicit Packed(const std::string& case_id) {
+    model = dir / "m.gguf";
+    std::filesystem::copy_file(golden_model(case_id), model);
+    expertd::pack::BuildOptions o;
+    o.model_path = model;
+    o.progress = false;
+    auto rep = expertd::pack::build_pack(o);
+    EXPECT_TRUE(rep) << (rep ? "" : rep.error().message);
+    if (rep) core = rep->core_path, manifest = rep->manifest_path;
+  }
+};
 
 }  // namespace expertd::test

@@ -4,20 +4,14 @@
 #include "engine/cuda_engine.h"
 #include "engine/golden_util.h"
 #include "gpu_util.h"
-#include "pack/builder.h"
 
 using namespace expertd::test;
-
-namespace {
-const char* kArchs[] = {"qwen3moe", "olmoe", "llama", "qwen2moe"};
-const char* kVariants[] = {"A-s1-f32", "A-s1-f16", "A-s1-q8_0", "B-s11-q4_k_m"};
-}  // namespace
 
 TEST(CudaEngine, GoldenLogitsAndTheCpuEnginesGreedyTokens) {
   EXPERTD_REQUIRE_GPU();
   REQUIRE_GOLDEN();
-  for (const char* arch : kArchs)
-    for (const char* variant : kVariants) {
+  for (const char* arch : kGoldenArchs)
+    for (const char* variant : kGoldenVariants) {
       Case c = load_case(std::string(arch) + "-" + variant);
       SCOPED_TRACE(c.id);
       auto file = gguf::Model::open(golden_model(c.id));
@@ -51,32 +45,27 @@ TEST(CudaEngine, DaemonSlotsAreBitIdenticalToUploadedExperts) {
   for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
-    TempDir d;
-    expertd::pack::BuildOptions bo;
-    bo.model_path = golden_model(id);
-    bo.out_dir = d.path();
-    bo.progress = false;
-    auto rep = expertd::pack::build_pack(bo);
-    ASSERT_TRUE(rep) << rep.error().message;
-    Daemon daemon(rep->manifest_path, d / "s.sock",
+    Packed p(id);
+    ASSERT_FALSE(p.core.empty());
+    Daemon daemon(p.manifest, p.dir / "s.sock",
                   {"--backend", "cuda", "--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4"});
     std::string log;
     ASSERT_TRUE(daemon.start(&log)) << log;
-    auto full = gguf::Model::open(golden_model(id));
-    auto core = gguf::Model::open(rep->core_path);
+    auto full = gguf::Model::open(p.model);
+    auto core = gguf::Model::open(p.core);
     ASSERT_TRUE(full && core);
     auto mfull = engine::Model::load(*full);
     auto mcore = engine::Model::load(*core);
     ASSERT_TRUE(mfull && mcore);
     auto local = engine::make_cuda_forward(*mfull, "", 256);
-    auto remote = engine::make_cuda_forward(*mcore, d / "s.sock", 256);
+    auto remote = engine::make_cuda_forward(*mcore, p.dir / "s.sock", 256);
     ASSERT_TRUE(local) << local.error().message;
     ASSERT_TRUE(remote) << remote.error().message;
     auto a = teacher_forced(**local, c, nullptr);
     auto b = teacher_forced(**remote, c, nullptr);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "daemon and uploaded experts differ";
-    auto ctl = run(bin("client/expertctl") + " --socket " + d / "s.sock" + " stats --json");
+    auto ctl = run(bin("client/expertctl") + " --socket " + p.dir / "s.sock" + " stats --json");
     auto s = nlohmann::json::parse(ctl.second);
     EXPECT_GT(s["cache_evictions"].get<int>(), 0);
     EXPECT_EQ(s["h2d_bytes"].get<double>(), s["pack_read_bytes"].get<double>());
@@ -87,19 +76,14 @@ TEST(CudaEngine, DaemonSlotsAreBitIdenticalToUploadedExperts) {
 TEST(CudaEngine, ACpuOnlyDaemonIsAClearError) {
   EXPERTD_REQUIRE_GPU();
   REQUIRE_GOLDEN();
-  TempDir d;
-  expertd::pack::BuildOptions bo;
-  bo.model_path = golden_model("olmoe-A-s1-f32");
-  bo.out_dir = d.path();
-  bo.progress = false;
-  auto rep = expertd::pack::build_pack(bo);
-  ASSERT_TRUE(rep);
-  Daemon daemon(rep->manifest_path, d / "s.sock", {"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"});
+  Packed p("olmoe-A-s1-f32");
+  ASSERT_FALSE(p.core.empty());
+  Daemon daemon(p.manifest, p.dir / "s.sock", {"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"});
   ASSERT_TRUE(daemon.start());
-  auto core = gguf::Model::open(rep->core_path);
+  auto core = gguf::Model::open(p.core);
   auto m = engine::Model::load(*core);
   ASSERT_TRUE(m);
-  auto f = engine::make_cuda_forward(*m, d / "s.sock", 64);
+  auto f = engine::make_cuda_forward(*m, p.dir / "s.sock", 64);
   ASSERT_FALSE(f);
   EXPECT_NE(f.error().message.find("expertd --backend cuda"), std::string::npos) << f.error().message;
 }
