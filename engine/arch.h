@@ -14,6 +14,7 @@ struct ArchTraits {
   bool norm_topk_default;    // when {arch}.expert_weights_norm is absent
   bool qkv_bias;             // attn_{q,k,v}.bias present
   bool shared_expert_gated;  // sigmoid(ffn_gate_inp_shexp . x) * shared expert
+  bool mla = false;          // multi-head latent attention (DeepSeek-V2/V3): a latent KV cache
 };
 
 const ArchTraits* find_arch(std::string_view name);  // nullptr when unsupported

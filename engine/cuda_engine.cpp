@@ -83,6 +83,7 @@ class CudaEngine final : public Forward {
   }
 
   Status init(const std::string& socket) {
+    if (m_.arch->mla) return make_error("multi-head latent attention (" + m_.hp.arch + ") runs on the CPU engine only, so far");
     int n = 0;
     CU(cudaGetDeviceCount(&n));
     if (n == 0) return make_error("no CUDA device");
@@ -215,7 +216,8 @@ class CudaEngine final : public Forward {
 
   Status upload(const Tensor& t, DevTensor* d) {
     if (!t) return {};
-    if (!kernels::weight_type_supported(t.type)) return make_error("unsupported weight type " + std::to_string(t.type));
+    if (!kernels::cuda::weight_type_supported(t.type))
+      return make_error("weight type " + std::to_string(t.type) + " is not supported on the GPU");
     const size_t bytes = kernels::row_size(t.type, t.ne[0]) * std::max<int64_t>(t.ne[1], 1) * std::max<int64_t>(t.ne[2], 1);
     void* p = nullptr;
     EXPERTD_TRY(alloc(bytes, &p));

@@ -11,9 +11,11 @@ using expertd::make_error;
 
 Engine::Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx)
     : m_(m), experts_(experts), pool_(n_threads), n_ctx_(n_ctx) {
+  // MLA caches one latent row per position (kv_lora + n_rot floats = head_dim, one "KV head")
+  // that serves as keys and, its first kv_lora floats, as values.
   size_t per_layer = size_t(n_ctx) * m.hp.n_head_kv * m.hp.head_dim;
   k_cache_.assign(per_layer * m.hp.n_layer, 0.0f);
-  v_cache_.assign(per_layer * m.hp.n_layer, 0.0f);
+  if (!m.arch->mla) v_cache_.assign(per_layer * m.hp.n_layer, 0.0f);
 }
 
 void Engine::matmul(const Tensor& w, const float* x, int T, float* y) {
@@ -60,9 +62,78 @@ void Engine::attention(int il, int T, const float* h, float* out) {
       const float* qt = &q[size_t(t) * Q + hh * D];
       const float* kbase = &k_cache_[size_t(il) * n_ctx_ * KV];
       const float* vbase = &v_cache_[size_t(il) * n_ctx_ * KV];
-      kernels::attend(qt, kbase + kvh * D, vbase + kvh * D, n_keys, KV, D, scale, s.data(), out + size_t(t) * Q + hh * D, be);
+      kernels::attend(qt, kbase + kvh * D, vbase + kvh * D, n_keys, KV, KV, D, D, scale, -INFINITY, s.data(),
+                      out + size_t(t) * Q + hh * D, be);
     }
   });
+}
+
+// Multi-head latent attention as llama.cpp computes it ("absorbed"): each head's query is taken
+// into the latent space with attn_k_b, attention runs over the cached latent rows, and attn_v_b
+// takes each head's result back out. Writes n_head * v_mla values per token.
+void Engine::attention_mla(int il, int T, const float* h, float* out) {
+  const Hparams& hp = m_.hp;
+  const LayerWeights& w = m_.layers[il];
+  const int H = hp.n_head, R = hp.n_rot, C = hp.kv_lora, KL = C + R, nope = hp.k_mla - R, HK = H * hp.k_mla;
+  auto& q = buf_.q, &kv = buf_.k, &tmp = buf_.v;
+  q.resize(size_t(T) * HK), kv.resize(size_t(T) * KL);
+  if (w.wq_a) {
+    tmp.resize(size_t(T) * hp.q_lora);
+    matmul(w.wq_a, h, T, tmp.data());
+    for (int t = 0; t < T; ++t)
+      kernels::rms_norm(&tmp[size_t(t) * hp.q_lora], w.q_a_norm.f32(), &tmp[size_t(t) * hp.q_lora], hp.q_lora, hp.eps);
+    matmul(w.wq_b, tmp.data(), T, q.data());
+  } else {
+    matmul(w.wq, h, T, q.data());
+  }
+  matmul(w.wkv_a, h, T, kv.data());
+  float* cache = &k_cache_[size_t(il) * n_ctx_ * KL];
+  for (int t = 0; t < T; ++t) {
+    const int pos = n_past_ + t;
+    float* row = cache + size_t(pos) * KL;
+    kernels::rms_norm(&kv[size_t(t) * KL], w.kv_a_norm.f32(), row, C, hp.eps);
+    std::copy(&kv[size_t(t) * KL + C], &kv[size_t(t) * KL + KL], row + C);
+    kernels::rope(row + C, R, R, pos, hp.rope_base, m_.arch->rope_neox);
+    for (int hh = 0; hh < H; ++hh) kernels::rope(&q[(size_t(t) * H + hh) * hp.k_mla + nope], R, R, pos, hp.rope_base, m_.arch->rope_neox);
+  }
+  // Per head: q_abs = k_b[h] . q_nope (T x kv_lora), then the full query [q_abs, q_pe].
+  auto& qf = buf_.qf;
+  qf.resize(size_t(T) * H * KL);
+  std::vector<float> xin(size_t(T) * std::max(nope, C)), yout(size_t(T) * std::max(C, hp.v_mla));
+  const size_t kb_head = kernels::row_size(w.wk_b.type, nope) * C, vb_head = kernels::row_size(w.wv_b.type, C) * hp.v_mla;
+  for (int hh = 0; hh < H; ++hh) {
+    for (int t = 0; t < T; ++t)
+      std::copy_n(&q[(size_t(t) * H + hh) * hp.k_mla], nope, &xin[size_t(t) * nope]);
+    Tensor kb = w.wk_b;
+    kb.data = w.wk_b.data + kb_head * hh, kb.ne = {nope, C, 1};
+    matmul(kb, xin.data(), T, yout.data());
+    for (int t = 0; t < T; ++t) {
+      float* dst = &qf[(size_t(t) * H + hh) * KL];
+      std::copy_n(&yout[size_t(t) * C], C, dst);
+      std::copy_n(&q[(size_t(t) * H + hh) * hp.k_mla + nope], R, dst + C);
+    }
+  }
+  // Attention over the latent rows: keys are whole rows, values their first kv_lora floats.
+  auto& lat = buf_.att2;
+  lat.resize(size_t(T) * H * C);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hp.k_mla));
+  const kernels::Backend be = kernels::best_backend();
+  pool_.parallel_for(int64_t(T) * H, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> s(n_past_ + T);
+    for (int64_t job = b; job < e; ++job) {
+      const int t = static_cast<int>(job / H), hh = static_cast<int>(job % H);
+      kernels::attend(&qf[(size_t(t) * H + hh) * KL], cache, cache, n_past_ + t + 1, KL, KL, KL, C, scale, -INFINITY,
+                      s.data(), &lat[(size_t(t) * H + hh) * C], be);
+    }
+  });
+  // Per head back out of the latent space: v_b[h] . lat (T x v_mla).
+  for (int hh = 0; hh < H; ++hh) {
+    for (int t = 0; t < T; ++t) std::copy_n(&lat[(size_t(t) * H + hh) * C], C, &xin[size_t(t) * C]);
+    Tensor vb = w.wv_b;
+    vb.data = w.wv_b.data + vb_head * hh, vb.ne = {C, hp.v_mla, 1};
+    matmul(vb, xin.data(), T, yout.data());
+    for (int t = 0; t < T; ++t) std::copy_n(&yout[size_t(t) * hp.v_mla], hp.v_mla, out + (size_t(t) * H + hh) * hp.v_mla);
+  }
 }
 
 void Engine::dense_ffn(const Tensor& g, const Tensor& u, const Tensor& d, int T, const float* h, float* out) {
@@ -72,6 +143,46 @@ void Engine::dense_ffn(const Tensor& g, const Tensor& u, const Tensor& d, int T,
   matmul(u, h, T, b.data());
   for (size_t i = 0; i < a.size(); ++i) a[i] = kernels::silu(a[i]) * b[i];
   matmul(d, a.data(), T, out);
+}
+
+// Gate scores (softmax or sigmoid of the router logits); selection by score plus exp_probs_b
+// within the best expert groups; weights are the selected experts' unbiased scores, optionally
+// renormalised, times w_scale. Ties go to the lower expert id (llama.cpp's stable order).
+void Engine::select_experts(const LayerWeights& w, float* p, Route& r) const {
+  const Hparams& hp = m_.hp;
+  const int X = hp.n_expert, K = hp.n_expert_used;
+  if (hp.gating_sigmoid)
+    for (int e = 0; e < X; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+  else
+    kernels::softmax(p, X);
+  std::vector<float> sel(p, p + X);
+  if (w.exp_probs_b)
+    for (int e = 0; e < X; ++e) sel[e] += w.exp_probs_b.f32()[e];
+  if (hp.n_group > 1) {
+    const int G = hp.n_group, per = X / G;
+    std::vector<float> score(G);
+    for (int g = 0; g < G; ++g) {
+      std::vector<float> v(sel.begin() + g * per, sel.begin() + (g + 1) * per);
+      std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+      score[g] = v[0] + v[1];
+    }
+    std::vector<int> order(G);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
+    for (int i = hp.n_group_used; i < G; ++i)
+      for (int e = order[i] * per; e < (order[i] + 1) * per; ++e) sel[e] = -INFINITY;
+  }
+  std::vector<uint32_t> idx(X);
+  std::iota(idx.begin(), idx.end(), 0u);
+  std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return sel[a] > sel[b]; });
+  r.experts.assign(idx.begin(), idx.begin() + K);
+  r.weights.clear();
+  float sum = 0;
+  for (uint32_t e : r.experts) r.weights.push_back(p[e]), sum += p[e];
+  if (hp.norm_topk)
+    for (float& x : r.weights) x /= std::max(sum, 6.103515625e-5f);
+  if (hp.w_scale != 1.0f)
+    for (float& x : r.weights) x *= hp.w_scale;
 }
 
 expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
@@ -85,17 +196,8 @@ expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
   // Tokens of each expert: (token, k) pairs, so each unique expert is fetched once per layer.
   std::vector<std::vector<std::pair<int, int>>> users(X);
   for (int t = 0; t < T; ++t) {
-    float* p = &logits[size_t(t) * X];
-    kernels::softmax(p, X);
-    std::vector<uint32_t> idx(X);
-    std::iota(idx.begin(), idx.end(), 0u);
-    std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
     Route& r = routes[t];
-    r.experts.assign(idx.begin(), idx.begin() + K);
-    float sum = 0;
-    for (uint32_t e : r.experts) r.weights.push_back(p[e]), sum += p[e];
-    if (hp.norm_topk)
-      for (float& x : r.weights) x /= std::max(sum, 6.103515625e-5f);
+    select_experts(w, &logits[size_t(t) * X], r);
     for (int k = 0; k < K; ++k) users[r.experts[k]].push_back({t, k});
   }
   std::vector<uint32_t> unique;
@@ -218,14 +320,15 @@ expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits, s
     if (tok < 0 || tok >= hp.n_vocab) return make_error("token id " + std::to_string(tok) + " is outside the vocabulary");
   auto &x = buf_.x, &h = buf_.h, &tmp = buf_.tmp, &att = buf_.att;
   x.resize(size_t(T) * E), h.resize(size_t(T) * E), tmp.resize(size_t(T) * std::max(E, hp.n_head * hp.head_dim));
-  att.resize(size_t(T) * hp.n_head * hp.head_dim);
+  att.resize(size_t(T) * hp.n_head * std::max(hp.head_dim, hp.v_mla));
   const size_t emb_row = kernels::row_size(m_.tok_embd.type, E);
   for (int t = 0; t < T; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.data + emb_row * tokens[t], &x[size_t(t) * E], E);
   routes_.assign(hp.n_layer, {});
   for (int il = 0; il < hp.n_layer; ++il) {
     const LayerWeights& w = m_.layers[il];
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[size_t(t) * E], w.attn_norm.f32(), &h[size_t(t) * E], E, hp.eps);
-    attention(il, T, h.data(), att.data());
+    if (m_.arch->mla) attention_mla(il, T, h.data(), att.data());
+    else attention(il, T, h.data(), att.data());
     matmul(w.wo, att.data(), T, tmp.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[size_t(t) * E], w.ffn_norm.f32(), &h[size_t(t) * E], E, hp.eps);

@@ -54,7 +54,9 @@ class Engine final : public Forward {
 
  private:
   void attention(int il, int T, const float* h, float* out);
+  void attention_mla(int il, int T, const float* h, float* out);
   expertd::Status moe(int il, int T, const float* h, float* out);
+  void select_experts(const LayerWeights& w, float* logits, Route& r) const;
   void dense_ffn(const Tensor& g, const Tensor& u, const Tensor& d, int T, const float* h, float* out);
   void matmul(const Tensor& w, const float* x, int T, float* y);
   void prefetch_next(int il, int T, const float* x);
@@ -70,7 +72,7 @@ class Engine final : public Forward {
   // Work buffers kept across calls: a prefill's would otherwise be page-faulted and zeroed anew
   // for every layer.
   struct Buffers {
-    std::vector<float> x, h, tmp, att, q, k, v, expert_out;
+    std::vector<float> x, h, tmp, att, q, k, v, expert_out, qf, att2;
     std::vector<kernels::MatmulJob> jobs;
     std::vector<std::vector<float>> g, u, ys;
     std::vector<std::vector<uint8_t>> aq;

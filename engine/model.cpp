@@ -27,7 +27,7 @@ class Loader {
     if (!kernels::weight_type_supported(type) || (f32_only && type != kernels::F32)) {
       const auto* tr = gguf::type_traits(type);
       err = f_.path() + ": tensor " + name + " has type " + std::string(tr ? tr->name : "?") +
-            (f32_only ? ", expected F32" : ", which the engine does not support (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K)");
+            (f32_only ? ", expected F32" : ", which the engine does not support (F32, F16, BF16, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K)");
       return t;
     }
     for (size_t d = 0; d < 3; ++d) {
@@ -92,7 +92,33 @@ Result<Model> Model::load(const gguf::Model& f) {
   hp.eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-6));
   hp.rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
   hp.norm_topk = f.get_bool(a + "expert_weights_norm").value_or(m.arch->norm_topk_default);
+  const uint64_t gating = f.get_uint(a + "expert_gating_func").value_or(1);  // llama.cpp: 1 softmax, 2 sigmoid
+  if (gating != 1 && gating != 2)
+    return make_error(f.path() + ": " + a + "expert_gating_func = " + std::to_string(gating) + " is not supported (1 softmax, 2 sigmoid)");
+  hp.gating_sigmoid = gating == 2;
+  hp.n_group = static_cast<int>(f.get_uint(a + "expert_group_count").value_or(0));
+  hp.n_group_used = static_cast<int>(f.get_uint(a + "expert_group_used_count").value_or(0));
+  hp.w_scale = static_cast<float>(f.get_float(a + "expert_weights_scale").value_or(1.0));
+  if (hp.w_scale == 0.0f) hp.w_scale = 1.0f;  // llama.cpp: 0 means unset
+  // Rope scaling changes the math; refuse rather than compute something else.
+  if (auto rs = f.get_string(a + "rope.scaling.type"); rs && *rs != "none" && *rs != "linear" &&
+                                                        f.get_float(a + "rope.scaling.factor").value_or(1.0) != 1.0)
+    return make_error(f.path() + ": rope scaling '" + std::string(*rs) + "' is not supported yet");
+  if (auto fs = f.get_float(a + "rope.scaling.factor"); fs && *fs != 1.0 && f.get_string(a + "rope.scaling.type").value_or("none") == "linear")
+    return make_error(f.path() + ": linear rope scaling is not supported yet");
+  if (m.arch->mla) {
+    hp.q_lora = L.u(a + "attention.q_lora_rank", 0);
+    hp.kv_lora = L.u(a + "attention.kv_lora_rank");
+    hp.k_mla = L.u(a + "attention.key_length_mla");
+    hp.v_mla = L.u(a + "attention.value_length_mla");
+  }
   if (!L.err.empty()) return make_error(L.err);
+  if (m.arch->mla && (hp.n_head_kv != 1 || hp.head_dim != hp.kv_lora + hp.n_rot || hp.k_mla <= hp.n_rot || hp.v_mla <= 0))
+    return make_error(f.path() + ": inconsistent multi-head latent attention sizes (a GGUF from an older llama.cpp "
+                      "with a joint attn_kv_b? re-convert it)");
+  if (hp.n_group > 0 && (hp.n_expert % hp.n_group || hp.n_group_used <= 0 || hp.n_group_used > hp.n_group ||
+                         hp.n_expert / hp.n_group < 2))
+    return make_error(f.path() + ": inconsistent expert groups");
   if (hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv || hp.head_dim <= 0 || hp.n_rot > hp.head_dim ||
       hp.n_rot % 2 || hp.n_expert <= 0 || hp.n_expert_used <= 0 || hp.n_expert_used > hp.n_expert || hp.n_layer <= 0 ||
       hp.n_embd <= 0)
@@ -112,10 +138,26 @@ Result<Model> Model::load(const gguf::Model& f) {
     const std::string p = "blk." + std::to_string(il) + ".";
     LayerWeights w;
     w.attn_norm = L.get(p + "attn_norm.weight", {E}, true, true);
-    w.wq = L.get(p + "attn_q.weight", {E, Q});
-    w.wk = L.get(p + "attn_k.weight", {E, KV});
-    w.wv = L.get(p + "attn_v.weight", {E, KV});
-    w.wo = L.get(p + "attn_output.weight", {Q, E});
+    if (m.arch->mla) {
+      const int HK = hp.n_head * hp.k_mla, nope = hp.k_mla - hp.n_rot;
+      if (hp.q_lora > 0) {
+        w.wq_a = L.get(p + "attn_q_a.weight", {E, hp.q_lora});
+        w.q_a_norm = L.get(p + "attn_q_a_norm.weight", {hp.q_lora}, true, true);
+        w.wq_b = L.get(p + "attn_q_b.weight", {hp.q_lora, HK});
+      } else {
+        w.wq = L.get(p + "attn_q.weight", {E, HK});
+      }
+      w.wkv_a = L.get(p + "attn_kv_a_mqa.weight", {E, hp.kv_lora + hp.n_rot});
+      w.kv_a_norm = L.get(p + "attn_kv_a_norm.weight", {hp.kv_lora}, true, true);
+      w.wk_b = L.get(p + "attn_k_b.weight", {nope, hp.kv_lora, hp.n_head});
+      w.wv_b = L.get(p + "attn_v_b.weight", {hp.kv_lora, hp.v_mla, hp.n_head});
+      w.wo = L.get(p + "attn_output.weight", {hp.n_head * hp.v_mla, E});
+    } else {
+      w.wq = L.get(p + "attn_q.weight", {E, Q});
+      w.wk = L.get(p + "attn_k.weight", {E, KV});
+      w.wv = L.get(p + "attn_v.weight", {E, KV});
+      w.wo = L.get(p + "attn_output.weight", {Q, E});
+    }
     if (m.arch->qkv_bias) {
       w.bq = L.get(p + "attn_q.bias", {Q}, true, true);
       w.bk = L.get(p + "attn_k.bias", {KV}, true, true);
@@ -131,6 +173,7 @@ Result<Model> Model::load(const gguf::Model& f) {
     w.ffn_norm = L.get(p + "ffn_norm.weight", {E}, true, true);
     if (f.tensor(p + "ffn_gate_inp.weight")) {
       w.router = L.get(p + "ffn_gate_inp.weight", {E, hp.n_expert}, true, true);
+      w.exp_probs_b = L.get(p + "exp_probs_b.bias", {hp.n_expert}, false, true);
       const gguf::TensorInfo* g = f.tensor(p + "ffn_gate_exps.weight");
       if (g) {
         hp.n_ff_exp = static_cast<int>(g->ne[1]);

@@ -29,6 +29,14 @@ struct Hparams {
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
   float eps = 1e-6f, rope_base = 10000.f;
   bool norm_topk = true;  // renormalise the selected experts' weights
+  // Routing variants: sigmoid instead of softmax gating, expert groups (keep the n_group_used
+  // groups whose two best selection scores sum highest), routed weights scaled by w_scale.
+  bool gating_sigmoid = false;
+  int n_group = 0, n_group_used = 0;
+  float w_scale = 1.0f;
+  // Multi-head latent attention: query and key/value low-rank projections; per head, keys of
+  // k_mla = qk_nope + n_rot dims and values of v_mla dims; the cache holds kv_lora + n_rot floats.
+  int q_lora = 0, kv_lora = 0, k_mla = 0, v_mla = 0;
 };
 
 struct LayerWeights {
@@ -36,7 +44,11 @@ struct LayerWeights {
   Tensor wq, wk, wv;                // (n_embd) -> (n_head * head_dim), (n_head_kv * head_dim)
   Tensor bq, bk, bv;                // optional biases (qwen2moe)
   Tensor q_norm, k_norm;            // (head_dim) per head, or the whole projection (olmoe)
-  Tensor wo;                        // (n_head * head_dim) -> (n_embd)
+  Tensor wo;                        // (n_head * head_dim) -> (n_embd); MLA: (n_head * v_mla) -> (n_embd)
+  Tensor wq_a, q_a_norm, wq_b;      // MLA: (n_embd) -> (q_lora), norm, (q_lora) -> (n_head * k_mla)
+  Tensor wkv_a, kv_a_norm;          // MLA: (n_embd) -> (kv_lora + n_rot), norm of the kv_lora part
+  Tensor wk_b, wv_b;                // MLA per head: (qk_nope) -> (kv_lora), (kv_lora) -> (v_mla)
+  Tensor exp_probs_b;               // selection bias added to the gate scores (F32, n_expert)
   Tensor ffn_norm;                  // (n_embd)
   Tensor router;                    // ffn_gate_inp: (n_embd) -> (n_expert), F32
   Tensor gate_exps, up_exps;        // (n_embd) -> (n_ff_exp) x n_expert; absent in a core GGUF

@@ -42,12 +42,12 @@ const char* backend_name(Backend b) {
 }
 
 bool weight_type_supported(uint32_t t) {
-  return t == F32 || t == F16 || t == BF16 || t == Q8_0 || t == Q4_K || t == Q5_K || t == Q6_K;
+  return t == F32 || t == F16 || t == BF16 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q5_K || t == Q6_K;
 }
 
 uint32_t vec_dot_type(uint32_t w) {
   switch (w) {
-    case Q8_0: return Q8_0;
+    case Q5_0: case Q8_0: return Q8_0;
     case Q4_K: case Q5_K: case Q6_K: return Q8_K;
     default: return w;  // F32, F16, BF16: same type
   }
@@ -58,6 +58,7 @@ size_t row_size(uint32_t t, int64_t n) {
     case F32: return 4 * n;
     case F16: case BF16: return 2 * n;
     case Q8_0: return n / kQK8_0 * sizeof(BlockQ8_0);
+    case Q5_0: return n / kQK8_0 * sizeof(BlockQ5_0);
     case Q4_K: return n / kQK_K * sizeof(BlockQ4K);
     case Q5_K: return n / kQK_K * sizeof(BlockQ5K);
     case Q6_K: return n / kQK_K * sizeof(BlockQ6K);
@@ -83,6 +84,19 @@ void dequantize_row(uint32_t type, const void* src, float* y, int64_t n) {
       auto* b = static_cast<const BlockQ8_0*>(src);
       for (int64_t i = 0; i < n / kQK8_0; ++i)
         for (int j = 0; j < kQK8_0; ++j) y[i * kQK8_0 + j] = fp16_to_fp32(b[i].d) * b[i].qs[j];
+      return;
+    }
+    case Q5_0: {
+      auto* b = static_cast<const BlockQ5_0*>(src);
+      for (int64_t i = 0; i < n / kQK8_0; ++i) {
+        uint32_t qh;
+        std::memcpy(&qh, b[i].qh, 4);
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < kQK8_0 / 2; ++j) {
+          y[i * kQK8_0 + j] = d * (static_cast<int>((b[i].qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
+          y[i * kQK8_0 + j + 16] = d * (static_cast<int>((b[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+        }
+      }
       return;
     }
     case Q4_K: case Q5_K: {
@@ -232,9 +246,9 @@ float dot_f32(const float* a, const float* b, int64_t n, Backend be) { return KE
 
 void axpy(float a, const float* x, float* y, int64_t n, Backend be) { KERNELS_CALL(be, axpy, a, x, y, n); }
 
-void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t stride, int64_t d, float scale,
-            float* s, float* out, Backend be) {
-  KERNELS_CALL(be, attend, q, k, v, n_keys, stride, d, scale, s, out);
+void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride, int64_t v_stride,
+            int64_t dk, int64_t dv, float scale, float sink, float* s, float* out, Backend be) {
+  KERNELS_CALL(be, attend, q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s, out);
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {

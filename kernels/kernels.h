@@ -12,7 +12,7 @@
 
 namespace kernels {
 
-enum Type : uint32_t { F32 = 0, F16 = 1, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30 };
+enum Type : uint32_t { F32 = 0, F16 = 1, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30 };
 
 inline constexpr int kMaxTile = 4;  // tokens per weight-row pass in a matmul
 
@@ -63,10 +63,12 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backen
 // Elementwise and small ops (float32).
 float dot_f32(const float* a, const float* b, int64_t n, Backend be = best_backend());
 void axpy(float a, const float* x, float* y, int64_t n, Backend be = best_backend());  // y += a * x
-// One attention head for one query: softmax(q . k_j * scale) over n_keys keys, then the weighted
-// sum of the v_j; k_j = k + j * stride (v likewise). `s` holds n_keys floats of scratch.
-void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t stride, int64_t d, float scale,
-            float* s, float* out, Backend be = best_backend());
+// One attention head for one query: softmax(q . k_j * scale) over n_keys keys (dk floats each,
+// k_j = k + j * k_stride), then the weighted sum of the v_j (dv floats, v + j * v_stride). A finite
+// `sink` is one more logit in the softmax's denominator (gpt-oss); -INFINITY for none. `s` holds
+// n_keys floats of scratch.
+void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride, int64_t v_stride,
+            int64_t dk, int64_t dv, float scale, float sink, float* s, float* out, Backend be = best_backend());
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 // Rotates pairs of one head of head_dim values at position pos: NeoX pairs (i, i+n_rot/2) or
 // normal adjacent pairs (2i, 2i+1); only the first n_rot dims.

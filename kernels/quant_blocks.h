@@ -16,6 +16,14 @@ struct BlockQ8_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34);
 
+// 32 weights: fp16 scale, the fifth bit of each in qh, the low four bits in qs (value - 16).
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK8_0 / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
 // 8 sub-blocks of 32 with 6-bit scales and mins packed in 12 bytes; 4-bit quants.
 struct BlockQ4K {
   uint16_t d, dmin;

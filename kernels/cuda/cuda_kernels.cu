@@ -9,7 +9,7 @@
 namespace kernels::cuda {
 namespace {
 
-enum : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30 };
+enum : uint32_t { kF32 = 0, kF16 = 1, kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30 };
 
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
@@ -40,6 +40,15 @@ __device__ __forceinline__ void chunk32(const uint8_t* row, int64_t c, float* w)
     const float d = h2f(b.d);
 #pragma unroll
     for (int i = 0; i < 32; ++i) w[i] = d * b.qs[i];
+  } else if constexpr (T == kQ5_0) {
+    const BlockQ5_0& b = reinterpret_cast<const BlockQ5_0*>(row)[c];
+    const float d = h2f(b.d);
+    const uint32_t qh = uint32_t(b.qh[0]) | uint32_t(b.qh[1]) << 8 | uint32_t(b.qh[2]) << 16 | uint32_t(b.qh[3]) << 24;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      w[i] = d * (static_cast<int>((b.qs[i] & 0xF) | (((qh >> i) & 1) << 4)) - 16);
+      w[i + 16] = d * (static_cast<int>((b.qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4)) - 16);
+    }
   } else if constexpr (T == kQ4_K || T == kQ5_K) {
     const int j = static_cast<int>(c % 8);
     const uint8_t *scales, *qs, *qh = nullptr;
@@ -118,6 +127,7 @@ size_t row_bytes(uint32_t type, int64_t n) {
     case kF32: return 4 * n;
     case kF16: case kBF16: return 2 * n;
     case kQ8_0: return n / kQK8_0 * sizeof(BlockQ8_0);
+    case kQ5_0: return n / kQK8_0 * sizeof(BlockQ5_0);
     case kQ4_K: return n / kQK_K * sizeof(BlockQ4K);
     case kQ5_K: return n / kQK_K * sizeof(BlockQ5K);
     case kQ6_K: return n / kQK_K * sizeof(BlockQ6K);
@@ -297,6 +307,7 @@ cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, co
     case kF16: matmul_kernel<kF16><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
     case kBF16: matmul_kernel<kBF16><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
     case kQ8_0: matmul_kernel<kQ8_0><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kQ5_0: matmul_kernel<kQ5_0><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
     case kQ4_K: matmul_kernel<kQ4_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
     case kQ5_K: matmul_kernel<kQ5_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
     case kQ6_K: matmul_kernel<kQ6_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;

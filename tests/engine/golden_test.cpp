@@ -64,7 +64,7 @@ TEST(Golden, LocalLogitsRoutingAndGreedyMatchLlamaCpp) {
 // layer's unique experts (so prefill is chunked): bit-identical to the local path.
 TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
   REQUIRE_GOLDEN();
-  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16", "olmoe-A-s1-f32"}) {
+  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16", "olmoe-A-s1-f32", "deepseek2-B-s11-q4_k_m"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     TempDir d;

@@ -46,7 +46,7 @@ TEST(CudaKernels, MatmulOfEveryTypeMatchesTheDequantizedReference) {
   EXPERTD_REQUIRE_GPU();
   std::mt19937_64 rng(5);
   const int64_t rows = 37, cols = 512;
-  for (uint32_t t : {F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K}) {
+  for (uint32_t t : {F32, F16, BF16, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K}) {
     ASSERT_TRUE(cuda::weight_type_supported(t)) << t;
     for (int64_t n_tok : {1, 3, 8, 13}) {
       SCOPED_TRACE(::testing::Message() << "type " << t << ", tokens " << n_tok);
