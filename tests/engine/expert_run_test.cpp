@@ -103,7 +103,7 @@ TEST(ExpertRun, HostileModelsGetClearErrors) {
   expect_error(d / "missing.gguf", "missing tensor blk.0.attn_q.weight");
   rewrite(d / "q4_0.gguf", "", true);
   expect_error(d / "q4_0.gguf", "blk.1.attn_k.weight has type Q4_0");
-  expect_error(golden_model("deepseek2-A-s1-f32"), "architecture 'deepseek2' is not supported");
+  expect_error(golden_model("gpt-oss-A-s1-f32"), "architecture 'gpt-oss' is not supported");
 }
 
 TEST(ExpertRun, ADaemonThatDiesMidGenerationIsAnErrorNotAHang) {
