@@ -166,7 +166,8 @@ void add_hparams(gguf::Writer& w, const Shape& s) {
   w.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_dense_lead ? s.n_ff_dense : s.n_ff_exp));
   w.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
   w.add_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
-  w.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  // MLA (current llama.cpp convention): one latent "KV head".
+  w.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(a == "deepseek2" ? 1 : s.n_head_kv));
   w.add_u32(a + ".expert_count", static_cast<uint32_t>(s.n_expert));
   w.add_u32(a + ".expert_used_count", static_cast<uint32_t>(s.n_expert_used));
   w.add_f32(a + ".rope.freq_base", s.rope_base);
@@ -175,9 +176,14 @@ void add_hparams(gguf::Writer& w, const Shape& s) {
     w.add_u32(a + ".leading_dense_block_count", static_cast<uint32_t>(s.n_dense_lead));
     w.add_u32(a + ".expert_shared_count", 2);
     w.add_f32(a + ".expert_weights_scale", 1.0f);
+    w.add_u32(a + ".attention.q_lora_rank", 0);  // V2-Lite: a plain attn_q
     w.add_u32(a + ".attention.kv_lora_rank", static_cast<uint32_t>(s.kv_lora));
-    w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(s.qk_nope + s.qk_rope));
-    w.add_u32(a + ".attention.value_length", static_cast<uint32_t>(s.v_head));
+    // llama.cpp's absorbed-MLA keys: key/value_length describe the latent cache row,
+    // key/value_length_mla a head's query-key and value sizes.
+    w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(s.kv_lora + s.qk_rope));
+    w.add_u32(a + ".attention.value_length", static_cast<uint32_t>(s.kv_lora));
+    w.add_u32(a + ".attention.key_length_mla", static_cast<uint32_t>(s.qk_nope + s.qk_rope));
+    w.add_u32(a + ".attention.value_length_mla", static_cast<uint32_t>(s.v_head));
     w.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(s.qk_rope));
   } else {
     w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(s.head_dim));
