@@ -15,6 +15,10 @@ struct ArchTraits {
   bool qkv_bias;             // attn_{q,k,v}.bias present
   bool shared_expert_gated;  // sigmoid(ffn_gate_inp_shexp . x) * shared expert
   bool mla = false;          // multi-head latent attention (DeepSeek-V2/V3): a latent KV cache
+  const char* ffn_norm = "ffn_norm";  // the norm before the FFN (gpt-oss: post_attention_norm)
+  bool swiglu_oai = false;            // gpt-oss: min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)
+  bool topk_then_softmax = false;     // gpt-oss: top-k of the raw logits, weights = softmax over those k
+  int swa_period = 0;                 // layers il % swa_period == 0 use the sliding window (0: none)
 };
 
 const ArchTraits* find_arch(std::string_view name);  // nullptr when unsupported

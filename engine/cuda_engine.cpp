@@ -83,7 +83,8 @@ class CudaEngine final : public Forward {
   }
 
   Status init(const std::string& socket) {
-    if (m_.arch->mla) return make_error("multi-head latent attention (" + m_.hp.arch + ") runs on the CPU engine only, so far");
+    if (m_.arch->mla || m_.arch->swiglu_oai || m_.hp.yarn)
+      return make_error("architecture " + m_.hp.arch + " runs on the CPU engine only, so far");
     int n = 0;
     CU(cudaGetDeviceCount(&n));
     if (n == 0) return make_error("no CUDA device");

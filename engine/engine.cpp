@@ -45,8 +45,9 @@ void Engine::attention(int il, int T, const float* h, float* out) {
       for (int hh = 0; hh < HKV; ++hh) kernels::rms_norm(kt + hh * D, w.k_norm.f32(), kt + hh * D, D, hp.eps);
     }
     const int pos = n_past_ + t;
-    for (int hh = 0; hh < H; ++hh) kernels::rope(qt + hh * D, D, hp.n_rot, pos, hp.rope_base, m_.arch->rope_neox);
-    for (int hh = 0; hh < HKV; ++hh) kernels::rope(kt + hh * D, D, hp.n_rot, pos, hp.rope_base, m_.arch->rope_neox);
+    const kernels::Yarn* yarn = hp.yarn ? &hp.yarn_params : nullptr;
+    for (int hh = 0; hh < H; ++hh) kernels::rope(qt + hh * D, D, hp.n_rot, pos, hp.rope_base, m_.arch->rope_neox, yarn);
+    for (int hh = 0; hh < HKV; ++hh) kernels::rope(kt + hh * D, D, hp.n_rot, pos, hp.rope_base, m_.arch->rope_neox, yarn);
     size_t at = (size_t(il) * n_ctx_ + pos) * KV;
     std::copy(kt, kt + KV, k_cache_.begin() + at);
     std::copy(vt, vt + KV, v_cache_.begin() + at);
@@ -54,6 +55,7 @@ void Engine::attention(int il, int T, const float* h, float* out) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int group = H / HKV;
   const kernels::Backend be = kernels::best_backend();
+  const int swa = m_.arch->swa_period && il % m_.arch->swa_period == 0 ? hp.swa : 0;
   pool_.parallel_for(int64_t(T) * H, 1, [&](int64_t b, int64_t e) {
     std::vector<float> s(n_past_ + T);
     for (int64_t job = b; job < e; ++job) {
@@ -62,8 +64,10 @@ void Engine::attention(int il, int T, const float* h, float* out) {
       const float* qt = &q[size_t(t) * Q + hh * D];
       const float* kbase = &k_cache_[size_t(il) * n_ctx_ * KV];
       const float* vbase = &v_cache_[size_t(il) * n_ctx_ * KV];
-      kernels::attend(qt, kbase + kvh * D, vbase + kvh * D, n_keys, KV, KV, D, D, scale, -INFINITY, s.data(),
-                      out + size_t(t) * Q + hh * D, be);
+      // Sliding window: key j is visible iff pos - j < window.
+      const int first = swa > 0 ? std::max(0, n_keys - swa) : 0;
+      kernels::attend(qt, kbase + size_t(first) * KV + kvh * D, vbase + size_t(first) * KV + kvh * D, n_keys - first, KV,
+                      KV, D, D, scale, w.sinks ? w.sinks.f32()[hh] : -INFINITY, s.data(), out + size_t(t) * Q + hh * D, be);
     }
   });
 }
@@ -151,6 +155,16 @@ void Engine::dense_ffn(const Tensor& g, const Tensor& u, const Tensor& d, int T,
 void Engine::select_experts(const LayerWeights& w, float* p, Route& r) const {
   const Hparams& hp = m_.hp;
   const int X = hp.n_expert, K = hp.n_expert_used;
+  if (m_.arch->topk_then_softmax) {  // gpt-oss: the k largest logits, then a softmax over them
+    std::vector<uint32_t> idx(X);
+    std::iota(idx.begin(), idx.end(), 0u);
+    std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
+    r.experts.assign(idx.begin(), idx.begin() + K);
+    r.weights.clear();
+    for (uint32_t e : r.experts) r.weights.push_back(p[e]);
+    kernels::softmax(r.weights.data(), K);
+    return;
+  }
   if (hp.gating_sigmoid)
     for (int e = 0; e < X; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
   else
@@ -191,6 +205,9 @@ expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
   const int E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used;
   std::vector<float> logits(size_t(T) * X);
   matmul(w.router, h, T, logits.data());
+  if (w.router_b)
+    for (int t = 0; t < T; ++t)
+      for (int e = 0; e < X; ++e) logits[size_t(t) * X + e] += w.router_b.f32()[e];
   auto& routes = routes_[il];
   routes.assign(T, {});
   // Tokens of each expert: (token, k) pairs, so each unique expert is fetched once per layer.
@@ -248,7 +265,17 @@ expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
     for (size_t b = 0; b < nb; ++b) {
       const ExpertWeights& ew = ws[b];
       const int64_t n = static_cast<int64_t>(toks[idx[b]].size()), F = ew.gate.ne[1];
-      for (size_t i = 0; i < g[b].size(); ++i) g[b][i] = kernels::silu(g[b][i]) * u[b][i];
+      if (ew.gate_b)
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < F; ++j) g[b][i * F + j] += ew.gate_b.f32()[j], u[b][i * F + j] += ew.up_b.f32()[j];
+      if (m_.arch->swiglu_oai) {
+        for (size_t i = 0; i < g[b].size(); ++i) {
+          const float x = std::min(g[b][i], 7.0f), y = std::clamp(u[b][i], -7.0f, 7.0f);
+          g[b][i] = x / (1.0f + std::exp(-1.702f * x)) * (y + 1.0f);
+        }
+      } else {
+        for (size_t i = 0; i < g[b].size(); ++i) g[b][i] = kernels::silu(g[b][i]) * u[b][i];
+      }
       const size_t arow = kernels::row_size(kernels::vec_dot_type(ew.down.type), F);
       aq[b].resize(arow * n);
       for (int64_t i = 0; i < n; ++i) kernels::quantize_activations(ew.down.type, &g[b][i * F], aq[b].data() + i * arow, F);
@@ -258,6 +285,9 @@ expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
     kernels::matmul_batch(jobs.data(), jobs.size(), &pool_);
     for (size_t b = 0; b < nb; ++b) {
       const auto& us = users[unique[idx[b]]];
+      if (ws[b].down_b)
+        for (size_t i = 0; i < us.size(); ++i)
+          for (int e = 0; e < E; ++e) ys[b][i * E + e] += ws[b].down_b.f32()[e];
       for (size_t i = 0; i < us.size(); ++i)
         std::copy(ys[b].begin() + i * E, ys[b].begin() + (i + 1) * E, expert_out.begin() + (size_t(us[i].first) * K + us[i].second) * E);
     }
@@ -330,6 +360,9 @@ expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits, s
     if (m_.arch->mla) attention_mla(il, T, h.data(), att.data());
     else attention(il, T, h.data(), att.data());
     matmul(w.wo, att.data(), T, tmp.data());
+    if (w.bo)
+      for (int t = 0; t < T; ++t)
+        for (int i = 0; i < E; ++i) tmp[size_t(t) * E + i] += w.bo.f32()[i];
     for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
     for (int t = 0; t < T; ++t) kernels::rms_norm(&x[size_t(t) * E], w.ffn_norm.f32(), &h[size_t(t) * E], E, hp.eps);
     if (w.is_moe()) {

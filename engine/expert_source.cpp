@@ -19,6 +19,14 @@ Tensor slice(const Tensor& t, uint32_t e) {
   return s;
 }
 
+Tensor bias_row(const Tensor& t, uint32_t e) {  // row e of an (n) x n_expert F32 bias
+  if (!t) return {};
+  Tensor s = t;
+  s.ne = {t.ne[0], 1, 1};
+  s.data = t.data + sizeof(float) * t.ne[0] * e;
+  return s;
+}
+
 class LocalSource final : public ExpertSource {
  public:
   explicit LocalSource(const Model& m) : m_(m) {}
@@ -30,7 +38,8 @@ class LocalSource final : public ExpertSource {
     std::vector<ExpertWeights> ws;
     for (size_t i = 0; i < experts.size(); ++i) {
       idx[i] = i;
-      ws.push_back({slice(w.gate_exps, experts[i]), slice(w.up_exps, experts[i]), slice(w.down_exps, experts[i])});
+      ws.push_back({slice(w.gate_exps, experts[i]), slice(w.up_exps, experts[i]), slice(w.down_exps, experts[i]),
+                    bias_row(w.gate_exps_b, experts[i]), bias_row(w.up_exps_b, experts[i]), bias_row(w.down_exps_b, experts[i])});
     }
     stats_.experts += experts.size();
     stats_.ready_at_once += experts.size();
@@ -49,12 +58,14 @@ class DaemonSource final : public ExpertSource {
     pack_layer_.assign(m.hp.n_layer, -1);
     for (int il = 0; il < m.hp.n_layer; ++il) pack_layer_[il] = info.pack_layer_of(static_cast<uint32_t>(il));
     // Role layouts resolved once (make_daemon_source checked they exist), not per expert.
-    for (const auto& l : info.layers) roles_.push_back({l.find("gate"), l.find("up"), l.find("down")});
+    for (const auto& l : info.layers)
+      roles_.push_back({l.find("gate"), l.find("up"), l.find("down"), l.find("gate_bias"), l.find("up_bias"), l.find("down_bias")});
   }
   std::string name() const override { return "daemon"; }
 
   static Tensor role(const expertd::client::Lease& l, size_t i, const expertd::client::RoleView* r) {
     Tensor t;
+    if (!r) return t;  // an optional role (bias) this pack does not have
     t.type = r->ggml_type;
     t.ne = {static_cast<int64_t>(r->ne0), static_cast<int64_t>(r->ne1), 1};
     t.data = l.slot_data(i) + r->offset;
@@ -77,7 +88,8 @@ class DaemonSource final : public ExpertSource {
       ++stats_.chunks;
       auto add = [&](size_t i) {
         idx.push_back(base + i);
-        ws.push_back({role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2])});
+        ws.push_back({role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2]), role(*lease, i, r[3]),
+                      role(*lease, i, r[4]), role(*lease, i, r[5])});
       };
       // Hits first, in one batch, while the misses are still being read.
       idx.clear(), ws.clear();
@@ -120,7 +132,8 @@ class DaemonSource final : public ExpertSource {
   const Model& m_;
   std::unique_ptr<expertd::client::Client> c_;
   std::vector<int> pack_layer_;
-  std::vector<std::array<const expertd::client::RoleView*, 3>> roles_;  // gate, up, down per pack layer
+  // gate, up, down and their biases (null when absent) per pack layer
+  std::vector<std::array<const expertd::client::RoleView*, 6>> roles_;
 };
 
 }  // namespace
@@ -165,6 +178,12 @@ expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(const M
       if (!kernels::weight_type_supported(role->ggml_type))
         return make_error(std::string("layer ") + std::to_string(il) + " " + r + ": unsupported type " + std::to_string(role->ggml_type));
     }
+    if (m.arch->swiglu_oai)  // gpt-oss experts carry biases
+      for (const char* r : {"gate_bias", "up_bias", "down_bias"}) {
+        const auto* role = info.layers[pl].find(r);
+        if (!role || role->ggml_type != kernels::F32)
+          return make_error(std::string("expertd's pack lacks the F32 ") + r + " of layer " + std::to_string(il));
+      }
   }
   return std::move(*c);
 }

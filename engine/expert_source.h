@@ -17,7 +17,8 @@
 namespace engine {
 
 struct ExpertWeights {
-  Tensor gate, up, down;  // one expert: {in, out}
+  Tensor gate, up, down;                // one expert: {in, out}
+  Tensor gate_b, up_b, down_b;          // its biases (F32), when the model has them (gpt-oss)
 };
 
 struct SourceStats {

@@ -100,12 +100,21 @@ Result<Model> Model::load(const gguf::Model& f) {
   hp.n_group_used = static_cast<int>(f.get_uint(a + "expert_group_used_count").value_or(0));
   hp.w_scale = static_cast<float>(f.get_float(a + "expert_weights_scale").value_or(1.0));
   if (hp.w_scale == 0.0f) hp.w_scale = 1.0f;  // llama.cpp: 0 means unset
-  // Rope scaling changes the math; refuse rather than compute something else.
-  if (auto rs = f.get_string(a + "rope.scaling.type"); rs && *rs != "none" && *rs != "linear" &&
-                                                        f.get_float(a + "rope.scaling.factor").value_or(1.0) != 1.0)
-    return make_error(f.path() + ": rope scaling '" + std::string(*rs) + "' is not supported yet");
-  if (auto fs = f.get_float(a + "rope.scaling.factor"); fs && *fs != 1.0 && f.get_string(a + "rope.scaling.type").value_or("none") == "linear")
-    return make_error(f.path() + ": linear rope scaling is not supported yet");
+  // Rope scaling changes the math: YaRN as llama.cpp computes it where the golden data pins its
+  // conventions down (gpt-oss); anything else is refused rather than computed differently.
+  const std::string scaling(f.get_string(a + "rope.scaling.type").value_or("none"));
+  const double factor = f.get_float(a + "rope.scaling.factor").value_or(1.0);
+  if (scaling == "yarn" && factor != 1.0 && hp.arch == "gpt-oss") {
+    hp.yarn = true;
+    hp.yarn_params = kernels::yarn_params(static_cast<float>(factor), hp.n_rot, hp.rope_base,
+                                          L.u(a + "rope.scaling.original_context_length", hp.n_ctx_train),
+                                          static_cast<float>(f.get_float(a + "rope.scaling.yarn_beta_fast").value_or(32.0)),
+                                          static_cast<float>(f.get_float(a + "rope.scaling.yarn_beta_slow").value_or(1.0)));
+  } else if (scaling != "none" && factor != 1.0) {
+    return make_error(f.path() + ": rope scaling '" + scaling + "' (factor " + std::to_string(factor) +
+                      ") is not supported for " + hp.arch + " yet");
+  }
+  if (m.arch->swa_period) hp.swa = L.u(a + "attention.sliding_window");
   if (m.arch->mla) {
     hp.q_lora = L.u(a + "attention.q_lora_rank", 0);
     hp.kv_lora = L.u(a + "attention.kv_lora_rank");
@@ -157,6 +166,8 @@ Result<Model> Model::load(const gguf::Model& f) {
       w.wk = L.get(p + "attn_k.weight", {E, KV});
       w.wv = L.get(p + "attn_v.weight", {E, KV});
       w.wo = L.get(p + "attn_output.weight", {Q, E});
+      w.bo = L.get(p + "attn_output.bias", {E}, false, true);
+      w.sinks = L.get(p + "attn_sinks.weight", {hp.n_head}, false, true);
     }
     if (m.arch->qkv_bias) {
       w.bq = L.get(p + "attn_q.bias", {Q}, true, true);
@@ -170,16 +181,20 @@ Result<Model> Model::load(const gguf::Model& f) {
       w.q_norm = L.get(p + "attn_q_norm.weight", {Q}, true, true);
       w.k_norm = L.get(p + "attn_k_norm.weight", {KV}, true, true);
     }
-    w.ffn_norm = L.get(p + "ffn_norm.weight", {E}, true, true);
+    w.ffn_norm = L.get(p + m.arch->ffn_norm + ".weight", {E}, true, true);
     if (f.tensor(p + "ffn_gate_inp.weight")) {
       w.router = L.get(p + "ffn_gate_inp.weight", {E, hp.n_expert}, true, true);
       w.exp_probs_b = L.get(p + "exp_probs_b.bias", {hp.n_expert}, false, true);
+      w.router_b = L.get(p + "ffn_gate_inp.bias", {hp.n_expert}, false, true);
       const gguf::TensorInfo* g = f.tensor(p + "ffn_gate_exps.weight");
       if (g) {
         hp.n_ff_exp = static_cast<int>(g->ne[1]);
         w.gate_exps = L.get(p + "ffn_gate_exps.weight", {E, hp.n_ff_exp, hp.n_expert});
         w.up_exps = L.get(p + "ffn_up_exps.weight", {E, hp.n_ff_exp, hp.n_expert});
         w.down_exps = L.get(p + "ffn_down_exps.weight", {hp.n_ff_exp, E, hp.n_expert});
+        w.gate_exps_b = L.get(p + "ffn_gate_exps.bias", {hp.n_ff_exp, hp.n_expert}, false, true);
+        w.up_exps_b = L.get(p + "ffn_up_exps.bias", {hp.n_ff_exp, hp.n_expert}, false, true);
+        w.down_exps_b = L.get(p + "ffn_down_exps.bias", {E, hp.n_expert}, false, true);
       } else {
         m.has_local_experts = false;
       }

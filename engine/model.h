@@ -11,6 +11,7 @@
 #include "common/result.h"
 #include "engine/arch.h"
 #include "gguf/gguf_reader.h"
+#include "kernels/kernels.h"
 
 namespace engine {
 
@@ -37,6 +38,9 @@ struct Hparams {
   // Multi-head latent attention: query and key/value low-rank projections; per head, keys of
   // k_mla = qk_nope + n_rot dims and values of v_mla dims; the cache holds kv_lora + n_rot floats.
   int q_lora = 0, kv_lora = 0, k_mla = 0, v_mla = 0;
+  int swa = 0;                 // sliding window (positions) of the layers the arch's swa_period picks
+  bool yarn = false;           // YaRN RoPE with yarn_params
+  kernels::Yarn yarn_params;
 };
 
 struct LayerWeights {
@@ -49,6 +53,9 @@ struct LayerWeights {
   Tensor wkv_a, kv_a_norm;          // MLA: (n_embd) -> (kv_lora + n_rot), norm of the kv_lora part
   Tensor wk_b, wv_b;                // MLA per head: (qk_nope) -> (kv_lora), (kv_lora) -> (v_mla)
   Tensor exp_probs_b;               // selection bias added to the gate scores (F32, n_expert)
+  Tensor bo, sinks, router_b;       // attn_output.bias, attn_sinks (one logit per head), ffn_gate_inp.bias
+  Tensor gate_exps_b, up_exps_b;    // per-expert biases (F32): (n_ff_exp) x n_expert
+  Tensor down_exps_b;               // (n_embd) x n_expert
   Tensor ffn_norm;                  // (n_embd)
   Tensor router;                    // ffn_gate_inp: (n_embd) -> (n_expert), F32
   Tensor gate_exps, up_exps;        // (n_embd) -> (n_ff_exp) x n_expert; absent in a core GGUF

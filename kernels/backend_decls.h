@@ -17,6 +17,7 @@
   float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);               \
   float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);             \
   float dot_q5_0(const BlockQ5_0* x, const BlockQ8_0* y, int64_t n);            \
+  float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n);          \
   float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n);               \
   float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n);               \
   float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n);               \

@@ -42,12 +42,13 @@ const char* backend_name(Backend b) {
 }
 
 bool weight_type_supported(uint32_t t) {
-  return t == F32 || t == F16 || t == BF16 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q5_K || t == Q6_K;
+  return t == F32 || t == F16 || t == BF16 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q5_K || t == Q6_K ||
+         t == MXFP4;
 }
 
 uint32_t vec_dot_type(uint32_t w) {
   switch (w) {
-    case Q5_0: case Q8_0: return Q8_0;
+    case Q5_0: case Q8_0: case MXFP4: return Q8_0;
     case Q4_K: case Q5_K: case Q6_K: return Q8_K;
     default: return w;  // F32, F16, BF16: same type
   }
@@ -59,6 +60,7 @@ size_t row_size(uint32_t t, int64_t n) {
     case F16: case BF16: return 2 * n;
     case Q8_0: return n / kQK8_0 * sizeof(BlockQ8_0);
     case Q5_0: return n / kQK8_0 * sizeof(BlockQ5_0);
+    case MXFP4: return n / kQK8_0 * sizeof(BlockMxfp4);
     case Q4_K: return n / kQK_K * sizeof(BlockQ4K);
     case Q5_K: return n / kQK_K * sizeof(BlockQ5K);
     case Q6_K: return n / kQK_K * sizeof(BlockQ6K);
@@ -95,6 +97,17 @@ void dequantize_row(uint32_t type, const void* src, float* y, int64_t n) {
         for (int j = 0; j < kQK8_0 / 2; ++j) {
           y[i * kQK8_0 + j] = d * (static_cast<int>((b[i].qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
           y[i * kQK8_0 + j + 16] = d * (static_cast<int>((b[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+        }
+      }
+      return;
+    }
+    case MXFP4: {
+      auto* b = static_cast<const BlockMxfp4*>(src);
+      for (int64_t i = 0; i < n / kQK8_0; ++i) {
+        const float d = std::ldexp(1.0f, int(b[i].e) - 128);
+        for (int j = 0; j < 16; ++j) {
+          y[i * kQK8_0 + j] = d * kMxfp4Doubled[b[i].qs[j] & 0xF];
+          y[i * kQK8_0 + j + 16] = d * kMxfp4Doubled[b[i].qs[j] >> 4];
         }
       }
       return;
@@ -258,17 +271,38 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * (w ? w[i] : 1.0f);
 }
 
-void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bool neox) {
+Yarn yarn_params(float factor, int64_t n_rot, float base, int64_t n_ctx_orig, float beta_fast, float beta_slow) {
+  Yarn y;
+  y.freq_scale = 1.0f / factor;
+  y.ext_factor = 1.0f;
+  auto corr_dim = [&](float beta) {
+    return float(n_rot) * std::log(float(n_ctx_orig) / (beta * 2.0f * float(M_PI))) / (2.0f * std::log(base));
+  };
+  y.corr_low = std::max(0.0f, std::floor(corr_dim(beta_fast)));
+  y.corr_high = std::min(float(n_rot - 1), std::ceil(corr_dim(beta_slow)));
+  y.mscale = 1.0f + 0.1f * std::log(1.0f / y.freq_scale);
+  return y;
+}
+
+void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bool neox, const Yarn* yarn) {
   (void)head_dim;
   const float theta_scale = std::pow(base, -2.0f / static_cast<float>(n_rot));
-  float theta = static_cast<float>(pos);
+  float theta_extrap = static_cast<float>(pos);
   for (int64_t i = 0; i < n_rot / 2; ++i) {
-    const float c = std::cos(theta), s = std::sin(theta);
+    float theta = theta_extrap, ms = 1.0f;
+    if (yarn) {
+      const float interp = yarn->freq_scale * theta_extrap;
+      const float y = (float(i) - yarn->corr_low) / std::max(0.001f, yarn->corr_high - yarn->corr_low);
+      const float ramp = (1.0f - std::min(1.0f, std::max(0.0f, y))) * yarn->ext_factor;
+      theta = interp * (1.0f - ramp) + theta_extrap * ramp;
+      ms = yarn->mscale;
+    }
+    const float c = std::cos(theta) * ms, s = std::sin(theta) * ms;
     int64_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
     const float x0 = x[a], x1 = x[b];
     x[a] = x0 * c - x1 * s;
     x[b] = x0 * s + x1 * c;
-    theta *= theta_scale;
+    theta_extrap *= theta_scale;
   }
 }
 

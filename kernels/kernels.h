@@ -12,7 +12,7 @@
 
 namespace kernels {
 
-enum Type : uint32_t { F32 = 0, F16 = 1, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30 };
+enum Type : uint32_t { F32 = 0, F16 = 1, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30, MXFP4 = 39 };
 
 inline constexpr int kMaxTile = 4;  // tokens per weight-row pass in a matmul
 
@@ -72,7 +72,13 @@ void attend(const float* q, const float* k, const float* v, int64_t n_keys, int6
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 // Rotates pairs of one head of head_dim values at position pos: NeoX pairs (i, i+n_rot/2) or
 // normal adjacent pairs (2i, 2i+1); only the first n_rot dims.
-void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bool neox);
+// YaRN context extension (llama.cpp's ggml_rope_yarn): freq_scale = 1/factor, ext_factor 1,
+// correction dims from beta_fast/beta_slow; cos and sin scaled by mscale (1 + 0.1 ln factor).
+struct Yarn {
+  float freq_scale = 1.0f, ext_factor = 0.0f, corr_low = 0.0f, corr_high = 0.0f, mscale = 1.0f;
+};
+Yarn yarn_params(float factor, int64_t n_rot, float base, int64_t n_ctx_orig, float beta_fast = 32.0f, float beta_slow = 1.0f);
+void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bool neox, const Yarn* yarn = nullptr);
 void softmax(float* x, int64_t n);
 float silu(float x);
 

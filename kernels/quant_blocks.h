@@ -24,6 +24,16 @@ struct BlockQ5_0 {
 };
 static_assert(sizeof(BlockQ5_0) == 22);
 
+// MXFP4 (gpt-oss experts): 32 FP4 E2M1 values sharing an E8M0 exponent. qs[j] holds value j in
+// its low nibble and value j + 16 in its high nibble; value = kMxfp4Doubled[nibble] * 2^(e - 128)
+// (ggml keeps the FP4 values doubled, as integers, and halves the scale).
+struct BlockMxfp4 {
+  uint8_t e;
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockMxfp4) == 17);
+inline constexpr int8_t kMxfp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
 // 8 sub-blocks of 32 with 6-bit scales and mins packed in 12 bytes; 4-bit quants.
 struct BlockQ4K {
   uint16_t d, dmin;

@@ -103,7 +103,26 @@ TEST(ExpertRun, HostileModelsGetClearErrors) {
   expect_error(d / "missing.gguf", "missing tensor blk.0.attn_q.weight");
   rewrite(d / "q4_0.gguf", "", true);
   expect_error(d / "q4_0.gguf", "blk.1.attn_k.weight has type Q4_0");
-  expect_error(golden_model("gpt-oss-A-s1-f32"), "architecture 'gpt-oss' is not supported");
+  // An architecture the engine does not implement: the error names it and the supported ones.
+  auto other = gguf::Model::open(golden_model("olmoe-A-s1-f32"));
+  ASSERT_TRUE(other);
+  {
+    gguf::Writer w(other->alignment());
+    for (const auto& kv : other->kvs())
+      if (kv.key != "general.architecture") w.add_raw_kv(kv.raw);
+    w.add_string("general.architecture", "mamba2");
+    std::vector<const gguf::TensorInfo*> kept;
+    for (const auto& t : other->tensors()) {
+      w.add_tensor(t.name, t.type, std::vector<uint64_t>(t.ne.begin(), t.ne.begin() + t.n_dims));
+      kept.push_back(&t);
+    }
+    std::string data(w.file_bytes(), '\0');
+    auto h = w.header();
+    std::memcpy(data.data(), h.data(), h.size());
+    for (size_t i = 0; i < kept.size(); ++i) std::memcpy(data.data() + w.tensor_offset(i), kept[i]->data, kept[i]->nbytes);
+    write_file(d / "arch.gguf", data);
+  }
+  expect_error(d / "arch.gguf", "architecture 'mamba2' is not supported");
 }
 
 TEST(ExpertRun, ADaemonThatDiesMidGenerationIsAnErrorNotAHang) {

@@ -15,46 +15,50 @@ using namespace expertd::test;
 TEST(Golden, LocalLogitsRoutingAndGreedyMatchLlamaCpp) {
   REQUIRE_GOLDEN();
   int quantized = 0, emulated_exactly = 0;
+  std::vector<std::string> ids;
   for (const char* arch : kGoldenArchs)
-    for (const char* variant : kGoldenVariants) {
-      Case c = load_case(std::string(arch) + "-" + variant);
-      SCOPED_TRACE(c.id);
-      auto file = gguf::Model::open(golden_model(c.id));
-      ASSERT_TRUE(file);
-      auto model = engine::Model::load(*file);
-      ASSERT_TRUE(model) << model.error().message;
-      auto src = engine::make_local_source(*model);
-      engine::Engine eng(*model, *src, 2, 256);
-      std::vector<std::vector<std::vector<uint32_t>>> routes;
-      auto logits = teacher_forced(eng, c, &routes);
-      double median = check_against_golden(c, logits);
-      if (!c.id.ends_with("f32") && !c.id.ends_with("f16")) ++quantized, emulated_exactly += median <= 1e-3;
-      // Routing: the selected sets agree with llama.cpp's everywhere for f32 (and ≥ 90% otherwise).
-      auto rj = nlohmann::json::parse(read_file(golden_dir() + "/cases/" + c.id + "/routing.json"));
-      size_t same = 0, total = 0;
-      for (auto& [layer, v] : rj["layers"].items()) {
-        auto sel = v["selected_experts"].get<std::vector<std::vector<uint32_t>>>();
-        for (size_t p = 0; p < sel.size(); ++p) {
-          std::sort(sel[p].begin(), sel[p].end());
-          same += sel[p] == routes[std::stoi(layer)][p];
-          ++total;
-        }
+    for (const char* variant : kGoldenVariants) ids.push_back(std::string(arch) + "-" + variant);
+  ids.push_back("gpt-oss-A-s1-mxfp4py");     // MXFP4 experts, the rest F32
+  ids.push_back("gpt-oss-B-s11-mxfp4_moe");  // llama.cpp's MXFP4_MOE: MXFP4 experts, the rest Q8_0
+  for (const std::string& id : ids) {
+    Case c = load_case(id);
+    SCOPED_TRACE(c.id);
+    auto file = gguf::Model::open(golden_model(c.id));
+    ASSERT_TRUE(file);
+    auto model = engine::Model::load(*file);
+    ASSERT_TRUE(model) << model.error().message;
+    auto src = engine::make_local_source(*model);
+    engine::Engine eng(*model, *src, 2, 256);
+    std::vector<std::vector<std::vector<uint32_t>>> routes;
+    auto logits = teacher_forced(eng, c, &routes);
+    double median = check_against_golden(c, logits);
+    if (!c.id.ends_with("f32") && !c.id.ends_with("f16")) ++quantized, emulated_exactly += median <= 1e-3;
+    // Routing: the selected sets agree with llama.cpp's everywhere for f32 (and ≥ 90% otherwise).
+    auto rj = nlohmann::json::parse(read_file(golden_dir() + "/cases/" + c.id + "/routing.json"));
+    size_t same = 0, total = 0;
+    for (auto& [layer, v] : rj["layers"].items()) {
+      auto sel = v["selected_experts"].get<std::vector<std::vector<uint32_t>>>();
+      for (size_t p = 0; p < sel.size(); ++p) {
+        std::sort(sel[p].begin(), sel[p].end());
+        same += sel[p] == routes[std::stoi(layer)][p];
+        ++total;
       }
-      if (c.id.ends_with("f32")) EXPECT_EQ(same, total);
-      else EXPECT_GE(same * 10, total * 9);
-      // Free-running greedy decoding reproduces llama.cpp's tokens (quantized: up to the first
-      // step whose top1-top2 margin is below 0.3).
-      auto margins = c.j["greedy_top1_top2_margins"].get<std::vector<double>>();
-      size_t n = c.greedy.size();
-      if (!c.id.ends_with("f32") && !c.id.ends_with("f16"))
-        for (size_t i = 0; i < margins.size(); ++i)
-          if (margins[i] < 0.3) {
-            n = i;
-            break;
-          }
-      auto g = greedy(eng, c, c.greedy.size());
-      EXPECT_EQ(std::vector<int32_t>(g.begin(), g.begin() + n), std::vector<int32_t>(c.greedy.begin(), c.greedy.begin() + n));
     }
+    if (c.id.ends_with("f32")) EXPECT_EQ(same, total);
+    else EXPECT_GE(same * 10, total * 9);
+    // Free-running greedy decoding reproduces llama.cpp's tokens (quantized: up to the first
+    // step whose top1-top2 margin is below 0.3).
+    auto margins = c.j["greedy_top1_top2_margins"].get<std::vector<double>>();
+    size_t n = c.greedy.size();
+    if (!c.id.ends_with("f32") && !c.id.ends_with("f16"))
+      for (size_t i = 0; i < margins.size(); ++i)
+        if (margins[i] < 0.3) {
+          n = i;
+          break;
+        }
+    auto g = greedy(eng, c, c.greedy.size());
+    EXPECT_EQ(std::vector<int32_t>(g.begin(), g.begin() + n), std::vector<int32_t>(c.greedy.begin(), c.greedy.begin() + n));
+  }
   // Emulating llama.cpp's activation quantization matches it to ~1e-6, except where one
   // activation sits on a rounding boundary and the flip cascades: ≥ 2/3 of the cases.
   EXPECT_GE(emulated_exactly * 3, quantized * 2) << emulated_exactly << " of " << quantized;
@@ -64,7 +68,8 @@ TEST(Golden, LocalLogitsRoutingAndGreedyMatchLlamaCpp) {
 // layer's unique experts (so prefill is chunked): bit-identical to the local path.
 TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
   REQUIRE_GOLDEN();
-  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16", "olmoe-A-s1-f32", "deepseek2-B-s11-q4_k_m"}) {
+  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16", "olmoe-A-s1-f32",
+                         "deepseek2-B-s11-q4_k_m", "gpt-oss-B-s11-mxfp4_moe"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     TempDir d;

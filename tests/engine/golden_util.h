@@ -15,7 +15,7 @@
 namespace expertd::test {
 
 // The architectures the engine implements and the golden variants of each.
-inline constexpr const char* kGoldenArchs[] = {"qwen3moe", "olmoe", "llama", "qwen2moe", "deepseek2"};
+inline constexpr const char* kGoldenArchs[] = {"qwen3moe", "olmoe", "llama", "qwen2moe", "deepseek2", "gpt-oss"};
 inline constexpr const char* kGoldenVariants[] = {"A-s1-f32", "A-s1-f16", "A-s1-q8_0", "B-s11-q4_k_m"};
 
 struct Case {

@@ -16,7 +16,7 @@ using namespace kernels;
 
 namespace {
 
-const uint32_t kTypes[] = {F32, F16, BF16, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K};
+const uint32_t kTypes[] = {F32, F16, BF16, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4};
 
 // Every backend this CPU can run, the scalar reference included.
 std::vector<Backend> runnable_backends() {
