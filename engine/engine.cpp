@@ -97,8 +97,10 @@ void Engine::attention_mla(int il, int T, const float* h, float* out) {
     float* row = cache + size_t(pos) * KL;
     kernels::rms_norm(&kv[size_t(t) * KL], w.kv_a_norm.f32(), row, C, hp.eps);
     std::copy(&kv[size_t(t) * KL + C], &kv[size_t(t) * KL + KL], row + C);
-    kernels::rope(row + C, R, R, pos, hp.rope_base, m_.arch->rope_neox);
-    for (int hh = 0; hh < H; ++hh) kernels::rope(&q[(size_t(t) * H + hh) * hp.k_mla + nope], R, R, pos, hp.rope_base, m_.arch->rope_neox);
+    const kernels::Yarn* yarn = hp.yarn ? &hp.yarn_params : nullptr;
+    kernels::rope(row + C, R, R, pos, hp.rope_base, m_.arch->rope_neox, yarn);
+    for (int hh = 0; hh < H; ++hh)
+      kernels::rope(&q[(size_t(t) * H + hh) * hp.k_mla + nope], R, R, pos, hp.rope_base, m_.arch->rope_neox, yarn);
   }
   // Per head: q_abs = k_b[h] . q_nope (T x kv_lora), then the full query [q_abs, q_pe].
   auto& qf = buf_.qf;
@@ -120,7 +122,7 @@ void Engine::attention_mla(int il, int T, const float* h, float* out) {
   // Attention over the latent rows: keys are whole rows, values their first kv_lora floats.
   auto& lat = buf_.att2;
   lat.resize(size_t(T) * H * C);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hp.k_mla));
+  const float scale = hp.mla_mscale * hp.mla_mscale / std::sqrt(static_cast<float>(hp.k_mla));
   const kernels::Backend be = kernels::best_backend();
   pool_.parallel_for(int64_t(T) * H, 1, [&](int64_t b, int64_t e) {
     std::vector<float> s(n_past_ + T);

@@ -1,5 +1,7 @@
 #include "engine/model.h"
 
+#include <cmath>
+
 #include "kernels/kernels.h"
 
 namespace engine {
@@ -104,12 +106,24 @@ Result<Model> Model::load(const gguf::Model& f) {
   // conventions down (gpt-oss); anything else is refused rather than computed differently.
   const std::string scaling(f.get_string(a + "rope.scaling.type").value_or("none"));
   const double factor = f.get_float(a + "rope.scaling.factor").value_or(1.0);
-  if (scaling == "yarn" && factor != 1.0 && hp.arch == "gpt-oss") {
+  if (scaling == "yarn" && factor != 1.0 && (hp.arch == "gpt-oss" || m.arch->mla)) {
     hp.yarn = true;
     hp.yarn_params = kernels::yarn_params(static_cast<float>(factor), hp.n_rot, hp.rope_base,
                                           L.u(a + "rope.scaling.original_context_length", hp.n_ctx_train),
                                           static_cast<float>(f.get_float(a + "rope.scaling.yarn_beta_fast").value_or(32.0)),
                                           static_cast<float>(f.get_float(a + "rope.scaling.yarn_beta_slow").value_or(1.0)));
+    if (m.arch->mla) {
+      // DeepSeek's YaRN: RoPE's cos/sin keep the original attention factor (1), and the attention
+      // scale takes mscale^2 with mscale = 1 + yarn_log_multiplier * ln(factor), the GGUF key
+      // holding 0.1 * mscale_all_dim (DeepSeek's yarn_get_mscale). Checked against llama.cpp as
+      // llama-cpp-python 0.3.36 builds it on a synthetic DeepSeek-V2-Lite with factor 40: same
+      // agreement as without scaling. (Newer llama.cpp graphs multiply by another 0.1 and expect
+      // the key written differently; a GGUF from such a converter would be off here.)
+      const float attn_factor = static_cast<float>(f.get_float(a + "rope.scaling.yarn_attn_factor").value_or(1.0));
+      hp.yarn_params.mscale = attn_factor;
+      const float log_mul = static_cast<float>(f.get_float(a + "rope.scaling.yarn_log_multiplier").value_or(0.0));
+      hp.mla_mscale = attn_factor * (1.0f + log_mul * std::log(static_cast<float>(factor)));
+    }
   } else if (scaling != "none" && factor != 1.0) {
     return make_error(f.path() + ": rope scaling '" + scaling + "' (factor " + std::to_string(factor) +
                       ") is not supported for " + hp.arch + " yet");

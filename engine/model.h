@@ -38,6 +38,7 @@ struct Hparams {
   // Multi-head latent attention: query and key/value low-rank projections; per head, keys of
   // k_mla = qk_nope + n_rot dims and values of v_mla dims; the cache holds kv_lora + n_rot floats.
   int q_lora = 0, kv_lora = 0, k_mla = 0, v_mla = 0;
+  float mla_mscale = 1.0f;     // YaRN: the attention scale is mla_mscale^2 / sqrt(k_mla)
   int swa = 0;                 // sliding window (positions) of the layers the arch's swa_period picks
   bool yarn = false;           // YaRN RoPE with yarn_params
   kernels::Yarn yarn_params;
