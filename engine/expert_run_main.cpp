@@ -198,14 +198,24 @@ struct GenOptions {
   engine::SamplerParams sp;
 };
 
+// One user turn in the model's own chat format, recognised by its special tokens: ChatML (Qwen,
+// OLMoE and the bundled model), gpt-oss's harmony, DeepSeek-V3 and Mistral/Mixtral [INST].
+std::string chat_prompt(const engine::Tokenizer& tok, const std::string& user) {
+  if (tok.find("<|im_start|>") >= 0) return "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
+  if (tok.find("<|start|>") >= 0 && tok.find("<|message|>") >= 0)
+    return "<|start|>user<|message|>" + user + "<|end|><|start|>assistant";
+  if (tok.find("<｜User｜>") >= 0)  // full-width bars (U+FF5C)
+    return "<｜User｜>" + user + "<｜Assistant｜>";
+  if (tok.find("[INST]") >= 0) return "[INST] " + user + " [/INST]";
+  die("--chat: this model's tokenizer has none of the chat formats expert-run knows "
+      "(ChatML <|im_start|>, harmony <|start|>/<|message|>, DeepSeek <｜User｜>, [INST])");
+}
+
 int cmd_generate(const Common& o, GenOptions g) {
   Loaded l = load(o);
   engine::Tokenizer tok = load_tokenizer(*l.file);
   std::string prompt = read_text(g.prompt, g.prompt_file);
-  if (g.chat) {
-    if (tok.find("<|im_start|>") < 0) die("--chat needs a model with <|im_start|>/<|im_end|> tokens");
-    prompt = "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n";
-  }
+  if (g.chat) prompt = chat_prompt(tok, prompt);
   auto ids = tok.encode(prompt, tok.add_bos(), true);
   if (ids.empty()) die("the prompt is empty");
   auto eng = forward(l, o, std::min<int>(o.ctx, static_cast<int>(ids.size()) + g.n));
@@ -379,7 +389,7 @@ int main(int argc, char** argv) {
   gen->add_option("--top-k", g.sp.top_k, "keep the k most likely tokens (0: off)")->capture_default_str();
   gen->add_option("--top-p", g.sp.top_p, "nucleus sampling mass (1: off)")->capture_default_str();
   gen->add_option("--seed", g.sp.seed, "random seed")->capture_default_str();
-  gen->add_flag("--chat", g.chat, "wrap the prompt in the model's chat template (<|im_start|> style)");
+  gen->add_flag("--chat", g.chat, "wrap the prompt as one user turn in the model's chat format (ChatML, harmony, DeepSeek, [INST])");
   gen->add_flag("--verbose", g.verbose, "timings and the daemon's stats delta on stderr");
 
   auto* bench = app.add_subcommand("bench", "prefill and decode tokens/s; hit rate and bytes read through expertd");

@@ -154,3 +154,16 @@ TEST(ExpertRun, ADaemonThatDiesMidGenerationIsAnErrorNotAHang) {
   std::string text = read_file(out);
   EXPECT_NE(text.find("expertd closed the connection"), std::string::npos) << text.substr(text.size() > 300 ? text.size() - 300 : 0);
 }
+
+TEST(ExpertRun, ChatWrapsThePromptInTheModelsFormatOrSaysWhyNot) {
+  REQUIRE_GOLDEN();
+  // The golden vocabulary has ChatML's <|im_start|>: the turn is wrapped and generation runs.
+  auto ok = run(run_bin() + " generate --model " + golden_model("qwen3moe-A-s1-f32") +
+                " --local --chat --prompt hello -n 4 --temp 0 --verbose 2>&1");
+  EXPECT_EQ(ok.first, 0) << ok.second;
+  EXPECT_NE(ok.second.find("generated"), std::string::npos) << ok.second;
+  // The bundled model was trained on plain text: no chat tokens, a clear refusal.
+  auto no = run(run_bin() + " generate --chat --prompt hello -n 4 2>&1");
+  EXPECT_EQ(no.first, 1);
+  EXPECT_NE(no.second.find("none of the chat formats"), std::string::npos) << no.second;
+}
