@@ -19,6 +19,16 @@ Result<std::unique_ptr<CudaSlots>> CudaSlots::open(const ModelInfo& info) {
   if (info.cuda_event_handles.size() != uint64_t{info.slot_count} * sizeof(cudaIpcEventHandle_t))
     return make_error("expertd sent " + std::to_string(info.cuda_event_handles.size()) +
                       " bytes of event handles for " + std::to_string(info.slot_count) + " slots");
+  // The daemon's GPU by PCI bus id: device ordinals differ between processes
+  // (CUDA_VISIBLE_DEVICES); the calling thread's current device becomes that GPU.
+  if (!info.cuda_pci_bus_id.empty()) {
+    int dev = -1;
+    if (cudaError_t e = cudaDeviceGetByPCIBusId(&dev, info.cuda_pci_bus_id.c_str()); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return make_error(cuda_message(e, "expertd's arena is on GPU " + info.cuda_pci_bus_id + ", which this process cannot see"));
+    }
+    if (cudaError_t e = cudaSetDevice(dev); e != cudaSuccess) return make_error(cuda_message(e, "select expertd's GPU"));
+  }
   cudaIpcMemHandle_t mh;
   std::memcpy(&mh, info.cuda_ipc_handle.data(), sizeof mh);
   void* p = nullptr;

@@ -21,8 +21,9 @@ namespace expertd::client {
 
 class CudaSlots {
  public:
-  // Opens the arena announced by a cuda-backend expertd. Fails with a clear error when the daemon
-  // serves a host arena or the IPC open is refused (different device, container permissions).
+  // Opens the arena announced by a cuda-backend expertd, making the daemon's GPU (by PCI bus id)
+  // the calling thread's current device. Fails with a clear error when the daemon serves a host
+  // arena, its GPU is not visible here, or the IPC open is refused (container permissions).
   static Result<std::unique_ptr<CudaSlots>> open(const ModelInfo& info);
   ~CudaSlots();
   CudaSlots(const CudaSlots&) = delete;

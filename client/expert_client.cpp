@@ -89,6 +89,7 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
   i.max_experts_per_request = h->max_experts_per_request();
   if (h->cuda_ipc_handle()) i.cuda_ipc_handle.assign(h->cuda_ipc_handle()->begin(), h->cuda_ipc_handle()->end());
   if (h->cuda_event_handles()) i.cuda_event_handles.assign(h->cuda_event_handles()->begin(), h->cuda_event_handles()->end());
+  if (h->cuda_pci_bus_id()) i.cuda_pci_bus_id = h->cuda_pci_bus_id()->str();
   if (h->layers())
     for (const auto* l : *h->layers()) {
       LayerView lv{l->model_layer(), l->stride(), {}};

@@ -40,6 +40,7 @@ struct ModelInfo {
   uint32_t slot_count = 0, max_experts_per_request = 0;
   // cuda arena: cudaIpcMemHandle_t of the slots, one cudaIpcEventHandle_t per slot (see cuda_slots.h).
   std::vector<uint8_t> cuda_ipc_handle, cuda_event_handles;
+  std::string cuda_pci_bus_id;  // the GPU holding the arena
   int pack_layer_of(uint32_t model_layer) const;  // -1 for a dense layer
 };
 

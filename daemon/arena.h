@@ -33,6 +33,7 @@ class SlotArena {
   // cuda: cudaIpcMemHandle_t of the arena and one cudaIpcEventHandle_t per slot, for HelloReply.
   virtual std::vector<uint8_t> ipc_memory_handle() const { return {}; }
   virtual std::vector<uint8_t> ipc_event_handles() const { return {}; }
+  virtual std::string cuda_pci_bus_id() const { return {}; }
   virtual uint64_t h2d_bytes() const { return 0; }
   virtual uint64_t copy_errors() const { return 0; }  // failed host-to-device copies
   virtual uint64_t stage_waits() const { return 0; }  // reads that waited for a staging buffer's copy

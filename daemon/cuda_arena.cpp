@@ -98,6 +98,7 @@ class CudaArena final : public SlotArena {
 
   std::vector<uint8_t> ipc_memory_handle() const override { return mem_handle_; }
   std::vector<uint8_t> ipc_event_handles() const override { return event_handles_; }
+  std::string cuda_pci_bus_id() const override { return pci_bus_id_; }
   uint64_t h2d_bytes() const override { return h2d_bytes_; }
   uint64_t copy_errors() const override { return copy_errors_; }
   uint64_t stage_waits() const override { return stage_waits_; }
@@ -135,6 +136,7 @@ class CudaArena final : public SlotArena {
   std::unordered_map<uint32_t, size_t> bound_;
   size_t next_ = 0;
   std::vector<uint8_t> mem_handle_, event_handles_;
+  std::string pci_bus_id_;
   uint64_t h2d_bytes_ = 0, copy_errors_ = 0, stage_waits_ = 0;
 };
 
@@ -205,6 +207,8 @@ Result<std::unique_ptr<SlotArena>> CudaArena::create(const CudaArenaOptions& o, 
   }
   if (cudaError_t e = cudaStreamSynchronize(a->stream_); e != cudaSuccess)
     return make_error(cuda_message(e, "initialise the slot events"));
+  char bus[32] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, o.device) == cudaSuccess) a->pci_bus_id_ = bus;
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, o.device);
   if (info)

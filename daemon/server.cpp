@@ -223,7 +223,8 @@ void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const
       fbb, proto::kProtocolVersion, s->id, m_.model_id, m_.arch.c_str(), m_.n_experts, m_.n_experts_used,
       &layers, arena_.kind() == "cuda" ? wire::ArenaKind::Cuda : wire::ArenaKind::Host, arena_.slot_bytes(),
       arena_.slot_count(), cache_.max_experts_per_request(), arena_.arena_bytes(),
-      mem_handle.empty() ? nullptr : &mem_handle, event_handles.empty() ? nullptr : &event_handles);
+      mem_handle.empty() ? nullptr : &mem_handle, event_handles.empty() ? nullptr : &event_handles,
+      arena_.cuda_pci_bus_id().empty() ? nullptr : arena_.cuda_pci_bus_id().c_str());
   auto frame = proto::make_frame(fbb, rid, reply);
   s->hello = true;
   // The memfd rides along with the reply (SCM_RIGHTS); Hello is the first exchange, so nothing

@@ -88,9 +88,21 @@ class CudaEngine final : public Forward {
     int n = 0;
     CU(cudaGetDeviceCount(&n));
     if (n == 0) return make_error("no CUDA device");
+    // With a daemon, its GPU (CudaSlots::open selects it); everything below lives there.
+    if (!socket.empty()) {
+      auto c = connect_daemon(m_, socket, "cuda");
+      if (!c) return c.error();
+      client_ = std::move(*c);
+      auto s = expertd::client::CudaSlots::open(client_->info());
+      if (!s) return s.error();
+      slots_ = std::move(*s);
+      for (const auto& l : client_->info().layers) roles_.push_back({l.find("gate"), l.find("up"), l.find("down")});
+    }
+    int dev = 0;
+    CU(cudaGetDevice(&dev));
     cudaDeviceProp prop{};
-    CU(cudaGetDeviceProperties(&prop, 0));
-    device_name_ = std::string("cuda:0 ") + prop.name;
+    CU(cudaGetDeviceProperties(&prop, dev));
+    device_name_ = "cuda:" + std::to_string(dev) + " " + prop.name;
     CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (const Tensor* t : {&m_.output_norm, &m_.output})
       if (!kernels::cuda::weight_type_supported(t->type)) return make_error("unsupported weight type on the GPU");
@@ -117,15 +129,6 @@ class CudaEngine final : public Forward {
     const size_t kv = size_t(n_ctx_) * hp.n_head_kv * hp.head_dim * hp.n_layer;
     EXPERTD_TRY(alloc(kv * sizeof(float), reinterpret_cast<void**>(&k_cache_)));
     EXPERTD_TRY(alloc(kv * sizeof(float), reinterpret_cast<void**>(&v_cache_)));
-    if (!socket.empty()) {
-      auto c = connect_daemon(m_, socket, "cuda");
-      if (!c) return c.error();
-      client_ = std::move(*c);
-      auto s = expertd::client::CudaSlots::open(client_->info());
-      if (!s) return s.error();
-      slots_ = std::move(*s);
-      for (const auto& l : client_->info().layers) roles_.push_back({l.find("gate"), l.find("up"), l.find("down")});
-    }
     return {};
   }
 
