@@ -256,3 +256,17 @@ TEST_F(DaemonTest, SighupReopensLogAndTrace) {
   EXPECT_EQ(read_file(trace + ".1").size(), 16u + 16 + 2);           // header + the first acquire
   EXPECT_NE(read_file(logf + ".1").find("serving"), std::string::npos);
 }
+
+// Where no GPU is usable (CI, a container without one), asking for the cuda arena is a clear
+// start-up error naming the cause, never a silent fall back to host memory. (On a machine with a
+// GPU the cuda arena starts: that path is the gpu-labelled tests'.)
+TEST_F(DaemonTest, CudaBackendWithoutAUsableGpuIsAClearStartupError) {
+  Daemon d(manifest_path(), socket(), {"--backend", "cuda", "--cache-slots", "16", "--clients-max", "1"});
+  std::string log;
+  if (d.start(&log)) GTEST_SKIP() << "a GPU is usable here: the cuda arena started";
+  EXPECT_NE(d.exit_status(), 0);
+  const bool no_device = log.find("no usable CUDA device") != std::string::npos;
+  const bool no_tier = log.find("this build has no CUDA arena") != std::string::npos;
+  EXPECT_TRUE(no_device || no_tier) << log;
+  EXPECT_EQ(log.find("serving"), std::string::npos) << "it must not serve from host memory instead";
+}
