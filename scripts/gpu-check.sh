@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with an NVIDIA GPU, from a fresh clone, in a few minutes:
-#   1. installs what is missing (scripts/install-deps.sh; offline: the .deb files that
-#      scripts/fetch-debs.sh saved in .debs/ are unpacked into .deps-root/),
+#   1. installs what is missing (scripts/install-deps.sh; offline, GPU_CARRY=DIR: the .deb files
+#      and golden subset that scripts/gpu-carry.sh prepared; the debs are unpacked into .deps-root/),
 #   2. builds with the CUDA tier (build-gpu/),
 #   3. runs the `gpu` tests: the IPC arena shared by two engine processes, event ordering under a
 #      flood of misses, every CUDA kernel against the CPU reference (none may be skipped: a GPU
@@ -23,11 +23,14 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,dri
 step "dependencies"
 source scripts/cuda-env.sh
 if ! command -v nvcc >/dev/null 2>&1 && [ -z "${CUDACXX:-}" ]; then echo "no nvcc: install the CUDA toolkit"; exit 1; fi
-if [ -d .debs ] && ! dpkg-query -W libboost-dev >/dev/null 2>&1; then
+carry=${GPU_CARRY:-}
+golden=${GOLDEN_DIR:-$PWD/../shared/golden}
+[ -n "$carry" ] && [ -d "$carry/golden" ] && golden=$(cd "$carry/golden" && pwd)
+if [ -n "$carry" ] && [ -d "$carry/debs" ] && ! dpkg-query -W -f='${Status}' libboost1.74-dev 2>/dev/null | grep -q "ok installed"; then
   # Offline machine: unpack the carried packages into a private prefix (never into /).
   root=$PWD/.deps-root
   mkdir -p "$root"
-  for f in .debs/*.deb; do dpkg -x "$f" "$root"; done
+  for f in "$carry"/debs/*.deb; do dpkg -x "$f" "$root"; done
   export CMAKE_PREFIX_PATH="$root/usr:${CMAKE_PREFIX_PATH:-}"
   export PKG_CONFIG_PATH="$root/usr/lib/x86_64-linux-gnu/pkgconfig:$root/usr/share/pkgconfig:${PKG_CONFIG_PATH:-}"
   export CPATH="$root/usr/include:${CPATH:-}"
@@ -40,7 +43,9 @@ fi
 
 step "build (CUDA tier)"
 BUILD=build-gpu
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXPERTD_CUDA=ON >"$out/configure.log" 2>&1 ||
+# Golden data required: a GPU test that cannot find it fails instead of skipping.
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXPERTD_CUDA=ON -DEXPERTD_REQUIRE_GOLDEN=ON \
+  -DEXPERTD_GOLDEN_DIR="$golden" >"$out/configure.log" 2>&1 ||
   { cat "$out/configure.log"; exit 1; }
 cmake --build "$BUILD" -j"$(nproc)" >"$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 
