@@ -19,6 +19,8 @@ struct ArchTraits {
   bool swiglu_oai = false;            // gpt-oss: min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)
   bool topk_then_softmax = false;     // gpt-oss: top-k of the raw logits, weights = softmax over those k
   int swa_period = 0;                 // layers il % swa_period == 0 use the sliding window (0: none)
+  bool sigmoid_gating_default = false;  // when {arch}.expert_gating_func is absent (glm4moe: sigmoid)
+  bool has_nextn = false;               // the last nextn_predict_layers blocks are MTP heads, not run
 };
 
 const ArchTraits* find_arch(std::string_view name);  // nullptr when unsupported

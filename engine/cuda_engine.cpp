@@ -83,8 +83,14 @@ class CudaEngine final : public Forward {
   }
 
   Status init(const std::string& socket) {
-    if (m_.arch->mla || m_.arch->swiglu_oai || m_.hp.yarn)
+    // The GPU routing kernel is softmax -> top-k (-> renormalise): sigmoid gating, selection
+    // biases, groups and scaled weights, MLA and gpt-oss's extras are CPU-only so far.
+    if (m_.arch->mla || m_.arch->swiglu_oai || m_.hp.yarn || m_.hp.gating_sigmoid || m_.hp.n_group > 1 ||
+        m_.hp.w_scale != 1.0f || m_.arch->topk_then_softmax)
       return make_error("architecture " + m_.hp.arch + " runs on the CPU engine only, so far");
+    for (const auto& l : m_.layers)
+      if (l.exp_probs_b || l.router_b || l.bo || l.sinks)
+        return make_error("architecture " + m_.hp.arch + " (router biases, output biases or sinks) runs on the CPU engine only, so far");
     int n = 0;
     CU(cudaGetDeviceCount(&n));
     if (n == 0) return make_error("no CUDA device");
@@ -167,7 +173,7 @@ class CudaEngine final : public Forward {
       if (m_.arch->qk_norm == QkNorm::Full) {
         CU(kernels::cuda::rms_norm(q, w.q_norm.f32(), q, Q, T, hp.eps, stream_));
         CU(kernels::cuda::rms_norm(k, w.k_norm.f32(), k, KV, T, hp.eps, stream_));
-      } else if (m_.arch->qk_norm == QkNorm::PerHead) {
+      } else if (w.q_norm) {  // per head
         CU(kernels::cuda::rms_norm(q, w.q_norm.f32(), q, D, int64_t(T) * H, hp.eps, stream_));
         CU(kernels::cuda::rms_norm(k, w.k_norm.f32(), k, D, int64_t(T) * HKV, hp.eps, stream_));
       }

@@ -40,7 +40,7 @@ void Engine::attention(int il, int T, const float* h, float* out) {
     if (m_.arch->qk_norm == QkNorm::Full) {
       kernels::rms_norm(qt, w.q_norm.f32(), qt, Q, hp.eps);
       kernels::rms_norm(kt, w.k_norm.f32(), kt, KV, hp.eps);
-    } else if (m_.arch->qk_norm == QkNorm::PerHead) {
+    } else if (w.q_norm) {  // per head: qwen3moe, and glm4moe where present
       for (int hh = 0; hh < H; ++hh) kernels::rms_norm(qt + hh * D, w.q_norm.f32(), qt + hh * D, D, hp.eps);
       for (int hh = 0; hh < HKV; ++hh) kernels::rms_norm(kt + hh * D, w.k_norm.f32(), kt + hh * D, D, hp.eps);
     }

@@ -84,6 +84,11 @@ Result<Model> Model::load(const gguf::Model& f) {
   const std::string a = hp.arch + ".";
   hp.n_embd = L.u(a + "embedding_length");
   hp.n_layer = L.u(a + "block_count");
+  if (m.arch->has_nextn) {  // trailing multi-token-prediction blocks: kept in the file, never run
+    const int nextn = static_cast<int>(f.get_uint(a + "nextn_predict_layers").value_or(0));
+    if (nextn >= hp.n_layer) return make_error(f.path() + ": nextn_predict_layers leaves no layer to run");
+    hp.n_layer -= nextn;
+  }
   hp.n_head = L.u(a + "attention.head_count");
   hp.n_head_kv = L.u(a + "attention.head_count_kv", hp.n_head);
   hp.head_dim = L.u(a + "attention.key_length", hp.n_head ? hp.n_embd / hp.n_head : 0);
@@ -94,7 +99,9 @@ Result<Model> Model::load(const gguf::Model& f) {
   hp.eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-6));
   hp.rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
   hp.norm_topk = f.get_bool(a + "expert_weights_norm").value_or(m.arch->norm_topk_default);
-  const uint64_t gating = f.get_uint(a + "expert_gating_func").value_or(1);  // llama.cpp: 1 softmax, 2 sigmoid
+  // llama.cpp: 1 softmax, 2 sigmoid (0 = unset)
+  uint64_t gating = f.get_uint(a + "expert_gating_func").value_or(0);
+  if (gating == 0) gating = m.arch->sigmoid_gating_default ? 2 : 1;
   if (gating != 1 && gating != 2)
     return make_error(f.path() + ": " + a + "expert_gating_func = " + std::to_string(gating) + " is not supported (1 softmax, 2 sigmoid)");
   hp.gating_sigmoid = gating == 2;
@@ -191,6 +198,9 @@ Result<Model> Model::load(const gguf::Model& f) {
     if (m.arch->qk_norm == QkNorm::PerHead) {
       w.q_norm = L.get(p + "attn_q_norm.weight", {hp.head_dim}, true, true);
       w.k_norm = L.get(p + "attn_k_norm.weight", {hp.head_dim}, true, true);
+    } else if (m.arch->qk_norm == QkNorm::None && !m.arch->mla) {  // optional per-head norms (glm4moe)
+      w.q_norm = L.get(p + "attn_q_norm.weight", {hp.head_dim}, false, true);
+      w.k_norm = L.get(p + "attn_k_norm.weight", {hp.head_dim}, false, true);
     } else if (m.arch->qk_norm == QkNorm::Full) {
       w.q_norm = L.get(p + "attn_q_norm.weight", {Q}, true, true);
       w.k_norm = L.get(p + "attn_k_norm.weight", {KV}, true, true);

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   pack::SynthOptions sopt;
   std::string type_name = "Q4_K";
   synth->add_option("--preset", sopt.preset, "one of: " + pack::synth_preset_names());
-  synth->add_option("--dims", sopt.dims, "custom shape: n_embd,n_layer,n_expert,n_expert_used,n_ff_exp[,n_head,n_head_kv,n_vocab]")->delimiter(',');
+  synth->add_option("--dims", sopt.dims, "custom shape: n_embd,n_layer,n_expert,n_expert_used,n_ff_exp[,n_head,n_head_kv,n_vocab] (with --preset: that architecture at this size)")->delimiter(',');
   synth->add_option("--type", type_name, "weight type: Q4_K, Q8_0 or F16")->capture_default_str();
   synth->add_option("--layers", sopt.layers, "cut the depth to this many layers");
   synth->add_option("--seed", sopt.seed, "random seed")->capture_default_str();

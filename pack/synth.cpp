@@ -18,6 +18,7 @@ struct Shape {
   uint64_t n_ff_dense = 0, n_dense_lead = 0, n_ff_shexp = 0;  // deepseek2-style extras
   float rope_base = 10000, eps = 1e-6f;
   bool qk_norm = false;
+  uint64_t rope_dims = 0;  // partial rotary (0: the whole head)
   // deepseek2 MLA
   uint64_t kv_lora = 0, qk_nope = 0, qk_rope = 0, v_head = 0;
 };
@@ -34,6 +35,11 @@ std::vector<Shape> presets() {
   ds.n_ff_dense = 10944, ds.n_dense_lead = 1, ds.n_ff_shexp = 2 * 1408;
   ds.kv_lora = 512, ds.qk_nope = 128, ds.qk_rope = 64, ds.v_head = 128;
   p.push_back(ds);
+  // GLM-4.5-Air: q/k/v biases, half the head rotated, sigmoid gating with a selection bias.
+  Shape glm{"glm-4.5-air", "glm4moe", "qwen2", 4096, 46, 128, 8, 1408, 96, 8, 128, 151552};
+  glm.n_ff_dense = 10944, glm.n_dense_lead = 1, glm.n_ff_shexp = 1408, glm.rope_base = 1e6f, glm.eps = 1e-5f;
+  glm.rope_dims = 64;
+  p.push_back(glm);
   return p;
 }
 
@@ -124,6 +130,10 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, gguf::GgmlType t) {
       mat(p + "attn_q.weight", s.n_embd, s.n_head * s.head_dim);
       mat(p + "attn_k.weight", s.n_embd, s.n_head_kv * s.head_dim);
       mat(p + "attn_v.weight", s.n_embd, s.n_head_kv * s.head_dim);
+      if (s.arch == "glm4moe")
+        for (auto [n, len] : {std::pair{"attn_q.bias", s.n_head * s.head_dim}, {"attn_k.bias", s.n_head_kv * s.head_dim},
+                              {"attn_v.bias", s.n_head_kv * s.head_dim}})
+          v.push_back({p + n, G::F32, {len}});
       mat(p + "attn_output.weight", s.n_head * s.head_dim, s.n_embd);
       v.back().scale = kAttnOutScale;
       if (s.qk_norm && s.arch == "olmoe") {
@@ -134,7 +144,7 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, gguf::GgmlType t) {
         vec(p + "attn_k_norm.weight", s.head_dim);
       }
     }
-    vec(p + "ffn_norm.weight", s.n_embd);
+    vec(p + (s.arch == "glm4moe" ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
     if (l < s.n_dense_lead) {
       mat(p + "ffn_gate.weight", s.n_embd, s.n_ff_dense);
       mat(p + "ffn_up.weight", s.n_embd, s.n_ff_dense);
@@ -142,6 +152,7 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, gguf::GgmlType t) {
       continue;
     }
     v.push_back({p + "ffn_gate_inp.weight", G::F32, {s.n_embd, s.n_expert}, TensorPlan::Router, l});
+    if (s.arch == "glm4moe") v.push_back({p + "exp_probs_b.bias", G::F32, {s.n_expert}});
     v.push_back({p + "ffn_gate_exps.weight", fit(t, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert}});
     v.push_back({p + "ffn_up_exps.weight", fit(t, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert}});
     v.push_back({p + "ffn_down_exps.weight", fit(t, s.n_ff_exp), {s.n_ff_exp, s.n_embd, s.n_expert}});
@@ -188,7 +199,15 @@ void add_hparams(gguf::Writer& w, const Shape& s) {
   } else {
     w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(s.head_dim));
     w.add_u32(a + ".attention.value_length", static_cast<uint32_t>(s.head_dim));
-    w.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(s.head_dim));
+    w.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(s.rope_dims ? s.rope_dims : s.head_dim));
+  }
+  if (a == "glm4moe") {
+    w.add_u32(a + ".leading_dense_block_count", static_cast<uint32_t>(s.n_dense_lead));
+    w.add_u32(a + ".expert_shared_count", 1);
+    w.add_f32(a + ".expert_weights_scale", 1.0f);
+    w.add_bool(a + ".expert_weights_norm", true);
+    w.add_u32(a + ".expert_gating_func", 2);  // sigmoid
+    w.add_u32(a + ".nextn_predict_layers", 0);
   }
 }
 
@@ -201,22 +220,31 @@ std::string synth_preset_names() {
 }
 
 Result<uint64_t> write_synth(const SynthOptions& o) {
-  Shape s;
+  // A preset gives the architecture and its shape; --dims (alone: the qwen3moe layout) overrides
+  // the main sizes, so a preset's architecture can be made small for tests.
+  Shape s = presets()[0];
   if (!o.preset.empty()) {
     bool found = false;
     for (const auto& p : presets())
       if (p.name == o.preset) s = p, found = true;
     if (!found) return make_error("unknown preset '" + o.preset + "' (known: " + synth_preset_names() + ")");
-  } else if (o.dims.size() >= 5) {
-    s = presets()[0];
-    s.name = "custom";
+  } else if (o.dims.size() < 5) {
+    return make_error("synth needs --preset NAME or --dims n_embd,n_layer,n_expert,n_expert_used,n_ff_exp");
+  }
+  if (!o.dims.empty()) {
+    if (o.dims.size() < 5) return make_error("--dims needs at least n_embd,n_layer,n_expert,n_expert_used,n_ff_exp");
+    if (o.preset.empty()) s.name = "custom";
     s.n_embd = o.dims[0], s.n_layer = o.dims[1], s.n_expert = o.dims[2], s.n_expert_used = o.dims[3];
+    const uint64_t shared = s.n_ff_exp ? s.n_ff_shexp / s.n_ff_exp : 0;  // the preset's shared experts
     s.n_ff_exp = o.dims[4];
     if (o.dims.size() >= 7) s.n_head = o.dims[5], s.n_head_kv = o.dims[6];
     if (o.dims.size() >= 8) s.n_vocab = o.dims[7];
+    if (s.n_head == 0 || s.n_embd % s.n_head) return make_error("--dims: n_embd must be a multiple of n_head");
     s.head_dim = s.n_embd / s.n_head;
-  } else {
-    return make_error("synth needs --preset NAME or --dims n_embd,n_layer,n_expert,n_expert_used,n_ff_exp");
+    if (s.rope_dims) s.rope_dims = s.head_dim / 2;
+    if (s.n_ff_dense) s.n_ff_dense = 2 * s.n_ff_exp;
+    s.n_ff_shexp = shared * s.n_ff_exp;
+    if (s.kv_lora) s.kv_lora = s.n_embd, s.qk_nope = s.head_dim, s.qk_rope = s.head_dim / 2, s.v_head = s.head_dim;
   }
   if (o.layers) s.n_layer = std::min<uint64_t>(s.n_layer, o.layers);
   if (s.n_expert_used > s.n_expert || s.n_expert < 2 || s.n_vocab < 300 || s.n_head_kv == 0 ||

@@ -167,3 +167,30 @@ TEST(ExpertRun, ChatWrapsThePromptInTheModelsFormatOrSaysWhyNot) {
   EXPECT_EQ(no.first, 1);
   EXPECT_NE(no.second.find("none of the chat formats"), std::string::npos) << no.second;
 }
+
+// Architectures without golden data, as `expert-pack synth` writes them at test size (their
+// numerics were checked against llama.cpp when they were added: bit-identical logits for the
+// Q8_0 models below): they load, run, and through expertd give the same logits as --local.
+TEST(ExpertRun, SynthGlm45AndDeepseekV2LiteRunLocallyAndThroughExpertd) {
+  for (const std::string preset : {"glm-4.5-air", "deepseek-v2-lite"}) {
+    SCOPED_TRACE(preset);
+    TempDir d;
+    const std::string model = d / "m.gguf";
+    auto s = run(bin("pack/expert-pack") + " -q synth --preset " + preset + " --dims 256,3,16,4,256,4,2,512 --type Q8_0 --out " + model);
+    ASSERT_EQ(s.first, 0) << s.second;
+    auto b = run(bin("pack/expert-pack") + " -q build " + model);
+    ASSERT_EQ(b.first, 0) << b.second;
+    // 12 of 32 experts cached: misses, evictions and chunked acquires.
+    Daemon daemon(d / "m.manifest.json", d / "s.sock", {"--cache-slots", "12", "--clients-max", "3", "--max-experts-per-request", "4"});
+    std::string log;
+    ASSERT_TRUE(daemon.start(&log)) << log;
+    const std::string tokens = " --tokens 11,250,100,77,500,42,9,300 --threads 2";
+    auto a = run(run_bin() + " logits --model " + model + " --local --out " + d / "a.bin" + tokens);
+    auto r = run(run_bin() + " logits --model " + d / "m.core.gguf" + " --socket " + d / "s.sock" + " --out " + d / "r.bin" + tokens);
+    ASSERT_EQ(a.first, 0) << a.second;
+    ASSERT_EQ(r.first, 0) << r.second;
+    const std::string la = read_file(d / "a.bin"), lr = read_file(d / "r.bin");
+    EXPECT_EQ(la.size(), 8u * 512 * 4);
+    EXPECT_TRUE(la == lr) << "daemon and local logits differ";
+  }
+}
