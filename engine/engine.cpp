@@ -105,7 +105,8 @@ void Engine::attention_mla(int il, int T, const float* h, float* out) {
   // Per head: q_abs = k_b[h] . q_nope (T x kv_lora), then the full query [q_abs, q_pe].
   auto& qf = buf_.qf;
   qf.resize(size_t(T) * H * KL);
-  std::vector<float> xin(size_t(T) * std::max(nope, C)), yout(size_t(T) * std::max(C, hp.v_mla));
+  auto &xin = buf_.mla_in, &yout = buf_.mla_out;
+  xin.resize(size_t(T) * std::max(nope, C)), yout.resize(size_t(T) * std::max(C, hp.v_mla));
   const size_t kb_head = kernels::row_size(w.wk_b.type, nope) * C, vb_head = kernels::row_size(w.wv_b.type, C) * hp.v_mla;
   for (int hh = 0; hh < H; ++hh) {
     for (int t = 0; t < T; ++t)
@@ -226,17 +227,13 @@ expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
   for (size_t ui = 0; ui < unique.size(); ++ui)
     for (auto [t, k] : users[unique[ui]]) toks[ui].push_back(t);
   // The tokens' inputs quantized once per layer for each activation type the gate and up use.
-  struct Quantized {
-    uint32_t type = ~0u;
-    size_t row = 0;
-    std::vector<uint8_t> buf;
-  };
-  std::array<Quantized, 2> hq;
-  auto quantized_h = [&](uint32_t wtype) -> const Quantized& {
+  auto& hq = buf_.hq;  // buffers kept across layers; which activation types they hold is per layer
+  for (auto& c : hq) c.type = ~0u;
+  auto quantized_h = [&](uint32_t wtype) -> const Buffers::Quantized& {
     const uint32_t vt = kernels::vec_dot_type(wtype);
     for (auto& c : hq)
       if (c.type == vt) return c;
-    Quantized& c = hq[0].type == ~0u ? hq[0] : hq[1];  // gate and up: at most two types
+    Buffers::Quantized& c = hq[0].type == ~0u ? hq[0] : hq[1];  // gate and up: at most two types
     c.type = vt, c.row = kernels::row_size(vt, E), c.buf.resize(c.row * T);
     for (int t = 0; t < T; ++t) kernels::quantize_activations(wtype, h + size_t(t) * E, c.buf.data() + t * c.row, E);
     return c;
@@ -257,8 +254,8 @@ expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
       const auto& tk = toks[idx[b]];
       const int64_t n = static_cast<int64_t>(tk.size()), F = ws[b].gate.ne[1];
       g[b].resize(n * F), u[b].resize(n * F);
-      const Quantized& qg = quantized_h(ws[b].gate.type);
-      const Quantized& qu = quantized_h(ws[b].up.type);
+      const auto& qg = quantized_h(ws[b].gate.type);
+      const auto& qu = quantized_h(ws[b].up.type);
       jobs.push_back({ws[b].gate.type, ws[b].gate.data, F, E, qg.buf.data(), qg.row, tk.data(), n, g[b].data()});
       jobs.push_back({ws[b].up.type, ws[b].up.data, F, E, qu.buf.data(), qu.row, tk.data(), n, u[b].data()});
     }

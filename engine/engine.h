@@ -4,6 +4,7 @@
 // on which expert became ready first.
 #pragma once
 
+#include <array>
 #include <span>
 #include <vector>
 
@@ -72,10 +73,16 @@ class Engine final : public Forward {
   // Work buffers kept across calls: a prefill's would otherwise be page-faulted and zeroed anew
   // for every layer.
   struct Buffers {
-    std::vector<float> x, h, tmp, att, q, k, v, expert_out, qf, att2;
+    std::vector<float> x, h, tmp, att, q, k, v, expert_out, qf, att2, mla_in, mla_out;
     std::vector<kernels::MatmulJob> jobs;
     std::vector<std::vector<float>> g, u, ys;
     std::vector<std::vector<uint8_t>> aq;
+    struct Quantized {  // a layer's inputs quantized for the gate/up activation type
+      uint32_t type = ~0u;
+      size_t row = 0;
+      std::vector<uint8_t> buf;
+    };
+    std::array<Quantized, 2> hq;
   } buf_;
 };
 
