@@ -4,6 +4,7 @@
 
 #include <cuda_fp16.h>
 
+#include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
 
 namespace kernels::cuda {
@@ -119,19 +120,6 @@ __global__ void matmul_kernel(const uint8_t* w, int64_t rows, int64_t cols, size
     float v = acc[t];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if (lane == 0 && t < nt) y[(t0 + t) * rows + r] = v;
-  }
-}
-
-size_t row_bytes(uint32_t type, int64_t n) {
-  switch (type) {
-    case kF32: return 4 * n;
-    case kF16: case kBF16: return 2 * n;
-    case kQ8_0: return n / kQK8_0 * sizeof(BlockQ8_0);
-    case kQ5_0: return n / kQK8_0 * sizeof(BlockQ5_0);
-    case kQ4_K: return n / kQK_K * sizeof(BlockQ4K);
-    case kQ5_K: return n / kQK_K * sizeof(BlockQ5K);
-    case kQ6_K: return n / kQK_K * sizeof(BlockQ6K);
-    default: return 0;
   }
 }
 
@@ -291,13 +279,16 @@ unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + 
 
 }  // namespace
 
-bool weight_type_supported(uint32_t t) { return row_bytes(t, 256) != 0; }
+bool weight_type_supported(uint32_t t) {
+  return t == kF32 || t == kF16 || t == kBF16 || t == kQ5_0 || t == kQ8_0 || t == kQ4_K || t == kQ5_K || t == kQ6_K;
+}
 
 cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
                    float* y, cudaStream_t stream) {
   if (rows <= 0 || n_tokens <= 0) return cudaSuccess;
-  const size_t rb = row_bytes(wtype, cols);
-  if (rb == 0 || cols % (wtype == kQ4_K || wtype == kQ5_K || wtype == kQ6_K ? kQK_K : 32) != 0) return cudaErrorInvalidValue;
+  if (!weight_type_supported(wtype) || cols % (wtype == kQ4_K || wtype == kQ5_K || wtype == kQ6_K ? kQK_K : 32) != 0)
+    return cudaErrorInvalidValue;
+  const size_t rb = kernels::row_size(wtype, cols);
   const dim3 grid(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock),
                   static_cast<unsigned>((n_tokens + kTokensPerBlock - 1) / kTokensPerBlock));
   const dim3 block(32 * kWarpsPerBlock);
