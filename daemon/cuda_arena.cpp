@@ -41,6 +41,7 @@ class CudaArena final : public SlotArena {
   uint32_t max_reads_in_flight() const override { return static_cast<uint32_t>(stages_.size()); }
 
   uint8_t* read_target(uint32_t slot) override {
+    use_device();
     if (auto it = bound_.find(slot); it != bound_.end()) return stages_[it->second].buf;
     // The cache never has more reads in flight than staging buffers, so one is free or copying.
     for (size_t i = 0; i < stages_.size(); ++i) {
@@ -77,6 +78,7 @@ class CudaArena final : public SlotArena {
   }
 
   void publish(uint32_t slot, uint64_t bytes, std::function<void(Status)> done) override {
+    use_device();
     auto it = bound_.find(slot);
     if (it == bound_.end()) return done(make_error("cuda arena: slot " + std::to_string(slot) + " has no staging buffer"));
     Stage& s = stages_[it->second];
@@ -119,6 +121,13 @@ class CudaArena final : public SlotArena {
     bound_[slot] = b;
     next_ = (b + 1) % stages_.size();
     return stages_[b].buf;
+  }
+
+  // The CUDA current device is per thread: the calling thread (the server's, not necessarily the
+  // one that created the arena) makes the arena's GPU current before it queues copies.
+  void use_device() const {
+    thread_local int current = -1;
+    if (current != device_ && cudaSetDevice(device_) == cudaSuccess) current = device_;
   }
 
   void note_async_error(cudaError_t e) {

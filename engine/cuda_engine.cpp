@@ -27,7 +27,7 @@ namespace {
 // A weight in VRAM (or a view of one: an expert inside a slot or an uploaded expert tensor).
 struct DevTensor {
   uint32_t type = 0;
-  int64_t ne0 = 0, ne1 = 0;
+  int64_t ne0 = 0, ne1 = 0, ne2 = 1;
   const uint8_t* data = nullptr;
   explicit operator bool() const { return data != nullptr; }
   const float* f32() const { return reinterpret_cast<const float*>(data); }
@@ -35,11 +35,14 @@ struct DevTensor {
 
 struct DevExpert {
   DevTensor gate, up, down;
+  DevTensor gate_b, up_b, down_b;  // F32 biases (gpt-oss), else null
 };
 
 struct DevLayer {
-  DevTensor attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, router;
-  DevTensor gate_exps, up_exps, down_exps;  // --local: every expert, uploaded
+  DevTensor attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, sinks, ffn_norm, router, router_b;
+  DevTensor wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b;  // MLA
+  DevTensor gate_exps, up_exps, down_exps;                      // --local: every expert, uploaded
+  DevTensor gate_exps_b, up_exps_b, down_exps_b;
   DevTensor shexp_gate, gate_shexp, up_shexp, down_shexp, ffn_gate, ffn_up, ffn_down;
 };
 
@@ -83,14 +86,12 @@ class CudaEngine final : public Forward {
   }
 
   Status init(const std::string& socket) {
-    // The GPU routing kernel is softmax -> top-k (-> renormalise): sigmoid gating, selection
-    // biases, groups and scaled weights, MLA and gpt-oss's extras are CPU-only so far.
-    if (m_.arch->mla || m_.arch->swiglu_oai || m_.hp.yarn || m_.hp.gating_sigmoid || m_.hp.n_group > 1 ||
-        m_.hp.w_scale != 1.0f || m_.arch->topk_then_softmax)
-      return make_error("architecture " + m_.hp.arch + " runs on the CPU engine only, so far");
-    for (const auto& l : m_.layers)
-      if (l.exp_probs_b || l.router_b || l.bo || l.sinks)
-        return make_error("architecture " + m_.hp.arch + " (router biases, output biases or sinks) runs on the CPU engine only, so far");
+    // The routing kernel does softmax -> top-k (-> renormalise); sigmoid gating, selection
+    // biases, groups, scaled weights and top-k-then-softmax route on the host (select_experts).
+    const Hparams& hp = m_.hp;
+    host_routing_ = hp.gating_sigmoid || hp.n_group > 1 || hp.w_scale != 1.0f || m_.arch->topk_then_softmax ||
+                    hp.n_expert_used > 32;
+    for (const auto& l : m_.layers) host_routing_ |= static_cast<bool>(l.exp_probs_b);
     int n = 0;
     CU(cudaGetDeviceCount(&n));
     if (n == 0) return make_error("no CUDA device");
@@ -102,7 +103,16 @@ class CudaEngine final : public Forward {
       auto s = expertd::client::CudaSlots::open(client_->info());
       if (!s) return s.error();
       slots_ = std::move(*s);
-      for (const auto& l : client_->info().layers) roles_.push_back({l.find("gate"), l.find("up"), l.find("down")});
+      for (const auto& l : client_->info().layers) {
+        Roles r{l.find("gate"), l.find("up"), l.find("down"), l.find("gate_bias"), l.find("up_bias"), l.find("down_bias")};
+        if (!r[0] || !r[1] || !r[2])
+          return make_error("expertd's pack layer for model layer " + std::to_string(l.model_layer) +
+                            " has no separate gate, up and down experts (what the GPU engine reads)");
+        if (m_.arch->swiglu_oai && (!r[3] || !r[4] || !r[5]))
+          return make_error("expertd's pack has no expert biases for model layer " + std::to_string(l.model_layer) +
+                            " (gpt-oss experts carry them): rebuild it with this expert-pack");
+        roles_.push_back(r);
+      }
     }
     int dev = 0;
     CU(cudaGetDevice(&dev));
@@ -120,28 +130,33 @@ class CudaEngine final : public Forward {
       DevLayer& d = layers_[il];
       const std::pair<const Tensor*, DevTensor*> all[] = {
           {&w.attn_norm, &d.attn_norm}, {&w.wq, &d.wq}, {&w.wk, &d.wk}, {&w.wv, &d.wv}, {&w.bq, &d.bq}, {&w.bk, &d.bk},
-          {&w.bv, &d.bv}, {&w.q_norm, &d.q_norm}, {&w.k_norm, &d.k_norm}, {&w.wo, &d.wo}, {&w.ffn_norm, &d.ffn_norm},
-          {&w.router, &d.router}, {&w.shexp_gate, &d.shexp_gate}, {&w.gate_shexp, &d.gate_shexp},
-          {&w.up_shexp, &d.up_shexp}, {&w.down_shexp, &d.down_shexp}, {&w.ffn_gate, &d.ffn_gate},
-          {&w.ffn_up, &d.ffn_up}, {&w.ffn_down, &d.ffn_down}};
+          {&w.bv, &d.bv}, {&w.q_norm, &d.q_norm}, {&w.k_norm, &d.k_norm}, {&w.wo, &d.wo}, {&w.bo, &d.bo},
+          {&w.sinks, &d.sinks}, {&w.ffn_norm, &d.ffn_norm}, {&w.router, &d.router}, {&w.router_b, &d.router_b},
+          {&w.wq_a, &d.wq_a}, {&w.q_a_norm, &d.q_a_norm}, {&w.wq_b, &d.wq_b}, {&w.wkv_a, &d.wkv_a},
+          {&w.kv_a_norm, &d.kv_a_norm}, {&w.wk_b, &d.wk_b}, {&w.wv_b, &d.wv_b}, {&w.shexp_gate, &d.shexp_gate},
+          {&w.gate_shexp, &d.gate_shexp}, {&w.up_shexp, &d.up_shexp}, {&w.down_shexp, &d.down_shexp},
+          {&w.ffn_gate, &d.ffn_gate}, {&w.ffn_up, &d.ffn_up}, {&w.ffn_down, &d.ffn_down}};
       for (auto [t, dt] : all) EXPERTD_TRY(upload(*t, dt));
       if (socket.empty() && w.is_moe()) {
         EXPERTD_TRY(upload(w.gate_exps, &d.gate_exps));
         EXPERTD_TRY(upload(w.up_exps, &d.up_exps));
         EXPERTD_TRY(upload(w.down_exps, &d.down_exps));
+        EXPERTD_TRY(upload(w.gate_exps_b, &d.gate_exps_b));
+        EXPERTD_TRY(upload(w.up_exps_b, &d.up_exps_b));
+        EXPERTD_TRY(upload(w.down_exps_b, &d.down_exps_b));
       }
     }
-    const Hparams& hp = m_.hp;
+    // MLA caches one latent row per position (head_dim = kv_lora + n_rot, one KV head) that
+    // serves as keys and, its first kv_lora floats, as values: no separate V cache.
     const size_t kv = size_t(n_ctx_) * hp.n_head_kv * hp.head_dim * hp.n_layer;
     EXPERTD_TRY(alloc(kv * sizeof(float), reinterpret_cast<void**>(&k_cache_)));
-    EXPERTD_TRY(alloc(kv * sizeof(float), reinterpret_cast<void**>(&v_cache_)));
+    if (!m_.arch->mla) EXPERTD_TRY(alloc(kv * sizeof(float), reinterpret_cast<void**>(&v_cache_)));
     return {};
   }
 
   Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) override {
     const Hparams& hp = m_.hp;
-    const int T = static_cast<int>(tokens.size()), E = hp.n_embd, D = hp.head_dim, H = hp.n_head, HKV = hp.n_head_kv;
-    const int Q = H * D, KV = HKV * D;
+    const int T = static_cast<int>(tokens.size()), E = hp.n_embd, D = hp.head_dim, H = hp.n_head;
     if (T == 0) return make_error("no tokens to evaluate");
     if (n_past_ + T > n_ctx_)
       return make_error("context full: " + std::to_string(n_past_ + T) + " tokens exceed the context of " + std::to_string(n_ctx_));
@@ -154,37 +169,15 @@ class CudaEngine final : public Forward {
     TRY_BUF(x, float, b_x_, size_t(T) * E);
     TRY_BUF(h, float, b_h_, size_t(T) * E);
     TRY_BUF(tmp, float, b_tmp_, size_t(T) * E);
-    TRY_BUF(q, float, b_q_, size_t(T) * Q);
-    TRY_BUF(k, float, b_k_, size_t(T) * KV);
-    TRY_BUF(v, float, b_v_, size_t(T) * KV);
-    TRY_BUF(att, float, b_att_, size_t(T) * Q);
+    TRY_BUF(att, float, b_att_, size_t(T) * H * std::max(D, hp.v_mla));
     CU(cudaMemcpyAsync(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
     for (int il = 0; il < hp.n_layer; ++il) {
       const DevLayer& w = layers_[il];
       CU(kernels::cuda::rms_norm(x, w.attn_norm.f32(), h, E, T, hp.eps, stream_));
-      EXPERTD_TRY(mm(w.wq, h, T, q));
-      EXPERTD_TRY(mm(w.wk, h, T, k));
-      EXPERTD_TRY(mm(w.wv, h, T, v));
-      if (w.bq) {
-        CU(kernels::cuda::add_rows(q, w.bq.f32(), Q, T, stream_));
-        CU(kernels::cuda::add_rows(k, w.bk.f32(), KV, T, stream_));
-        CU(kernels::cuda::add_rows(v, w.bv.f32(), KV, T, stream_));
-      }
-      if (m_.arch->qk_norm == QkNorm::Full) {
-        CU(kernels::cuda::rms_norm(q, w.q_norm.f32(), q, Q, T, hp.eps, stream_));
-        CU(kernels::cuda::rms_norm(k, w.k_norm.f32(), k, KV, T, hp.eps, stream_));
-      } else if (w.q_norm) {  // per head
-        CU(kernels::cuda::rms_norm(q, w.q_norm.f32(), q, D, int64_t(T) * H, hp.eps, stream_));
-        CU(kernels::cuda::rms_norm(k, w.k_norm.f32(), k, D, int64_t(T) * HKV, hp.eps, stream_));
-      }
-      CU(kernels::cuda::rope(q, T, H, D, hp.n_rot, n_past_, hp.rope_base, m_.arch->rope_neox, stream_));
-      CU(kernels::cuda::rope(k, T, HKV, D, hp.n_rot, n_past_, hp.rope_base, m_.arch->rope_neox, stream_));
-      float* kl = k_cache_ + size_t(il) * n_ctx_ * KV;
-      float* vl = v_cache_ + size_t(il) * n_ctx_ * KV;
-      CU(cudaMemcpyAsync(kl + size_t(n_past_) * KV, k, size_t(T) * KV * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
-      CU(cudaMemcpyAsync(vl + size_t(n_past_) * KV, v, size_t(T) * KV * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
-      CU(kernels::cuda::attention(q, kl, vl, att, T, n_past_, H, HKV, D, 1.0f / std::sqrt(float(D)), stream_));
+      if (m_.arch->mla) EXPERTD_TRY(attention_mla(il, T, h, att));
+      else EXPERTD_TRY(attention(il, T, h, att));
       EXPERTD_TRY(mm(w.wo, att, T, tmp));
+      if (w.bo) CU(kernels::cuda::add_rows(tmp, w.bo.f32(), E, T, stream_));
       CU(kernels::cuda::add(x, tmp, int64_t(T) * E, stream_));
       CU(kernels::cuda::rms_norm(x, w.ffn_norm.f32(), h, E, T, hp.eps, stream_));
       if (m_.layers[il].is_moe()) {
@@ -232,8 +225,106 @@ class CudaEngine final : public Forward {
     void* p = nullptr;
     EXPERTD_TRY(alloc(bytes, &p));
     CU(cudaMemcpy(p, t.data, bytes, cudaMemcpyHostToDevice));
-    *d = DevTensor{t.type, t.ne[0], std::max<int64_t>(t.ne[1], 1), static_cast<const uint8_t*>(p)};
+    *d = DevTensor{t.type, t.ne[0], std::max<int64_t>(t.ne[1], 1), std::max<int64_t>(t.ne[2], 1), static_cast<const uint8_t*>(p)};
     return {};
+  }
+
+  // Attention with a KV cache: q/k/v projections (+ biases), q/k norms, RoPE (YaRN), sliding
+  // window and sinks where the architecture has them. Writes n_head * head_dim values per token.
+  Status attention(int il, int T, const float* h, float* out) {
+    const Hparams& hp = m_.hp;
+    const DevLayer& w = layers_[il];
+    const int D = hp.head_dim, H = hp.n_head, HKV = hp.n_head_kv, Q = H * D, KV = HKV * D;
+    TRY_BUF(q, float, b_q_, size_t(T) * Q);
+    TRY_BUF(k, float, b_k_, size_t(T) * KV);
+    TRY_BUF(v, float, b_v_, size_t(T) * KV);
+    EXPERTD_TRY(mm(w.wq, h, T, q));
+    EXPERTD_TRY(mm(w.wk, h, T, k));
+    EXPERTD_TRY(mm(w.wv, h, T, v));
+    if (w.bq) {
+      CU(kernels::cuda::add_rows(q, w.bq.f32(), Q, T, stream_));
+      CU(kernels::cuda::add_rows(k, w.bk.f32(), KV, T, stream_));
+      CU(kernels::cuda::add_rows(v, w.bv.f32(), KV, T, stream_));
+    }
+    if (m_.arch->qk_norm == QkNorm::Full) {
+      CU(kernels::cuda::rms_norm(q, w.q_norm.f32(), q, Q, T, hp.eps, stream_));
+      CU(kernels::cuda::rms_norm(k, w.k_norm.f32(), k, KV, T, hp.eps, stream_));
+    } else if (w.q_norm) {  // per head
+      CU(kernels::cuda::rms_norm(q, w.q_norm.f32(), q, D, int64_t(T) * H, hp.eps, stream_));
+      CU(kernels::cuda::rms_norm(k, w.k_norm.f32(), k, D, int64_t(T) * HKV, hp.eps, stream_));
+    }
+    const kernels::Yarn* yarn = hp.yarn ? &hp.yarn_params : nullptr;
+    CU(kernels::cuda::rope(q, T, H, D, hp.n_rot, n_past_, hp.rope_base, m_.arch->rope_neox, yarn, stream_));
+    CU(kernels::cuda::rope(k, T, HKV, D, hp.n_rot, n_past_, hp.rope_base, m_.arch->rope_neox, yarn, stream_));
+    float* kl = k_cache_ + size_t(il) * n_ctx_ * KV;
+    float* vl = v_cache_ + size_t(il) * n_ctx_ * KV;
+    CU(cudaMemcpyAsync(kl + size_t(n_past_) * KV, k, size_t(T) * KV * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    CU(cudaMemcpyAsync(vl + size_t(n_past_) * KV, v, size_t(T) * KV * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    kernels::cuda::Attention a;
+    a.q = q, a.k = kl, a.v = vl, a.out = out, a.n_tokens = T, a.n_past = n_past_, a.n_head = H, a.n_head_kv = HKV;
+    a.dk = a.dv = D, a.k_row = a.v_row = KV, a.scale = 1.0f / std::sqrt(float(D));
+    a.window = m_.arch->swa_period && il % m_.arch->swa_period == 0 ? hp.swa : 0;
+    a.sinks = w.sinks ? w.sinks.f32() : nullptr;
+    CU(kernels::cuda::attention(a, stream_));
+    return {};
+  }
+
+  // Multi-head latent attention the absorbed way, as the CPU engine (Engine::attention_mla): each
+  // head's query taken into the latent space with attn_k_b, attention over the cached latent rows
+  // (keys: whole rows, values: their first kv_lora floats), attn_v_b back out per head. Writes
+  // n_head * v_mla values per token.
+  Status attention_mla(int il, int T, const float* h, float* out) {
+    const Hparams& hp = m_.hp;
+    const DevLayer& w = layers_[il];
+    const int H = hp.n_head, R = hp.n_rot, C = hp.kv_lora, KL = C + R, KM = hp.k_mla, nope = KM - R, VM = hp.v_mla;
+    TRY_BUF(q, float, b_q_, size_t(T) * H * KM);
+    if (w.wq_a) {
+      TRY_BUF(qa, float, b_qa_, size_t(T) * hp.q_lora);
+      EXPERTD_TRY(mm(w.wq_a, h, T, qa));
+      CU(kernels::cuda::rms_norm(qa, w.q_a_norm.f32(), qa, hp.q_lora, T, hp.eps, stream_));
+      EXPERTD_TRY(mm(w.wq_b, qa, T, q));
+    } else {
+      EXPERTD_TRY(mm(w.wq, h, T, q));
+    }
+    // The new latent rows go straight into the cache: kv_a's output, its first kv_lora floats
+    // normalised in place, its last n_rot rotated.
+    const kernels::Yarn* yarn = hp.yarn ? &hp.yarn_params : nullptr;
+    float* cache = k_cache_ + size_t(il) * n_ctx_ * KL;
+    float* rows = cache + size_t(n_past_) * KL;
+    EXPERTD_TRY(mm(w.wkv_a, h, T, rows));
+    CU(kernels::cuda::rms_norm_strided(rows, KL, w.kv_a_norm.f32(), rows, KL, C, T, hp.eps, stream_));
+    CU(kernels::cuda::rope(rows + C, T, 1, KL, R, n_past_, hp.rope_base, m_.arch->rope_neox, yarn, stream_));
+    CU(kernels::cuda::rope(q + nope, T, H, KM, R, n_past_, hp.rope_base, m_.arch->rope_neox, yarn, stream_));
+    // Full queries [k_b[h] . q_nope, q_pe] per (token, head): KL floats each.
+    TRY_BUF(qf, float, b_qf_, size_t(T) * H * KL);
+    TRY_BUF(xin, float, b_mla_in_, size_t(T) * std::max(nope, C));
+    TRY_BUF(yout, float, b_mla_out_, size_t(T) * std::max(C, VM));
+    const size_t f = sizeof(float);
+    CU(cudaMemcpy2DAsync(qf + C, KL * f, q + nope, KM * f, R * f, size_t(T) * H, cudaMemcpyDeviceToDevice, stream_));
+    for (int hh = 0; hh < H; ++hh) {
+      CU(cudaMemcpy2DAsync(xin, nope * f, q + size_t(hh) * KM, size_t(H) * KM * f, nope * f, T, cudaMemcpyDeviceToDevice, stream_));
+      EXPERTD_TRY(mm(head_of(w.wk_b, hh), xin, T, yout));
+      CU(cudaMemcpy2DAsync(qf + size_t(hh) * KL, size_t(H) * KL * f, yout, C * f, C * f, T, cudaMemcpyDeviceToDevice, stream_));
+    }
+    TRY_BUF(lat, float, b_lat_, size_t(T) * H * C);
+    kernels::cuda::Attention a;
+    a.q = qf, a.k = cache, a.v = cache, a.out = lat, a.n_tokens = T, a.n_past = n_past_, a.n_head = H, a.n_head_kv = 1;
+    a.dk = KL, a.dv = C, a.k_row = a.v_row = KL, a.scale = hp.mla_mscale * hp.mla_mscale / std::sqrt(float(KM));
+    CU(kernels::cuda::attention(a, stream_));
+    for (int hh = 0; hh < H; ++hh) {
+      CU(cudaMemcpy2DAsync(xin, C * f, lat + size_t(hh) * C, size_t(H) * C * f, C * f, T, cudaMemcpyDeviceToDevice, stream_));
+      EXPERTD_TRY(mm(head_of(w.wv_b, hh), xin, T, yout));
+      CU(cudaMemcpy2DAsync(out + size_t(hh) * VM, size_t(H) * VM * f, yout, VM * f, VM * f, T, cudaMemcpyDeviceToDevice, stream_));
+    }
+    return {};
+  }
+
+  // Head hh's matrix of a per-head 3D weight (ne2 = n_head).
+  static DevTensor head_of(const DevTensor& t, int hh) {
+    DevTensor s = t;
+    s.data = t.data + kernels::row_size(t.type, t.ne0) * t.ne1 * hh;
+    s.ne2 = 1;
+    return s;
   }
 
   Status mm(const DevTensor& w, const float* x, int T, float* y) {
@@ -262,8 +353,14 @@ class CudaEngine final : public Forward {
     CU(kernels::cuda::gather_rows(h, d_src, xs, n, E, stream_));
     EXPERTD_TRY(mm(ew.gate, xs, n, g));
     EXPERTD_TRY(mm(ew.up, xs, n, u));
-    CU(kernels::cuda::swiglu(g, u, g, int64_t(n) * F, stream_));
+    if (ew.gate_b) {
+      CU(kernels::cuda::add_rows(g, ew.gate_b.f32(), F, n, stream_));
+      CU(kernels::cuda::add_rows(u, ew.up_b.f32(), F, n, stream_));
+    }
+    if (m_.arch->swiglu_oai) CU(kernels::cuda::swiglu_oai(g, u, g, int64_t(n) * F, stream_));
+    else CU(kernels::cuda::swiglu(g, u, g, int64_t(n) * F, stream_));
     EXPERTD_TRY(mm(ew.down, g, n, ys));
+    if (ew.down_b) CU(kernels::cuda::add_rows(ys, ew.down_b.f32(), E, n, stream_));
     CU(kernels::cuda::scatter_rows(ys, d_dst, eo, n, E, stream_));
     return {};
   }
@@ -272,18 +369,27 @@ class CudaEngine final : public Forward {
     const auto& r = roles_[pack_layer];
     const uint8_t* base = slots_->slot_ptr(slot);
     auto role = [&](const expertd::client::RoleView* v) {
-      return DevTensor{v->ggml_type, static_cast<int64_t>(v->ne0), static_cast<int64_t>(v->ne1), base + v->offset};
+      if (!v) return DevTensor{};  // an optional role (bias) this pack does not have
+      return DevTensor{v->ggml_type, static_cast<int64_t>(v->ne0), std::max<int64_t>(int64_t(v->ne1), 1), 1, base + v->offset};
     };
-    return {role(r[0]), role(r[1]), role(r[2])};
+    return {role(r[0]), role(r[1]), role(r[2]), role(r[3]), role(r[4]), role(r[5])};
   }
 
   DevExpert local_expert(const DevLayer& w, uint32_t e) const {
     auto slice = [&](const DevTensor& t) {
+      if (!t) return DevTensor{};
       DevTensor s = t;
       s.data = t.data + kernels::row_size(t.type, t.ne0) * t.ne1 * e;
+      s.ne2 = 1;
       return s;
     };
-    return {slice(w.gate_exps), slice(w.up_exps), slice(w.down_exps)};
+    // The biases are (n) x n_expert: one row per expert.
+    auto bias = [&](const DevTensor& t) {
+      if (!t) return DevTensor{};
+      return DevTensor{t.type, t.ne0, 1, 1, t.data + kernels::row_size(t.type, t.ne0) * e};
+    };
+    return {slice(w.gate_exps), slice(w.up_exps), slice(w.down_exps),
+            bias(w.gate_exps_b), bias(w.up_exps_b), bias(w.down_exps_b)};
   }
 
   Status moe(int il, int T, const float* h, float* out) {
@@ -294,10 +400,24 @@ class CudaEngine final : public Forward {
     TRY_BUF(ids, int32_t, b_ids_, size_t(T) * K);
     TRY_BUF(wts, float, b_wts_, size_t(T) * K);
     EXPERTD_TRY(mm(w.router, h, T, lg));
-    CU(kernels::cuda::softmax_topk(lg, T, X, K, hp.norm_topk, ids, wts, stream_));
+    if (w.router_b) CU(kernels::cuda::add_rows(lg, w.router_b.f32(), X, T, stream_));
     std::vector<int32_t> hids(size_t(T) * K);
-    CU(cudaMemcpyAsync(hids.data(), ids, hids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-    CU(cudaStreamSynchronize(stream_));
+    if (!host_routing_) {
+      CU(kernels::cuda::softmax_topk(lg, T, X, K, hp.norm_topk, ids, wts, stream_));
+      CU(cudaMemcpyAsync(hids.data(), ids, hids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+      CU(cudaStreamSynchronize(stream_));
+    } else {  // the CPU engine's routing on the GPU's logits
+      std::vector<float> hl(size_t(T) * X), hw(size_t(T) * K);
+      CU(cudaMemcpyAsync(hl.data(), lg, hl.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      CU(cudaStreamSynchronize(stream_));
+      Route r;
+      for (int t = 0; t < T; ++t) {
+        select_experts(m_, m_.layers[il], &hl[size_t(t) * X], r);
+        for (int k = 0; k < K; ++k) hids[size_t(t) * K + k] = static_cast<int32_t>(r.experts[k]), hw[size_t(t) * K + k] = r.weights[k];
+      }
+      CU(cudaMemcpyAsync(wts, hw.data(), hw.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+      CU(cudaStreamSynchronize(stream_));  // hw is a host temporary
+    }
     // Tokens of each unique expert: source rows (tokens) and destination rows (token * K + k).
     std::map<uint32_t, std::pair<std::vector<int32_t>, std::vector<int32_t>>> users;
     for (int t = 0; t < T; ++t)
@@ -392,10 +512,13 @@ class CudaEngine final : public Forward {
   std::vector<DevLayer> layers_;
   float *k_cache_ = nullptr, *v_cache_ = nullptr;
   Buf b_x_, b_h_, b_tmp_, b_q_, b_k_, b_v_, b_att_, b_logits_, b_g_, b_u_, b_xs_, b_eg_, b_eu_, b_ys_, b_router_, b_ids_,
-      b_wts_, b_idx_, b_eo_, b_shared_, b_shgate_;
+      b_wts_, b_idx_, b_eo_, b_shared_, b_shgate_, b_qa_, b_lat_, b_qf_, b_mla_in_, b_mla_out_;
+  bool host_routing_ = false;
   std::unique_ptr<expertd::client::Client> client_;
   std::unique_ptr<expertd::client::CudaSlots> slots_;
-  std::vector<std::array<const expertd::client::RoleView*, 3>> roles_;
+  // gate, up, down and their biases (null when absent) per pack layer
+  using Roles = std::array<const expertd::client::RoleView*, 6>;
+  std::vector<Roles> roles_;
 };
 
 }  // namespace

@@ -155,10 +155,10 @@ void Engine::dense_ffn(const Tensor& g, const Tensor& u, const Tensor& d, int T,
 // Gate scores (softmax or sigmoid of the router logits); selection by score plus exp_probs_b
 // within the best expert groups; weights are the selected experts' unbiased scores, optionally
 // renormalised, times w_scale. Ties go to the lower expert id (llama.cpp's stable order).
-void Engine::select_experts(const LayerWeights& w, float* p, Route& r) const {
-  const Hparams& hp = m_.hp;
+void select_experts(const Model& m, const LayerWeights& w, float* p, Route& r) {
+  const Hparams& hp = m.hp;
   const int X = hp.n_expert, K = hp.n_expert_used;
-  if (m_.arch->topk_then_softmax) {  // gpt-oss: the k largest logits, then a softmax over them
+  if (m.arch->topk_then_softmax) {  // gpt-oss: the k largest logits, then a softmax over them
     std::vector<uint32_t> idx(X);
     std::iota(idx.begin(), idx.end(), 0u);
     std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
@@ -217,7 +217,7 @@ expertd::Status Engine::moe(int il, int T, const float* h, float* out) {
   std::vector<std::vector<std::pair<int, int>>> users(X);
   for (int t = 0; t < T; ++t) {
     Route& r = routes[t];
-    select_experts(w, &logits[size_t(t) * X], r);
+    select_experts(m_, w, &logits[size_t(t) * X], r);
     for (int k = 0; k < K; ++k) users[r.experts[k]].push_back({t, k});
   }
   std::vector<uint32_t> unique;

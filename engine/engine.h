@@ -19,6 +19,11 @@ struct Route {
   std::vector<float> weights;     // final mixing weights, same order
 };
 
+// One token's routing from its router logits (overwritten with the gate scores): softmax or
+// sigmoid gating, selection bias, expert groups, top-k then softmax (gpt-oss). The CPU engine's,
+// and the GPU engine's where its softmax/top-k kernel does not cover the architecture.
+void select_experts(const Model& m, const LayerWeights& w, float* logits, Route& r);
+
 // What expert-run drives: the CPU engine below or the CUDA one (engine/cuda_engine.h).
 class Forward {
  public:
@@ -57,7 +62,6 @@ class Engine final : public Forward {
   void attention(int il, int T, const float* h, float* out);
   void attention_mla(int il, int T, const float* h, float* out);
   expertd::Status moe(int il, int T, const float* h, float* out);
-  void select_experts(const LayerWeights& w, float* logits, Route& r) const;
   void dense_ffn(const Tensor& g, const Tensor& u, const Tensor& d, int T, const float* h, float* out);
   void matmul(const Tensor& w, const float* x, int T, float* y);
   void prefetch_next(int il, int T, const float* x);

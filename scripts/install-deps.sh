@@ -3,7 +3,7 @@
 # Called by the README quick start and by .ci/run, so both install the same set.
 set -euo pipefail
 pkgs=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build git
   libboost-dev liburing-dev libflatbuffers-dev flatbuffers-compiler
   libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcli11-dev
   libxxhash-dev libpcre2-dev libsystemd-dev systemd python3 python3-numpy

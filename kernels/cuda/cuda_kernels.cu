@@ -4,18 +4,41 @@
 
 #include <cuda_fp16.h>
 
+#include <cstring>
+
+#include "kernels/fp16.h"
 #include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
 
 namespace kernels::cuda {
 namespace {
 
-enum : uint32_t { kF32 = 0, kF16 = 1, kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30 };
+enum : uint32_t {
+  kF32 = 0, kF16 = 1, kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30, kMXFP4 = 39
+};
 
-__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+// The dequantization below is compiled for the device and the host (dequantize_row_host).
+#define HD __host__ __device__ __forceinline__
 
-__device__ __forceinline__ void k4_scale_min(int j, const uint8_t* q, float* d, float* m) {
+HD float h2f(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  return __half2float(__ushort_as_half(h));
+#else
+  return kernels::fp16_to_fp32(h);
+#endif
+}
+HD float bf2f(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(uint32_t(h) << 16);
+#else
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+HD void k4_scale_min(int j, const uint8_t* q, float* d, float* m) {
   if (j < 4) {
     *d = q[j] & 63;
     *m = q[j + 4] & 63;
@@ -27,7 +50,7 @@ __device__ __forceinline__ void k4_scale_min(int j, const uint8_t* q, float* d, 
 
 // The 32 weights of chunk c (elements 32c .. 32c + 31) of a row, dequantized.
 template <uint32_t T>
-__device__ __forceinline__ void chunk32(const uint8_t* row, int64_t c, float* w) {
+HD void chunk32(const uint8_t* row, int64_t c, float* w) {
   if constexpr (T == kF32) {
     const float* r = reinterpret_cast<const float*>(row) + c * 32;
 #pragma unroll
@@ -84,7 +107,24 @@ __device__ __forceinline__ void chunk32(const uint8_t* row, int64_t c, float* w)
       const int q = ((ql[i] >> (4 * (g >> 1))) & 0xF) | (((qh[i] >> (2 * g)) & 3) << 4);
       w[i] = d * sc[i / 16] * (q - 32);
     }
+  } else if constexpr (T == kMXFP4) {
+    const BlockMxfp4& b = reinterpret_cast<const BlockMxfp4*>(row)[c];
+    const int8_t doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};  // kMxfp4Doubled
+    const float d = ldexpf(1.0f, int(b.e) - 128);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      w[i] = d * doubled[b.qs[i] & 0xF];
+      w[i + 16] = d * doubled[b.qs[i] >> 4];
+    }
   }
+}
+
+// Elements per row unit of each type: a row's length must be a multiple of it.
+HD int64_t block_elems(uint32_t t) { return t == kQ4_K || t == kQ5_K || t == kQ6_K ? kQK_K : 32; }
+
+template <uint32_t T>
+void dequantize_host(const void* row, float* y, int64_t n) {
+  for (int64_t c = 0; c < n / 32; ++c) chunk32<T>(static_cast<const uint8_t*>(row), c, y + c * 32);
 }
 
 constexpr int kTokensPerBlock = 8;
@@ -145,10 +185,10 @@ __device__ float block_max(float v, float* shared) {
   return v;
 }
 
-__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_t n, float eps) {
+__global__ void rms_norm_kernel(const float* x, int64_t xs, const float* w, float* y, int64_t ys, int64_t n, float eps) {
   __shared__ float red[32];
-  const float* xr = x + int64_t(blockIdx.x) * n;
-  float* yr = y + int64_t(blockIdx.x) * n;
+  const float* xr = x + int64_t(blockIdx.x) * xs;
+  float* yr = y + int64_t(blockIdx.x) * ys;
   float s = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
   s = block_sum(s, red);
@@ -156,16 +196,26 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
 }
 
-__global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot,
-                            int64_t pos0, float base, bool neox) {
+__global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot,
+                            int64_t pos0, float base, bool neox, bool use_yarn, kernels::Yarn yarn) {
   const int64_t half = n_rot / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n_tokens * n_heads * half) return;
   const int64_t i = idx % half, th = idx / half, t = th / n_heads;
-  float* hx = x + th * head_dim;
-  const float theta = float(pos0 + t) * powf(base, -2.0f * float(i) / float(n_rot));
-  float s, c;
-  sincosf(theta, &s, &c);
+  float* hx = x + th * head_stride;
+  // As kernels::rope (and ggml): theta_i = pos * theta_scale^i by repeated products.
+  const float theta_scale = powf(base, -2.0f / float(n_rot));
+  float theta_extrap = float(pos0 + t);
+  for (int64_t j = 0; j < i; ++j) theta_extrap *= theta_scale;
+  float theta = theta_extrap, ms = 1.0f;
+  if (use_yarn) {
+    const float interp = yarn.freq_scale * theta_extrap;
+    const float y = (float(i) - yarn.corr_low) / fmaxf(0.001f, yarn.corr_high - yarn.corr_low);
+    const float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * yarn.ext_factor;
+    theta = interp * (1.0f - ramp) + theta_extrap * ramp;
+    ms = yarn.mscale;
+  }
+  const float c = cosf(theta) * ms, s = sinf(theta) * ms;
   const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
   const float x0 = hx[a], x1 = hx[b];
   hx[a] = x0 * c - x1 * s;
@@ -175,6 +225,13 @@ __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t
 __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+__global__ void swiglu_oai_kernel(const float* g, const float* u, float* out, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = fminf(g[i], 7.0f), y = fminf(fmaxf(u[i], -7.0f), 7.0f);
+  out[i] = x / (1.0f + expf(-1.702f * x)) * (y + 1.0f);
 }
 
 constexpr int kMaxTopK = 32;
@@ -208,34 +265,38 @@ __global__ void softmax_topk_kernel(const float* logits, int64_t n_tokens, int64
 }
 
 // One block per (token, head); scores of every visible key in shared memory.
-__global__ void attention_kernel(const float* q, const float* kc, const float* vc, float* out, int64_t n_past,
-                                 int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale) {
+__global__ void attention_kernel(Attention a) {
   extern __shared__ float s[];
   __shared__ float red[32];
-  const int64_t t = blockIdx.x / n_head, h = blockIdx.x % n_head, kvh = h / (n_head / n_head_kv);
-  const int64_t n_keys = n_past + t + 1, kv_row = n_head_kv * head_dim;
-  const float* qh = q + (t * n_head + h) * head_dim;
-  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) {
-    const float* kj = kc + j * kv_row + kvh * head_dim;
+  const int64_t t = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, kvh = h / (a.n_head / a.n_head_kv);
+  const int64_t n_keys = a.n_past + t + 1;  // causal
+  const int64_t first = a.window > 0 && n_keys > a.window ? n_keys - a.window : 0, n = n_keys - first;
+  const float* qh = a.q + (t * a.n_head + h) * a.dk;
+  const float* kb = a.k + first * a.k_row + kvh * a.dk;
+  const float* vb = a.v + first * a.v_row + kvh * a.dv;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float* kj = kb + j * a.k_row;
     float d = 0;
-    for (int64_t i = 0; i < head_dim; ++i) d = fmaf(qh[i], kj[i], d);
-    s[j] = d * scale;
+    for (int64_t i = 0; i < a.dk; ++i) d = fmaf(qh[i], kj[i], d);
+    s[j] = d * a.scale;
   }
   __syncthreads();
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) mx = fmaxf(mx, s[j]);
+  const float sink = a.sinks ? a.sinks[h] : -INFINITY;
+  float mx = sink;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, s[j]);
   mx = block_max(mx, red);
   float sum = 0;
-  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) {
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     s[j] = expf(s[j] - mx);
     sum += s[j];
   }
   sum = block_sum(sum, red);  // its barriers also publish s[]
+  if (a.sinks) sum += expf(sink - mx);
   const float inv = 1.0f / sum;
-  float* o = out + (t * n_head + h) * head_dim;
-  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+  float* o = a.out + (t * a.n_head + h) * a.dv;
+  for (int64_t d = threadIdx.x; d < a.dv; d += blockDim.x) {
     float acc = 0;
-    for (int64_t j = 0; j < n_keys; ++j) acc = fmaf(s[j], vc[j * kv_row + kvh * head_dim + d], acc);
+    for (int64_t j = 0; j < n; ++j) acc = fmaf(s[j], vb[j * a.v_row + d], acc);
     o[d] = acc * inv;
   }
 }
@@ -280,14 +341,31 @@ unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + 
 }  // namespace
 
 bool weight_type_supported(uint32_t t) {
-  return t == kF32 || t == kF16 || t == kBF16 || t == kQ5_0 || t == kQ8_0 || t == kQ4_K || t == kQ5_K || t == kQ6_K;
+  return t == kF32 || t == kF16 || t == kBF16 || t == kQ5_0 || t == kQ8_0 || t == kQ4_K || t == kQ5_K || t == kQ6_K ||
+         t == kMXFP4;
+}
+
+bool dequantize_row_host(uint32_t type, const void* row, float* y, int64_t n) {
+  if (!weight_type_supported(type) || n % block_elems(type) != 0) return false;
+  switch (type) {
+    case kF32: dequantize_host<kF32>(row, y, n); break;
+    case kF16: dequantize_host<kF16>(row, y, n); break;
+    case kBF16: dequantize_host<kBF16>(row, y, n); break;
+    case kQ8_0: dequantize_host<kQ8_0>(row, y, n); break;
+    case kQ5_0: dequantize_host<kQ5_0>(row, y, n); break;
+    case kQ4_K: dequantize_host<kQ4_K>(row, y, n); break;
+    case kQ5_K: dequantize_host<kQ5_K>(row, y, n); break;
+    case kQ6_K: dequantize_host<kQ6_K>(row, y, n); break;
+    case kMXFP4: dequantize_host<kMXFP4>(row, y, n); break;
+    default: return false;
+  }
+  return true;
 }
 
 cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
                    float* y, cudaStream_t stream) {
   if (rows <= 0 || n_tokens <= 0) return cudaSuccess;
-  if (!weight_type_supported(wtype) || cols % (wtype == kQ4_K || wtype == kQ5_K || wtype == kQ6_K ? kQK_K : 32) != 0)
-    return cudaErrorInvalidValue;
+  if (!weight_type_supported(wtype) || cols % block_elems(wtype) != 0) return cudaErrorInvalidValue;
   const size_t rb = kernels::row_size(wtype, cols);
   const dim3 grid(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock),
                   static_cast<unsigned>((n_tokens + kTokensPerBlock - 1) / kTokensPerBlock));
@@ -302,28 +380,41 @@ cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, co
     case kQ4_K: matmul_kernel<kQ4_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
     case kQ5_K: matmul_kernel<kQ5_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
     case kQ6_K: matmul_kernel<kQ6_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kMXFP4: matmul_kernel<kMXFP4><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
 
 cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps, cudaStream_t stream) {
+  return rms_norm_strided(x, n, w, y, n, n, n_rows, eps, stream);
+}
+
+cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n,
+                             int64_t n_rows, float eps, cudaStream_t stream) {
   if (n_rows <= 0) return cudaSuccess;
-  rms_norm_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(x, w, y, n, eps);
+  rms_norm_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(x, x_stride, w, y, y_stride, n, eps);
   return cudaGetLastError();
 }
 
-cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos0, float base,
-                 bool neox, cudaStream_t stream) {
+cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot, int64_t pos0,
+                 float base, bool neox, const kernels::Yarn* yarn, cudaStream_t stream) {
   const int64_t n = n_tokens * n_heads * (n_rot / 2);
   if (n <= 0) return cudaSuccess;
-  rope_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n_tokens, n_heads, head_dim, n_rot, pos0, base, neox);
+  rope_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n_tokens, n_heads, head_stride, n_rot, pos0, base, neox,
+                                                      yarn != nullptr, yarn ? *yarn : kernels::Yarn{});
   return cudaGetLastError();
 }
 
 cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   swiglu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  swiglu_oai_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, out, n);
   return cudaGetLastError();
 }
 
@@ -338,12 +429,18 @@ cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert
 cudaError_t attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n_tokens,
                       int64_t n_past, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
                       cudaStream_t stream) {
-  if (n_tokens <= 0) return cudaSuccess;
-  if (n_head_kv <= 0 || n_head % n_head_kv != 0) return cudaErrorInvalidValue;
-  const size_t shared = size_t(n_past + n_tokens) * sizeof(float);
+  Attention a;
+  a.q = q, a.k = k_cache, a.v = v_cache, a.out = out, a.n_tokens = n_tokens, a.n_past = n_past, a.n_head = n_head;
+  a.n_head_kv = n_head_kv, a.dk = a.dv = head_dim, a.k_row = a.v_row = n_head_kv * head_dim, a.scale = scale;
+  return attention(a, stream);
+}
+
+cudaError_t attention(const Attention& a, cudaStream_t stream) {
+  if (a.n_tokens <= 0) return cudaSuccess;
+  if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0 || a.dk <= 0 || a.dv <= 0) return cudaErrorInvalidValue;
+  const size_t shared = size_t(a.n_past + a.n_tokens) * sizeof(float);
   if (shared > 48 * 1024) return cudaErrorInvalidValue;  // 12288 positions; longer contexts need tiling
-  attention_kernel<<<static_cast<unsigned>(n_tokens * n_head), 128, shared, stream>>>(q, k_cache, v_cache, out, n_past,
-                                                                                       n_head, n_head_kv, head_dim, scale);
+  attention_kernel<<<static_cast<unsigned>(a.n_tokens * a.n_head), 128, shared, stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,6 @@
 // CUDA kernels for MoE inference: the device counterparts of kernels/kernels.h. Weights stay in
-// their GGML type (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, block layouts of kernels/quant_blocks.h)
+// their GGML type (F32, F16, BF16, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4: block layouts of
+// kernels/quant_blocks.h)
 // and are dequantized inside the matmul; activations are float32. All pointers are device
 // pointers; every call is asynchronous on `stream` and returns the launch status.
 #pragma once
@@ -8,9 +9,15 @@
 
 #include <cstdint>
 
+#include "kernels/kernels.h"
+
 namespace kernels::cuda {
 
 bool weight_type_supported(uint32_t type);
+
+// The matmul's dequantization of one row (n elements) compiled for the host: CPU tests check its
+// bit layouts against kernels::dequantize_row without a GPU. Returns false for unsupported types.
+bool dequantize_row_host(uint32_t type, const void* row, float* y, int64_t n);
 
 // y[t * rows + r] = sum_c W[r, c] * x[t * cols + c] for t < n_tokens (decode: n_tokens = 1; prefill:
 // the tokens grouped per expert). W is rows x cols, row-major, cols a multiple of the type's block.
@@ -19,14 +26,21 @@ cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, co
 
 // Each of n_rows rows of n: y = x / rms(x) * w (w may be null: no weight).
 cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps, cudaStream_t stream);
+// The same over rows that sit x_stride / y_stride floats apart (MLA's latent part of a cache row).
+cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n,
+                             int64_t n_rows, float eps, cudaStream_t stream);
 
-// x holds n_tokens x n_heads heads of head_dim; token t sits at position pos0 + t. NeoX pairs
-// (i, i + n_rot/2) or adjacent pairs (2i, 2i+1), first n_rot dims; theta = pos * base^(-2i/n_rot).
-cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos0,
-                 float base, bool neox, cudaStream_t stream);
+// x holds n_tokens x n_heads heads, head_stride floats apart, whose first n_rot floats rotate
+// (MLA passes a pointer to the rotated tail of each head); token t sits at position pos0 + t.
+// NeoX pairs (i, i + n_rot/2) or adjacent pairs (2i, 2i+1); theta = pos * base^(-2i/n_rot),
+// computed as kernels::rope does; yarn (may be null) as kernels::rope applies it.
+cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot, int64_t pos0,
+                 float base, bool neox, const kernels::Yarn* yarn, cudaStream_t stream);
 
 // out[i] = silu(gate[i]) * up[i]
 cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// gpt-oss: x = min(gate, 7), out = x * sigmoid(1.702 x) * (clamp(up, -7, 7) + 1)
+cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 
 // Per token: softmax over n_expert router logits, the k largest (ties: lower id first), their
 // probabilities, renormalised to sum 1 when norm_topk. ids and weights are n_tokens x k.
@@ -39,6 +53,23 @@ cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert
 cudaError_t attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n_tokens,
                       int64_t n_past, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
                       cudaStream_t stream);
+
+// The general form, as kernels::attend: keys of dk and values of dv floats (MLA: keys are whole
+// latent rows, values their first kv_lora floats, k == v), cache rows k_row / v_row floats apart,
+// head kvh's key at k + j * k_row + kvh * dk. q is n_tokens x n_head x dk, out n_tokens x n_head x dv.
+// window > 0: token at position p sees keys p - window + 1 .. p. sinks (may be null): one logit per
+// head that joins the softmax's denominator (gpt-oss).
+struct Attention {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  float* out = nullptr;
+  int64_t n_tokens = 0, n_past = 0, n_head = 0, n_head_kv = 1, dk = 0, dv = 0, k_row = 0, v_row = 0;
+  float scale = 1.0f;
+  int64_t window = 0;
+  const float* sinks = nullptr;
+};
+cudaError_t attention(const Attention& a, cudaStream_t stream);
 
 // out[t] = sum_k weights[t * k_used + k] * expert_out[(t * k_used + k) * n], summed in k order.
 cudaError_t weighted_sum(const float* expert_out, const float* weights, float* out, int64_t n_tokens, int64_t k_used,

@@ -46,7 +46,7 @@ TEST(CudaKernels, MatmulOfEveryTypeMatchesTheDequantizedReference) {
   EXPERTD_REQUIRE_GPU();
   std::mt19937_64 rng(5);
   const int64_t rows = 37, cols = 512;
-  for (uint32_t t : {F32, F16, BF16, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K}) {
+  for (uint32_t t : {F32, F16, BF16, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4}) {
     ASSERT_TRUE(cuda::weight_type_supported(t)) << t;
     for (int64_t n_tok : {1, 3, 8, 13}) {
       SCOPED_TRACE(::testing::Message() << "type " << t << ", tokens " << n_tok);
@@ -86,7 +86,7 @@ TEST(CudaKernels, RmsNormRopeSwigluWeightedSum) {
   for (bool neox : {true, false}) {
     auto q = randn(3 * 4 * 64, rng);
     Dev<float> dq(q);
-    CUDA_OK(cuda::rope(dq.p, 3, 4, 64, 48, 7, 10000.f, neox, nullptr));
+    CUDA_OK(cuda::rope(dq.p, 3, 4, 64, 48, 7, 10000.f, neox, nullptr, nullptr));
     auto got = dq.get(q.size());
     for (int t = 0; t < 3; ++t)
       for (int h = 0; h < 4; ++h) rope(&q[(t * 4 + h) * 64], 64, 48, 7 + t, 10000.f, neox);
@@ -108,6 +108,43 @@ TEST(CudaKernels, RmsNormRopeSwigluWeightedSum) {
       for (int k = 0; k < 3; ++k) r += wt[t * 3 + k] * eo[(t * 3 + k) * 100 + i];
       ASSERT_NEAR(s[t * 100 + i], r, 1e-5f * (1 + std::fabs(r)));
     }
+}
+
+// What DeepSeek (MLA) and gpt-oss need beyond the above: YaRN RoPE on the rotated tail of strided
+// heads, a norm over part of strided rows, and gpt-oss's clamped SwiGLU.
+TEST(CudaKernels, YarnRopeOnStridedHeadsStridedNormAndClampedSwiglu) {
+  EXPERTD_REQUIRE_GPU();
+  std::mt19937_64 rng(7);
+  const int64_t T = 3, H = 4, stride = 96, nope = 64, R = 32;
+  const kernels::Yarn yarn = yarn_params(40.0f, R, 10000.f, 4096);
+  for (bool neox : {true, false}) {
+    auto q = randn(T * H * stride, rng);
+    Dev<float> dq(q);
+    CUDA_OK(cuda::rope(dq.p + nope, T, H, stride, R, 11, 10000.f, neox, &yarn, nullptr));
+    auto got = dq.get(q.size());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) rope(&q[(t * H + h) * stride + nope], R, R, 11 + t, 10000.f, neox, &yarn);
+    for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(got[i], q[i], 2e-4f * (1 + std::fabs(q[i]))) << i << " neox " << neox;
+  }
+  auto x = randn(T * stride, rng), w = randn(nope, rng);
+  Dev<float> dx(x), dw(w);
+  CUDA_OK(cuda::rms_norm_strided(dx.p, stride, dw.p, dx.p, stride, nope, T, 1e-6f, nullptr));
+  auto y = dx.get(x.size());
+  std::vector<float> ref(nope);
+  for (int64_t t = 0; t < T; ++t) {
+    rms_norm(&x[t * stride], w.data(), ref.data(), nope, 1e-6f);
+    for (int64_t i = 0; i < nope; ++i) ASSERT_NEAR(y[t * stride + i], ref[i], 1e-5f * (1 + std::fabs(ref[i])));
+    for (int64_t i = nope; i < stride; ++i) ASSERT_EQ(y[t * stride + i], x[t * stride + i]) << "the rest of a row stays";
+  }
+  auto g = randn(1000, rng, 6.f), u = randn(1000, rng, 6.f);
+  Dev<float> dg(g), du(u), dout(1000);
+  CUDA_OK(cuda::swiglu_oai(dg.p, du.p, dout.p, 1000, nullptr));
+  auto sw = dout.get(1000);
+  for (int i = 0; i < 1000; ++i) {
+    const float a = std::min(g[i], 7.0f), b = std::clamp(u[i], -7.0f, 7.0f);
+    const float want = a / (1.0f + std::exp(-1.702f * a)) * (b + 1.0f);
+    ASSERT_NEAR(sw[i], want, 1e-5f * (1 + std::fabs(want)));
+  }
 }
 
 TEST(CudaKernels, SoftmaxTopKRoutesLikeTheCpu) {
@@ -165,6 +202,39 @@ TEST(CudaKernels, CausalAttentionWithAKvCache) {
         ASSERT_NEAR(out[(t * H + h) * D + i], r, 1e-4) << "token " << t << " head " << h << " dim " << i;
       }
     }
+}
+
+// The general attention against kernels::attend: MLA's shape (one latent KV head, keys of 96 and
+// values of their first 64 floats from the same rows), then gpt-oss's sliding window with sinks.
+TEST(CudaKernels, AttentionOfMlaShapeAndSlidingWindowWithSinks) {
+  EXPERTD_REQUIRE_GPU();
+  std::mt19937_64 rng(13);
+  const int64_t T = 5, past = 6;
+  for (int which = 0; which < 2; ++which) {
+    SCOPED_TRACE(which == 0 ? "mla" : "window + sinks");
+    const bool mla = which == 0;
+    const int64_t H = 4, HKV = mla ? 1 : 2, dk = mla ? 96 : 64, dv = 64, k_row = mla ? 96 : HKV * 64,
+                  v_row = mla ? 96 : HKV * 64, window = mla ? 0 : 4;
+    auto q = randn(T * H * dk, rng), k = randn((past + T) * k_row, rng), v = randn((past + T) * v_row, rng);
+    auto sinks = randn(H, rng, 2.f);
+    Dev<float> dq(q), dk_(k), dv_(v), dsinks(sinks), dout(T * H * dv);
+    cuda::Attention a;
+    a.q = dq.p, a.k = dk_.p, a.v = mla ? dk_.p : dv_.p, a.out = dout.p, a.n_tokens = T, a.n_past = past, a.n_head = H;
+    a.n_head_kv = HKV, a.dk = dk, a.dv = dv, a.k_row = k_row, a.v_row = v_row, a.scale = 0.125f, a.window = window;
+    a.sinks = mla ? nullptr : dsinks.p;
+    CUDA_OK(cuda::attention(a, nullptr));
+    auto out = dout.get(T * H * dv);
+    std::vector<float> s(past + T), ref(dv);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t kvh = h / (H / HKV), n_keys = past + t + 1, first = window ? std::max<int64_t>(0, n_keys - window) : 0;
+        const float* vv = mla ? k.data() : v.data();
+        attend(&q[(t * H + h) * dk], &k[first * k_row + kvh * dk], vv + first * v_row + kvh * dv, n_keys - first, k_row,
+               v_row, dk, dv, 0.125f, mla ? -INFINITY : sinks[h], s.data(), ref.data(), Backend::Scalar);
+        for (int64_t i = 0; i < dv; ++i)
+          ASSERT_NEAR(out[(t * H + h) * dv + i], ref[i], 1e-4) << "token " << t << " head " << h << " dim " << i;
+      }
+  }
 }
 
 TEST(CudaKernels, AddGatherScatterAndGatedAdd) {
