@@ -10,6 +10,16 @@
 #include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
 
+// Kernel launches and dynamic shared memory, written so that the CPU emulation of the CUDA
+// runtime (tests/cuda_emu, EXPERTD_CUDA_EMULATION) can compile this file as C++ and run it.
+#ifdef EXPERTD_CUDA_EMULATION
+#define EXPERTD_LAUNCH(kernel, grid, block, shared, stream) ::cuda_emu::launch(kernel, dim3(grid), dim3(block), shared, stream)
+#define EXPERTD_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::cuda_emu::dynamic_shared())
+#else
+#define EXPERTD_LAUNCH(kernel, grid, block, shared, stream) kernel<<<grid, block, shared, stream>>>
+#define EXPERTD_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
 namespace kernels::cuda {
 namespace {
 
@@ -157,9 +167,10 @@ __global__ void matmul_kernel(const uint8_t* w, int64_t rows, int64_t cols, size
   }
 #pragma unroll
   for (int t = 0; t < kTokensPerBlock; ++t) {
+    if (t >= nt) break;  // nt is the same for the whole block: no lane leaves a shuffle early
     float v = acc[t];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0 && t < nt) y[(t0 + t) * rows + r] = v;
+    if (lane == 0) y[(t0 + t) * rows + r] = v;
   }
 }
 
@@ -266,7 +277,7 @@ __global__ void softmax_topk_kernel(const float* logits, int64_t n_tokens, int64
 
 // One block per (token, head); scores of every visible key in shared memory.
 __global__ void attention_kernel(Attention a) {
-  extern __shared__ float s[];
+  EXPERTD_DYNAMIC_SHARED(float, s);
   __shared__ float red[32];
   const int64_t t = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, kvh = h / (a.n_head / a.n_head_kv);
   const int64_t n_keys = a.n_past + t + 1;  // causal
@@ -372,15 +383,15 @@ cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, co
   const dim3 block(32 * kWarpsPerBlock);
   auto* wb = static_cast<const uint8_t*>(w);
   switch (wtype) {
-    case kF32: matmul_kernel<kF32><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kF16: matmul_kernel<kF16><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kBF16: matmul_kernel<kBF16><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kQ8_0: matmul_kernel<kQ8_0><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kQ5_0: matmul_kernel<kQ5_0><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kQ4_K: matmul_kernel<kQ4_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kQ5_K: matmul_kernel<kQ5_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kQ6_K: matmul_kernel<kQ6_K><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kMXFP4: matmul_kernel<kMXFP4><<<grid, block, 0, stream>>>(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kF32: EXPERTD_LAUNCH(matmul_kernel<kF32>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kF16: EXPERTD_LAUNCH(matmul_kernel<kF16>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kBF16: EXPERTD_LAUNCH(matmul_kernel<kBF16>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kQ8_0: EXPERTD_LAUNCH(matmul_kernel<kQ8_0>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kQ5_0: EXPERTD_LAUNCH(matmul_kernel<kQ5_0>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kQ4_K: EXPERTD_LAUNCH(matmul_kernel<kQ4_K>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kQ5_K: EXPERTD_LAUNCH(matmul_kernel<kQ5_K>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kQ6_K: EXPERTD_LAUNCH(matmul_kernel<kQ6_K>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
+    case kMXFP4: EXPERTD_LAUNCH(matmul_kernel<kMXFP4>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -393,7 +404,7 @@ cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t n, int64_
 cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n,
                              int64_t n_rows, float eps, cudaStream_t stream) {
   if (n_rows <= 0) return cudaSuccess;
-  rms_norm_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(x, x_stride, w, y, y_stride, n, eps);
+  EXPERTD_LAUNCH(rms_norm_kernel, static_cast<unsigned>(n_rows), 256, 0, stream)(x, x_stride, w, y, y_stride, n, eps);
   return cudaGetLastError();
 }
 
@@ -401,20 +412,20 @@ cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_strid
                  float base, bool neox, const kernels::Yarn* yarn, cudaStream_t stream) {
   const int64_t n = n_tokens * n_heads * (n_rot / 2);
   if (n <= 0) return cudaSuccess;
-  rope_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n_tokens, n_heads, head_stride, n_rot, pos0, base, neox,
+  EXPERTD_LAUNCH(rope_kernel, blocks_for(n, 256), 256, 0, stream)(x, n_tokens, n_heads, head_stride, n_rot, pos0, base, neox,
                                                       yarn != nullptr, yarn ? *yarn : kernels::Yarn{});
   return cudaGetLastError();
 }
 
 cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  swiglu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, out, n);
+  EXPERTD_LAUNCH(swiglu_kernel, blocks_for(n, 256), 256, 0, stream)(gate, up, out, n);
   return cudaGetLastError();
 }
 
 cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  swiglu_oai_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, out, n);
+  EXPERTD_LAUNCH(swiglu_oai_kernel, blocks_for(n, 256), 256, 0, stream)(gate, up, out, n);
   return cudaGetLastError();
 }
 
@@ -422,7 +433,7 @@ cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert
                          float* weights, cudaStream_t stream) {
   if (k < 1 || k > kMaxTopK || k > n_expert) return cudaErrorInvalidValue;
   if (n_tokens <= 0) return cudaSuccess;
-  softmax_topk_kernel<<<blocks_for(n_tokens, 64), 64, 0, stream>>>(logits, n_tokens, n_expert, k, norm_topk, ids, weights);
+  EXPERTD_LAUNCH(softmax_topk_kernel, blocks_for(n_tokens, 64), 64, 0, stream)(logits, n_tokens, n_expert, k, norm_topk, ids, weights);
   return cudaGetLastError();
 }
 
@@ -440,44 +451,44 @@ cudaError_t attention(const Attention& a, cudaStream_t stream) {
   if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0 || a.dk <= 0 || a.dv <= 0) return cudaErrorInvalidValue;
   const size_t shared = size_t(a.n_past + a.n_tokens) * sizeof(float);
   if (shared > 48 * 1024) return cudaErrorInvalidValue;  // 12288 positions; longer contexts need tiling
-  attention_kernel<<<static_cast<unsigned>(a.n_tokens * a.n_head), 128, shared, stream>>>(a);
+  EXPERTD_LAUNCH(attention_kernel, static_cast<unsigned>(a.n_tokens * a.n_head), 128, shared, stream)(a);
   return cudaGetLastError();
 }
 
 cudaError_t weighted_sum(const float* expert_out, const float* weights, float* out, int64_t n_tokens, int64_t k_used,
                          int64_t n, cudaStream_t stream) {
   if (n_tokens * n <= 0) return cudaSuccess;
-  weighted_sum_kernel<<<blocks_for(n_tokens * n, 256), 256, 0, stream>>>(expert_out, weights, out, n_tokens, k_used, n);
+  EXPERTD_LAUNCH(weighted_sum_kernel, blocks_for(n_tokens * n, 256), 256, 0, stream)(expert_out, weights, out, n_tokens, k_used, n);
   return cudaGetLastError();
 }
 
 cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  add_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(y, x, n);
+  EXPERTD_LAUNCH(add_kernel, blocks_for(n, 256), 256, 0, stream)(y, x, n);
   return cudaGetLastError();
 }
 
 cudaError_t add_rows(float* y, const float* b, int64_t n, int64_t n_rows, cudaStream_t stream) {
   if (n * n_rows <= 0) return cudaSuccess;
-  add_rows_kernel<<<blocks_for(n * n_rows, 256), 256, 0, stream>>>(y, b, n, n * n_rows);
+  EXPERTD_LAUNCH(add_rows_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)(y, b, n, n * n_rows);
   return cudaGetLastError();
 }
 
 cudaError_t gather_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n, cudaStream_t stream) {
   if (n * n_rows <= 0) return cudaSuccess;
-  move_rows_kernel<<<blocks_for(n * n_rows, 256), 256, 0, stream>>>(src, idx, dst, n, n * n_rows, true);
+  EXPERTD_LAUNCH(move_rows_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)(src, idx, dst, n, n * n_rows, true);
   return cudaGetLastError();
 }
 
 cudaError_t scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n, cudaStream_t stream) {
   if (n * n_rows <= 0) return cudaSuccess;
-  move_rows_kernel<<<blocks_for(n * n_rows, 256), 256, 0, stream>>>(src, idx, dst, n, n * n_rows, false);
+  EXPERTD_LAUNCH(move_rows_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)(src, idx, dst, n, n * n_rows, false);
   return cudaGetLastError();
 }
 
 cudaError_t add_gated(float* y, const float* x, const float* gate, int64_t n, int64_t n_rows, cudaStream_t stream) {
   if (n * n_rows <= 0) return cudaSuccess;
-  add_gated_kernel<<<blocks_for(n * n_rows, 256), 256, 0, stream>>>(y, x, gate, n, n * n_rows);
+  EXPERTD_LAUNCH(add_gated_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)(y, x, gate, n, n * n_rows);
   return cudaGetLastError();
 }
 

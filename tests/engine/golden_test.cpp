@@ -15,12 +15,7 @@ using namespace expertd::test;
 TEST(Golden, LocalLogitsRoutingAndGreedyMatchLlamaCpp) {
   REQUIRE_GOLDEN();
   int quantized = 0, emulated_exactly = 0;
-  std::vector<std::string> ids;
-  for (const char* arch : kGoldenArchs)
-    for (const char* variant : kGoldenVariants) ids.push_back(std::string(arch) + "-" + variant);
-  ids.push_back("gpt-oss-A-s1-mxfp4py");     // MXFP4 experts, the rest F32
-  ids.push_back("gpt-oss-B-s11-mxfp4_moe");  // llama.cpp's MXFP4_MOE: MXFP4 experts, the rest Q8_0
-  for (const std::string& id : ids) {
+  for (const std::string& id : golden_case_ids()) {
     Case c = load_case(id);
     SCOPED_TRACE(c.id);
     auto file = gguf::Model::open(golden_model(c.id));

@@ -18,6 +18,16 @@ namespace expertd::test {
 inline constexpr const char* kGoldenArchs[] = {"qwen3moe", "olmoe", "llama", "qwen2moe", "deepseek2", "gpt-oss"};
 inline constexpr const char* kGoldenVariants[] = {"A-s1-f32", "A-s1-f16", "A-s1-q8_0", "B-s11-q4_k_m"};
 
+// Every golden case: each architecture in each variant, and gpt-oss's two MXFP4 ones.
+inline std::vector<std::string> golden_case_ids() {
+  std::vector<std::string> ids;
+  for (const char* arch : kGoldenArchs)
+    for (const char* variant : kGoldenVariants) ids.push_back(std::string(arch) + "-" + variant);
+  ids.push_back("gpt-oss-A-s1-mxfp4py");     // MXFP4 experts, the rest F32
+  ids.push_back("gpt-oss-B-s11-mxfp4_moe");  // llama.cpp's MXFP4_MOE: MXFP4 experts, the rest Q8_0
+  return ids;
+}
+
 struct Case {
   std::string id;
   nlohmann::json j;

@@ -1,0 +1,328 @@
+// The CPU emulation of the CUDA runtime subset in include/cuda_runtime.h. Each CUDA thread of the
+// running block is a fiber (its own stack, switched by hand: cuda_emu_switch below, or ucontext
+// where that is not x86-64); the scheduler runs every ready fiber until it finishes or reaches a
+// barrier, then releases a barrier once everyone it concerns has arrived: __syncthreads waits
+// for the block's live threads, a warp shuffle for its warp's live lanes. Blocks run one after
+// another, so a static local is the block's shared memory.
+#include "cuda_runtime.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#if defined(__x86_64__)
+extern "C" void cuda_emu_switch(void** save_sp, void* new_sp);
+extern "C" void cuda_emu_trampoline();
+// Saves the callee-saved registers and the stack pointer of the running context, switches to
+// another's; a new fiber starts in the trampoline, which calls r13(r12).
+asm(R"(
+  .pushsection .text
+  .globl cuda_emu_switch
+  .type cuda_emu_switch,@function
+cuda_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size cuda_emu_switch,.-cuda_emu_switch
+  .globl cuda_emu_trampoline
+  .type cuda_emu_trampoline,@function
+cuda_emu_trampoline:
+  movq %r12, %rdi
+  callq *%r13
+  ud2
+  .size cuda_emu_trampoline,.-cuda_emu_trampoline
+  .popsection
+)");
+#else
+#include <ucontext.h>
+#endif
+
+struct CUstream_emu {
+  int unused;
+};
+
+namespace cuda_emu {
+namespace {
+
+constexpr size_t kStackBytes = 128 * 1024;
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+
+[[noreturn]] void die(const char* what) {
+  std::fprintf(stderr, "cuda emulation: %s\n", what);
+  std::abort();
+}
+
+struct Fiber {
+  enum State { Ready, AtWarp, AtBlock, Done };
+  std::unique_ptr<char[]> stack;
+  ThreadCtx ctx;
+  State state = Ready;
+#if defined(__x86_64__)
+  void* sp = nullptr;
+#else
+  ucontext_t uc;
+#endif
+};
+
+struct Grid {
+  std::mutex launch_mutex;  // one launch at a time, whichever host thread asks
+  dim3 grid, block, bidx;
+  std::vector<max_align_t> shared;
+  void (*body)(void*) = nullptr;
+  void* arg = nullptr;
+  std::vector<Fiber> fibers;
+  std::vector<float> xchg;  // one shuffle slot per thread
+  unsigned n = 0;
+  int cur = -1;
+#if defined(__x86_64__)
+  void* sched_sp = nullptr;
+#else
+  ucontext_t sched;
+#endif
+};
+Grid g;
+thread_local cudaError_t last_error = cudaSuccess;
+
+Fiber& me() {
+  if (g.cur < 0) die("a device function was called outside a kernel launch");
+  return g.fibers[static_cast<size_t>(g.cur)];
+}
+
+void to_scheduler(Fiber& f) {
+#if defined(__x86_64__)
+  cuda_emu_switch(&f.sp, g.sched_sp);
+#else
+  swapcontext(&f.uc, &g.sched);
+#endif
+}
+
+extern "C" void cuda_emu_fiber_main(void* p) {
+  auto* f = static_cast<Fiber*>(p);
+  g.body(g.arg);
+  f->state = Fiber::Done;
+  to_scheduler(*f);
+  die("a finished fiber was resumed");
+}
+
+#if !defined(__x86_64__)
+void fiber_entry_uc(unsigned hi, unsigned lo) {
+  cuda_emu_fiber_main(reinterpret_cast<void*>((uintptr_t(hi) << 32) | lo));
+}
+#endif
+
+void start(Fiber& f) {
+  if (!f.stack) f.stack.reset(new char[kStackBytes]);
+#if defined(__x86_64__)
+  auto top = (reinterpret_cast<uintptr_t>(f.stack.get()) + kStackBytes) & ~uintptr_t{15};
+  auto* frame = reinterpret_cast<void**>(top - 16 - 56);  // r15 r14 r13 r12 rbx rbp ret
+  frame[0] = frame[1] = nullptr;
+  frame[2] = reinterpret_cast<void*>(&cuda_emu_fiber_main);
+  frame[3] = &f;
+  frame[4] = frame[5] = nullptr;
+  frame[6] = reinterpret_cast<void*>(&cuda_emu_trampoline);
+  f.sp = frame;
+#else
+  getcontext(&f.uc);
+  f.uc.uc_stack.ss_sp = f.stack.get();
+  f.uc.uc_stack.ss_size = kStackBytes;
+  f.uc.uc_link = nullptr;
+  const auto v = reinterpret_cast<uintptr_t>(&f);
+  makecontext(&f.uc, reinterpret_cast<void (*)()>(fiber_entry_uc), 2, unsigned(v >> 32), unsigned(v));
+#endif
+}
+
+void resume(size_t i) {
+  g.cur = static_cast<int>(i);
+#if defined(__x86_64__)
+  cuda_emu_switch(&g.sched_sp, g.fibers[i].sp);
+#else
+  swapcontext(&g.sched, &g.fibers[i].uc);
+#endif
+  g.cur = -1;
+}
+
+void run_block() {
+  const unsigned n = g.n;
+  for (unsigned i = 0; i < n; ++i) {
+    Fiber& f = g.fibers[i];
+    f.ctx.thread_idx = dim3(i % g.block.x, (i / g.block.x) % g.block.y, i / (g.block.x * g.block.y));
+    f.ctx.lane = i % 32, f.ctx.warp = i / 32;
+    f.state = Fiber::Ready;
+    start(f);
+  }
+  for (;;) {
+    for (unsigned i = 0; i < n; ++i)
+      if (g.fibers[i].state == Fiber::Ready) resume(i);
+    // Every fiber is done or waiting: release the barriers whose parties have all arrived.
+    unsigned alive = 0, at_block = 0;
+    for (unsigned i = 0; i < n; ++i) {
+      alive += g.fibers[i].state != Fiber::Done;
+      at_block += g.fibers[i].state == Fiber::AtBlock;
+    }
+    if (alive == 0) return;
+    bool released = false;
+    if (at_block == alive) {
+      for (unsigned i = 0; i < n; ++i)
+        if (g.fibers[i].state == Fiber::AtBlock) g.fibers[i].state = Fiber::Ready;
+      released = true;
+    } else {
+      for (unsigned w = 0; w * 32 < n; ++w) {
+        unsigned live = 0, waiting = 0;
+        for (unsigned i = w * 32; i < std::min(n, w * 32 + 32); ++i) {
+          live += g.fibers[i].state != Fiber::Done;
+          waiting += g.fibers[i].state == Fiber::AtWarp;
+        }
+        if (live > 0 && waiting == live) {
+          for (unsigned i = w * 32; i < std::min(n, w * 32 + 32); ++i)
+            if (g.fibers[i].state == Fiber::AtWarp) g.fibers[i].state = Fiber::Ready;
+          released = true;
+        }
+      }
+    }
+    if (!released) die("deadlock: threads wait at barriers that can never complete (divergent __syncthreads or shuffle)");
+  }
+}
+
+}  // namespace
+
+const ThreadCtx& current_thread() { return me().ctx; }
+const dim3& block_idx() { return g.bidx; }
+const dim3& block_dim() { return g.block; }
+const dim3& grid_dim() { return g.grid; }
+void* dynamic_shared() { return g.shared.data(); }
+
+void syncthreads() {
+  Fiber& f = me();
+  f.state = Fiber::AtBlock;
+  to_scheduler(f);
+}
+
+float shfl_xor(float v, int lane_mask) {
+  Fiber& f = me();
+  const unsigned self = f.ctx.warp * 32 + f.ctx.lane, other = f.ctx.warp * 32 + (f.ctx.lane ^ unsigned(lane_mask) % 32);
+  if (other >= g.n) die("a warp shuffle reads a lane that does not exist");
+  g.xchg[self] = v;
+  f.state = Fiber::AtWarp;  // every lane of the warp has written
+  to_scheduler(f);
+  const float r = g.xchg[other];
+  f.state = Fiber::AtWarp;  // every lane has read before anyone writes again
+  to_scheduler(f);
+  return r;
+}
+
+void run_grid(dim3 grid, dim3 block, size_t shared_bytes, void (*body)(void*), void* arg) {
+  std::lock_guard lock(g.launch_mutex);
+  const unsigned n = block.x * block.y * block.z;
+  if (n == 0 || n > kMaxThreadsPerBlock || grid.x == 0 || grid.y == 0 || grid.z == 0) {
+    last_error = cudaErrorInvalidValue;
+    return;
+  }
+  if (g.cur >= 0) die("a kernel launched from inside a kernel");
+  g.grid = grid, g.block = block, g.body = body, g.arg = arg, g.n = n;
+  g.shared.assign((shared_bytes + sizeof(max_align_t) - 1) / sizeof(max_align_t) + 1, max_align_t{});
+  if (g.fibers.size() < n) g.fibers.resize(n);
+  g.xchg.assign(n, 0.0f);
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        g.bidx = dim3(x, y, z);
+        run_block();
+      }
+}
+
+}  // namespace cuda_emu
+
+using cuda_emu::last_error;
+
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+  if (d != 0) return cudaErrorInvalidDevice;
+  std::memset(p, 0, sizeof *p);
+  std::snprintf(p->name, sizeof p->name, "CUDA emulation on the CPU");
+  p->totalGlobalMem = size_t{1} << 32, p->multiProcessorCount = 1, p->major = 9, p->minor = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetByPCIBusId(int*, const char*) { return cudaErrorNotSupported; }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaGetLastError() {
+  cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return e;
+}
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+  }
+  return "cudaErrorUnknown";
+}
+const char* cudaGetErrorString(cudaError_t e) {
+  return e == cudaErrorNotSupported ? "operation not supported by the CUDA emulation" : cudaGetErrorName(e);
+}
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int v, size_t bytes) {
+  std::memset(p, v, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  if (bytes) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind k, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, k);
+}
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind, cudaStream_t) {
+  if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
+  for (size_t r = 0; r < height; ++r)
+    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = new CUstream_emu{};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaIpcOpenMemHandle(void**, cudaIpcMemHandle_t, unsigned) { return cudaErrorNotSupported; }
+cudaError_t cudaIpcCloseMemHandle(void*) { return cudaErrorNotSupported; }
+cudaError_t cudaIpcOpenEventHandle(cudaEvent_t*, cudaIpcEventHandle_t) { return cudaErrorNotSupported; }
