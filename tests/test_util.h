@@ -98,6 +98,14 @@ inline bool socket_accepts(const std::string& path) {
   return ok;
 }
 
+// The daemon the tests start: expertd, or in a build against the CPU emulation of the CUDA
+// runtime (tests/cuda_emu) the same daemon built against it, whose cuda arena it emulates.
+#ifdef EXPERTD_CUDA_EMULATION
+inline const std::string kExpertdBin = "daemon/expertd_emu";
+#else
+inline const std::string kExpertdBin = "daemon/expertd";
+#endif
+
 // A real expertd process. start() waits until its socket accepts connections.
 class Daemon {
  public:
@@ -111,7 +119,7 @@ class Daemon {
     write_file(socket_ + ".conf", "# empty: the tests pass every setting as a flag\n");
     pid_ = ::fork();
     if (pid_ == 0) {
-      std::vector<std::string> args = {bin("daemon/expertd"), "--manifest", manifest_, "--socket", socket_,
+      std::vector<std::string> args = {bin(kExpertdBin), "--manifest", manifest_, "--socket", socket_,
                                        "--config", socket_ + ".conf", "--lock-memory", "false",
                                        "--reserve-mib", "64"};
       args.insert(args.end(), extra_.begin(), extra_.end());

@@ -6,11 +6,18 @@
 // another, so a static local is the block's shared memory.
 #include "cuda_runtime.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -53,6 +60,9 @@ cuda_emu_trampoline:
 #endif
 
 struct CUstream_emu {
+  int unused;
+};
+struct CUevent_emu {
   int unused;
 };
 
@@ -265,7 +275,17 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->totalGlobalMem = size_t{1} << 32, p->multiProcessorCount = 1, p->major = 9, p->minor = 0;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceGetByPCIBusId(int*, const char*) { return cudaErrorNotSupported; }
+constexpr const char* kBusId = "0000:00:00.0";  // the emulated device's
+cudaError_t cudaDeviceGetByPCIBusId(int* d, const char* bus) {
+  if (std::string(bus) != kBusId) return cudaErrorInvalidDevice;
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int d) {
+  if (d != 0) return cudaErrorInvalidDevice;
+  std::snprintf(bus, size_t(len), "%s", kBusId);
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 cudaError_t cudaGetLastError() {
   cudaError_t e = last_error;
@@ -286,11 +306,95 @@ const char* cudaGetErrorName(cudaError_t e) {
 const char* cudaGetErrorString(cudaError_t e) {
   return e == cudaErrorNotSupported ? "operation not supported by the CUDA emulation" : cudaGetErrorName(e);
 }
+// Device memory: shared mappings of memfds, so that cudaIpcGetMemHandle can name one.
+namespace {
+struct Mapping {
+  int fd = -1;
+  size_t bytes = 0;
+  bool imported = false;  // opened from another process's handle
+};
+std::mutex maps_mutex;
+std::map<void*, Mapping> maps;
+struct IpcMem {
+  char magic[8];
+  int32_t pid, fd;
+  uint64_t bytes;
+};
+static_assert(sizeof(IpcMem) <= sizeof(cudaIpcMemHandle_t));
+constexpr char kMagic[8] = {'e', 'x', 'p', 'e', 'm', 'u', '1', 0};
+}  // namespace
+
 cudaError_t cudaMalloc(void** p, size_t bytes) {
-  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  const size_t len = std::max<size_t>((bytes + 4095) / 4096 * 4096, 4096);
+  int fd = memfd_create("cuda-emu", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, off_t(len)) != 0) {
+    if (fd >= 0) close(fd);
+    return cudaErrorMemoryAllocation;
+  }
+  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    close(fd);
+    return cudaErrorMemoryAllocation;
+  }
+  std::lock_guard lock(maps_mutex);
+  maps[m] = {fd, len, false};
+  *p = m;
+  return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  std::lock_guard lock(maps_mutex);
+  auto it = maps.find(p);
+  if (it == maps.end() || it->second.imported) return cudaErrorInvalidValue;
+  munmap(p, it->second.bytes);
+  close(it->second.fd);
+  maps.erase(it);
+  return cudaSuccess;
+}
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* h, void* p) {
+  std::lock_guard lock(maps_mutex);
+  auto it = maps.find(p);
+  if (it == maps.end() || it->second.imported) return cudaErrorInvalidValue;
+  IpcMem m{};
+  std::memcpy(m.magic, kMagic, 8);
+  m.pid = getpid(), m.fd = it->second.fd, m.bytes = it->second.bytes;
+  std::memset(h, 0, sizeof *h);
+  std::memcpy(h, &m, sizeof m);
+  return cudaSuccess;
+}
+cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t h, unsigned) {
+  IpcMem m;
+  std::memcpy(&m, &h, sizeof m);
+  if (std::memcmp(m.magic, kMagic, 8) != 0) return cudaErrorInvalidValue;
+  if (m.pid == getpid()) return cudaErrorInvalidValue;  // as CUDA: not in the exporting process
+  const std::string path = "/proc/" + std::to_string(m.pid) + "/fd/" + std::to_string(m.fd);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return cudaErrorInvalidValue;
+  void* a = mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (a == MAP_FAILED) return cudaErrorMemoryAllocation;
+  std::lock_guard lock(maps_mutex);
+  maps[a] = {-1, m.bytes, true};
+  *p = a;
+  return cudaSuccess;
+}
+cudaError_t cudaIpcCloseMemHandle(void* p) {
+  std::lock_guard lock(maps_mutex);
+  auto it = maps.find(p);
+  if (it == maps.end() || !it->second.imported) return cudaErrorInvalidValue;
+  munmap(p, it->second.bytes);
+  maps.erase(it);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  *free_bytes = size_t{8} << 30, *total_bytes = size_t{16} << 30;
+  return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+  *p = std::aligned_alloc(4096, std::max<size_t>((bytes + 4095) / 4096 * 4096, 4096));
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void* p) {
   std::free(p);
   return cudaSuccess;
 }
@@ -322,7 +426,26 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
-cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaIpcOpenMemHandle(void**, cudaIpcMemHandle_t, unsigned) { return cudaErrorNotSupported; }
-cudaError_t cudaIpcCloseMemHandle(void*) { return cudaErrorNotSupported; }
-cudaError_t cudaIpcOpenEventHandle(cudaEvent_t*, cudaIpcEventHandle_t) { return cudaErrorNotSupported; }
+// Events: the work before a record has already run, so every event is complete.
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  *e = new CUevent_emu{};
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t* h, cudaEvent_t e) {
+  if (!e) return cudaErrorInvalidValue;
+  std::memset(h, 0, sizeof *h);
+  std::memcpy(h, kMagic, 8);
+  return cudaSuccess;
+}
+cudaError_t cudaIpcOpenEventHandle(cudaEvent_t* e, cudaIpcEventHandle_t h) {
+  if (std::memcmp(&h, kMagic, 8) != 0) return cudaErrorInvalidValue;
+  *e = new CUevent_emu{};
+  return cudaSuccess;
+}

@@ -1,6 +1,9 @@
 // expertd --backend cuda with real engine processes: the slot arena shared over a CUDA IPC
 // memory handle by two processes at once, and slots published only through their interprocess
 // events while a flood of misses recycles slots and a two-buffer staging ring.
+// Also built against the CPU emulation of the CUDA runtime (tests/cuda_emu): there the daemon is
+// expertd_emu and the engine gpu_probe_emu, the arena shared memory opened through emulated IPC;
+// copies complete at once there, so only a GPU tests the events' ordering.
 #include "client/expert_client.h"
 #include "daemon/fixture.h"
 #include "gpu_util.h"
@@ -12,7 +15,12 @@ class GpuArenaTest : public DaemonTest {
  protected:
   void SetUp() override { EXPERTD_REQUIRE_GPU(); }
   std::string probe(uint32_t layer, uint32_t rounds, uint32_t chunk) const {
-    return bin("tests/gpu_probe") + " " + socket() + " " + manifest_path() + " " + std::to_string(layer) + " " +
+#ifdef EXPERTD_CUDA_EMULATION
+    const std::string exe = bin("tests/gpu_probe_emu");
+#else
+    const std::string exe = bin("tests/gpu_probe");
+#endif
+    return exe + " " + socket() + " " + manifest_path() + " " + std::to_string(layer) + " " +
            std::to_string(rounds) + " " + std::to_string(chunk);
   }
 };

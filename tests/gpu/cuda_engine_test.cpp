@@ -1,8 +1,8 @@
 // expert-run's GPU forward pass against llama.cpp's golden logits and the CPU engine's greedy
 // tokens, with experts uploaded (--local) and through a cuda expertd whose cache is smaller than
 // the model; the two GPU paths must give bit-identical logits. Also built against the CPU
-// emulation of the CUDA runtime (tests/cuda_emu, EXPERTD_CUDA_EMULATION): there the tests that
-// need a cuda expertd (CUDA IPC) are left out.
+// emulation of the CUDA runtime (tests/cuda_emu, EXPERTD_CUDA_EMULATION), with expertd built
+// against it too; there the golden test keeps to one case per architecture.
 #include "engine/cuda_engine.h"
 #include "engine/golden_util.h"
 #include "gpu_util.h"
@@ -51,7 +51,6 @@ TEST(CudaEngine, GoldenLogitsAndTheCpuEnginesGreedyTokens) {
   EXPECT_GT(ran, 0) << "no golden case found under " << golden_dir();
 }
 
-#ifndef EXPERTD_CUDA_EMULATION
 TEST(CudaEngine, DaemonSlotsAreBitIdenticalToUploadedExperts) {
   EXPERTD_REQUIRE_GPU();
   REQUIRE_GOLDEN();
@@ -87,8 +86,6 @@ TEST(CudaEngine, DaemonSlotsAreBitIdenticalToUploadedExperts) {
     EXPECT_EQ(s["io_errors"].get<int>(), 0);
   }
 }
-
-#endif  // EXPERTD_CUDA_EMULATION
 
 TEST(CudaEngine, ACpuOnlyDaemonIsAClearError) {
   EXPERTD_REQUIRE_GPU();
@@ -149,29 +146,36 @@ TEST(CudaEngine, SynthGlm45AndDeepseekV2LiteMatchTheCpuEngine) {
   }
 }
 
-#ifndef EXPERTD_CUDA_EMULATION
 // The same models through a cuda expertd whose cache is smaller than the model (12 of 48 experts):
 // bit-identical to uploaded experts.
 TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts) {
   EXPERTD_REQUIRE_GPU();
+  const std::vector<int32_t> tokens = {11, 250, 100, 77, 500, 42, 9, 300};
   for (const std::string preset : {"glm-4.5-air", "deepseek-v2-lite"}) {
     SCOPED_TRACE(preset);
     TempDir d;
-    const std::string model = synth_model(d, preset), er = bin("engine/expert-run");
+    const std::string model = synth_model(d, preset);
     auto b = run(bin("pack/expert-pack") + " -q build " + model);
     ASSERT_EQ(b.first, 0) << b.second;
     Daemon daemon(d / "m.manifest.json", d / "s.sock",
                   {"--backend", "cuda", "--cache-slots", "12", "--clients-max", "2", "--max-experts-per-request", "4"});
     std::string log;
     ASSERT_TRUE(daemon.start(&log)) << log;
-    const std::string tokens = " --tokens 11,250,100,77,500,42,9,300 --decode-from 5";
-    auto g = run(er + " logits --model " + model + " --local --device cuda --out " + d / "g.bin" + tokens);
-    auto r = run(er + " logits --model " + d / "m.core.gguf" + " --socket " + d / "s.sock" + " --device cuda --out " + d / "r.bin" + tokens);
-    ASSERT_EQ(g.first, 0) << g.second;
-    ASSERT_EQ(r.first, 0) << r.second;
-    const std::string lg = read_file(d / "g.bin"), lr = read_file(d / "r.bin");
-    ASSERT_EQ(lg.size(), 8u * 512 * 4);
-    EXPECT_TRUE(lg == lr) << "the cuda expertd's slots and uploaded experts give different logits";
+    auto full = gguf::Model::open(model);
+    auto core = gguf::Model::open(d / "m.core.gguf");
+    ASSERT_TRUE(full && core);
+    auto mfull = engine::Model::load(*full);
+    auto mcore = engine::Model::load(*core);
+    ASSERT_TRUE(mfull && mcore);
+    auto local = engine::make_cuda_forward(*mfull, "", 64);
+    auto remote = engine::make_cuda_forward(*mcore, d / "s.sock", 64);
+    ASSERT_TRUE(local) << local.error().message;
+    ASSERT_TRUE(remote) << remote.error().message;
+    std::vector<float> a, r;
+    ASSERT_TRUE((*local)->eval(tokens, true, a));
+    ASSERT_TRUE((*remote)->eval(tokens, true, r));
+    ASSERT_EQ(a.size(), tokens.size() * 512);
+    ASSERT_EQ(a.size(), r.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), r.data(), a.size() * 4)) << "the cuda expertd's slots and uploaded experts differ";
   }
 }
-#endif  // EXPERTD_CUDA_EMULATION

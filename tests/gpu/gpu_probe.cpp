@@ -37,8 +37,9 @@ int main(int argc, char** argv) {
   for (uint32_t r = 0; r < rounds; ++r) {
     for (uint32_t e0 = 0; e0 < m->n_experts; e0 += chunk) {
       std::vector<uint32_t> ids;
-      // Alternate directions so rounds evict each other's slots.
-      for (uint32_t e = e0; e < std::min(m->n_experts, e0 + chunk); ++e) ids.push_back(r % 2 ? m->n_experts - 1 - e : e);
+      // The same cyclic order every round: with fewer slots than experts, an LRU cache misses
+      // every time (alternating directions would hit on the experts a round ended with).
+      for (uint32_t e = e0; e < std::min(m->n_experts, e0 + chunk); ++e) ids.push_back(e);
       auto l = (*c)->acquire(layer, ids);
       if (!l) return std::fprintf(stderr, "acquire: %s\n", l.error().message.c_str()), 1;
       if (auto st = (*c)->wait_ready(*l); !st) return std::fprintf(stderr, "ready: %s\n", st.error().message.c_str()), 1;

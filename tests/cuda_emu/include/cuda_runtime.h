@@ -2,9 +2,12 @@
 // CPU (tests/cuda_emu/cuda_emu.cpp): device memory is host memory, streams run their work at
 // once, and a kernel launch runs every block of the grid in turn, each CUDA thread of a block a
 // fiber on the calling thread (so __syncthreads and warp shuffles have their CUDA meaning).
-// Built with EXPERTD_CUDA_EMULATION; the real headers are never seen by such a build. What it
-// checks: the device code's indexing, arithmetic and barriers, and the engine's use of it. What it
-// cannot: timing, races between streams, IPC, and anything of the hardware.
+// Device allocations are shared memory (memfd), so CUDA IPC works between processes of one
+// machine: a memory handle names the exporter's file descriptor, opened through /proc. Events
+// complete at once (the work before them already has). Built with EXPERTD_CUDA_EMULATION; the
+// real headers are never seen by such a build. What it checks: the device code's indexing,
+// arithmetic and barriers, the daemon's and the engine's use of the runtime. What it cannot:
+// timing, asynchrony (races between streams, a slot read before its copy), and the hardware.
 #pragma once
 
 #include <cmath>
@@ -57,6 +60,7 @@ constexpr unsigned cudaStreamNonBlocking = 1;
 constexpr unsigned cudaIpcMemLazyEnablePeerAccess = 1;
 constexpr unsigned cudaEventDisableTiming = 2;
 constexpr unsigned cudaEventInterprocess = 4;
+constexpr unsigned cudaHostAllocPortable = 1;
 
 cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaGetDevice(int* d);
@@ -82,10 +86,19 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
-// Interprocess handles: not emulated (cudaErrorNotSupported), so the daemon paths stay GPU-only.
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
+cudaError_t cudaFreeHost(void* p);
+cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int device);
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* h, void* p);
 cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t h, unsigned flags);
 cudaError_t cudaIpcCloseMemHandle(void* p);
+cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t* h, cudaEvent_t e);
 cudaError_t cudaIpcOpenEventHandle(cudaEvent_t* e, cudaIpcEventHandle_t h);
 
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
