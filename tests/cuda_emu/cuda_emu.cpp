@@ -11,13 +11,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -59,11 +66,60 @@ cuda_emu_trampoline:
 #include <ucontext.h>
 #endif
 
+// A stream: a worker thread running its operations in order.
 struct CUstream_emu {
-  int unused;
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> q;
+  bool busy = false, stop = false;
+  std::thread worker;
+
+  CUstream_emu() : worker([this] { run(); }) {}
+  void push(std::function<void()> op) {
+    {
+      std::lock_guard lock(m);
+      q.push_back(std::move(op));
+    }
+    cv.notify_all();
+  }
+  void drain() {
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return q.empty() && !busy; });
+  }
+  void shut() {
+    {
+      std::lock_guard lock(m);
+      stop = true;
+    }
+    cv.notify_all();
+    worker.join();
+  }
+  void run() {
+    std::unique_lock lock(m);
+    for (;;) {
+      cv.wait(lock, [&] { return stop || !q.empty(); });
+      if (q.empty()) return;  // stop, and everything issued has run
+      auto op = std::move(q.front());
+      q.pop_front();
+      busy = true;
+      lock.unlock();
+      op();
+      lock.lock();
+      busy = false;
+      cv.notify_all();
+    }
+  }
+};
+
+// An event: how many times it was recorded, and how many of those records its stream reached.
+// Interprocess events keep these in a shared page, which their IPC handle names.
+struct EventState {
+  std::atomic<uint64_t> recorded{0}, completed{0};
 };
 struct CUevent_emu {
-  int unused;
+  EventState* st = nullptr;
+  int fd = -1;  // the shared page's memfd (interprocess events created here)
+  bool mapped = false;
 };
 
 namespace cuda_emu {
@@ -235,13 +291,18 @@ float shfl_xor(float v, int lane_mask) {
   return r;
 }
 
-void run_grid(dim3 grid, dim3 block, size_t shared_bytes, void (*body)(void*), void* arg) {
-  std::lock_guard lock(g.launch_mutex);
+bool valid_launch(dim3 grid, dim3 block) {
   const unsigned n = block.x * block.y * block.z;
   if (n == 0 || n > kMaxThreadsPerBlock || grid.x == 0 || grid.y == 0 || grid.z == 0) {
     last_error = cudaErrorInvalidValue;
-    return;
+    return false;
   }
+  return true;
+}
+
+void run_grid(dim3 grid, dim3 block, size_t shared_bytes, void (*body)(void*), void* arg) {
+  std::lock_guard lock(g.launch_mutex);  // kernels of different streams take turns
+  const unsigned n = block.x * block.y * block.z;
   if (g.cur >= 0) die("a kernel launched from inside a kernel");
   g.grid = grid, g.block = block, g.body = body, g.arg = arg, g.n = n;
   g.shared.assign((shared_bytes + sizeof(max_align_t) - 1) / sizeof(max_align_t) + 1, max_align_t{});
@@ -255,9 +316,37 @@ void run_grid(dim3 grid, dim3 block, size_t shared_bytes, void (*body)(void*), v
       }
 }
 
+namespace {
+std::mutex streams_mutex;
+std::set<CUstream_emu*> streams;
+void drain_all() {
+  std::vector<CUstream_emu*> all;
+  {
+    std::lock_guard lock(streams_mutex);
+    all.assign(streams.begin(), streams.end());
+  }
+  for (auto* s : all) s->drain();
+}
+// Copies out of pinned memory wait a little before they read it, as a DMA engine may: code that
+// reuses such a buffer before its copy completed then reads back what it wrote later.
+void dma_delay() {
+  thread_local std::minstd_rand rng(std::random_device{}());
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+}
+void wait_for(const EventState* st, uint64_t gen) {
+  while (st->completed.load(std::memory_order_acquire) < gen) std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+}  // namespace
+
+void enqueue(cudaStream_t s, std::function<void()> op) {
+  if (s) s->push(std::move(op));
+  else op();
+}
+
 }  // namespace cuda_emu
 
 using cuda_emu::last_error;
+using cuda_emu::enqueue;
 
 cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
@@ -286,7 +375,10 @@ cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int d) {
   std::snprintf(bus, size_t(len), "%s", kBusId);
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  cuda_emu::drain_all();
+  return cudaSuccess;
+}
 cudaError_t cudaGetLastError() {
   cudaError_t e = last_error;
   last_error = cudaSuccess;
@@ -343,6 +435,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  cuda_emu::drain_all();  // as CUDA: cudaFree waits for the device's work
   std::lock_guard lock(maps_mutex);
   auto it = maps.find(p);
   if (it == maps.end() || it->second.imported) return cudaErrorInvalidValue;
@@ -390,11 +483,31 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   *free_bytes = size_t{8} << 30, *total_bytes = size_t{16} << 30;
   return cudaSuccess;
 }
+namespace {
+std::mutex pinned_mutex;
+std::map<const char*, size_t> pinned;  // cudaHostAlloc'd ranges
+bool is_pinned(const void* p) {
+  std::lock_guard lock(pinned_mutex);
+  auto it = pinned.upper_bound(static_cast<const char*>(p));
+  if (it == pinned.begin()) return false;
+  --it;
+  return static_cast<const char*>(p) < it->first + it->second;
+}
+}  // namespace
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
-  *p = std::aligned_alloc(4096, std::max<size_t>((bytes + 4095) / 4096 * 4096, 4096));
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  const size_t len = std::max<size_t>((bytes + 4095) / 4096 * 4096, 4096);
+  *p = std::aligned_alloc(4096, len);
+  if (!*p) return cudaErrorMemoryAllocation;
+  std::lock_guard lock(pinned_mutex);
+  pinned[static_cast<const char*>(*p)] = len;
+  return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* p) {
+  cuda_emu::drain_all();
+  {
+    std::lock_guard lock(pinned_mutex);
+    pinned.erase(static_cast<const char*>(p));
+  }
   std::free(p);
   return cudaSuccess;
 }
@@ -406,46 +519,141 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind k, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, k);
+// As CUDA: from pageable host memory the source is taken when the copy is issued; into pageable
+// host memory the copy completes before the call returns; pinned and device memory are read and
+// written when the stream reaches the copy.
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind k, cudaStream_t s) {
+  if (!s || bytes == 0) return cudaMemcpy(dst, src, bytes, k);
+  if (k == cudaMemcpyHostToDevice && !is_pinned(src)) {
+    auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    s->push([dst, copy] { std::memcpy(dst, copy->data(), copy->size()); });
+  } else if (k == cudaMemcpyDeviceToHost && !is_pinned(dst)) {
+    s->drain();
+    std::memmove(dst, src, bytes);
+  } else {
+    const bool dma = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToHost;
+    s->push([dst, src, bytes, dma] {
+      if (dma) cuda_emu::dma_delay();
+      std::memmove(dst, src, bytes);
+    });
+  }
+  return cudaSuccess;
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                              cudaMemcpyKind, cudaStream_t) {
+                              cudaMemcpyKind k, cudaStream_t s) {
   if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
-  for (size_t r = 0; r < height; ++r)
-    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  auto rows = [=] {
+    for (size_t r = 0; r < height; ++r)
+      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  };
+  if (k == cudaMemcpyDeviceToDevice) enqueue(s, rows);
+  else {  // host memory on either side: completed before returning (the engine copies device to device only)
+    if (s) s->drain();
+    rows();
+  }
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  *s = new CUstream_emu{};
+  *s = new CUstream_emu;
+  std::lock_guard lock(cuda_emu::streams_mutex);
+  cuda_emu::streams.insert(*s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (!s) return cudaErrorInvalidValue;
+  {
+    std::lock_guard lock(cuda_emu::streams_mutex);
+    cuda_emu::streams.erase(s);
+  }
+  s->shut();
   delete s;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
-// Events: the work before a record has already run, so every event is complete.
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
-  *e = new CUevent_emu{};
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (s) s->drain();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  if (!e) return cudaErrorInvalidValue;
+  const uint64_t gen = e->st->recorded.load();  // the event's latest record, as CUDA
+  EventState* st = e->st;
+  enqueue(s, [st, gen] { cuda_emu::wait_for(st, gen); });
+  return cudaSuccess;
+}
+// Events: a record counts up `recorded` when issued and sets `completed` when its stream gets there.
+namespace {
+struct IpcEvent {
+  char magic[8];
+  int32_t pid, fd;
+};
+static_assert(sizeof(IpcEvent) <= sizeof(cudaIpcEventHandle_t));
+}  // namespace
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  auto* ev = new CUevent_emu;
+  if (flags & cudaEventInterprocess) {
+    ev->fd = memfd_create("cuda-emu-event", MFD_CLOEXEC);
+    if (ev->fd < 0 || ftruncate(ev->fd, 4096) != 0) return delete ev, cudaErrorMemoryAllocation;
+    void* m = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, ev->fd, 0);
+    if (m == MAP_FAILED) return close(ev->fd), delete ev, cudaErrorMemoryAllocation;
+    ev->st = new (m) EventState;
+    ev->mapped = true;
+  } else {
+    ev->st = new EventState;
+  }
+  *e = ev;
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (!e) return cudaErrorInvalidValue;
+  cuda_emu::drain_all();  // a record still queued must not touch a freed event
+  if (e->mapped) munmap(e->st, 4096);
+  else delete e->st;
+  if (e->fd >= 0) close(e->fd);
   delete e;
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { return e ? cudaSuccess : cudaErrorInvalidValue; }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
-cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t* h, cudaEvent_t e) {
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!e) return cudaErrorInvalidValue;
+  EventState* st = e->st;
+  const uint64_t gen = st->recorded.fetch_add(1) + 1;
+  enqueue(s, [st, gen] {
+    uint64_t c = st->completed.load();
+    while (c < gen && !st->completed.compare_exchange_weak(c, gen)) {
+    }
+  });
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (!e) return cudaErrorInvalidValue;
+  return e->st->completed.load() >= e->st->recorded.load() ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (!e) return cudaErrorInvalidValue;
+  cuda_emu::wait_for(e->st, e->st->recorded.load());
+  return cudaSuccess;
+}
+cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t* h, cudaEvent_t e) {
+  if (!e || e->fd < 0) return cudaErrorInvalidValue;  // as CUDA: interprocess events only
+  IpcEvent m{};
+  std::memcpy(m.magic, kMagic, 8);
+  m.pid = getpid(), m.fd = e->fd;
   std::memset(h, 0, sizeof *h);
-  std::memcpy(h, kMagic, 8);
+  std::memcpy(h, &m, sizeof m);
   return cudaSuccess;
 }
 cudaError_t cudaIpcOpenEventHandle(cudaEvent_t* e, cudaIpcEventHandle_t h) {
-  if (std::memcmp(&h, kMagic, 8) != 0) return cudaErrorInvalidValue;
-  *e = new CUevent_emu{};
+  IpcEvent m;
+  std::memcpy(&m, &h, sizeof m);
+  if (std::memcmp(m.magic, kMagic, 8) != 0 || m.pid == getpid()) return cudaErrorInvalidValue;
+  const std::string path = "/proc/" + std::to_string(m.pid) + "/fd/" + std::to_string(m.fd);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return cudaErrorInvalidValue;
+  void* a = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (a == MAP_FAILED) return cudaErrorMemoryAllocation;
+  auto* ev = new CUevent_emu;
+  ev->st = static_cast<EventState*>(a);
+  ev->mapped = true;
+  *e = ev;
   return cudaSuccess;
 }

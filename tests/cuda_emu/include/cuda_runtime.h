@@ -1,18 +1,24 @@
-// The subset of the CUDA runtime that expertd's CUDA kernels and GPU engine use, emulated on the
-// CPU (tests/cuda_emu/cuda_emu.cpp): device memory is host memory, streams run their work at
-// once, and a kernel launch runs every block of the grid in turn, each CUDA thread of a block a
-// fiber on the calling thread (so __syncthreads and warp shuffles have their CUDA meaning).
-// Device allocations are shared memory (memfd), so CUDA IPC works between processes of one
-// machine: a memory handle names the exporter's file descriptor, opened through /proc. Events
-// complete at once (the work before them already has). Built with EXPERTD_CUDA_EMULATION; the
-// real headers are never seen by such a build. What it checks: the device code's indexing,
-// arithmetic and barriers, the daemon's and the engine's use of the runtime. What it cannot:
-// timing, asynchrony (races between streams, a slot read before its copy), and the hardware.
+// The subset of the CUDA runtime that expertd's CUDA kernels, GPU engine and cuda arena use,
+// emulated on the CPU (tests/cuda_emu/cuda_emu.cpp). A kernel launch runs every block of the grid
+// in turn, each CUDA thread of a block a fiber (so __syncthreads and warp shuffles have their
+// CUDA meaning).
+// Streams are asynchronous as on a GPU: each created stream has a worker thread that runs its
+// copies and kernels in order, while the host goes on; events carry generation counters (in
+// shared memory when interprocess) that cudaStreamWaitEvent and cudaEventSynchronize wait on;
+// copies from pinned host memory are read when the stream gets to them (after a random delay, to
+// widen the windows in which a missing wait would show), from pageable memory when issued, as
+// CUDA does. Device allocations are shared memory (memfd), so CUDA IPC works between processes of
+// one machine: a handle names the exporter's file descriptor, opened through /proc. Built with
+// EXPERTD_CUDA_EMULATION; the real headers are never seen by such a build. It checks the device
+// code's indexing, arithmetic and barriers and the host code's ordering of its streams and
+// events; not timing, not the hardware.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <utility>
 
@@ -124,29 +130,36 @@ float shfl_xor(float v, int lane_mask);
 
 // Runs body() as every CUDA thread of every block of the grid.
 void run_grid(dim3 grid, dim3 block, size_t shared_bytes, void (*body)(void*), void* arg);
+// A launch's configuration is checked when it is issued (an error for cudaGetLastError).
+bool valid_launch(dim3 grid, dim3 block);
+// Runs op in stream order: at once for the null stream, else on the stream's worker thread.
+void enqueue(cudaStream_t s, std::function<void()> op);
 
 template <typename... P>
 struct Launch {
   void (*kernel)(P...);
   dim3 grid, block;
   size_t shared;
+  cudaStream_t stream;
   template <typename... A>
   void operator()(A&&... a) const {
-    std::tuple<P...> args(std::forward<A>(a)...);
-    struct Call {
-      void (*k)(P...);
-      std::tuple<P...>* args;
-    } call{kernel, &args};
-    run_grid(grid, block, shared, [](void* p) {
-      auto* c = static_cast<Call*>(p);
-      std::apply(c->k, *c->args);
-    }, &call);
+    if (!valid_launch(grid, block)) return;
+    auto args = std::make_shared<std::tuple<P...>>(std::forward<A>(a)...);
+    enqueue(stream, [k = kernel, args, g = grid, b = block, sh = shared] {
+      struct Call {
+        void (*k)(P...);
+        std::tuple<P...>* args;
+      } call{k, args.get()};
+      run_grid(g, b, sh, [](void* p) {
+        auto* c = static_cast<Call*>(p);
+        std::apply(c->k, *c->args);
+      }, &call);
+    });
   }
 };
-// The stream is ignored: work runs at once, in the order it is issued.
 template <typename... P>
-Launch<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t shared, cudaStream_t /*stream*/) {
-  return {k, grid, block, shared};
+Launch<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream) {
+  return {k, grid, block, shared, stream};
 }
 
 }  // namespace cuda_emu
