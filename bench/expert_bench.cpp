@@ -58,7 +58,11 @@ struct DaemonProc {
   pid_t pid = -1;
   std::string socket;
   DaemonProc(const std::string& manifest, std::string sock, std::vector<std::string> flags) : socket(std::move(sock)) {
+#ifdef EXPERTD_CUDA_EMULATION
+    std::string exe = self_dir() + "/../daemon/expertd_emu";  // the build against tests/cuda_emu
+#else
     std::string exe = self_dir() + "/../daemon/expertd";
+#endif
     pid = ::fork();
     if (pid == 0) {
       std::vector<std::string> args = {exe, "--manifest", manifest, "--socket", socket, "--config", "/dev/null",

@@ -101,10 +101,11 @@ inline bool socket_accepts(const std::string& path) {
 // The daemon the tests start: expertd, or in a build against the CPU emulation of the CUDA
 // runtime (tests/cuda_emu) the same daemon built against it, whose cuda arena it emulates.
 #ifdef EXPERTD_CUDA_EMULATION
-inline const std::string kExpertdBin = "daemon/expertd_emu";
+inline const std::string kEmuSuffix = "_emu";  // expertd_emu, expert-run_emu, expert-bench_emu
 #else
-inline const std::string kExpertdBin = "daemon/expertd";
+inline const std::string kEmuSuffix;
 #endif
+inline const std::string kExpertdBin = "daemon/expertd" + kEmuSuffix;
 
 // A real expertd process. start() waits until its socket accepts connections.
 class Daemon {
