@@ -181,6 +181,7 @@ class CudaEngine final : public Forward {
       CU(kernels::cuda::add(x, tmp, int64_t(T) * E, stream_));
       CU(kernels::cuda::rms_norm(x, w.ffn_norm.f32(), h, E, T, hp.eps, stream_));
       if (m_.layers[il].is_moe()) {
+        if (prefetch_) EXPERTD_TRY(prefetch_next(il, T, x));
         EXPERTD_TRY(moe(il, T, h, tmp));
       } else {
         EXPERTD_TRY(ffn(w.ffn_gate, w.ffn_up, w.ffn_down, T, h, tmp));
@@ -316,6 +317,28 @@ class CudaEngine final : public Forward {
       EXPERTD_TRY(mm(head_of(w.wv_b, hh), xin, T, yout));
       CU(cudaMemcpy2DAsync(out + size_t(hh) * VM, size_t(H) * VM * f, yout, VM * f, VM * f, T, cudaMemcpyDeviceToDevice, stream_));
     }
+    return {};
+  }
+
+  // Before a layer's experts are fetched, hints the next MoE layer's likely experts to expertd:
+  // the next router applied to the current residual stream, its top-k by raw logits (as the CPU
+  // engine's prefetch_next; DESIGN.md, "Overlap"). Hints never change the math.
+  Status prefetch_next(int il, int T, const float* x) {
+    const Hparams& hp = m_.hp;
+    if (!client_ || il + 1 >= hp.n_layer || !m_.layers[il + 1].is_moe()) return {};
+    const int pl = client_->info().pack_layer_of(static_cast<uint32_t>(il + 1));
+    if (pl < 0) return {};
+    const DevLayer& next = layers_[il + 1];
+    const int E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used;
+    TRY_BUF(hn, float, b_pf_h_, size_t(T) * E);
+    TRY_BUF(lg, float, b_pf_lg_, size_t(T) * X);
+    CU(kernels::cuda::rms_norm(x, next.ffn_norm.f32(), hn, E, T, hp.eps, stream_));
+    EXPERTD_TRY(mm(next.router, hn, T, lg));
+    std::vector<float> hl(size_t(T) * X);
+    CU(cudaMemcpyAsync(hl.data(), lg, hl.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CU(cudaStreamSynchronize(stream_));
+    // A hint: the daemon may decline it.
+    (void)client_->prefetch(static_cast<uint32_t>(pl), likely_experts(hl.data(), T, X, K));
     return {};
   }
 
@@ -512,7 +535,7 @@ class CudaEngine final : public Forward {
   std::vector<DevLayer> layers_;
   float *k_cache_ = nullptr, *v_cache_ = nullptr;
   Buf b_x_, b_h_, b_tmp_, b_q_, b_k_, b_v_, b_att_, b_logits_, b_g_, b_u_, b_xs_, b_eg_, b_eu_, b_ys_, b_router_, b_ids_,
-      b_wts_, b_idx_, b_eo_, b_shared_, b_shgate_, b_qa_, b_lat_, b_qf_, b_mla_in_, b_mla_out_;
+      b_wts_, b_idx_, b_eo_, b_shared_, b_shgate_, b_qa_, b_lat_, b_qf_, b_mla_in_, b_mla_out_, b_pf_h_, b_pf_lg_;
   bool host_routing_ = false;
   std::unique_ptr<expertd::client::Client> client_;
   std::unique_ptr<expertd::client::CudaSlots> slots_;

@@ -325,18 +325,22 @@ void Engine::prefetch_next(int il, int T, const float* x) {
   std::vector<float> h(size_t(T) * E), logits(size_t(T) * X);
   for (int t = 0; t < T; ++t) kernels::rms_norm(x + size_t(t) * E, next.ffn_norm.f32(), &h[size_t(t) * E], E, hp.eps);
   matmul(next.router, h.data(), T, logits.data());
+  experts_.prefetch(il + 1, likely_experts(logits.data(), T, X, hp.n_expert_used));
+}
+
+std::vector<uint32_t> likely_experts(const float* logits, int T, int X, int K) {
   std::vector<bool> want(X, false);
+  std::vector<uint32_t> idx(X);
   for (int t = 0; t < T; ++t) {
-    const float* p = &logits[size_t(t) * X];
-    std::vector<uint32_t> idx(X);
+    const float* p = logits + size_t(t) * X;
     std::iota(idx.begin(), idx.end(), 0u);
-    std::partial_sort(idx.begin(), idx.begin() + hp.n_expert_used, idx.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
-    for (int k = 0; k < hp.n_expert_used; ++k) want[idx[k]] = true;
+    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
+    for (int k = 0; k < K; ++k) want[idx[k]] = true;
   }
   std::vector<uint32_t> ids;
   for (int e = 0; e < X; ++e)
     if (want[e]) ids.push_back(static_cast<uint32_t>(e));
-  experts_.prefetch(il + 1, ids);
+  return ids;
 }
 
 expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {

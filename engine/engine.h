@@ -24,6 +24,10 @@ struct Route {
 // and the GPU engine's where its softmax/top-k kernel does not cover the architecture.
 void select_experts(const Model& m, const LayerWeights& w, float* logits, Route& r);
 
+// The experts worth prefetching for a layer: the union over T tokens of the top-k of that
+// layer's raw router logits (T x n_expert), ascending ids.
+std::vector<uint32_t> likely_experts(const float* logits, int T, int n_expert, int k);
+
 // What expert-run drives: the CPU engine below or the CUDA one (engine/cuda_engine.h).
 class Forward {
  public:

@@ -147,7 +147,7 @@ TEST(CudaEngine, SynthGlm45AndDeepseekV2LiteMatchTheCpuEngine) {
 }
 
 // The same models through a cuda expertd whose cache is smaller than the model (12 of 48 experts):
-// bit-identical to uploaded experts.
+// bit-identical to uploaded experts, with and without prefetch hints (which expertd acts on).
 TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts) {
   EXPERTD_REQUIRE_GPU();
   const std::vector<int32_t> tokens = {11, 250, 100, 77, 500, 42, 9, 300};
@@ -158,7 +158,7 @@ TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts)
     auto b = run(bin("pack/expert-pack") + " -q build " + model);
     ASSERT_EQ(b.first, 0) << b.second;
     Daemon daemon(d / "m.manifest.json", d / "s.sock",
-                  {"--backend", "cuda", "--cache-slots", "12", "--clients-max", "2", "--max-experts-per-request", "4"});
+                  {"--backend", "cuda", "--cache-slots", "12", "--clients-max", "3", "--max-experts-per-request", "4"});
     std::string log;
     ASSERT_TRUE(daemon.start(&log)) << log;
     auto full = gguf::Model::open(model);
@@ -169,13 +169,37 @@ TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts)
     ASSERT_TRUE(mfull && mcore);
     auto local = engine::make_cuda_forward(*mfull, "", 64);
     auto remote = engine::make_cuda_forward(*mcore, d / "s.sock", 64);
+    auto hinted = engine::make_cuda_forward(*mcore, d / "s.sock", 64);
     ASSERT_TRUE(local) << local.error().message;
     ASSERT_TRUE(remote) << remote.error().message;
-    std::vector<float> a, r;
+    ASSERT_TRUE(hinted) << hinted.error().message;
+    (*hinted)->set_prefetch(true);
+    std::vector<float> a, r, h, step;
     ASSERT_TRUE((*local)->eval(tokens, true, a));
     ASSERT_TRUE((*remote)->eval(tokens, true, r));
+    ASSERT_TRUE((*hinted)->eval({tokens.data(), 5}, true, h));  // a prefill, then decode steps
+    for (size_t i = 5; i < tokens.size(); ++i) {
+      ASSERT_TRUE((*hinted)->eval({tokens.data() + i, 1}, true, step));
+      h.insert(h.end(), step.begin(), step.end());
+    }
     ASSERT_EQ(a.size(), tokens.size() * 512);
     ASSERT_EQ(a.size(), r.size());
     EXPECT_EQ(0, std::memcmp(a.data(), r.data(), a.size() * 4)) << "the cuda expertd's slots and uploaded experts differ";
+    // The hinted run is a prefill of 5 then single tokens: the reference with uploaded experts
+    // evaluates the same way.
+    std::vector<float> a2;
+    (*local)->reset();
+    ASSERT_TRUE((*local)->eval({tokens.data(), 5}, true, a2));
+    for (size_t i = 5; i < tokens.size(); ++i) {
+      ASSERT_TRUE((*local)->eval({tokens.data() + i, 1}, true, step));
+      a2.insert(a2.end(), step.begin(), step.end());
+    }
+    ASSERT_EQ(a2.size(), h.size());
+    EXPECT_EQ(0, std::memcmp(a2.data(), h.data(), h.size() * 4)) << "prefetch hints changed the logits";
+    auto metrics = (*hinted)->daemon_metrics();
+    double hints = 0;  // hinted experts the daemon read, declined or dropped
+    for (const auto& m : metrics)
+      if (m.name == "prefetch_issued" || m.name == "prefetch_rejected" || m.name == "prefetch_dropped") hints += m.value;
+    EXPECT_GT(hints, 0) << "the GPU engine sent no prefetch hints";
   }
 }
