@@ -13,7 +13,8 @@
 #      holds a third of them.
 # After the build a failing step is noted and the rest still runs (a GPU machine is scarce: one
 # run should report everything); the check exits non-zero if anything failed. GPU_CHECK_OUT=DIR
-# keeps the logs there. GPU_CHECK_NO_DEVICE_OK=1 rehearses it on a machine without a GPU.
+# keeps its four logs there (configure, build, gpu-tests, bench). GPU_CHECK_NO_DEVICE_OK=1
+# rehearses it on a machine without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${GPU_CHECK_OUT:-/tmp/expertd-gpu-check}
@@ -83,18 +84,19 @@ if grep -q "(Skipped)" "$out/gpu-tests.log"; then
   failed+=("gpu tests skipped")
 fi
 
-bench() {  # bench NAME LOG COMMAND...: runs it, its output also in $out/LOG
-  local name=$1 log=$2
-  shift 2
-  step "benchmark: $name"
+: >"$out/bench.log"
+bench() {  # bench NAME COMMAND...: runs it, its output also appended to $out/bench.log
+  local name=$1
+  shift
+  step "benchmark: $name" | tee -a "$out/bench.log"
   set +e
-  "$@" 2>&1 | tee "$out/$log"
+  "$@" 2>&1 | tee -a "$out/bench.log"
   local rc=${PIPESTATUS[0]}
   set -e
   [ "$rc" -eq 0 ] || failed+=("benchmark: $name")
 }
 
-bench "staging path vs bare pinned copies" h2d.log "$BUILD"/bench/expert-bench h2d --seconds 2
+bench "staging path vs bare pinned copies" "$BUILD"/bench/expert-bench h2d --seconds 2
 
 work=${GPU_CHECK_WORK:-/tmp/expertd-gpu-work}
 mkdir -p "$work"
@@ -102,12 +104,12 @@ mkdir -p "$work"
   "$BUILD"/pack/expert-pack -q synth --preset qwen3-30b-a3b --layers 4 --type Q4_K --out "$work/q30b.gguf"
   "$BUILD"/pack/expert-pack -q build "$work/q30b.gguf" >/dev/null
 }
-bench "misses delivered into VRAM vs the drive" io-cuda.log \
+bench "misses delivered into VRAM vs the drive" \
   "$BUILD"/bench/expert-bench io --manifest "$work/q30b.manifest.json" --backend cuda --seconds 5
 
 # Decode of the 4-layer Qwen3-30B-A3B-shaped model (1.36 GB of experts): every expert in VRAM
 # (--local, uploaded once), then through a cuda expertd whose cache holds a third of them.
-bench "decode, every expert uploaded to VRAM" decode-local.log \
+bench "decode, every expert uploaded to VRAM" \
   "$BUILD"/engine/expert-run bench --model "$work/q30b.gguf" --local --device cuda -p 32 -n 64
 rm -f "$work/s.sock"
 "$BUILD"/daemon/expertd --manifest "$work/q30b.manifest.json" --socket "$work/s.sock" --config /dev/null \
@@ -115,9 +117,9 @@ rm -f "$work/s.sock"
 dpid=$!
 trap 'kill $dpid 2>/dev/null || true' EXIT
 for _ in $(seq 300); do [ -S "$work/s.sock" ] || ! kill -0 "$dpid" 2>/dev/null && break; sleep 0.1; done
-bench "decode through a cuda expertd, cache a third of the experts" decode-cuda.log \
+bench "decode through a cuda expertd, cache a third of the experts" \
   "$BUILD"/engine/expert-run bench --model "$work/q30b.core.gguf" --socket "$work/s.sock" --device cuda -p 32 -n 64
-"$BUILD"/client/expertctl --socket "$work/s.sock" stats | tee "$out/decode-cuda-stats.log" || true
+"$BUILD"/client/expertctl --socket "$work/s.sock" stats 2>&1 | tee -a "$out/bench.log" || true
 kill "$dpid" 2>/dev/null || true
 
 if ((${#failed[@]})); then
