@@ -398,39 +398,61 @@ const char* cudaGetErrorName(cudaError_t e) {
 const char* cudaGetErrorString(cudaError_t e) {
   return e == cudaErrorNotSupported ? "operation not supported by the CUDA emulation" : cudaGetErrorName(e);
 }
-// Device memory: shared mappings of memfds, so that cudaIpcGetMemHandle can name one.
+// Device memory: shared mappings of memfds, so that cudaIpcGetMemHandle can name one. Each
+// allocation ends (to 16 bytes) where an inaccessible guard page begins, and one more guards its
+// start: a kernel or copy that runs past the end of a buffer faults at once, as
+// compute-sanitizer would report on a GPU.
 namespace {
+constexpr size_t kPage = 4096;
 struct Mapping {
-  int fd = -1;
-  size_t bytes = 0;
-  bool imported = false;  // opened from another process's handle
+  int fd = -1;          // the memfd (allocations made here)
+  void* base = nullptr;  // the reserved range: guard, file pages, guard
+  size_t reserved = 0;
+  size_t file_bytes = 0, offset = 0;  // the file's size; the allocation's offset in it
+  bool imported = false;              // opened from another process's handle
 };
 std::mutex maps_mutex;
 std::map<void*, Mapping> maps;
 struct IpcMem {
   char magic[8];
   int32_t pid, fd;
-  uint64_t bytes;
+  uint64_t file_bytes, offset;
 };
 static_assert(sizeof(IpcMem) <= sizeof(cudaIpcMemHandle_t));
 constexpr char kMagic[8] = {'e', 'x', 'p', 'e', 'm', 'u', '1', 0};
+
+// Maps file_bytes of fd between two guard pages; returns the first file byte, or null.
+char* map_guarded(int fd, size_t file_bytes, void** base, size_t* reserved) {
+  *reserved = file_bytes + 2 * kPage;
+  void* r = mmap(nullptr, *reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (r == MAP_FAILED) return nullptr;
+  char* data = static_cast<char*>(r) + kPage;
+  if (mmap(data, file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    munmap(r, *reserved);
+    return nullptr;
+  }
+  *base = r;
+  return data;
+}
 }  // namespace
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
-  const size_t len = std::max<size_t>((bytes + 4095) / 4096 * 4096, 4096);
+  const size_t body = (std::max<size_t>(bytes, 1) + 15) / 16 * 16;
+  const size_t file_bytes = (body + kPage - 1) / kPage * kPage;
   int fd = memfd_create("cuda-emu", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, off_t(len)) != 0) {
+  if (fd < 0 || ftruncate(fd, off_t(file_bytes)) != 0) {
     if (fd >= 0) close(fd);
     return cudaErrorMemoryAllocation;
   }
-  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED) {
+  Mapping m{fd, nullptr, 0, file_bytes, file_bytes - body, false};
+  char* data = map_guarded(fd, file_bytes, &m.base, &m.reserved);
+  if (!data) {
     close(fd);
     return cudaErrorMemoryAllocation;
   }
   std::lock_guard lock(maps_mutex);
-  maps[m] = {fd, len, false};
-  *p = m;
+  *p = data + m.offset;
+  maps[*p] = m;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
@@ -439,7 +461,7 @@ cudaError_t cudaFree(void* p) {
   std::lock_guard lock(maps_mutex);
   auto it = maps.find(p);
   if (it == maps.end() || it->second.imported) return cudaErrorInvalidValue;
-  munmap(p, it->second.bytes);
+  munmap(it->second.base, it->second.reserved);
   close(it->second.fd);
   maps.erase(it);
   return cudaSuccess;
@@ -450,7 +472,7 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* h, void* p) {
   if (it == maps.end() || it->second.imported) return cudaErrorInvalidValue;
   IpcMem m{};
   std::memcpy(m.magic, kMagic, 8);
-  m.pid = getpid(), m.fd = it->second.fd, m.bytes = it->second.bytes;
+  m.pid = getpid(), m.fd = it->second.fd, m.file_bytes = it->second.file_bytes, m.offset = it->second.offset;
   std::memset(h, 0, sizeof *h);
   std::memcpy(h, &m, sizeof m);
   return cudaSuccess;
@@ -463,19 +485,20 @@ cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t h, unsigned) {
   const std::string path = "/proc/" + std::to_string(m.pid) + "/fd/" + std::to_string(m.fd);
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return cudaErrorInvalidValue;
-  void* a = mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  Mapping mp{-1, nullptr, 0, m.file_bytes, m.offset, true};
+  char* data = map_guarded(fd, m.file_bytes, &mp.base, &mp.reserved);
   close(fd);
-  if (a == MAP_FAILED) return cudaErrorMemoryAllocation;
+  if (!data) return cudaErrorMemoryAllocation;
   std::lock_guard lock(maps_mutex);
-  maps[a] = {-1, m.bytes, true};
-  *p = a;
+  *p = data + m.offset;
+  maps[*p] = mp;
   return cudaSuccess;
 }
 cudaError_t cudaIpcCloseMemHandle(void* p) {
   std::lock_guard lock(maps_mutex);
   auto it = maps.find(p);
   if (it == maps.end() || !it->second.imported) return cudaErrorInvalidValue;
-  munmap(p, it->second.bytes);
+  munmap(it->second.base, it->second.reserved);
   maps.erase(it);
   return cudaSuccess;
 }
