@@ -275,7 +275,8 @@ __global__ void softmax_topk_kernel(const float* logits, int64_t n_tokens, int64
   }
 }
 
-// One block per (token, head); scores of every visible key in shared memory.
+// One block per (token, head); scores of every visible key in shared memory (dynamic, beside the
+// 128 static bytes of block_sum/block_max: 48 KiB in all without opting in to more).
 __global__ void attention_kernel(Attention a) {
   EXPERTD_DYNAMIC_SHARED(float, s);
   __shared__ float red[32];
@@ -449,8 +450,8 @@ cudaError_t attention(const float* q, const float* k_cache, const float* v_cache
 cudaError_t attention(const Attention& a, cudaStream_t stream) {
   if (a.n_tokens <= 0) return cudaSuccess;
   if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0 || a.dk <= 0 || a.dv <= 0) return cudaErrorInvalidValue;
+  if (a.n_past + a.n_tokens > kMaxAttentionKeys) return cudaErrorInvalidValue;
   const size_t shared = size_t(a.n_past + a.n_tokens) * sizeof(float);
-  if (shared > 48 * 1024) return cudaErrorInvalidValue;  // 12288 positions; longer contexts need tiling
   EXPERTD_LAUNCH(attention_kernel, static_cast<unsigned>(a.n_tokens * a.n_head), 128, shared, stream)(a);
   return cudaGetLastError();
 }
