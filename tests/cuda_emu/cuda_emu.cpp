@@ -392,11 +392,14 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
     case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorUnknown: return "cudaErrorUnknown";
   }
   return "cudaErrorUnknown";
 }
 const char* cudaGetErrorString(cudaError_t e) {
-  return e == cudaErrorNotSupported ? "operation not supported by the CUDA emulation" : cudaGetErrorName(e);
+  if (e == cudaErrorNotSupported) return "operation not supported by the CUDA emulation";
+  if (e == cudaErrorUnknown) return "a fault injected into the CUDA emulation";
+  return cudaGetErrorName(e);
 }
 // Device memory: shared mappings of memfds, so that cudaIpcGetMemHandle can name one. Each
 // allocation ends (to 16 bytes) where an inaccessible guard page begins, and one more guards its
@@ -482,6 +485,7 @@ cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t h, unsigned) {
   std::memcpy(&m, &h, sizeof m);
   if (std::memcmp(m.magic, kMagic, 8) != 0) return cudaErrorInvalidValue;
   if (m.pid == getpid()) return cudaErrorInvalidValue;  // as CUDA: not in the exporting process
+  if (const char* deny = std::getenv("CUDA_EMU_DENY_IPC"); deny && std::string(deny) == "1") return cudaErrorUnknown;
   const std::string path = "/proc/" + std::to_string(m.pid) + "/fd/" + std::to_string(m.fd);
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return cudaErrorInvalidValue;
@@ -546,6 +550,11 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
 // host memory the copy completes before the call returns; pinned and device memory are read and
 // written when the stream reaches the copy.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind k, cudaStream_t s) {
+  if (k == cudaMemcpyHostToDevice && is_pinned(src)) {
+    static std::atomic<long> copies{0};
+    const long n = ++copies;
+    if (const char* fail = std::getenv("CUDA_EMU_FAIL_H2D"); fail && std::atol(fail) == n) return cudaErrorUnknown;
+  }
   if (!s || bytes == 0) return cudaMemcpy(dst, src, bytes, k);
   if (k == cudaMemcpyHostToDevice && !is_pinned(src)) {
     auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);

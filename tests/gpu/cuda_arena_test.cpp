@@ -82,5 +82,57 @@ TEST_F(GpuArenaTest, ArenaTooSmallForOneWorkingSetPerClientIsAClearStartupError)
   EXPECT_NE(log.find("needed for one working set per client"), std::string::npos) << log;
 }
 
+#ifdef EXPERTD_CUDA_EMULATION
+// Faults that only the emulation can inject (tests/cuda_emu/include/cuda_runtime.h).
+TEST_F(GpuArenaTest, ACopyErrorIsReportedCountedAndTheExpertLoadsOnTheNextAcquire) {
+  ::setenv("CUDA_EMU_FAIL_H2D", "3", 1);  // the daemon's third copy into the arena fails
+  auto d = start({"--backend", "cuda", "--cache-slots", "16", "--clients-max", "2", "--max-experts-per-request", "4"});
+  ::unsetenv("CUDA_EMU_FAIL_H2D");
+  ASSERT_TRUE(d->alive());
+  auto c = connect();
+  ASSERT_TRUE(c);
+  const std::vector<uint32_t> ids = {0, 1, 2, 3};
+  auto l = c->acquire(0, ids);
+  ASSERT_TRUE(l) << l.error().message;
+  for (;;) {
+    auto r = c->next_ready(*l);
+    ASSERT_TRUE(r) << r.error().message;
+    if (!r->has_value()) break;
+  }
+  size_t failed = 0;
+  for (const auto& e : l->errors)
+    if (!e.empty()) {
+      ++failed;
+      EXPECT_NE(e.find("to the GPU"), std::string::npos) << e;
+      EXPECT_NE(e.find("fault injected"), std::string::npos) << e;
+    }
+  EXPECT_EQ(failed, 1u);
+  ASSERT_TRUE(c->release(*l));
+  // The daemon serves on, and the failed expert is read and copied again.
+  auto l2 = c->acquire(0, ids);
+  ASSERT_TRUE(l2) << l2.error().message;
+  EXPECT_TRUE(c->wait_ready(*l2));
+  ASSERT_TRUE(c->release(*l2));
+  EXPECT_EQ(stat(*c, "copy_errors"), 1);
+  EXPECT_EQ(stat(*c, "io_errors"), 1);
+  auto [rc, out] = run(probe(0, 1, 4) + " 2>&1");  // every expert's bytes in the arena, checked
+  EXPECT_EQ(rc, 0) << out << d->log();
+}
+
+TEST_F(GpuArenaTest, AnIpcOpenThatIsRefusedIsAClearErrorAndOthersAreServed) {
+  auto d = start({"--backend", "cuda", "--cache-slots", "16", "--clients-max", "3", "--max-experts-per-request", "4"});
+  ASSERT_TRUE(d->alive());
+  ::setenv("CUDA_EMU_DENY_IPC", "1", 1);  // as in a container without the rights
+  auto [rc, out] = run(probe(0, 1, 4) + " 2>&1");
+  ::unsetenv("CUDA_EMU_DENY_IPC");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("cudaIpcOpenMemHandle"), std::string::npos) << out;
+  EXPECT_NE(out.find("IPC permitted in the container"), std::string::npos) << out;
+  auto [rc2, out2] = run(probe(1, 1, 4) + " 2>&1");
+  EXPECT_EQ(rc2, 0) << out2 << d->log();
+  EXPECT_TRUE(d->alive());
+}
+#endif  // EXPERTD_CUDA_EMULATION
+
 }  // namespace
 }  // namespace expertd::test

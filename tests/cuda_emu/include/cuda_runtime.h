@@ -11,7 +11,9 @@
 // one machine: a handle names the exporter's file descriptor, opened through /proc. Built with
 // EXPERTD_CUDA_EMULATION; the real headers are never seen by such a build. It checks the device
 // code's indexing, arithmetic and barriers and the host code's ordering of its streams and
-// events; not timing, not the hardware.
+// events; not timing, not the hardware. Faults for tests to inject, read from the environment
+// at each call: CUDA_EMU_FAIL_H2D=N fails this process's Nth copy out of pinned memory to the
+// device; CUDA_EMU_DENY_IPC=1 refuses cudaIpcOpenMemHandle (a container without the rights).
 #pragma once
 
 #include <cmath>
@@ -44,6 +46,7 @@ enum cudaError_t {
   cudaErrorInvalidDevice = 101,
   cudaErrorNotSupported = 801,
   cudaErrorNotReady = 600,
+  cudaErrorUnknown = 999,  // what the emulation's injected faults return
 };
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
