@@ -92,9 +92,10 @@ class CudaEngine final : public Forward {
     host_routing_ = hp.gating_sigmoid || hp.n_group > 1 || hp.w_scale != 1.0f || m_.arch->topk_then_softmax ||
                     hp.n_expert_used > 32;
     for (const auto& l : m_.layers) host_routing_ |= static_cast<bool>(l.exp_probs_b);
-    if (n_ctx_ > kernels::cuda::kMaxAttentionKeys)
-      return make_error("a context of " + std::to_string(n_ctx_) + " positions: the GPU attention kernel holds at most " +
-                        std::to_string(kernels::cuda::kMaxAttentionKeys) + " for now (--ctx)");
+    const int64_t dv = m_.arch->mla ? hp.kv_lora : hp.head_dim;
+    if (dv > kernels::cuda::kMaxAttentionDv)
+      return make_error("attention values of " + std::to_string(dv) + " floats: the GPU attention kernel takes at most " +
+                        std::to_string(kernels::cuda::kMaxAttentionDv));
     int n = 0;
     CU(cudaGetDeviceCount(&n));
     if (n == 0) return make_error("no CUDA device");

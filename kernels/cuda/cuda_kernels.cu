@@ -275,10 +275,14 @@ __global__ void softmax_topk_kernel(const float* logits, int64_t n_tokens, int64
   }
 }
 
-// One block per (token, head); scores of every visible key in shared memory (dynamic, beside the
-// 128 static bytes of block_sum/block_max: 48 KiB in all without opting in to more).
+constexpr int kAttnThreads = 128, kAttnChunk = 1024;
+constexpr int kAttnDvPerThread = static_cast<int>(kMaxAttentionDv / kAttnThreads);
+
+// One block per (token, head). The visible keys go by in chunks whose scores sit in shared memory;
+// a running maximum, denominator and output (softmax rescaled as each chunk raises the maximum)
+// carry across chunks, so any context fits. Each thread owns output dims d = tid + i * 128.
 __global__ void attention_kernel(Attention a) {
-  EXPERTD_DYNAMIC_SHARED(float, s);
+  __shared__ float s[kAttnChunk];
   __shared__ float red[32];
   const int64_t t = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, kvh = h / (a.n_head / a.n_head_kv);
   const int64_t n_keys = a.n_past + t + 1;  // causal
@@ -286,30 +290,46 @@ __global__ void attention_kernel(Attention a) {
   const float* qh = a.q + (t * a.n_head + h) * a.dk;
   const float* kb = a.k + first * a.k_row + kvh * a.dk;
   const float* vb = a.v + first * a.v_row + kvh * a.dv;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float* kj = kb + j * a.k_row;
-    float d = 0;
-    for (int64_t i = 0; i < a.dk; ++i) d = fmaf(qh[i], kj[i], d);
-    s[j] = d * a.scale;
-  }
-  __syncthreads();
   const float sink = a.sinks ? a.sinks[h] : -INFINITY;
-  float mx = sink;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, s[j]);
-  mx = block_max(mx, red);
-  float sum = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    s[j] = expf(s[j] - mx);
-    sum += s[j];
+  float m = sink, l = 0, acc[kAttnDvPerThread] = {};
+  for (int64_t c0 = 0; c0 < n; c0 += kAttnChunk) {
+    const int64_t cn = n - c0 < kAttnChunk ? n - c0 : kAttnChunk;
+    float cmax = -INFINITY;
+    for (int64_t j = threadIdx.x; j < cn; j += blockDim.x) {
+      const float* kj = kb + (c0 + j) * a.k_row;
+      float d = 0;
+      for (int64_t i = 0; i < a.dk; ++i) d = fmaf(qh[i], kj[i], d);
+      s[j] = d * a.scale;
+      cmax = fmaxf(cmax, s[j]);
+    }
+    const float m_new = fmaxf(m, block_max(cmax, red));  // its barriers also publish s[]
+    float csum = 0;
+    for (int64_t j = threadIdx.x; j < cn; j += blockDim.x) {
+      s[j] = expf(s[j] - m_new);
+      csum += s[j];
+    }
+    csum = block_sum(csum, red);  // publishes the exponentials
+    const float corr = expf(m - m_new);  // 0 on the first chunk without a sink
+    l = l * corr + csum;
+#pragma unroll
+    for (int i = 0; i < kAttnDvPerThread; ++i) {
+      const int64_t d = threadIdx.x + int64_t(i) * blockDim.x;
+      if (d >= a.dv) break;
+      float v = acc[i] * corr;
+      for (int64_t j = 0; j < cn; ++j) v = fmaf(s[j], vb[(c0 + j) * a.v_row + d], v);
+      acc[i] = v;
+    }
+    m = m_new;
+    __syncthreads();  // everyone is done with s[] before the next chunk overwrites it
   }
-  sum = block_sum(sum, red);  // its barriers also publish s[]
-  if (a.sinks) sum += expf(sink - mx);
-  const float inv = 1.0f / sum;
+  if (a.sinks) l += expf(sink - m);
+  const float inv = 1.0f / l;
   float* o = a.out + (t * a.n_head + h) * a.dv;
-  for (int64_t d = threadIdx.x; d < a.dv; d += blockDim.x) {
-    float acc = 0;
-    for (int64_t j = 0; j < n; ++j) acc = fmaf(s[j], vb[j * a.v_row + d], acc);
-    o[d] = acc * inv;
+#pragma unroll
+  for (int i = 0; i < kAttnDvPerThread; ++i) {
+    const int64_t d = threadIdx.x + int64_t(i) * blockDim.x;
+    if (d >= a.dv) break;
+    o[d] = acc[i] * inv;
   }
 }
 
@@ -450,9 +470,8 @@ cudaError_t attention(const float* q, const float* k_cache, const float* v_cache
 cudaError_t attention(const Attention& a, cudaStream_t stream) {
   if (a.n_tokens <= 0) return cudaSuccess;
   if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0 || a.dk <= 0 || a.dv <= 0) return cudaErrorInvalidValue;
-  if (a.n_past + a.n_tokens > kMaxAttentionKeys) return cudaErrorInvalidValue;
-  const size_t shared = size_t(a.n_past + a.n_tokens) * sizeof(float);
-  EXPERTD_LAUNCH(attention_kernel, static_cast<unsigned>(a.n_tokens * a.n_head), 128, shared, stream)(a);
+  if (a.dv > kMaxAttentionDv) return cudaErrorInvalidValue;
+  EXPERTD_LAUNCH(attention_kernel, static_cast<unsigned>(a.n_tokens * a.n_head), kAttnThreads, 0, stream)(a);
   return cudaGetLastError();
 }
 

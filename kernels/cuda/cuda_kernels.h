@@ -70,9 +70,8 @@ struct Attention {
   const float* sinks = nullptr;
 };
 cudaError_t attention(const Attention& a, cudaStream_t stream);
-// The most positions attention takes (its scores sit in 48 KiB of shared memory): the engine's
-// context limit on the GPU, for now.
-inline constexpr int64_t kMaxAttentionKeys = (48 * 1024 - 32 * 4) / 4;
+// The widest value (dv) attention takes; keys are not limited in number.
+inline constexpr int64_t kMaxAttentionDv = 1024;
 
 // out[t] = sum_k weights[t * k_used + k] * expert_out[(t * k_used + k) * n], summed in k order.
 cudaError_t weighted_sum(const float* expert_out, const float* weights, float* out, int64_t n_tokens, int64_t k_used,

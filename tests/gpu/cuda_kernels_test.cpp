@@ -205,16 +205,17 @@ TEST(CudaKernels, CausalAttentionWithAKvCache) {
 }
 
 // The general attention against kernels::attend: MLA's shape (one latent KV head, keys of 96 and
-// values of their first 64 floats from the same rows), then gpt-oss's sliding window with sinks.
-TEST(CudaKernels, AttentionOfMlaShapeAndSlidingWindowWithSinks) {
+// values of their first 64 floats from the same rows), gpt-oss's sliding window with sinks, and a
+// long context whose keys take three of the kernel's chunks of 1024 (window and sinks too).
+TEST(CudaKernels, AttentionOfMlaShapeSlidingWindowWithSinksAndALongContext) {
   EXPERTD_REQUIRE_GPU();
   std::mt19937_64 rng(13);
-  const int64_t T = 5, past = 6;
-  for (int which = 0; which < 2; ++which) {
-    SCOPED_TRACE(which == 0 ? "mla" : "window + sinks");
-    const bool mla = which == 0;
+  for (int which = 0; which < 3; ++which) {
+    SCOPED_TRACE(which == 0 ? "mla" : which == 1 ? "window + sinks" : "long context");
+    const bool mla = which == 0, long_ctx = which == 2;
+    const int64_t T = long_ctx ? 3 : 5, past = long_ctx ? 2500 : 6;
     const int64_t H = 4, HKV = mla ? 1 : 2, dk = mla ? 96 : 64, dv = 64, k_row = mla ? 96 : HKV * 64,
-                  v_row = mla ? 96 : HKV * 64, window = mla ? 0 : 4;
+                  v_row = mla ? 96 : HKV * 64, window = mla ? 0 : long_ctx ? 2100 : 4;
     auto q = randn(T * H * dk, rng), k = randn((past + T) * k_row, rng), v = randn((past + T) * v_row, rng);
     auto sinks = randn(H, rng, 2.f);
     Dev<float> dq(q), dk_(k), dv_(v), dsinks(sinks), dout(T * H * dv);
