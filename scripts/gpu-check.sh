@@ -2,7 +2,8 @@
 # The GPU check: on a machine with an NVIDIA GPU, from a fresh clone, in a few minutes:
 #   1. installs what is missing (scripts/install-deps.sh; offline, GPU_CARRY=DIR: the .deb files
 #      and golden subset that scripts/gpu-carry.sh prepared; the debs are unpacked into .deps-root/),
-#   2. builds with the CUDA tier (build-gpu/; the targets the next steps need),
+#   2. picks a temporary directory where O_DIRECT works (TMPDIR, /tmp, /var/tmp, .gpu-tmp/),
+#      builds with the CUDA tier (build-gpu/; the targets the next steps need),
 #   3. runs the `gpu` tests (none may be skipped: a GPU is present): the IPC arena shared by two
 #      engine processes, event ordering under a flood of misses, every CUDA kernel against the
 #      CPU reference, golden logits and greedy tokens on the GPU, daemon slots bit-identical to
@@ -59,6 +60,24 @@ else
   bash scripts/install-deps.sh
 fi
 
+step "scratch directory"
+# expertd reads its pack with O_DIRECT, which tmpfs refuses: the tests' temporary files and the
+# benchmark's pack go where an O_DIRECT write works.
+direct_ok() {
+  mkdir -p "$1" 2>/dev/null || return 1
+  local rc=0
+  dd if=/dev/zero of="$1/.odirect-probe" bs=4096 count=1 oflag=direct status=none 2>/dev/null || rc=1
+  rm -f "$1/.odirect-probe"
+  return $rc
+}
+scratch=""
+for d in "${TMPDIR:-}" /tmp /var/tmp "$PWD/.gpu-tmp"; do
+  if [ -n "$d" ] && direct_ok "$d"; then scratch=$d; break; fi
+done
+[ -n "$scratch" ] || { echo "no directory here takes O_DIRECT writes (tmpfs?): expertd needs one"; exit 1; }
+export TMPDIR=$scratch
+echo "temporary files in $scratch"
+
 step "build (CUDA tier)"
 BUILD=build-gpu
 # Golden data required: a GPU test that cannot find it fails instead of skipping.
@@ -98,7 +117,7 @@ bench() {  # bench NAME COMMAND...: runs it, its output also appended to $out/be
 
 bench "staging path vs bare pinned copies" "$BUILD"/bench/expert-bench h2d --seconds 2
 
-work=${GPU_CHECK_WORK:-/tmp/expertd-gpu-work}
+work=${GPU_CHECK_WORK:-$TMPDIR/expertd-gpu-work}
 mkdir -p "$work"
 [ -f "$work/q30b.manifest.json" ] || {
   "$BUILD"/pack/expert-pack -q synth --preset qwen3-30b-a3b --layers 4 --type Q4_K --out "$work/q30b.gguf"
