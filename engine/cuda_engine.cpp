@@ -27,7 +27,7 @@ namespace {
 // A weight in VRAM (or a view of one: an expert inside a slot or an uploaded expert tensor).
 struct DevTensor {
   uint32_t type = 0;
-  int64_t ne0 = 0, ne1 = 0, ne2 = 1;
+  int64_t ne0 = 0, ne1 = 0;
   const uint8_t* data = nullptr;
   explicit operator bool() const { return data != nullptr; }
   const float* f32() const { return reinterpret_cast<const float*>(data); }
@@ -230,7 +230,7 @@ class CudaEngine final : public Forward {
     void* p = nullptr;
     EXPERTD_TRY(alloc(bytes, &p));
     CU(cudaMemcpy(p, t.data, bytes, cudaMemcpyHostToDevice));
-    *d = DevTensor{t.type, t.ne[0], std::max<int64_t>(t.ne[1], 1), std::max<int64_t>(t.ne[2], 1), static_cast<const uint8_t*>(p)};
+    *d = DevTensor{t.type, t.ne[0], std::max<int64_t>(t.ne[1], 1), static_cast<const uint8_t*>(p)};
     return {};
   }
 
@@ -346,11 +346,10 @@ class CudaEngine final : public Forward {
     return {};
   }
 
-  // Head hh's matrix of a per-head 3D weight (ne2 = n_head).
+  // Head hh's matrix of a per-head 3D weight (one ne0 x ne1 matrix per head).
   static DevTensor head_of(const DevTensor& t, int hh) {
     DevTensor s = t;
     s.data = t.data + kernels::row_size(t.type, t.ne0) * t.ne1 * hh;
-    s.ne2 = 1;
     return s;
   }
 
@@ -397,7 +396,7 @@ class CudaEngine final : public Forward {
     const uint8_t* base = slots_->slot_ptr(slot);
     auto role = [&](const expertd::client::RoleView* v) {
       if (!v) return DevTensor{};  // an optional role (bias) this pack does not have
-      return DevTensor{v->ggml_type, static_cast<int64_t>(v->ne0), std::max<int64_t>(int64_t(v->ne1), 1), 1, base + v->offset};
+      return DevTensor{v->ggml_type, static_cast<int64_t>(v->ne0), std::max<int64_t>(int64_t(v->ne1), 1), base + v->offset};
     };
     return {role(r[0]), role(r[1]), role(r[2]), role(r[3]), role(r[4]), role(r[5])};
   }
@@ -407,13 +406,12 @@ class CudaEngine final : public Forward {
       if (!t) return DevTensor{};
       DevTensor s = t;
       s.data = t.data + kernels::row_size(t.type, t.ne0) * t.ne1 * e;
-      s.ne2 = 1;
       return s;
     };
     // The biases are (n) x n_expert: one row per expert.
     auto bias = [&](const DevTensor& t) {
       if (!t) return DevTensor{};
-      return DevTensor{t.type, t.ne0, 1, 1, t.data + kernels::row_size(t.type, t.ne0) * e};
+      return DevTensor{t.type, t.ne0, 1, t.data + kernels::row_size(t.type, t.ne0) * e};
     };
     return {slice(w.gate_exps), slice(w.up_exps), slice(w.down_exps),
             bias(w.gate_exps_b), bias(w.up_exps_b), bias(w.down_exps_b)};
@@ -442,8 +440,8 @@ class CudaEngine final : public Forward {
         select_experts(m_, m_.layers[il], &hl[size_t(t) * X], r);
         for (int k = 0; k < K; ++k) hids[size_t(t) * K + k] = static_cast<int32_t>(r.experts[k]), hw[size_t(t) * K + k] = r.weights[k];
       }
+      // From pageable memory: CUDA has taken the bytes when the call returns, so hw may go.
       CU(cudaMemcpyAsync(wts, hw.data(), hw.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
-      CU(cudaStreamSynchronize(stream_));  // hw is a host temporary
     }
     // Tokens of each unique expert: source rows (tokens) and destination rows (token * K + k).
     std::map<uint32_t, std::pair<std::vector<int32_t>, std::vector<int32_t>>> users;

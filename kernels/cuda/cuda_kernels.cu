@@ -458,15 +458,6 @@ cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert
   return cudaGetLastError();
 }
 
-cudaError_t attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n_tokens,
-                      int64_t n_past, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                      cudaStream_t stream) {
-  Attention a;
-  a.q = q, a.k = k_cache, a.v = v_cache, a.out = out, a.n_tokens = n_tokens, a.n_past = n_past, a.n_head = n_head;
-  a.n_head_kv = n_head_kv, a.dk = a.dv = head_dim, a.k_row = a.v_row = n_head_kv * head_dim, a.scale = scale;
-  return attention(a, stream);
-}
-
 cudaError_t attention(const Attention& a, cudaStream_t stream) {
   if (a.n_tokens <= 0) return cudaSuccess;
   if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0 || a.dk <= 0 || a.dv <= 0) return cudaErrorInvalidValue;

@@ -47,16 +47,11 @@ cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n
 cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int k, bool norm_topk,
                          int32_t* ids, float* weights, cudaStream_t stream);
 
-// Causal attention with a KV cache: q is n_tokens x n_head x head_dim for positions
-// n_past .. n_past + n_tokens - 1; k_cache/v_cache hold n_past + n_tokens positions of
-// n_head_kv x head_dim (row stride n_head_kv * head_dim). out is n_tokens x n_head x head_dim.
-cudaError_t attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n_tokens,
-                      int64_t n_past, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                      cudaStream_t stream);
-
-// The general form, as kernels::attend: keys of dk and values of dv floats (MLA: keys are whole
-// latent rows, values their first kv_lora floats, k == v), cache rows k_row / v_row floats apart,
-// head kvh's key at k + j * k_row + kvh * dk. q is n_tokens x n_head x dk, out n_tokens x n_head x dv.
+// Causal attention with a KV cache, as kernels::attend: q holds positions n_past ..
+// n_past + n_tokens - 1, the caches n_past + n_tokens positions. Keys of dk and values of dv
+// floats (MLA: keys are whole latent rows, values their first kv_lora floats, k == v), cache rows
+// k_row / v_row floats apart, head kvh's key at k + j * k_row + kvh * dk. q is
+// n_tokens x n_head x dk, out n_tokens x n_head x dv.
 // window > 0: token at position p sees keys p - window + 1 .. p. sinks (may be null): one logit per
 // head that joins the softmax's denominator (gpt-oss).
 struct Attention {

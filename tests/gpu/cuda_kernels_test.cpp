@@ -183,7 +183,10 @@ TEST(CudaKernels, CausalAttentionWithAKvCache) {
   auto q = randn(T * H * D, rng), k = randn((past + T) * KV, rng), v = randn((past + T) * KV, rng);
   Dev<float> dq(q), dk(k), dv(v), dout(T * H * D);
   const float scale = 1.0f / std::sqrt(float(D));
-  CUDA_OK(cuda::attention(dq.p, dk.p, dv.p, dout.p, T, past, H, HKV, D, scale, nullptr));
+  cuda::Attention a;
+  a.q = dq.p, a.k = dk.p, a.v = dv.p, a.out = dout.p, a.n_tokens = T, a.n_past = past, a.n_head = H, a.n_head_kv = HKV;
+  a.dk = a.dv = D, a.k_row = a.v_row = KV, a.scale = scale;
+  CUDA_OK(cuda::attention(a, nullptr));
   auto out = dout.get(T * H * D);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) {
