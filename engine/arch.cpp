@@ -2,18 +2,24 @@
 
 namespace engine {
 
-extern const ArchTraits kArchQwen3Moe, kArchOlmoe, kArchLlama, kArchQwen2Moe, kArchDeepseek2, kArchGptOss, kArchGlm4Moe;
+#define X(id, name) std::unique_ptr<Arch> make_arch_##id();
+#include "engine/archs/list.h"
+#undef X
 
-namespace {
-const ArchTraits* const kArchs[] = {&kArchQwen3Moe, &kArchOlmoe, &kArchLlama, &kArchQwen2Moe, &kArchDeepseek2, &kArchGptOss, &kArchGlm4Moe};
-}
-
-const ArchTraits* find_arch(std::string_view name) {
-  for (const ArchTraits* a : kArchs)
-    if (name == a->name) return a;
+std::unique_ptr<Arch> make_arch(const std::string& name) {
+#define X(id, arch_name) \
+  if (name == arch_name) return make_arch_##id();
+#include "engine/archs/list.h"
+#undef X
   return nullptr;
 }
 
-const char* supported_archs() { return "qwen3moe, olmoe, llama (with experts), qwen2moe, deepseek2, gpt-oss, glm4moe"; }
+std::string supported_archs() {
+  std::string s;
+#define X(id, arch_name) s += s.empty() ? arch_name : ", " arch_name;
+#include "engine/archs/list.h"
+#undef X
+  return s;
+}
 
 }  // namespace engine

@@ -1,29 +1,91 @@
-// Architectures differ in a few traits, held as data; each lives in its own arch_*.cpp.
+// An architecture is one file in engine/archs/ (as llama.cpp's src/models/<arch>.cpp): its
+// hyper-parameters read from the GGUF metadata, its tensor plan (names, shapes, roles, bound to
+// the fields of its own weights) and its forward pass, one block at a time, written against the
+// engine's ops (engine/ops.h). Shared code never asks which architecture it runs.
+//
+// Adding one: a file engine/archs/<name>.cpp defining a class derived from Arch and a factory,
+// and one line in engine/archs/list.h.
 #pragma once
 
-#include <string_view>
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/model.h"
+#include "engine/ops.h"
 
 namespace engine {
 
-enum class QkNorm { None, PerHead, Full };
+class Engine;
 
-struct ArchTraits {
-  const char* name;          // general.architecture
-  bool rope_neox;            // NeoX (i, i+n/2) pairs, else adjacent (2i, 2i+1)
-  QkNorm qk_norm;
-  bool norm_topk_default;    // when {arch}.expert_weights_norm is absent
-  bool qkv_bias;             // attn_{q,k,v}.bias present
-  bool shared_expert_gated;  // sigmoid(ffn_gate_inp_shexp . x) * shared expert
-  bool mla = false;          // multi-head latent attention (DeepSeek-V2/V3): a latent KV cache
-  const char* ffn_norm = "ffn_norm";  // the norm before the FFN (gpt-oss: post_attention_norm)
-  bool swiglu_oai = false;            // gpt-oss: min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)
-  bool topk_then_softmax = false;     // gpt-oss: top-k of the raw logits, weights = softmax over those k
-  int swa_period = 0;                 // layers il % swa_period == 0 use the sliding window (0: none)
-  bool sigmoid_gating_default = false;  // when {arch}.expert_gating_func is absent (glm4moe: sigmoid)
-  bool has_nextn = false;               // the last nextn_predict_layers blocks are MTP heads, not run
+// What a tensor is for: the loader checks norms, biases and routers are F32; expert-pack synth
+// picks initial values by role; the pack builder and the daemon path find routed experts by it.
+enum class Role : uint8_t { Weight, Norm, Bias, Embedding, Router, AttnOut, ExpertGate, ExpertUp, ExpertDown, ExpertBias };
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> ne;  // kAnyDim: as the file has it
+  Role role = Role::Weight;
+  bool optional = false;
+  Tensor* dst = nullptr;
+  int layer = -1;  // -1 outside the blocks
 };
 
-const ArchTraits* find_arch(std::string_view name);  // nullptr when unsupported
-const char* supported_archs();
+// The tensor plan being built: add() binds a field to a name and shape; in a block (blk(il)),
+// names are relative to "blk.<il>.".
+class Plan {
+ public:
+  void blk(int il) { layer_ = il; }
+  void add(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role = Role::Weight);
+  void optional(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role = Role::Weight);
+  // The routed-expert block of an MoE layer, llama.cpp's names (ffn_gate_inp, ffn_*_exps, ...).
+  void moe(MoeWeights& w, const Hparams& hp, bool expert_biases = false);
+  const std::vector<TensorSpec>& specs() const { return specs_; }
+
+ private:
+  std::vector<TensorSpec> specs_;
+  int layer_ = -1;
+};
+
+// Reads "<arch>.<key>" metadata into fields; a missing required key or an implausible value is
+// remembered as the first error, naming the file and the key.
+class Meta {
+ public:
+  Meta(const gguf::Model& f, std::string arch) : f_(f), prefix_(std::move(arch) + ".") {}
+  void u(const std::string& key, int& v);                   // required
+  void u(const std::string& key, int& v, int fallback);      // optional
+  void f(const std::string& key, float& v, float fallback);
+  void b(const std::string& key, bool& v, bool fallback);
+  std::string s(const std::string& key, const std::string& fallback) const;
+  bool has(const std::string& key) const;
+  int64_t tensor_dim(const std::string& tensor, int d) const;  // kAnyDim when the file lacks it
+  void fail(const std::string& why);  // an inconsistency found by the architecture
+  const std::string& error() const { return err_; }
+  const gguf::Model& file() const { return f_; }
+
+ private:
+  const gguf::Model& f_;
+  std::string prefix_, err_;
+};
+
+class Arch {
+ public:
+  virtual ~Arch() = default;
+  // The shared hyper-parameters into hp, the architecture's own into itself. Also sets how many
+  // blocks run (hp.n_layer: trailing multi-token-prediction blocks are not).
+  virtual void read_hparams(Meta& meta, Hparams& hp) = 0;
+  // Every tensor of the blocks (the embeddings and output are the engine's), with shapes from hp.
+  virtual void plan(const Hparams& hp, Plan& plan) = 0;
+  virtual KvRows kv_rows(const Hparams& hp, int il) const = 0;
+  virtual const MoeWeights* moe(int il) const = 0;  // nullptr for a dense layer
+  // One block on the residual stream x (n_tokens x n_embd), in place.
+  virtual void block(Engine& e, int il, Act x) const = 0;
+};
+
+// The registered architectures (engine/archs/list.h): nullptr for an unknown name.
+std::unique_ptr<Arch> make_arch(const std::string& name);
+std::string supported_archs();
 
 }  // namespace engine

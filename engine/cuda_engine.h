@@ -1,9 +1,5 @@
-// The forward pass on the GPU (expert-run --device cuda): non-expert weights and the KV cache in
-// VRAM, the MoE kernels of kernels/cuda/ reading experts where they live — a cuda expertd's slots
-// (shared over CUDA IPC, each ordered by its slot's event) or, with --local, the model's own
-// experts uploaded once (the reference path on the GPU). Activations stay float32 (the weights are
-// dequantized inside the matmuls), so logits differ from the CPU engine by rounding; routing and
-// greedy tokens agree where the golden data's margins allow.
+// The forward pass on the GPU (expert-run --device cuda): the one forward (engine/engine.h)
+// over the CUDA backend (engine/cuda_ops.cpp).
 #pragma once
 
 #include <memory>

@@ -1,97 +1,72 @@
-// The forward pass: attention with an F32 KV cache, routers, and MoE layers whose experts come
-// from an ExpertSource. Prefill groups all tokens' routes per layer and fetches each unique
-// expert once; expert outputs are summed in the router's order, so the result does not depend
-// on which expert became ready first.
+// The forward pass, once for every architecture and backend: embeddings, the architecture's
+// blocks (engine/arch.h) over the backend's ops (engine/ops.h), the output. The MoE block is
+// shared (engine/moe.cpp): routing, one fetch of each unique expert per layer through the
+// ExpertSource (local or expertd), hits computed while misses load, next-layer hints.
 #pragma once
 
-#include <array>
+#include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "engine/arch.h"
 #include "engine/expert_source.h"
 #include "engine/model.h"
-#include "kernels/kernels.h"
+#include "engine/ops.h"
 
 namespace engine {
-
-struct Route {
-  std::vector<uint32_t> experts;  // selected, in descending score order
-  std::vector<float> weights;     // final mixing weights, same order
-};
-
-// One token's routing from its router logits (overwritten with the gate scores): softmax or
-// sigmoid gating, selection bias, expert groups, top-k then softmax (gpt-oss). The CPU engine's,
-// and the GPU engine's where its softmax/top-k kernel does not cover the architecture.
-void select_experts(const Model& m, const LayerWeights& w, float* logits, Route& r);
 
 // The experts worth prefetching for a layer: the union over T tokens of the top-k of that
 // layer's raw router logits (T x n_expert), ascending ids.
 std::vector<uint32_t> likely_experts(const float* logits, int T, int n_expert, int k);
 
-// What expert-run drives: the CPU engine below or the CUDA one (engine/cuda_engine.h).
-class Forward {
+class Engine {
  public:
-  virtual ~Forward() = default;
+  // The CPU backend with n_threads threads; experts from `experts`.
+  Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx);
+  // Any backend; the engine may own its expert source.
+  Engine(const Model& m, std::unique_ptr<Ops> ops, ExpertSource& experts, int n_ctx);
+  Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertSource> experts, int n_ctx);
+  ~Engine();
+
   // Evaluates tokens at positions n_past().. and appends them to the KV cache. Writes the
   // logits of every token (all_logits) or of the last one to `logits` (row-major).
-  virtual expertd::Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) = 0;
-  virtual int n_past() const = 0;
-  virtual int n_ctx() const = 0;
-  virtual void reset() = 0;
-  virtual void set_prefetch(bool on) = 0;
-  virtual std::string experts_name() const = 0;                      // "local" or "daemon"
-  virtual std::vector<expertd::proto::Metric> daemon_metrics() = 0;  // empty without a daemon
-  virtual std::string device_name() const = 0;                       // CPU kernels or the GPU
-};
-
-class Engine final : public Forward {
- public:
-  Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx);
-
-  expertd::Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) override;
-  int n_past() const override { return n_past_; }
-  int n_ctx() const override { return n_ctx_; }
-  void reset() override { n_past_ = 0; }
-  std::string experts_name() const override { return experts_.name(); }
-  std::vector<expertd::proto::Metric> daemon_metrics() override { return experts_.daemon_metrics(); }
-  std::string device_name() const override { return kernels::backend_name(kernels::best_backend()); }
-  // Routing of the last eval: [layer][token].
-  const std::vector<std::vector<Route>>& routes() const { return routes_; }
-  kernels::ThreadPool& pool() { return pool_; }
+  expertd::Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
+  int n_past() const { return n_past_; }
+  int n_ctx() const { return n_ctx_; }
+  void reset() { n_past_ = 0; }
   // Before a layer's experts run, hint the next MoE layer's likely experts to the source: the
-  // next router applied to the current hidden state (DESIGN.md, "Overlap").
-  void set_prefetch(bool on) override { prefetch_ = on; }
+  // next router applied to the current residual stream (DESIGN.md, "Overlap").
+  void set_prefetch(bool on) { prefetch_ = on; }
+  std::string experts_name() const { return experts_.name(); }
+  std::vector<expertd::proto::Metric> daemon_metrics() { return experts_.daemon_metrics(); }
+  std::string device_name() const { return ops_->name(); }
+  // Routing of the last eval: [layer][token] (empty for dense layers).
+  const std::vector<std::vector<Route>>& routes() const { return routes_; }
+
+  // For the architectures' blocks.
+  Ops& ops() { return *ops_; }
+  int64_t pos0() const { return n_past_; }  // position of the first token being evaluated
+  // The shared MoE block on the normalised input h: returns the routed experts' weighted sum
+  // plus the shared expert. A failed fetch is recorded and ends the eval after the block.
+  Act moe(int il, const MoeWeights& w, Act h);
 
  private:
-  void attention(int il, int T, const float* h, float* out);
-  void attention_mla(int il, int T, const float* h, float* out);
-  expertd::Status moe(int il, int T, const float* h, float* out);
-  void dense_ffn(const Tensor& g, const Tensor& u, const Tensor& d, int T, const float* h, float* out);
-  void matmul(const Tensor& w, const float* x, int T, float* y);
-  void prefetch_next(int il, int T, const float* x);
+  void init();
+  void prefetch_next(int il);
 
   const Model& m_;
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<ExpertSource> owned_experts_;
   ExpertSource& experts_;
-  kernels::ThreadPool pool_;
-  kernels::Scratch scratch_;
   int n_ctx_, n_past_ = 0;
   bool prefetch_ = false;
-  std::vector<float> k_cache_, v_cache_;  // [layer][pos][n_head_kv * head_dim]
+  Act x_;                       // the residual stream of the eval in progress
+  expertd::Status failed_;      // the first error of the eval in progress
   std::vector<std::vector<Route>> routes_;
-  // Work buffers kept across calls: a prefill's would otherwise be page-faulted and zeroed anew
-  // for every layer.
-  struct Buffers {
-    std::vector<float> x, h, tmp, att, q, k, v, expert_out, qf, att2, mla_in, mla_out;
-    std::vector<kernels::MatmulJob> jobs;
-    std::vector<std::vector<float>> g, u, ys;
-    std::vector<std::vector<uint8_t>> aq;
-    struct Quantized {  // a layer's inputs quantized for the gate/up activation type
-      uint32_t type = ~0u;
-      size_t row = 0;
-      std::vector<uint8_t> buf;
-    };
-    std::array<Quantized, 2> hq;
-  } buf_;
+  MoeRoutes moe_routes_;        // kept across layers (their buffers)
 };
+
+using Forward = Engine;  // what expert-run drives, whatever the backend
 
 }  // namespace engine

@@ -12,34 +12,21 @@ using expertd::make_error;
 
 namespace {
 
-Tensor slice(const Tensor& t, uint32_t e) {
-  Tensor s = t;
-  s.ne[2] = 1;
-  s.data = t.data + kernels::row_size(t.type, t.ne[0]) * t.ne[1] * e;
-  return s;
-}
-
-Tensor bias_row(const Tensor& t, uint32_t e) {  // row e of an (n) x n_expert F32 bias
-  if (!t) return {};
-  Tensor s = t;
-  s.ne = {t.ne[0], 1, 1};
-  s.data = t.data + sizeof(float) * t.ne[0] * e;
-  return s;
-}
-
 class LocalSource final : public ExpertSource {
  public:
   explicit LocalSource(const Model& m) : m_(m) {}
   std::string name() const override { return "local"; }
   expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts, const BatchFn& fn) override {
-    const LayerWeights& w = m_.layers[layer];
+    const MoeWeights& w = *m_.moe(layer);
     ++stats_.acquires;
     std::vector<size_t> idx(experts.size());
     std::vector<ExpertWeights> ws;
     for (size_t i = 0; i < experts.size(); ++i) {
       idx[i] = i;
-      ws.push_back({slice(w.gate_exps, experts[i]), slice(w.up_exps, experts[i]), slice(w.down_exps, experts[i]),
-                    bias_row(w.gate_exps_b, experts[i]), bias_row(w.up_exps_b, experts[i]), bias_row(w.down_exps_b, experts[i])});
+      const uint32_t e = experts[i];
+      auto bias = [e](const Tensor& b) { return b ? b.row(e) : Tensor{}; };  // row e of an (n) x n_expert bias
+      ws.push_back({w.gate_exps.matrix(e), w.up_exps.matrix(e), w.down_exps.matrix(e), bias(w.gate_exps_b),
+                    bias(w.up_exps_b), bias(w.down_exps_b)});
     }
     stats_.experts += experts.size();
     stats_.ready_at_once += experts.size();
@@ -53,7 +40,8 @@ class LocalSource final : public ExpertSource {
 
 class DaemonSource final : public ExpertSource {
  public:
-  DaemonSource(const Model& m, std::unique_ptr<expertd::client::Client> c) : m_(m), c_(std::move(c)) {
+  DaemonSource(const Model& m, std::unique_ptr<expertd::client::Client> c, std::unique_ptr<SlotMemory> slots)
+      : c_(std::move(c)), slots_(std::move(slots)) {
     const auto& info = c_->info();
     pack_layer_.assign(m.hp.n_layer, -1);
     for (int il = 0; il < m.hp.n_layer; ++il) pack_layer_[il] = info.pack_layer_of(static_cast<uint32_t>(il));
@@ -63,12 +51,13 @@ class DaemonSource final : public ExpertSource {
   }
   std::string name() const override { return "daemon"; }
 
-  static Tensor role(const expertd::client::Lease& l, size_t i, const expertd::client::RoleView* r) {
+  Tensor role(const expertd::client::Lease& l, size_t i, const expertd::client::RoleView* r) {
     Tensor t;
     if (!r) return t;  // an optional role (bias) this pack does not have
     t.type = r->ggml_type;
     t.ne = {static_cast<int64_t>(r->ne0), static_cast<int64_t>(r->ne1), 1};
-    t.data = l.slot_data(i) + r->offset;
+    t.data = slots_->slot(l, i) + r->offset;
+    t.on_device = slots_->on_device();
     return t;
   }
 
@@ -86,34 +75,41 @@ class DaemonSource final : public ExpertSource {
       if (!lease) return lease.error();
       ++stats_.acquires;
       ++stats_.chunks;
-      auto add = [&](size_t i) {
+      // Every way out of the chunk finishes the backend's reads of its slots before the release.
+      auto fail = [&](expertd::Error e) {
+        (void)slots_->finish();
+        (void)c_->release(*lease);
+        return e;
+      };
+      auto add = [&](size_t i) -> expertd::Status {
+        EXPERTD_TRY(slots_->ready(lease->slots[i]));
         idx.push_back(base + i);
         ws.push_back({role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2]), role(*lease, i, r[3]),
                       role(*lease, i, r[4]), role(*lease, i, r[5])});
+        return {};
       };
       // Hits first, in one batch, while the misses are still being read.
       idx.clear(), ws.clear();
       for (size_t i = 0; i < chunk.size(); ++i)
-        if (lease->ready[i]) add(i), ++stats_.ready_at_once;
+        if (lease->ready[i]) {
+          if (auto st = add(i); !st) return fail(st.error());
+          ++stats_.ready_at_once;
+        }
       if (!idx.empty()) fn(idx, ws);
       for (;;) {
         auto next = c_->next_ready(*lease);
-        if (!next) {
-          (void)c_->release(*lease);
-          return next.error();
-        }
+        if (!next) return fail(next.error());
         if (!next->has_value()) break;
         size_t i = **next;
-        if (!lease->errors[i].empty()) {
-          std::string e = "expert " + std::to_string(chunk[i]) + " of layer " + std::to_string(layer) + ": " + lease->errors[i];
-          (void)c_->release(*lease);
-          return make_error(e);
-        }
+        if (!lease->errors[i].empty())
+          return fail(make_error("expert " + std::to_string(chunk[i]) + " of layer " + std::to_string(layer) + ": " +
+                                 lease->errors[i]));
         idx.clear(), ws.clear();
-        add(i);
+        if (auto st = add(i); !st) return fail(st.error());
         fn(idx, ws);
       }
       stats_.experts += chunk.size();
+      EXPERTD_TRY(slots_->finish());
       if (auto st = c_->release(*lease); !st) return st;
     }
     return {};
@@ -124,13 +120,14 @@ class DaemonSource final : public ExpertSource {
     return m ? std::move(*m) : std::vector<expertd::proto::Metric>{};
   }
 
+  bool wants_hints() const override { return true; }
   void prefetch(int layer, std::span<const uint32_t> experts) override {
     if (pack_layer_[layer] >= 0) (void)c_->prefetch(static_cast<uint32_t>(pack_layer_[layer]), experts);
   }
 
  private:
-  const Model& m_;
   std::unique_ptr<expertd::client::Client> c_;
+  std::unique_ptr<SlotMemory> slots_;
   std::vector<int> pack_layer_;
   // gate, up, down and their biases (null when absent) per pack layer
   std::vector<std::array<const expertd::client::RoleView*, 6>> roles_;
@@ -143,7 +140,12 @@ std::unique_ptr<ExpertSource> make_local_source(const Model& m) { return std::ma
 expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m, const std::string& socket) {
   auto c = connect_daemon(m, socket, "host");
   if (!c) return c.error();
-  return std::unique_ptr<ExpertSource>(new DaemonSource(m, std::move(*c)));
+  return make_daemon_source(m, std::move(*c), std::make_unique<SlotMemory>());
+}
+
+std::unique_ptr<ExpertSource> make_daemon_source(const Model& m, std::unique_ptr<expertd::client::Client> c,
+                                                 std::unique_ptr<SlotMemory> slots) {
+  return std::make_unique<DaemonSource>(m, std::move(c), std::move(slots));
 }
 
 expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(const Model& m, const std::string& socket,
@@ -164,7 +166,8 @@ expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(const M
     return make_error("expertd serves " + std::to_string(info.n_experts) + " experts per layer, the model has " +
                       std::to_string(m.hp.n_expert));
   for (int il = 0; il < m.hp.n_layer; ++il) {
-    if (!m.layers[il].is_moe()) continue;
+    const MoeWeights* moe = m.moe(il);
+    if (!moe) continue;
     int pl = info.pack_layer_of(static_cast<uint32_t>(il));
     if (pl < 0) return make_error("expertd's pack lacks MoE layer " + std::to_string(il));
     for (const char* r : {"gate", "up", "down"}) {
@@ -178,7 +181,7 @@ expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(const M
       if (!kernels::weight_type_supported(role->ggml_type))
         return make_error(std::string("layer ") + std::to_string(il) + " " + r + ": unsupported type " + std::to_string(role->ggml_type));
     }
-    if (m.arch->swiglu_oai)  // gpt-oss experts carry biases
+    if (moe->expert_biases)  // gpt-oss experts carry biases
       for (const char* r : {"gate_bias", "up_bias", "down_bias"}) {
         const auto* role = info.layers[pl].find(r);
         if (!role || role->ggml_type != kernels::F32)

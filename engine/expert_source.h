@@ -1,6 +1,9 @@
-// Where an MoE layer's experts come from: `local` (in place in the GGUF, the reference) or
-// `daemon` (expertd's shared slots through libexpertclient). Both hand the same bytes to the
-// same kernels, so the two paths give bit-identical logits.
+// Where an MoE layer's experts come from: `local` (in place in the model's tensors, the
+// reference) or `daemon` (expertd's shared slots through libexpertclient). Both hand the same
+// bytes to the same kernels, so the two paths give bit-identical logits. One fetch path for
+// every backend: a backend that reads slots elsewhere than in host memory (CUDA: VRAM) supplies
+// SlotMemory, which says where a slot is, makes the backend wait for a slot's copy before it
+// reads it, and finishes the reads before a lease is released.
 #pragma once
 
 #include <cstdint>
@@ -13,13 +16,9 @@
 #include "client/expert_client.h"
 #include "common/result.h"
 #include "engine/model.h"
+#include "engine/ops.h"
 
 namespace engine {
-
-struct ExpertWeights {
-  Tensor gate, up, down;                // one expert: {in, out}
-  Tensor gate_b, up_b, down_b;          // its biases (F32), when the model has them (gpt-oss)
-};
 
 struct SourceStats {
   uint64_t acquires = 0, experts = 0, ready_at_once = 0, chunks = 0;
@@ -36,6 +35,7 @@ class ExpertSource {
   using BatchFn = std::function<void(std::span<const size_t>, std::span<const ExpertWeights>)>;
   virtual expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts, const BatchFn& fn) = 0;
   // A hint that these experts of a later layer will be needed soon (daemon: Prefetch).
+  virtual bool wants_hints() const { return false; }
   virtual void prefetch(int layer, std::span<const uint32_t> experts) { (void)layer, (void)experts; }
   const SourceStats& stats() const { return stats_; }
   // The daemon's metrics (empty for the local source).
@@ -45,13 +45,28 @@ class ExpertSource {
   SourceStats stats_;
 };
 
+// How a backend reads the daemon's slots. The default: the host arena the client mapped.
+class SlotMemory {
+ public:
+  virtual ~SlotMemory() = default;
+  virtual const uint8_t* slot(const expertd::client::Lease& lease, size_t i) { return lease.slot_data(i); }
+  virtual bool on_device() const { return false; }
+  virtual expertd::Status ready(uint32_t slot) { (void)slot; return {}; }  // before the backend reads it
+  virtual expertd::Status finish() { return {}; }                          // before a lease is released
+};
+
+// Experts from the model's own tensors (on a backend that placed them elsewhere, the backend
+// resolves the host addresses).
 std::unique_ptr<ExpertSource> make_local_source(const Model& m);
 
 // Connects to expertd and checks that it serves this model (manifest identity and shapes).
 expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m, const std::string& socket);
+// The same over an existing connection, for a backend with its own slot memory.
+std::unique_ptr<ExpertSource> make_daemon_source(const Model& m, std::unique_ptr<expertd::client::Client> c,
+                                                 std::unique_ptr<SlotMemory> slots);
 
-// The same connection and checks, for an engine that needs an arena of kind `arena_kind`
-// ("host" for the CPU engine, "cuda" for the GPU one).
+// The connection and checks, for an engine that needs an arena of kind `arena_kind` ("host"
+// for the CPU backend, "cuda" for the CUDA one).
 expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(const Model& m, const std::string& socket,
                                                                          const std::string& arena_kind);
 

@@ -46,6 +46,8 @@ bool weight_type_supported(uint32_t t) {
          t == MXFP4;
 }
 
+const char* supported_type_names() { return "F32, F16, BF16, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4"; }
+
 uint32_t vec_dot_type(uint32_t w) {
   switch (w) {
     case Q5_0: case Q8_0: case MXFP4: return Q8_0;

@@ -21,6 +21,7 @@ Backend best_backend();            // what this CPU runs
 const char* backend_name(Backend b);
 
 bool weight_type_supported(uint32_t type);
+const char* supported_type_names();  // "F32, F16, ..." for error messages
 uint32_t vec_dot_type(uint32_t wtype);   // activation type for dots with `wtype`
 size_t row_size(uint32_t type, int64_t n);  // bytes of n elements (n a multiple of the block)
 

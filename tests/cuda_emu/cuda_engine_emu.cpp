@@ -1,2 +1,2 @@
-// engine/cuda_engine.cpp compiled against the CUDA emulation (see include/cuda_runtime.h).
-#include "engine/cuda_engine.cpp"
+// engine/cuda_ops.cpp compiled against the CUDA emulation (see include/cuda_runtime.h).
+#include "engine/cuda_ops.cpp"

@@ -1,0 +1,37 @@
+// What architecture files read and plan alike (llama.cpp's metadata keys and tensor names).
+// Helpers only: each architecture's file still states its own tensors and forward pass.
+#pragma once
+
+#include <cmath>
+#include <optional>
+
+#include "engine/arch.h"
+
+namespace engine::archs {
+
+// embedding_length, block_count, head counts, key_length, rope.dimension_count, expert counts,
+// context_length, the RMSNorm epsilon, rope.freq_base, and the expert width (the expert
+// tensors' own, or expert_feed_forward_length / feed_forward_length for a core GGUF).
+void read_base(Meta& m, Hparams& hp, int first_moe_layer = 0);
+
+// expert_weights_norm, expert_gating_func (1 softmax, 2 sigmoid), expert groups, routed scale.
+RouteOpts read_routing(Meta& m, const Hparams& hp, bool norm_default, bool sigmoid_default);
+
+// A tensor width the metadata does not always carry: the tensor's own dimension d, else the
+// key's value (a missing key is an error).
+int64_t width(Meta& m, const std::string& tensor, int d, const std::string& key);
+
+// rope.scaling.*: YaRN parameters when the file asks for YaRN and `yarn_ok`; any other scaling
+// (or YaRN where not supported) is an error rather than a different computation.
+std::optional<kernels::Yarn> read_yarn(Meta& m, const Hparams& hp, bool yarn_ok);
+
+// Standard shapes.
+inline int64_t q_width(const Hparams& hp) { return int64_t{hp.n_head} * hp.head_dim; }
+inline int64_t kv_width(const Hparams& hp) { return int64_t{hp.n_head_kv} * hp.head_dim; }
+inline KvRows gqa_rows(const Hparams& hp) { return {kv_width(hp), kv_width(hp)}; }
+
+// The shared expert of an MoE layer (ffn_*_shexp), and its sigmoid gate when `gated`.
+void plan_shared_expert(Plan& p, MoeWeights& w, const Hparams& hp, int64_t n_ff_shexp, bool gated);
+void plan_ffn(Plan& p, FfnWeights& w, const Hparams& hp, int64_t n_ff);
+
+}  // namespace engine::archs

@@ -1,0 +1,142 @@
+// DeepSeek-V2/V3 (and Kimi-K2, same GGUF arch; deepseek2): multi-head latent attention (q_lora
+// and kv_lora, split attn_k_b / attn_v_b, RoPE on the last qk_rope dims, adjacent pairs),
+// leading dense layers, sigmoid or softmax gating with the exp_probs_b selection bias and expert
+// groups, routed weights renormalised and scaled, an ungated shared expert.
+#include <cmath>
+
+#include "engine/archs/common.h"
+#include "engine/engine.h"
+
+namespace engine {
+namespace {
+
+class Deepseek2 final : public Arch {
+ public:
+  void read_hparams(Meta& m, Hparams& hp) override {
+    m.u("leading_dense_block_count", n_dense_lead_, 0);
+    archs::read_base(m, hp, n_dense_lead_);
+    route_ = archs::read_routing(m, hp, /*norm_default=*/false, /*sigmoid_default=*/false);
+    m.u("attention.q_lora_rank", q_lora_, 0);
+    m.u("attention.kv_lora_rank", kv_lora_);
+    m.u("attention.key_length_mla", k_mla_);
+    m.u("attention.value_length_mla", v_mla_);
+    int n_shared = 0;
+    m.u("expert_shared_count", n_shared, 0);
+    if (n_shared > 0)
+      n_ff_shexp_ = archs::width(m, "blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1,
+                                 "expert_shared_feed_forward_length");
+    if (n_dense_lead_ > 0) n_ff_ = archs::width(m, "blk.0.ffn_gate.weight", 1, "feed_forward_length");
+    if (!m.error().empty()) return;
+    if (hp.n_head_kv != 1 || hp.head_dim != kv_lora_ + hp.n_rot || k_mla_ <= hp.n_rot || v_mla_ <= 0)
+      return m.fail("inconsistent multi-head latent attention sizes (a GGUF from an older llama.cpp with a joint "
+                    "attn_kv_b? re-convert it)");
+    if (n_dense_lead_ > hp.n_layer) return m.fail("leading_dense_block_count exceeds block_count");
+    // DeepSeek's YaRN: RoPE's cos/sin keep the original attention factor (1), and the attention
+    // scale takes mscale^2 with mscale = 1 + yarn_log_multiplier * ln(factor), the GGUF key
+    // holding 0.1 * mscale_all_dim (DeepSeek's yarn_get_mscale). Checked against llama.cpp as
+    // llama-cpp-python 0.3.36 builds it on a synthetic DeepSeek-V2-Lite with factor 40: same
+    // agreement as without scaling. (Newer llama.cpp graphs multiply by another 0.1 and expect
+    // the key written differently; a GGUF from such a converter would be off here.)
+    yarn_ = archs::read_yarn(m, hp, /*yarn_ok=*/true);
+    if (yarn_) {
+      float attn_factor = 1.0f, log_mul = 0.0f, factor = 1.0f;
+      m.f("rope.scaling.yarn_attn_factor", attn_factor, 1.0f);
+      m.f("rope.scaling.yarn_log_multiplier", log_mul, 0.0f);
+      m.f("rope.scaling.factor", factor, 1.0f);
+      yarn_->mscale = attn_factor;
+      mscale_ = attn_factor * (1.0f + log_mul * std::log(factor));
+    }
+  }
+
+  void plan(const Hparams& hp, Plan& p) override {
+    hp_ = hp;
+    const int64_t E = hp.n_embd, H = hp.n_head, R = hp.n_rot, nope = k_mla_ - R;
+    layers_.resize(hp.n_layer);
+    for (int il = 0; il < hp.n_layer; ++il) {
+      Layer& w = layers_[il];
+      p.blk(il);
+      p.add(w.attn_norm, "attn_norm.weight", {E}, Role::Norm);
+      if (q_lora_ > 0) {
+        p.add(w.wq_a, "attn_q_a.weight", {E, q_lora_});          // (n_embd) -> (q_lora)
+        p.add(w.q_a_norm, "attn_q_a_norm.weight", {q_lora_}, Role::Norm);
+        p.add(w.wq_b, "attn_q_b.weight", {q_lora_, H * k_mla_});  // (q_lora) -> (n_head * k_mla)
+      } else {
+        p.add(w.wq, "attn_q.weight", {E, H * k_mla_});
+      }
+      p.add(w.wkv_a, "attn_kv_a_mqa.weight", {E, kv_lora_ + R});   // (n_embd) -> (kv_lora + n_rot)
+      p.add(w.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora_}, Role::Norm);
+      p.add(w.wk_b, "attn_k_b.weight", {nope, kv_lora_, H});       // per head: (qk_nope) -> (kv_lora)
+      p.add(w.wv_b, "attn_v_b.weight", {kv_lora_, v_mla_, H});     // per head: (kv_lora) -> (v_mla)
+      p.add(w.wo, "attn_output.weight", {H * v_mla_, E}, Role::AttnOut);
+      if (il < n_dense_lead_) {
+        p.add(w.ffn_norm, "ffn_norm.weight", {E}, Role::Norm);
+        archs::plan_ffn(p, w.ffn, hp, n_ff_);
+        continue;
+      }
+      p.add(w.moe.norm, "ffn_norm.weight", {E}, Role::Norm);
+      p.moe(w.moe, hp);
+      if (n_ff_shexp_ > 0) archs::plan_shared_expert(p, w.moe, hp, n_ff_shexp_, /*gated=*/false);
+      w.moe.route = route_;
+    }
+  }
+
+  // One latent row per position (kv_lora + n_rot floats) serves as keys and, its first kv_lora
+  // floats, as values.
+  KvRows kv_rows(const Hparams& hp, int) const override { return {kv_lora_ + hp.n_rot, 0}; }
+  const MoeWeights* moe(int il) const override { return il < n_dense_lead_ ? nullptr : &layers_[il].moe; }
+
+  void block(Engine& e, int il, Act x) const override {
+    Ops& ops = e.ops();
+    const Layer& w = layers_[il];
+    const Hparams& hp = hp_;
+    const int64_t R = hp.n_rot, KL = kv_lora_ + R;
+    const RopeOpts rope{hp.rope_base, /*neox=*/false, yarn_ ? &*yarn_ : nullptr};
+    Act h = ops.rms_norm(x, w.attn_norm, hp.eps);
+    Act q;
+    if (q_lora_ > 0) {
+      Act qa = ops.matmul(w.wq_a, h);
+      ops.rms_norm(qa, w.q_a_norm, qa, hp.eps);
+      q = ops.matmul(w.wq_b, qa);
+    } else {
+      q = ops.matmul(w.wq, h);
+    }
+    Act kv = ops.matmul(w.wkv_a, h);  // per token: the latent (normalised) and the shared rotary key part
+    ops.rms_norm_part(kv, w.kv_a_norm, kv_lora_, hp.eps);
+    ops.rope(kv, KL, kv_lora_, R, e.pos0(), rope);
+    ops.rope(q, k_mla_, k_mla_ - R, R, e.pos0(), rope);
+    const MlaOpts mla{hp.n_head, kv_lora_, R, k_mla_ - R, v_mla_, mscale_ * mscale_ / std::sqrt(float(k_mla_))};
+    Act att = ops.alloc(x.rows, int64_t{hp.n_head} * v_mla_);
+    ops.attention_mla(il, q, kv, w.wk_b, w.wv_b, e.pos0(), mla, att);
+    ops.add(x, ops.matmul(w.wo, att));
+    if (il < n_dense_lead_) {
+      ops.rms_norm(x, w.ffn_norm, h, hp.eps);
+      Act y = ops.alloc(x.rows, hp.n_embd);
+      ops.ffn(w.ffn, h, y);
+      ops.add(x, y);
+      return;
+    }
+    ops.rms_norm(x, w.moe.norm, h, hp.eps);
+    ops.add(x, e.moe(il, w.moe, h));
+  }
+
+ private:
+  struct Layer {
+    Tensor attn_norm, wq, wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b, wo;
+    Tensor ffn_norm;  // dense layers
+    FfnWeights ffn;
+    MoeWeights moe;
+  };
+  Hparams hp_;
+  RouteOpts route_;
+  int n_dense_lead_ = 0, q_lora_ = 0, kv_lora_ = 0, k_mla_ = 0, v_mla_ = 0;
+  int64_t n_ff_ = 0, n_ff_shexp_ = 0;
+  float mscale_ = 1.0f;  // YaRN: the attention scale is mscale^2 / sqrt(k_mla)
+  std::optional<kernels::Yarn> yarn_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Arch> make_arch_deepseek2() { return std::make_unique<Deepseek2>(); }
+
+}  // namespace engine

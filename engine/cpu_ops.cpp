@@ -1,0 +1,287 @@
+#include "engine/cpu_ops.h"
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+#include "engine/arena.h"
+
+namespace engine {
+namespace {
+
+class CpuOps final : public Ops {
+ public:
+  explicit CpuOps(int n_threads) : pool_(n_threads), be_(kernels::best_backend()) {}
+
+  std::string name() const override { return kernels::backend_name(be_); }
+  expertd::Status status() const override { return {}; }  // nothing on the CPU fails
+
+  Act alloc(int64_t rows, int64_t cols) override { return {arena_.alloc(size_t(rows * cols)), rows, cols}; }
+  size_t mark() const override { return arena_.mark(); }
+  void release_to(size_t mark) override { arena_.release_to(mark); }
+  void begin_eval() override { arena_.consolidate(); }
+
+  void init_cache(const std::vector<KvRows>& rows, int n_ctx) override {
+    n_ctx_ = n_ctx;
+    cache_.resize(rows.size());
+    for (size_t il = 0; il < rows.size(); ++il) {
+      cache_[il].rows = rows[il];
+      cache_[il].k.assign(size_t(n_ctx) * rows[il].k, 0.0f);
+      cache_[il].v.assign(size_t(n_ctx) * rows[il].v, 0.0f);
+    }
+  }
+
+  void embed(const Tensor& emb, std::span<const int32_t> tokens, Act x) override {
+    for (size_t t = 0; t < tokens.size(); ++t)
+      kernels::dequantize_row(emb.type, emb.data + emb.row_bytes() * tokens[t], x.row(t), x.cols);
+  }
+
+  void to_host(Act x, float* dst) override { std::memcpy(dst, x.data, sizeof(float) * x.rows * x.cols); }
+
+  void matmul(const Tensor& w, Act x, Act y) override {
+    assert(!w.on_device && x.cols == w.ne[0] && y.cols == w.ne[1] && x.rows == y.rows);
+    kernels::matmul(w.type, w.data, w.ne[1], w.ne[0], x.data, x.rows, y.data, scratch_, &pool_, be_);
+  }
+
+  void add_bias(Act y, const Tensor& b) override {
+    for (int64_t t = 0; t < y.rows; ++t)
+      for (int64_t i = 0; i < y.cols; ++i) y.row(t)[i] += b.f32()[i];
+  }
+
+  void add(Act y, Act x) override {
+    for (int64_t i = 0; i < y.rows * y.cols; ++i) y.data[i] += x.data[i];
+  }
+
+  void rms_norm(Act x, const Tensor& w, Act y, float eps, int64_t n) override {
+    if (n == 0) n = x.cols;
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t g = 0; g < x.cols; g += n) kernels::rms_norm(x.row(t) + g, w.f32(), y.row(t) + g, n, eps);
+  }
+
+  void rms_norm_part(Act x, const Tensor& w, int64_t n, float eps) override {
+    for (int64_t t = 0; t < x.rows; ++t) kernels::rms_norm(x.row(t), w.f32(), x.row(t), n, eps);
+  }
+
+  void rope(Act x, int64_t stride, int64_t offset, int64_t n_rot, int64_t pos0, const RopeOpts& o) override {
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t h = 0; h < x.cols / stride; ++h)
+        kernels::rope(x.row(t) + h * stride + offset, n_rot, n_rot, pos0 + t, o.base, o.neox, o.yarn);
+  }
+
+  void attention(int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o, Act out) override {
+    const int64_t D = o.head_dim, KV = o.n_head_kv * D, H = o.n_head, T = q.rows;
+    Cache& c = cache_[il];
+    assert(c.rows.k == KV && c.rows.v == KV);
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(k.row(t), KV, &c.k[size_t(pos0 + t) * KV]);
+      std::copy_n(v.row(t), KV, &c.v[size_t(pos0 + t) * KV]);
+    }
+    const int64_t group = H / o.n_head_kv;
+    pool_.parallel_for(T * H, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> s(pos0 + T);
+      for (int64_t job = b; job < e; ++job) {
+        const int64_t t = job / H, hh = job % H, kvh = hh / group;
+        const int64_t n_keys = pos0 + t + 1;  // causal
+        // Sliding window: key j is visible iff pos - j < window.
+        const int64_t first = o.window > 0 ? std::max<int64_t>(0, n_keys - o.window) : 0;
+        kernels::attend(q.row(t) + hh * D, &c.k[size_t(first) * KV + kvh * D], &c.v[size_t(first) * KV + kvh * D],
+                        n_keys - first, KV, KV, D, D, o.scale, o.sinks ? o.sinks.f32()[hh] : -INFINITY, s.data(),
+                        out.row(t) + hh * D, be_);
+      }
+    });
+  }
+
+  // Multi-head latent attention as llama.cpp computes it ("absorbed"): each head's query is taken
+  // into the latent space with attn_k_b, attention runs over the cached latent rows, and attn_v_b
+  // takes each head's result back out.
+  void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b, int64_t pos0, const MlaOpts& o,
+                     Act out) override {
+    const int64_t T = q.rows, H = o.n_head, R = o.n_rot, C = o.kv_lora, KL = C + R, nope = o.qk_nope, KM = nope + R;
+    Cache& c = cache_[il];
+    assert(c.rows.k == KL);
+    float* cache = c.k.data();
+    for (int64_t t = 0; t < T; ++t) std::copy_n(kv.row(t), KL, cache + size_t(pos0 + t) * KL);
+    // Per head: q_abs = k_b[h] . q_nope (T x kv_lora), then the full query [q_abs, q_pe].
+    Act qf = alloc(T, H * KL), xin = alloc(T, std::max(nope, C)), yout = alloc(T, std::max(C, o.v_mla));
+    for (int64_t hh = 0; hh < H; ++hh) {
+      Act x_nope{xin.data, T, nope}, y_abs{yout.data, T, C};
+      for (int64_t t = 0; t < T; ++t) std::copy_n(q.row(t) + hh * KM, nope, x_nope.row(t));
+      matmul(wk_b.matrix(hh), x_nope, y_abs);
+      for (int64_t t = 0; t < T; ++t) {
+        float* dst = qf.row(t) + hh * KL;
+        std::copy_n(y_abs.row(t), C, dst);
+        std::copy_n(q.row(t) + hh * KM + nope, R, dst + C);
+      }
+    }
+    // Attention over the latent rows: keys are whole rows, values their first kv_lora floats.
+    Act lat = alloc(T, H * C);
+    pool_.parallel_for(T * H, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> s(pos0 + T);
+      for (int64_t job = b; job < e; ++job) {
+        const int64_t t = job / H, hh = job % H;
+        kernels::attend(qf.row(t) + hh * KL, cache, cache, pos0 + t + 1, KL, KL, KL, C, o.scale, -INFINITY, s.data(),
+                        lat.row(t) + hh * C, be_);
+      }
+    });
+    // Per head back out of the latent space: v_b[h] . lat (T x v_mla).
+    for (int64_t hh = 0; hh < H; ++hh) {
+      Act x_lat{xin.data, T, C}, y_v{yout.data, T, o.v_mla};
+      for (int64_t t = 0; t < T; ++t) std::copy_n(lat.row(t) + hh * C, C, x_lat.row(t));
+      matmul(wv_b.matrix(hh), x_lat, y_v);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(y_v.row(t), o.v_mla, out.row(t) + hh * o.v_mla);
+    }
+  }
+
+  void ffn(const FfnWeights& w, Act h, Act out) override {
+    const int64_t F = w.gate.ne[1];
+    Act a = alloc(h.rows, F), b = alloc(h.rows, F);
+    matmul(w.gate, h, a);
+    matmul(w.up, h, b);
+    for (int64_t i = 0; i < h.rows * F; ++i) a.data[i] = kernels::silu(a.data[i]) * b.data[i];
+    matmul(w.down, a, out);
+  }
+
+  void add_gated(Act y, Act x, const Tensor& gate, Act h) override {
+    const int64_t E = y.cols;
+    for (int64_t t = 0; t < y.rows; ++t) {
+      float g = 1.0f;
+      if (gate) {
+        float z = 0;
+        for (int64_t i = 0; i < E; ++i) z += gate.f32()[i] * h.row(t)[i];
+        g = 1.0f / (1.0f + std::exp(-z));
+      }
+      for (int64_t i = 0; i < E; ++i) y.row(t)[i] += g * x.row(t)[i];
+    }
+  }
+
+  void route(Act logits, const MoeWeights& w, int k, std::vector<Route>& out) override {
+    out.resize(logits.rows);
+    for (int64_t t = 0; t < logits.rows; ++t)
+      select_experts(w.route, w.exp_probs_b, static_cast<int>(logits.cols), k, logits.row(t), out[t]);
+  }
+
+  void moe_begin(Act h, const MoeRoutes& r) override {
+    moe_.h = h, moe_.r = &r;
+    for (auto& c : moe_.hq) c.type = ~0u;  // which activation types the buffers hold is per layer
+    moe_.out.resize(size_t(r.n_tokens) * r.k * h.cols);  // every (token, k) row is written by the experts
+  }
+
+  // Each batch of available experts: gate and up of all of them in one parallel loop, the
+  // activation, then all their down projections in another (two fork-joins per batch, not
+  // three per expert). The inputs are quantized once per layer for each activation type.
+  void moe_experts(const MoeWeights& w, std::span<const size_t> idx, std::span<const ExpertWeights> ws) override {
+    const MoeRoutes& r = *moe_.r;
+    const int64_t E = moe_.h.cols;
+    const size_t nb = idx.size();
+    auto &g = moe_.g, &u = moe_.u, &ys = moe_.ys;
+    auto& aq = moe_.aq;
+    auto& jobs = moe_.jobs;
+    g.resize(nb), u.resize(nb), ys.resize(nb), aq.resize(nb);
+    jobs.clear();
+    for (size_t b = 0; b < nb; ++b) {
+      assert(!ws[b].gate.on_device);
+      const auto& tk = r.tokens[idx[b]];
+      const int64_t n = static_cast<int64_t>(tk.size()), F = ws[b].gate.ne[1];
+      g[b].resize(n * F), u[b].resize(n * F);
+      const auto& qg = quantized_h(ws[b].gate.type);
+      const auto& qu = quantized_h(ws[b].up.type);
+      jobs.push_back({ws[b].gate.type, ws[b].gate.data, F, E, qg.buf.data(), qg.row, tk.data(), n, g[b].data()});
+      jobs.push_back({ws[b].up.type, ws[b].up.data, F, E, qu.buf.data(), qu.row, tk.data(), n, u[b].data()});
+    }
+    kernels::matmul_batch(jobs.data(), jobs.size(), &pool_, be_);
+    jobs.clear();
+    for (size_t b = 0; b < nb; ++b) {
+      const ExpertWeights& ew = ws[b];
+      const int64_t n = static_cast<int64_t>(r.tokens[idx[b]].size()), F = ew.gate.ne[1];
+      if (ew.gate_b)
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < F; ++j) g[b][i * F + j] += ew.gate_b.f32()[j], u[b][i * F + j] += ew.up_b.f32()[j];
+      if (w.act == Activation::SwigluOai) {
+        for (size_t i = 0; i < g[b].size(); ++i) {
+          const float x = std::min(g[b][i], 7.0f), y = std::clamp(u[b][i], -7.0f, 7.0f);
+          g[b][i] = x / (1.0f + std::exp(-1.702f * x)) * (y + 1.0f);
+        }
+      } else {
+        for (size_t i = 0; i < g[b].size(); ++i) g[b][i] = kernels::silu(g[b][i]) * u[b][i];
+      }
+      const size_t arow = kernels::row_size(kernels::vec_dot_type(ew.down.type), F);
+      aq[b].resize(arow * n);
+      for (int64_t i = 0; i < n; ++i)
+        kernels::quantize_activations(ew.down.type, &g[b][i * F], aq[b].data() + i * arow, F, be_);
+      ys[b].resize(size_t(n) * E);
+      jobs.push_back({ew.down.type, ew.down.data, E, F, aq[b].data(), arow, nullptr, n, ys[b].data()});
+    }
+    kernels::matmul_batch(jobs.data(), jobs.size(), &pool_, be_);
+    for (size_t b = 0; b < nb; ++b) {
+      const auto& outs = r.outs[idx[b]];
+      if (ws[b].down_b)
+        for (size_t i = 0; i < outs.size(); ++i)
+          for (int64_t e = 0; e < E; ++e) ys[b][i * E + e] += ws[b].down_b.f32()[e];
+      for (size_t i = 0; i < outs.size(); ++i)
+        std::copy(ys[b].begin() + i * E, ys[b].begin() + (i + 1) * E, moe_.out.begin() + size_t(outs[i]) * E);
+    }
+  }
+
+  void moe_end(Act out) override {
+    const MoeRoutes& r = *moe_.r;
+    const int64_t E = out.cols, K = r.k;
+    for (int64_t t = 0; t < out.rows; ++t) {
+      float* o = out.row(t);
+      for (int64_t k = 0; k < K; ++k) {
+        const float wk = r.weights[size_t(t) * K + k];
+        const float* e = &moe_.out[size_t(t * K + k) * E];
+        if (k == 0)
+          for (int64_t i = 0; i < E; ++i) o[i] = e[i] * wk;
+        else
+          for (int64_t i = 0; i < E; ++i) o[i] += e[i] * wk;
+      }
+    }
+  }
+
+ private:
+  struct Cache {
+    KvRows rows;
+    std::vector<float> k, v;  // [pos][rows]
+  };
+  struct Quantized {  // a layer's inputs quantized for the gate/up activation type
+    uint32_t type = ~0u;
+    size_t row = 0;
+    std::vector<uint8_t> buf;
+  };
+
+  const Quantized& quantized_h(uint32_t wtype) {
+    const uint32_t vt = kernels::vec_dot_type(wtype);
+    for (auto& c : moe_.hq)
+      if (c.type == vt) return c;
+    Quantized& c = moe_.hq[0].type == ~0u ? moe_.hq[0] : moe_.hq[1];  // gate and up: at most two types
+    const int64_t E = moe_.h.cols, T = moe_.h.rows;
+    c.type = vt, c.row = kernels::row_size(vt, E), c.buf.resize(c.row * T);
+    for (int64_t t = 0; t < T; ++t) kernels::quantize_activations(wtype, moe_.h.row(t), c.buf.data() + t * c.row, E, be_);
+    return c;
+  }
+
+  kernels::ThreadPool pool_;
+  kernels::Backend be_;
+  kernels::Scratch scratch_;
+  HostArena arena_;
+  int n_ctx_ = 0;
+  std::vector<Cache> cache_;
+  // The MoE layer in progress; buffers kept across layers and calls.
+  struct {
+    Act h;
+    const MoeRoutes* r = nullptr;
+    std::array<Quantized, 2> hq;
+    std::vector<float> out;  // per (token, k) expert outputs, summed in router order by moe_end
+    std::vector<kernels::MatmulJob> jobs;
+    std::vector<std::vector<float>> g, u, ys;
+    std::vector<std::vector<uint8_t>> aq;
+  } moe_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cpu_ops(int n_threads) { return std::make_unique<CpuOps>(n_threads); }
+
+}  // namespace engine

@@ -1,0 +1,138 @@
+// The MoE block every architecture shares: routing, the layer's unique experts fetched once
+// through the ExpertSource (hits first while misses load; chunks of the daemon's per-request
+// limit), the backend's expert computation, the shared expert, and next-layer prefetch hints.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "engine/engine.h"
+
+namespace engine {
+
+void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int X, int K, float* p, Route& r) {
+  if (o.topk_then_softmax) {  // gpt-oss: the k largest logits, then a softmax over them
+    std::vector<uint32_t> idx(X);
+    std::iota(idx.begin(), idx.end(), 0u);
+    std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
+    r.experts.assign(idx.begin(), idx.begin() + K);
+    r.weights.clear();
+    for (uint32_t e : r.experts) r.weights.push_back(p[e]);
+    kernels::softmax(r.weights.data(), K);
+    return;
+  }
+  if (o.sigmoid)
+    for (int e = 0; e < X; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+  else
+    kernels::softmax(p, X);
+  std::vector<float> sel(p, p + X);
+  if (exp_probs_b)
+    for (int e = 0; e < X; ++e) sel[e] += exp_probs_b.f32()[e];
+  if (o.n_group > 1) {
+    const int G = o.n_group, per = X / G;
+    std::vector<float> score(G);
+    for (int g = 0; g < G; ++g) {
+      std::vector<float> v(sel.begin() + g * per, sel.begin() + (g + 1) * per);
+      std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+      score[g] = v[0] + v[1];
+    }
+    std::vector<int> order(G);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
+    for (int i = o.n_group_used; i < G; ++i)
+      for (int e = order[i] * per; e < (order[i] + 1) * per; ++e) sel[e] = -INFINITY;
+  }
+  std::vector<uint32_t> idx(X);
+  std::iota(idx.begin(), idx.end(), 0u);
+  std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return sel[a] > sel[b]; });
+  r.experts.assign(idx.begin(), idx.begin() + K);
+  r.weights.clear();
+  float sum = 0;
+  for (uint32_t e : r.experts) r.weights.push_back(p[e]), sum += p[e];
+  if (o.norm_topk)
+    for (float& x : r.weights) x /= std::max(sum, 6.103515625e-5f);
+  if (o.w_scale != 1.0f)
+    for (float& x : r.weights) x *= o.w_scale;
+}
+
+void Ops::route(Act logits, const MoeWeights& w, int k, std::vector<Route>& out) {
+  std::vector<float> host(size_t(logits.rows) * logits.cols);
+  to_host(logits, host.data());
+  out.resize(logits.rows);
+  for (int64_t t = 0; t < logits.rows; ++t)
+    select_experts(w.route, w.exp_probs_b, static_cast<int>(logits.cols), k, &host[size_t(t) * logits.cols], out[t]);
+}
+
+std::vector<uint32_t> likely_experts(const float* logits, int T, int X, int K) {
+  std::vector<bool> want(X, false);
+  std::vector<uint32_t> idx(X);
+  for (int t = 0; t < T; ++t) {
+    const float* p = logits + size_t(t) * X;
+    std::iota(idx.begin(), idx.end(), 0u);
+    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
+    for (int k = 0; k < K; ++k) want[idx[k]] = true;
+  }
+  std::vector<uint32_t> ids;
+  for (int e = 0; e < X; ++e)
+    if (want[e]) ids.push_back(static_cast<uint32_t>(e));
+  return ids;
+}
+
+// The next MoE layer's router on the residual stream as it is now (after this layer's
+// attention), normalised with that layer's norm: its top-k experts are hinted to the source.
+// Hints never change the math.
+void Engine::prefetch_next(int il) {
+  if (!experts_.wants_hints() || il + 1 >= m_.hp.n_layer) return;
+  const MoeWeights* next = m_.moe(il + 1);
+  if (!next) return;
+  const size_t mark = ops_->mark();
+  Act h = ops_->rms_norm(x_, next->norm, m_.hp.eps);
+  Act lg = ops_->matmul(next->router, h);
+  std::vector<float> host(size_t(lg.rows) * lg.cols);
+  ops_->to_host(lg, host.data());
+  ops_->release_to(mark);
+  experts_.prefetch(il + 1, likely_experts(host.data(), static_cast<int>(lg.rows), m_.hp.n_expert, m_.hp.n_expert_used));
+}
+
+Act Engine::moe(int il, const MoeWeights& w, Act h) {
+  const int T = static_cast<int>(h.rows), X = m_.hp.n_expert, K = m_.hp.n_expert_used;
+  if (prefetch_) prefetch_next(il);
+  Act logits = ops_->matmul(w.router, h);
+  if (w.router_b) ops_->add_bias(logits, w.router_b);
+  auto& routes = routes_[il];
+  ops_->route(logits, w, K, routes);
+  // Each unique expert with its tokens and their (token, k) output rows: fetched once per layer.
+  MoeRoutes& r = moe_routes_;
+  r.n_tokens = T, r.k = K;
+  r.experts.clear();
+  r.weights.resize(size_t(T) * K);
+  std::vector<std::pair<int, int>> uses;  // (expert, t * K + k) in token order
+  for (int t = 0; t < T; ++t)
+    for (int k = 0; k < K; ++k) {
+      uses.push_back({static_cast<int>(routes[t].experts[k]), t * K + k});
+      r.weights[size_t(t) * K + k] = routes[t].weights[k];
+    }
+  std::vector<int> index_of(X, -1);  // expert -> its place among the unique ones (ascending ids)
+  for (auto [e, row] : uses) index_of[e] = 0;
+  for (int e = 0; e < X; ++e)
+    if (index_of[e] >= 0) index_of[e] = static_cast<int>(r.experts.size()), r.experts.push_back(static_cast<uint32_t>(e));
+  r.tokens.resize(r.experts.size());
+  r.outs.resize(r.experts.size());
+  for (size_t i = 0; i < r.experts.size(); ++i) r.tokens[i].clear(), r.outs[i].clear();
+  for (auto [e, row] : uses) r.tokens[index_of[e]].push_back(row / K), r.outs[index_of[e]].push_back(row);
+
+  Act out = ops_->alloc(T, m_.hp.n_embd);
+  ops_->moe_begin(h, r);
+  auto st = experts_.for_each_batch(il, r.experts, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {
+    ops_->moe_experts(w, idx, ws);
+  });
+  if (!st && failed_) failed_ = st;
+  ops_->moe_end(out);
+  if (w.gate_shexp) {
+    Act shared = ops_->alloc(T, m_.hp.n_embd);
+    ops_->ffn({w.gate_shexp, w.up_shexp, w.down_shexp}, h, shared);
+    ops_->add_gated(out, shared, w.shexp_gate, h);
+  }
+  return out;
+}
+
+}  // namespace engine

@@ -1,0 +1,137 @@
+// The ops an architecture's forward pass is written against, and that a backend (CPU:
+// engine/cpu_ops.cpp, CUDA: engine/cuda_ops.cpp) implements. A backend knows no architecture:
+// it knows where tensors live and how to compute each op there.
+//
+// Activations are float32 matrices of n_tokens rows in the backend's memory, handed out by the
+// backend's scratch arena (valid until the arena is released past them). Ops are asynchronous
+// where the backend is (CUDA); results reach the host only through to_host. An op that fails
+// records the first error (status()) and later ops do nothing: architectures are written
+// without error plumbing and the engine checks status() after each block.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/model.h"
+#include "kernels/kernels.h"
+
+namespace engine {
+
+struct Act {
+  float* data = nullptr;
+  int64_t rows = 0, cols = 0;  // tokens x values, row-major
+  float* row(int64_t t) const { return data + t * cols; }
+  Act rows_from(int64_t first) const { return {data + first * cols, rows - first, cols}; }
+};
+
+struct RopeOpts {
+  float base = 10000.0f;
+  bool neox = true;                      // NeoX pairs (i, i + n_rot/2), else adjacent (2i, 2i+1)
+  const kernels::Yarn* yarn = nullptr;   // YaRN context extension, or none
+};
+
+// Causal attention over the layer's KV cache (grouped-query: head h reads KV head h / (n_head / n_head_kv)).
+struct AttnOpts {
+  int n_head = 0, n_head_kv = 0;
+  int64_t head_dim = 0;   // keys and values
+  float scale = 1.0f;
+  int window = 0;         // > 0: a token sees the last `window` positions only
+  Tensor sinks;           // optional: one extra softmax logit per head (F32, n_head)
+};
+
+// Multi-head latent attention, computed the absorbed way (DeepSeek-V2/V3).
+struct MlaOpts {
+  int n_head = 0;
+  int64_t kv_lora = 0, n_rot = 0, qk_nope = 0, v_mla = 0;  // a latent row: kv_lora + n_rot floats
+  float scale = 1.0f;
+};
+
+// The cache a layer keeps per position: floats of keys and of values (0: none).
+struct KvRows {
+  int64_t k = 0, v = 0;
+};
+
+// One MoE layer's routing as the expert computation needs it.
+struct Route {
+  std::vector<uint32_t> experts;  // selected, in descending score order
+  std::vector<float> weights;     // final mixing weights, same order
+};
+struct MoeRoutes {
+  int n_tokens = 0, k = 0;
+  std::vector<uint32_t> experts;             // the layer's unique experts, ascending
+  std::vector<std::vector<int32_t>> tokens;  // per unique expert: the tokens routed to it
+  std::vector<std::vector<int32_t>> outs;    // per unique expert: their output rows, token * k + j
+  std::vector<float> weights;                // n_tokens x k mixing weights, in router order
+};
+
+struct ExpertWeights {
+  Tensor gate, up, down;        // one expert: {in, out}
+  Tensor gate_b, up_b, down_b;  // its biases (F32), when the model has them (gpt-oss)
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual std::string name() const = 0;  // "avx2", "cuda:0 NVIDIA H200", ...
+  virtual expertd::Status status() const = 0;
+
+  // Scratch: alloc hands out rows x cols floats (uninitialised); release_to(mark()) frees what
+  // was allocated since. begin_eval lets the arena consolidate between evaluations.
+  virtual Act alloc(int64_t rows, int64_t cols) = 0;
+  virtual size_t mark() const = 0;
+  virtual void release_to(size_t mark) = 0;
+  virtual void begin_eval() = 0;
+  virtual void init_cache(const std::vector<KvRows>& per_layer, int n_ctx) = 0;
+
+  virtual void embed(const Tensor& tok_embd, std::span<const int32_t> tokens, Act x) = 0;
+  virtual void to_host(Act x, float* dst) = 0;  // waits for the backend
+
+  virtual void matmul(const Tensor& w, Act x, Act y) = 0;  // y = x W^T; w may be 2-D matrix i of a 3-D tensor
+  virtual void add_bias(Act y, const Tensor& b) = 0;       // each row += b
+  virtual void add(Act y, Act x) = 0;                      // y += x
+  // y = x / rms(x) * w over each group of n columns (n = 0: the whole row); y may be x.
+  virtual void rms_norm(Act x, const Tensor& w, Act y, float eps, int64_t n = 0) = 0;
+  virtual void rms_norm_part(Act x, const Tensor& w, int64_t n, float eps) = 0;  // the first n columns, in place
+  // The same two into newly allocated activations.
+  Act matmul(const Tensor& w, Act x) {
+    Act y = alloc(x.rows, w.ne[1]);
+    matmul(w, x, y);
+    return y;
+  }
+  Act rms_norm(Act x, const Tensor& w, float eps) {
+    Act y = alloc(x.rows, x.cols);
+    rms_norm(x, w, y, eps);
+    return y;
+  }
+  // Rotates n_rot dims from `offset` of every head (heads head_stride floats apart) of each
+  // row; row t is at position pos0 + t.
+  virtual void rope(Act x, int64_t head_stride, int64_t offset, int64_t n_rot, int64_t pos0, const RopeOpts& o) = 0;
+  // Stores k and v at positions pos0.. of layer il's cache, then attends: out = n_head x head_dim per row.
+  virtual void attention(int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o, Act out) = 0;
+  // Stores the latent rows kv (normalised, rotated) in layer il's cache; per head, the query
+  // taken into the latent space with wk_b, attention over the latent rows, wv_b back out.
+  // q: n_head x (qk_nope + n_rot) per row; out: n_head x v_mla per row.
+  virtual void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b, int64_t pos0,
+                             const MlaOpts& o, Act out) = 0;
+  virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(silu(gate h) * up h)
+  // y += sigmoid(gate . h) * x per row (gate absent: y += x).
+  virtual void add_gated(Act y, Act x, const Tensor& gate, Act h) = 0;
+
+  // Routing: every token's experts and weights from the router logits (which it may overwrite).
+  virtual void route(Act logits, const MoeWeights& w, int k, std::vector<Route>& out);
+  // The expert computation of one MoE layer: begin with the layer's inputs and routes, run the
+  // experts in batches as they become available (in any order), end with the weighted sum of
+  // each token's experts in router order (so the order of arrival never changes the result).
+  virtual void moe_begin(Act h, const MoeRoutes& r) = 0;
+  virtual void moe_experts(const MoeWeights& w, std::span<const size_t> idx, std::span<const ExpertWeights> ws) = 0;
+  virtual void moe_end(Act out) = 0;
+};
+
+// Softmax or sigmoid gating, selection bias, groups, top-k then softmax, on one token's logits
+// (overwritten with the gate scores). Ties go to the lower expert id (llama.cpp's stable order).
+void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int n_expert, int k, float* logits, Route& r);
+
+}  // namespace engine
