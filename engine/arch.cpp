@@ -14,6 +14,14 @@ std::unique_ptr<Arch> make_arch(const std::string& name) {
   return nullptr;
 }
 
+std::vector<std::string> arch_names() {
+  std::vector<std::string> v;
+#define X(id, arch_name) v.push_back(arch_name);
+#include "engine/archs/list.h"
+#undef X
+  return v;
+}
+
 std::string supported_archs() {
   std::string s;
 #define X(id, arch_name) s += s.empty() ? arch_name : ", " arch_name;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,9 +27,10 @@ enum class Role : uint8_t { Weight, Norm, Bias, Embedding, Router, AttnOut, Expe
 
 struct TensorSpec {
   std::string name;
-  std::vector<int64_t> ne;  // kAnyDim: as the file has it
+  std::vector<int64_t> ne;
   Role role = Role::Weight;
   bool optional = false;
+  bool synth = true;  // written into synthetic models (optional tensors: where the real models have them)
   Tensor* dst = nullptr;
   int layer = -1;  // -1 outside the blocks
 };
@@ -39,8 +41,10 @@ class Plan {
  public:
   void blk(int il) { layer_ = il; }
   void add(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role = Role::Weight);
-  void optional(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role = Role::Weight);
-  // The routed-expert block of an MoE layer, llama.cpp's names (ffn_gate_inp, ffn_*_exps, ...).
+  void optional(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role = Role::Weight,
+                bool synth = false);
+  // The routed-expert block of an MoE layer, llama.cpp's names (ffn_gate_inp, ffn_*_exps, ...),
+  // with w.route already set (sigmoid gating: synthetic models get a selection bias).
   void moe(MoeWeights& w, const Hparams& hp, bool expert_biases = false);
   const std::vector<TensorSpec>& specs() const { return specs_; }
 
@@ -70,6 +74,22 @@ class Meta {
   std::string prefix_, err_;
 };
 
+// What expert-pack synth writes for a preset besides the tensors: the architecture's metadata
+// (keys without the "<arch>." prefix) and the tokenizer's pre-tokenizer. The tensors come from
+// the architecture's plan applied to this metadata, as for a real file.
+struct SynthModel {
+  std::string pre = "qwen2";
+  int n_vocab = 0;
+  std::map<std::string, uint32_t> u32;
+  std::map<std::string, float> f32;
+  std::map<std::string, bool> flags;
+};
+// --dims: n_embd, n_layer, n_expert, n_expert_used, n_ff_exp[, n_head, n_head_kv[, n_vocab]].
+struct SynthDims {
+  std::vector<uint64_t> dims;
+  bool given() const { return !dims.empty(); }
+};
+
 class Arch {
  public:
   virtual ~Arch() = default;
@@ -82,10 +102,22 @@ class Arch {
   virtual const MoeWeights* moe(int il) const = 0;  // nullptr for a dense layer
   // One block on the residual stream x (n_tokens x n_embd), in place.
   virtual void block(Engine& e, int il, Act x) const = 0;
+  // expert-pack synth: the real models this architecture imitates, and one's metadata (sizes
+  // changed by --dims when given).
+  virtual std::vector<std::string> synth_presets() const { return {}; }
+  virtual expertd::Result<SynthModel> synth(const std::string& preset, const SynthDims& dims) const {
+    (void)preset, (void)dims;
+    return expertd::make_error("no synthetic presets");
+  }
 };
 
 // The registered architectures (engine/archs/list.h): nullptr for an unknown name.
 std::unique_ptr<Arch> make_arch(const std::string& name);
+std::vector<std::string> arch_names();
 std::string supported_archs();
+
+// The tensor plan of a file (its metadata read by its architecture), without loading anything:
+// what expert-pack synth writes. The specs' dst are null.
+expertd::Result<std::vector<TensorSpec>> plan_tensors(const gguf::Model& file);
 
 }  // namespace engine

@@ -54,8 +54,10 @@ expertd::Status bind(const gguf::Model& f, const TensorSpec& s, const gguf::Tens
 
 }  // namespace
 
-Result<Model> Model::load(const gguf::Model& f) {
-  Model m;
+namespace {
+
+// Reads the hyper-parameters and builds the tensor plan (bound to m's fields).
+expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan) {
   m.file = &f;
   Hparams& hp = m.hp;
   hp.arch = f.arch();
@@ -72,12 +74,28 @@ Result<Model> Model::load(const gguf::Model& f) {
   auto tokens = f.get_string_array("tokenizer.ggml.tokens");
   const gguf::TensorInfo* emb = f.tensor("token_embd.weight");
   hp.n_vocab = tokens ? static_cast<int>(tokens->size()) : emb ? static_cast<int>(emb->ne[1]) : 0;
-
-  Plan plan;
   plan.add(m.tok_embd, "token_embd.weight", {hp.n_embd, hp.n_vocab}, Role::Embedding);
   plan.add(m.output_norm, "output_norm.weight", {hp.n_embd}, Role::Norm);
-  plan.optional(m.output, "output.weight", {hp.n_embd, hp.n_vocab});
+  plan.optional(m.output, "output.weight", {hp.n_embd, hp.n_vocab}, Role::Weight, /*synth=*/true);
   m.arch->plan(hp, plan);
+  return {};
+}
+
+}  // namespace
+
+Result<std::vector<TensorSpec>> plan_tensors(const gguf::Model& f) {
+  Model m;
+  Plan plan;
+  EXPERTD_TRY(prepare(f, m, plan));
+  std::vector<TensorSpec> specs = plan.specs();
+  for (TensorSpec& s : specs) s.dst = nullptr;
+  return specs;
+}
+
+Result<Model> Model::load(const gguf::Model& f) {
+  Model m;
+  Plan plan;
+  EXPERTD_TRY(prepare(f, m, plan));
   // Routed experts are all there (a whole GGUF) or none (a core GGUF: they come from expertd).
   size_t experts_planned = 0, experts_found = 0;
   for (const TensorSpec& s : plan.specs()) {
@@ -105,12 +123,16 @@ Result<Model> Model::load(const gguf::Model& f) {
 // --- Plan and Meta ---------------------------------------------------------------------------
 
 void Plan::add(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role) {
-  specs_.push_back({layer_ < 0 ? name : "blk." + std::to_string(layer_) + "." + name, std::move(ne), role, false, &dst, layer_});
+  TensorSpec s;
+  s.name = layer_ < 0 ? name : "blk." + std::to_string(layer_) + "." + name;
+  s.ne = std::move(ne), s.role = role, s.dst = &dst, s.layer = layer_;
+  specs_.push_back(std::move(s));
 }
 
-void Plan::optional(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role) {
+void Plan::optional(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role, bool synth) {
   add(dst, name, std::move(ne), role);
   specs_.back().optional = true;
+  specs_.back().synth = synth;
 }
 
 void Plan::moe(MoeWeights& w, const Hparams& hp, bool expert_biases) {
@@ -118,7 +140,7 @@ void Plan::moe(MoeWeights& w, const Hparams& hp, bool expert_biases) {
   w.expert_biases = expert_biases;
   add(w.router, "ffn_gate_inp.weight", {E, X}, Role::Router);
   optional(w.router_b, "ffn_gate_inp.bias", {X}, Role::Bias);
-  optional(w.exp_probs_b, "exp_probs_b.bias", {X}, Role::Bias);
+  optional(w.exp_probs_b, "exp_probs_b.bias", {X}, Role::Bias, /*synth=*/w.route.sigmoid);
   add(w.gate_exps, "ffn_gate_exps.weight", {E, F, X}, Role::ExpertGate);
   add(w.up_exps, "ffn_up_exps.weight", {E, F, X}, Role::ExpertUp);
   add(w.down_exps, "ffn_down_exps.weight", {F, E, X}, Role::ExpertDown);

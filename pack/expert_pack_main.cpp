@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "pack/builder.h"
-#include "pack/synth.h"
+#include "engine/synth.h"
 #include "pack/verify.h"
 
 using namespace expertd;
@@ -39,9 +39,9 @@ int main(int argc, char** argv) {
   insp->add_option("manifest", insp_path, "STEM.manifest.json")->required();
 
   auto* synth = app.add_subcommand("synth", "write a synthetic MoE GGUF at real-model shapes");
-  pack::SynthOptions sopt;
+  engine::SynthOptions sopt;
   std::string type_name = "Q4_K";
-  synth->add_option("--preset", sopt.preset, "one of: " + pack::synth_preset_names());
+  synth->add_option("--preset", sopt.preset, "one of: " + engine::synth_preset_names());
   synth->add_option("--dims", sopt.dims, "custom shape: n_embd,n_layer,n_expert,n_expert_used,n_ff_exp[,n_head,n_head_kv,n_vocab] (with --preset: that architecture at this size)")->delimiter(',');
   synth->add_option("--type", type_name, "weight type: Q4_K, Q8_0 or F16")->capture_default_str();
   synth->add_option("--layers", sopt.layers, "cut the depth to this many layers");
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   auto t = gguf::type_from_name(type_name);
   if (!t) return fail(make_error("unknown --type " + type_name));
   sopt.type = *t;
-  auto rep = pack::write_synth(sopt);
+  auto rep = engine::write_synth(sopt);
   if (!rep) return fail(rep.error());
   std::printf("wrote %s (%llu bytes)\n", sopt.out_path.c_str(), (unsigned long long)*rep);
   return 0;

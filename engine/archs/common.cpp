@@ -82,4 +82,40 @@ void plan_ffn(Plan& p, FfnWeights& w, const Hparams& hp, int64_t n_ff) {
   p.add(w.down, "ffn_down.weight", {n_ff, hp.n_embd});
 }
 
+expertd::Status apply_dims(SynthSizes& s, const SynthDims& d) {
+  if (!d.given()) return {};
+  const auto& v = d.dims;
+  if (v.size() < 5) return expertd::make_error("--dims needs at least n_embd,n_layer,n_expert,n_expert_used,n_ff_exp");
+  for (uint64_t x : v)
+    if (x > (1u << 24)) return expertd::make_error("--dims: implausible size " + std::to_string(x));
+  s.n_embd = int(v[0]), s.n_layer = int(v[1]), s.n_expert = int(v[2]), s.n_expert_used = int(v[3]), s.n_ff_exp = int(v[4]);
+  if (v.size() >= 7) s.n_head = int(v[5]), s.n_head_kv = int(v[6]);
+  if (v.size() >= 8) s.n_vocab = int(v[7]);
+  if (s.n_head == 0 || s.n_embd % s.n_head) return expertd::make_error("--dims: n_embd must be a multiple of n_head");
+  s.head_dim = s.n_embd / s.n_head;
+  return {};
+}
+
+expertd::Result<SynthModel> synth_base(const SynthSizes& s, const std::string& pre) {
+  if (s.n_expert_used > s.n_expert || s.n_expert < 2 || s.n_vocab < 300 || s.n_head_kv == 0 || s.n_head % s.n_head_kv ||
+      s.n_embd % 32 || s.n_layer < 1 || s.n_ff_exp < 32)
+    return expertd::make_error("synth: inconsistent dimensions");
+  SynthModel m;
+  m.pre = pre, m.n_vocab = s.n_vocab;
+  m.u32 = {{"context_length", 4096},
+           {"embedding_length", s.n_embd},
+           {"block_count", s.n_layer},
+           {"feed_forward_length", s.n_ff_exp},
+           {"expert_feed_forward_length", s.n_ff_exp},
+           {"attention.head_count", s.n_head},
+           {"attention.head_count_kv", s.n_head_kv},
+           {"attention.key_length", s.head_dim},
+           {"attention.value_length", s.head_dim},
+           {"rope.dimension_count", s.n_rot ? s.n_rot : s.head_dim},
+           {"expert_count", s.n_expert},
+           {"expert_used_count", s.n_expert_used}};
+  m.f32 = {{"rope.freq_base", s.rope_base}, {"attention.layer_norm_rms_epsilon", s.eps}};
+  return m;
+}
+
 }  // namespace engine::archs

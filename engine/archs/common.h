@@ -34,4 +34,14 @@ inline KvRows gqa_rows(const Hparams& hp) { return {kv_width(hp), kv_width(hp)};
 void plan_shared_expert(Plan& p, MoeWeights& w, const Hparams& hp, int64_t n_ff_shexp, bool gated);
 void plan_ffn(Plan& p, FfnWeights& w, const Hparams& hp, int64_t n_ff);
 
+// expert-pack synth: the sizes every preset sets (--dims changes the first eight; head_dim then
+// becomes n_embd / n_head), and the metadata read_base reads back.
+struct SynthSizes {
+  int n_embd, n_layer, n_expert, n_expert_used, n_ff_exp, n_head, n_head_kv, head_dim, n_vocab;
+  float rope_base = 10000.0f, eps = 1e-6f;
+  int n_rot = 0;  // 0: the whole head
+};
+expertd::Status apply_dims(SynthSizes& s, const SynthDims& d);
+expertd::Result<SynthModel> synth_base(const SynthSizes& s, const std::string& pre);
+
 }  // namespace engine::archs

@@ -22,9 +22,10 @@ class Deepseek2 final : public Arch {
     m.u("attention.value_length_mla", v_mla_);
     int n_shared = 0;
     m.u("expert_shared_count", n_shared, 0);
-    if (n_shared > 0)
-      n_ff_shexp_ = archs::width(m, "blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1,
-                                 "expert_shared_feed_forward_length");
+    if (n_shared > 0) {  // the shared experts as one FFN, n_shared times an expert's width
+      n_ff_shexp_ = m.tensor_dim("blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1);
+      if (n_ff_shexp_ == kAnyDim) n_ff_shexp_ = hp.n_ff_exp * n_shared;
+    }
     if (n_dense_lead_ > 0) n_ff_ = archs::width(m, "blk.0.ffn_gate.weight", 1, "feed_forward_length");
     if (!m.error().empty()) return;
     if (hp.n_head_kv != 1 || hp.head_dim != kv_lora_ + hp.n_rot || k_mla_ <= hp.n_rot || v_mla_ <= 0)
@@ -74,9 +75,9 @@ class Deepseek2 final : public Arch {
         continue;
       }
       p.add(w.moe.norm, "ffn_norm.weight", {E}, Role::Norm);
+      w.moe.route = route_;
       p.moe(w.moe, hp);
       if (n_ff_shexp_ > 0) archs::plan_shared_expert(p, w.moe, hp, n_ff_shexp_, /*gated=*/false);
-      w.moe.route = route_;
     }
   }
 
@@ -117,6 +118,32 @@ class Deepseek2 final : public Arch {
     }
     ops.rms_norm(x, w.moe.norm, h, hp.eps);
     ops.add(x, e.moe(il, w.moe, h));
+  }
+
+  std::vector<std::string> synth_presets() const override { return {"deepseek-v2-lite"}; }
+  expertd::Result<SynthModel> synth(const std::string&, const SynthDims& d) const override {
+    archs::SynthSizes s{2048, 27, 64, 6, 1408, 16, 16, 192, 102400};
+    int kv_lora = 512, nope = 128, rope = 64, v_head = 128, n_ff = 10944;
+    EXPERTD_TRY(archs::apply_dims(s, d));
+    if (d.given()) kv_lora = s.n_embd, nope = s.head_dim, rope = s.head_dim / 2, v_head = s.head_dim, n_ff = 2 * s.n_ff_exp;
+    auto m = archs::synth_base(s, "deepseek-llm");
+    if (!m) return m;
+    // V2-Lite: a plain attn_q (no q_lora), one leading dense layer, two shared experts. The
+    // absorbed-MLA keys of current llama.cpp: key/value_length describe the latent cache row,
+    // key/value_length_mla a head's query-key and value sizes; one latent "KV head".
+    m->u32["attention.head_count_kv"] = 1;
+    m->u32["leading_dense_block_count"] = 1;
+    m->u32["expert_shared_count"] = 2;
+    m->u32["feed_forward_length"] = n_ff;
+    m->u32["attention.q_lora_rank"] = 0;
+    m->u32["attention.kv_lora_rank"] = kv_lora;
+    m->u32["attention.key_length"] = kv_lora + rope;
+    m->u32["attention.value_length"] = kv_lora;
+    m->u32["attention.key_length_mla"] = nope + rope;
+    m->u32["attention.value_length_mla"] = v_head;
+    m->u32["rope.dimension_count"] = rope;
+    m->f32["expert_weights_scale"] = 1.0f;
+    return m;
   }
 
  private:

@@ -21,9 +21,10 @@ class Glm4Moe final : public Arch {
     route_ = archs::read_routing(m, hp, /*norm_default=*/false, /*sigmoid_default=*/true);
     int n_shared = 0;
     m.u("expert_shared_count", n_shared, 0);
-    if (n_shared > 0)
-      n_ff_shexp_ = archs::width(m, "blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1,
-                                 "expert_shared_feed_forward_length");
+    if (n_shared > 0) {  // the shared experts as one FFN, n_shared times an expert's width
+      n_ff_shexp_ = m.tensor_dim("blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1);
+      if (n_ff_shexp_ == kAnyDim) n_ff_shexp_ = hp.n_ff_exp * n_shared;
+    }
     if (n_dense_lead_ > 0) n_ff_ = archs::width(m, "blk.0.ffn_gate.weight", 1, "feed_forward_length");
     archs::read_yarn(m, hp, /*yarn_ok=*/false);
   }
@@ -51,9 +52,9 @@ class Glm4Moe final : public Arch {
         continue;
       }
       p.add(w.moe.norm, "post_attention_norm.weight", {E}, Role::Norm);
+      w.moe.route = route_;
       p.moe(w.moe, hp);
       if (n_ff_shexp_ > 0) archs::plan_shared_expert(p, w.moe, hp, n_ff_shexp_, /*gated=*/false);
-      w.moe.route = route_;
     }
   }
 
@@ -88,6 +89,26 @@ class Glm4Moe final : public Arch {
     }
     ops.rms_norm(x, w.moe.norm, h, hp.eps);
     ops.add(x, e.moe(il, w.moe, h));
+  }
+
+  std::vector<std::string> synth_presets() const override { return {"glm-4.5-air"}; }
+  expertd::Result<SynthModel> synth(const std::string&, const SynthDims& d) const override {
+    archs::SynthSizes s{4096, 46, 128, 8, 1408, 96, 8, 128, 151552, 1e6f, 1e-5f, 64};
+    int n_ff = 10944;
+    EXPERTD_TRY(archs::apply_dims(s, d));
+    if (d.given()) s.n_rot = s.head_dim / 2, n_ff = 2 * s.n_ff_exp;
+    auto m = archs::synth_base(s, "qwen2");
+    if (!m) return m;
+    // GLM-4.5-Air: half of each head rotated, one leading dense layer, one shared expert,
+    // sigmoid gating with renormalised weights (and a selection bias: the plan's).
+    m->u32["leading_dense_block_count"] = 1;
+    m->u32["expert_shared_count"] = 1;
+    m->u32["feed_forward_length"] = n_ff;
+    m->u32["expert_gating_func"] = 2;
+    m->u32["nextn_predict_layers"] = 0;
+    m->f32["expert_weights_scale"] = 1.0f;
+    m->flags["expert_weights_norm"] = true;
+    return m;
   }
 
  private:

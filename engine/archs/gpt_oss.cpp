@@ -35,8 +35,8 @@ class GptOss final : public Arch {
       p.add(w.wo, "attn_output.weight", {Q, E}, Role::AttnOut);
       p.add(w.bo, "attn_output.bias", {E}, Role::Bias);
       p.add(w.moe.norm, "post_attention_norm.weight", {E}, Role::Norm);
-      p.moe(w.moe, hp, /*expert_biases=*/true);
       w.moe.route = route_;
+      p.moe(w.moe, hp, /*expert_biases=*/true);
       w.moe.act = Activation::SwigluOai;
     }
   }

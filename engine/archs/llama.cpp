@@ -27,8 +27,8 @@ class LlamaMoe final : public Arch {
       p.add(w.wv, "attn_v.weight", {E, archs::kv_width(hp)});
       p.add(w.wo, "attn_output.weight", {archs::q_width(hp), E}, Role::AttnOut);
       p.add(w.moe.norm, "ffn_norm.weight", {E}, Role::Norm);
-      p.moe(w.moe, hp);
       w.moe.route = route_;
+      p.moe(w.moe, hp);
     }
   }
 
@@ -49,6 +49,13 @@ class LlamaMoe final : public Arch {
     ops.add(x, ops.matmul(w.wo, att));
     ops.rms_norm(x, w.moe.norm, h, hp.eps);
     ops.add(x, e.moe(il, w.moe, h));
+  }
+
+  std::vector<std::string> synth_presets() const override { return {"mixtral-8x7b"}; }
+  expertd::Result<SynthModel> synth(const std::string&, const SynthDims& d) const override {
+    archs::SynthSizes s{4096, 32, 8, 2, 14336, 32, 8, 128, 32000, 1e6f, 1e-5f};
+    EXPERTD_TRY(archs::apply_dims(s, d));
+    return archs::synth_base(s, "llama-bpe");
   }
 
  private:

@@ -29,8 +29,8 @@ class Olmoe final : public Arch {
       p.add(w.k_norm, "attn_k_norm.weight", {archs::kv_width(hp)}, Role::Norm);
       p.add(w.wo, "attn_output.weight", {archs::q_width(hp), E}, Role::AttnOut);
       p.add(w.moe.norm, "ffn_norm.weight", {E}, Role::Norm);
-      p.moe(w.moe, hp);
       w.moe.route = route_;
+      p.moe(w.moe, hp);
     }
   }
 
@@ -53,6 +53,13 @@ class Olmoe final : public Arch {
     ops.add(x, ops.matmul(w.wo, att));
     ops.rms_norm(x, w.moe.norm, h, hp.eps);
     ops.add(x, e.moe(il, w.moe, h));
+  }
+
+  std::vector<std::string> synth_presets() const override { return {"olmoe-1b-7b"}; }
+  expertd::Result<SynthModel> synth(const std::string&, const SynthDims& d) const override {
+    archs::SynthSizes s{2048, 16, 64, 8, 1024, 16, 16, 128, 50304, 10000.0f, 1e-5f};
+    EXPERTD_TRY(archs::apply_dims(s, d));
+    return archs::synth_base(s, "olmo");
   }
 
  private:

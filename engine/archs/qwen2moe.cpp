@@ -31,9 +31,9 @@ class Qwen2Moe final : public Arch {
       p.add(w.bv, "attn_v.bias", {archs::kv_width(hp)}, Role::Bias);
       p.add(w.wo, "attn_output.weight", {archs::q_width(hp), E}, Role::AttnOut);
       p.add(w.moe.norm, "ffn_norm.weight", {E}, Role::Norm);
+      w.moe.route = route_;
       p.moe(w.moe, hp);
       archs::plan_shared_expert(p, w.moe, hp, n_ff_shexp_, /*gated=*/true);
-      w.moe.route = route_;
     }
   }
 

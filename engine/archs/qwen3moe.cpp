@@ -29,8 +29,8 @@ class Qwen3Moe final : public Arch {
       p.add(w.k_norm, "attn_k_norm.weight", {D}, Role::Norm);
       p.add(w.wo, "attn_output.weight", {archs::q_width(hp), E}, Role::AttnOut);
       p.add(w.moe.norm, "ffn_norm.weight", {E}, Role::Norm);
-      p.moe(w.moe, hp);
       w.moe.route = route_;
+      p.moe(w.moe, hp);
     }
   }
 
@@ -53,6 +53,13 @@ class Qwen3Moe final : public Arch {
     ops.add(x, ops.matmul(w.wo, att));
     ops.rms_norm(x, w.moe.norm, h, hp.eps);
     ops.add(x, e.moe(il, w.moe, h));
+  }
+
+  std::vector<std::string> synth_presets() const override { return {"qwen3-30b-a3b"}; }
+  expertd::Result<SynthModel> synth(const std::string&, const SynthDims& d) const override {
+    archs::SynthSizes s{2048, 48, 128, 8, 768, 32, 4, 128, 151936, 1e6f, 1e-6f};
+    EXPERTD_TRY(archs::apply_dims(s, d));
+    return archs::synth_base(s, "qwen2");
   }
 
  private:

@@ -7,7 +7,7 @@
 #include "client/expert_client.h"
 #include "gguf/gguf_reader.h"
 #include "pack/builder.h"
-#include "pack/synth.h"
+#include "engine/synth.h"
 #include "test_util.h"
 
 namespace expertd::test {
@@ -19,12 +19,12 @@ class DaemonTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    pack::SynthOptions o;
+    engine::SynthOptions o;
     o.dims = {256, kLayers, kExperts, 4, 256, 4, 2, 512};
     o.type = gguf::GgmlType::Q8_0;
     o.out_path = *dir_ / "m.gguf";
     o.progress = false;
-    ASSERT_TRUE(pack::write_synth(o));
+    ASSERT_TRUE(engine::write_synth(o));
     pack::BuildOptions b;
     b.model_path = o.out_path;
     b.progress = false;

@@ -4,7 +4,7 @@
 #include "gguf/gguf_reader.h"
 #include "pack/builder.h"
 #include "pack/quantize.h"
-#include "pack/synth.h"
+#include "engine/synth.h"
 #include "pack/verify.h"
 #include "test_util.h"
 
@@ -82,12 +82,12 @@ TEST(Quantize, RoundTripsWithinTheTypesPrecision) {
 
 TEST(Synth, WritesALoadableSkewedMoeModelThatPacks) {
   TempDir d;
-  pack::SynthOptions o;
+  engine::SynthOptions o;
   o.dims = {256, 3, 16, 4, 256, 4, 2, 1024};
   o.type = gguf::GgmlType::Q4_K;
   o.out_path = d / "synth.gguf";
   o.progress = false;
-  auto bytes = pack::write_synth(o);
+  auto bytes = engine::write_synth(o);
   ASSERT_TRUE(bytes) << bytes.error().message;
   auto m = gguf::Model::open(o.out_path);
   ASSERT_TRUE(m) << m.error().message;
@@ -147,7 +147,7 @@ TEST(Synth, WritesALoadableSkewedMoeModelThatPacks) {
   EXPECT_EQ(v->experts_checked, 3u * 16);
   // Unknown presets are refused by name.
   o.preset = "gpt-17";
-  auto bad = pack::write_synth(o);
+  auto bad = engine::write_synth(o);
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("unknown preset"), std::string::npos);
 }

@@ -1,4 +1,5 @@
-// expert-pack synth: synthetic MoE GGUFs at real-model shapes (random valid quant blocks,
+// expert-pack synth: synthetic MoE GGUFs at real-model shapes, their tensors from each
+// architecture's own plan (random valid quant blocks,
 // routers skewed toward a Zipf-like expert popularity), so benchmarks run at gigabyte scale
 // without downloads. The files carry the metadata and tokenizer llama.cpp needs to load them.
 #pragma once
@@ -10,10 +11,10 @@
 #include "common/result.h"
 #include "gguf/ggml_types.h"
 
-namespace expertd::pack {
+namespace engine {
 
 struct SynthOptions {
-  std::string preset;             // qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b, deepseek-v2-lite
+  std::string preset;             // a preset of some architecture (engine/archs/): synth_preset_names()
   std::vector<uint64_t> dims;     // custom: n_embd,n_layer,n_expert,n_expert_used,n_ff_exp[,n_head,n_head_kv,n_vocab]
   gguf::GgmlType type = gguf::GgmlType::Q4_K;
   uint32_t layers = 0;            // 0 = the preset's depth
@@ -23,6 +24,6 @@ struct SynthOptions {
 };
 
 std::string synth_preset_names();
-Result<uint64_t> write_synth(const SynthOptions& opts);  // returns the file's size
+expertd::Result<uint64_t> write_synth(const SynthOptions& opts);  // returns the file's size
 
-}  // namespace expertd::pack
+}  // namespace engine

@@ -1,0 +1,232 @@
+#include "engine/synth.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "common/fd.h"
+#include "engine/arch.h"
+#include "gguf/gguf_reader.h"
+#include "gguf/gguf_writer.h"
+#include "pack/progress.h"
+#include "pack/quantize.h"
+
+namespace engine {
+
+using namespace expertd;
+using pack::gauss;
+using pack::quantize_row;
+using pack::random_blocks;
+using pack::splitmix64;
+
+namespace {
+
+// GPT-2 byte-to-unicode: printable bytes map to themselves, the rest to U+0100 onwards.
+std::string byte_token(int b) {
+  bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+  int cp = b;
+  if (!keep) {
+    int n = 0;
+    for (int x = 0; x < b; ++x)
+      if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) ++n;
+    cp = 256 + n;
+  }
+  std::string s;
+  if (cp < 0x80) s += static_cast<char>(cp);
+  else s += static_cast<char>(0xC0 | (cp >> 6)), s += static_cast<char>(0x80 | (cp & 0x3F));
+  return s;
+}
+
+void add_tokenizer(gguf::Writer& w, const SynthModel& s) {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  std::vector<std::string> merges;
+  for (int b = 0; b < 256; ++b) tokens.push_back(byte_token(b)), types.push_back(1);
+  for (char a = 'a'; a <= 'z' && tokens.size() + 2 < size_t(s.n_vocab); ++a)
+    for (char b = 'a'; b <= 'z' && tokens.size() + 2 < size_t(s.n_vocab); ++b) {
+      tokens.push_back(std::string{a, b});
+      types.push_back(1);
+      merges.push_back(std::string{a, ' ', b});
+    }
+  while (tokens.size() + 1 < size_t(s.n_vocab)) {
+    tokens.push_back("<|synth_" + std::to_string(tokens.size()) + "|>");
+    types.push_back(4);  // user-defined: never produced by merges
+  }
+  tokens.push_back("<|endoftext|>");
+  types.push_back(3);  // control
+  uint32_t eos = static_cast<uint32_t>(tokens.size() - 1);
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", s.pre);
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_i32_array("tokenizer.ggml.token_type", types);
+  w.add_string_array("tokenizer.ggml.merges", merges);
+  w.add_u32("tokenizer.ggml.bos_token_id", eos);
+  w.add_u32("tokenizer.ggml.eos_token_id", eos);
+  w.add_bool("tokenizer.ggml.add_bos_token", false);
+}
+
+// Random weights make attention near-uniform: its output is an average over positions, common to
+// every token, and so are large parts of the experts' outputs. Kept small next to the embeddings,
+// they leave each token's routed hidden state its own, and routing as diverse as a trained
+// model's (calibrated against the bundled model's trace: see bench/routing in the README).
+constexpr float kAttnOutScale = 0.25f, kExpertOutScale = 0.5f, kRouterSkew = 0.6f;
+
+gguf::GgmlType fit(gguf::GgmlType want, uint64_t row) {
+  if (gguf::row_bytes(want, row)) return want;
+  if (gguf::row_bytes(gguf::GgmlType::Q8_0, row)) return gguf::GgmlType::Q8_0;
+  return gguf::GgmlType::F16;
+}
+
+bool f32_role(Role r) { return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias; }
+
+struct Preset {
+  std::string arch, name;
+};
+
+std::vector<Preset> presets() {
+  std::vector<Preset> v;
+  for (const std::string& a : arch_names())
+    for (const std::string& p : make_arch(a)->synth_presets()) v.push_back({a, p});
+  return v;
+}
+
+void add_metadata(gguf::Writer& w, const std::string& arch, const std::string& name, const SynthModel& m,
+                  gguf::GgmlType type) {
+  w.add_string("general.architecture", arch);
+  w.add_string("general.name", "expertd synthetic " + name);
+  w.add_u32("general.alignment", 32);
+  for (const auto& [k, v] : m.u32) w.add_u32(arch + "." + k, v);
+  for (const auto& [k, v] : m.f32) w.add_f32(arch + "." + k, v);
+  for (const auto& [k, v] : m.flags) w.add_bool(arch + "." + k, v);
+  using G = gguf::GgmlType;
+  w.add_u32("general.file_type", type == G::Q4_K ? 15 : type == G::Q8_0 ? 7 : 1);
+  add_tokenizer(w, m);
+}
+
+}  // namespace
+
+std::string synth_preset_names() {
+  std::string out;
+  for (const auto& p : presets()) out += (out.empty() ? "" : ", ") + p.name;
+  return out;
+}
+
+Result<uint64_t> write_synth(const SynthOptions& o) {
+  // A preset gives the architecture and its shape; --dims (alone: the first preset's layout,
+  // qwen3moe) overrides the main sizes, so a preset's architecture can be made small for tests.
+  const auto all = presets();
+  Preset p = all.front();
+  if (!o.preset.empty()) {
+    auto it = std::find_if(all.begin(), all.end(), [&](const Preset& x) { return x.name == o.preset; });
+    if (it == all.end()) return make_error("unknown preset '" + o.preset + "' (known: " + synth_preset_names() + ")");
+    p = *it;
+  } else if (o.dims.size() < 5) {
+    return make_error("synth needs --preset NAME or --dims n_embd,n_layer,n_expert,n_expert_used,n_ff_exp");
+  }
+  using G = gguf::GgmlType;
+  if (o.type != G::Q4_K && o.type != G::Q8_0 && o.type != G::F16) return make_error("synth: --type must be Q4_K, Q8_0 or F16");
+  auto arch = make_arch(p.arch);
+  auto sm = arch->synth(p.name, {o.dims});
+  if (!sm) return sm.error();
+  if (o.layers) sm->u32["block_count"] = std::min<uint32_t>(sm->u32["block_count"], o.layers);
+  const std::string name = o.preset.empty() ? "custom" : p.name;
+
+  // The tensors are the architecture's plan for this metadata, read back as from any file: a
+  // synthetic model and a real one of the architecture come from the same plan.
+  const std::string meta_path = o.out_path + ".meta.tmp";
+  {
+    gguf::Writer mw(32);
+    add_metadata(mw, p.arch, name, *sm, o.type);
+    auto mfd = open_file(meta_path, O_WRONLY | O_CREAT | O_TRUNC);
+    if (!mfd) return mfd.error();
+    auto h = mw.header();
+    EXPERTD_TRY(pwrite_full(mfd->get(), h.data(), h.size(), 0, meta_path));
+  }
+  auto meta = gguf::Model::open(meta_path);
+  ::unlink(meta_path.c_str());
+  if (!meta) return meta.error();
+  auto specs = plan_tensors(*meta);
+  if (!specs) return make_error("synth " + name + ": " + specs.error().message);
+  std::vector<TensorSpec> plan;
+  for (const TensorSpec& t : *specs)
+    if (!t.optional || t.synth) plan.push_back(t);
+
+  gguf::Writer w(32);
+  add_metadata(w, p.arch, name, *sm, o.type);
+  std::vector<gguf::GgmlType> types;
+  for (const TensorSpec& t : plan) {
+    std::vector<uint64_t> ne(t.ne.begin(), t.ne.end());
+    types.push_back(f32_role(t.role) ? G::F32 : fit(o.type, ne[0]));
+    w.add_tensor(t.name, types.back(), ne);
+  }
+
+  auto fd = open_file(o.out_path + ".tmp", O_WRONLY | O_CREAT | O_TRUNC);
+  if (!fd) return fd.error();
+  struct Unlink {
+    std::string p;
+    ~Unlink() { if (!p.empty()) ::unlink(p.c_str()); }
+  } guard{o.out_path + ".tmp"};
+  auto header = w.header();
+  EXPERTD_TRY(pwrite_full(fd->get(), header.data(), header.size(), 0, o.out_path));
+
+  uint64_t rng = o.seed * 0x2545F4914F6CDD1Dull + 1;
+  // A shared direction in every embedding; router rows lean on it with Zipf(1) strength over a
+  // per-layer random permutation, so a few experts are popular and most are rare.
+  const uint64_t n_embd = sm->u32["embedding_length"];
+  std::vector<float> dir(n_embd);
+  for (auto& x : dir) x = gauss(rng) / std::sqrt(float(n_embd));
+  pack::Progress progress("synth " + name, w.file_bytes(), o.progress);
+  std::vector<uint8_t> buf;
+  std::vector<float> row;
+  uint64_t written = header.size();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const TensorSpec& t = plan[i];
+    const gguf::GgmlType type = types[i];
+    const uint64_t ne0 = static_cast<uint64_t>(t.ne[0]);
+    const uint64_t rb = *gguf::row_bytes(type, ne0), rows = w.tensor_bytes(i) / rb;
+    const float scale = t.role == Role::AttnOut ? kAttnOutScale : t.role == Role::ExpertDown ? kExpertOutScale : 1.0f;
+    const float std_dev = scale / std::sqrt(float(ne0));
+    row.resize(ne0);
+    uint64_t chunk_rows = std::max<uint64_t>(1, (16u << 20) / rb);
+    for (uint64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+      uint64_t nr = std::min(chunk_rows, rows - r0);
+      buf.resize(nr * rb);
+      if (t.role != Role::Norm && t.role != Role::Embedding && t.role != Role::Router) {
+        random_blocks(type, buf.data(), buf.size(), std_dev, rng);
+      } else {
+        std::vector<uint32_t> perm(t.role == Role::Router ? t.ne[1] : 0);
+        if (t.role == Role::Router) {
+          std::iota(perm.begin(), perm.end(), 0u);
+          uint64_t prng = o.seed * 977 + t.layer;
+          for (size_t k = perm.size() - 1; k > 0; --k) std::swap(perm[k], perm[splitmix64(prng) % (k + 1)]);
+        }
+        for (uint64_t r = 0; r < nr; ++r) {
+          for (uint64_t c = 0; c < ne0; ++c) {
+            float x = t.role == Role::Norm ? 1.0f : gauss(rng) * std_dev;
+            // Embeddings at the scale of what the blocks add to the residual stream (norm ~sqrt(n_embd)):
+            // at a smaller scale, attention's average over positions and the experts' outputs
+            // swamp each token's own direction and every token routes alike.
+            if (t.role == Role::Embedding) x = (x + 0.5f * dir[c]) * std::sqrt(float(n_embd));  // cosine ~0.45 with dir
+            // The routed hidden state has norm sqrt(n_embd) and leans on `dir` (cosine ~0.5), and
+            // the noise part of a router logit has std ~1: expert of rank r gets about
+            // +kRouterSkew/(1+r) std, a Zipf(1) popularity that still routes to most experts.
+            if (t.role == Role::Router) x += 2.0f * kRouterSkew / std::sqrt(float(n_embd)) * dir[c] / float(1 + perm[r0 + r]);
+            row[c] = x;
+          }
+          quantize_row(type, {row.data(), ne0}, buf.data() + r * rb);
+        }
+      }
+      EXPERTD_TRY(pwrite_full(fd->get(), buf.data(), buf.size(), w.tensor_offset(i) + r0 * rb, o.out_path));
+      written += buf.size();
+      progress.update(written);
+    }
+  }
+  if (::ftruncate(fd->get(), static_cast<off_t>(w.file_bytes())) != 0) return errno_error("truncate " + o.out_path);
+  progress.update(w.file_bytes());
+  if (::rename((o.out_path + ".tmp").c_str(), o.out_path.c_str()) != 0) return errno_error("rename to " + o.out_path);
+  guard.p.clear();
+  return w.file_bytes();
+}
+
+}  // namespace engine
