@@ -61,7 +61,8 @@ class CudaOps final : public Ops {
       if ((expert && !experts) || (t.data == m.tok_embd.data && m.output.data != m.tok_embd.data)) continue;
       if (placed_.count(t.data)) continue;
       if (!kernels::cuda::weight_type_supported(t.type))
-        return make_error("weight type " + std::to_string(t.type) + " is not supported on the GPU");
+        return make_error(std::string("weight type ") + (kernels::type_traits(t.type) ? kernels::type_traits(t.type)->name : "?") +
+                          " is not supported on the GPU (" + kernels::cuda_type_names() + ")");
       void* p = nullptr;
       if (auto e = cudaMalloc(&p, std::max<size_t>(t.bytes(), 1)); e != cudaSuccess) return make_error(cuda_error("cudaMalloc", e));
       allocs_.push_back(p);

@@ -179,7 +179,9 @@ expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(const M
       if (!shape_ok)
         return make_error(std::string("expertd's ") + r + " projection of layer " + std::to_string(il) + " has another shape than the model's");
       if (!kernels::weight_type_supported(role->ggml_type))
-        return make_error(std::string("layer ") + std::to_string(il) + " " + r + ": unsupported type " + std::to_string(role->ggml_type));
+        return make_error(std::string("expertd's ") + r + " projection of layer " + std::to_string(il) + " has type " +
+                          (kernels::type_traits(role->ggml_type) ? kernels::type_traits(role->ggml_type)->name : "?") +
+                          ", which the engine does not support (" + kernels::supported_type_names() + ")");
     }
     if (moe->expert_biases)  // gpt-oss experts carry biases
       for (const char* r : {"gate_bias", "up_bias", "down_bias"}) {

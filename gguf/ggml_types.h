@@ -1,10 +1,12 @@
-// The ggml tensor types a GGUF file may hold: id, name, block size and bytes per block.
-// Values match ggml.h (GGML_TYPE_*); ids with no entry are rejected as unknown.
+// The ggml tensor types a GGUF file may hold. Values match ggml.h (GGML_TYPE_*); ids with no entry
+// in the weight-type table are rejected as unknown.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string_view>
+
+#include "kernels/types.h"
 
 namespace gguf {
 
@@ -16,15 +18,10 @@ enum class GgmlType : uint32_t {
   TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
 };
 
-struct TypeTraits {
-  GgmlType type;
-  std::string_view name;
-  uint32_t block_elems;  // elements per block
-  uint32_t block_bytes;  // bytes per block
-};
-
+// The layout part of the kernels' weight-type table (kernels/types.h): id, name, block size and bytes.
+using TypeTraits = kernels::TypeTraits;
 // nullptr for an id ggml does not define (or that this build does not know).
-const TypeTraits* type_traits(uint32_t id);
+inline const TypeTraits* type_traits(uint32_t id) { return kernels::type_traits(id); }
 std::optional<GgmlType> type_from_name(std::string_view name);  // "Q4_K", "q4_k", ...
 
 // Bytes of one row of `elems` elements; nullopt when elems is not a whole number of blocks.

@@ -190,7 +190,7 @@ void parse_shard(Shard& s, uint32_t shard_index, uint32_t& version, std::vector<
     const TypeTraits* tr = type_traits(type_id);
     if (!tr) throw ParseError{"tensor " + t.name + ": unknown ggml type " +
                               std::to_string(type_id)};
-    t.type = tr->type;
+    t.type = static_cast<GgmlType>(tr->id);
     auto rb = row_bytes(t.type, t.ne[0]);
     if (!rb) throw ParseError{"tensor " + t.name + ": row length " + std::to_string(t.ne[0]) +
                               " is not a multiple of the " + std::string(tr->name) +

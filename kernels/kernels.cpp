@@ -7,15 +7,9 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/backend_decls.h"
-#include "kernels/fp16.h"
+#include "kernels/isa.h"
 
 namespace kernels {
-
-#define KERNELS_CALL(be, fn, ...)                     \
-  ((be) == Backend::Avx512 ? avx512::fn(__VA_ARGS__)  \
-   : (be) == Backend::Avx2 ? avx2::fn(__VA_ARGS__)    \
-                           : scalar::fn(__VA_ARGS__))
 
 Backend best_backend() {
   static const Backend b = [] {
@@ -42,161 +36,48 @@ const char* backend_name(Backend b) {
 }
 
 bool weight_type_supported(uint32_t t) {
-  return t == F32 || t == F16 || t == BF16 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q5_K || t == Q6_K ||
-         t == MXFP4;
+  const TypeTraits* tr = type_traits(t);
+  return tr && tr->dot[0];
 }
 
-const char* supported_type_names() { return "F32, F16, BF16, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4"; }
-
-uint32_t vec_dot_type(uint32_t w) {
-  switch (w) {
-    case Q5_0: case Q8_0: case MXFP4: return Q8_0;
-    case Q4_K: case Q5_K: case Q6_K: return Q8_K;
-    default: return w;  // F32, F16, BF16: same type
-  }
-}
+uint32_t vec_dot_type(uint32_t w) { return type_traits(w)->vec_dot_type; }
 
 size_t row_size(uint32_t t, int64_t n) {
-  switch (t) {
-    case F32: return 4 * n;
-    case F16: case BF16: return 2 * n;
-    case Q8_0: return n / kQK8_0 * sizeof(BlockQ8_0);
-    case Q5_0: return n / kQK8_0 * sizeof(BlockQ5_0);
-    case MXFP4: return n / kQK8_0 * sizeof(BlockMxfp4);
-    case Q4_K: return n / kQK_K * sizeof(BlockQ4K);
-    case Q5_K: return n / kQK_K * sizeof(BlockQ5K);
-    case Q6_K: return n / kQK_K * sizeof(BlockQ6K);
-    case Q8_K: return n / kQK_K * sizeof(BlockQ8K);
-    default: return 0;
-  }
+  const TypeTraits* tr = type_traits(t);
+  return tr ? static_cast<size_t>(n / tr->block_elems * tr->block_bytes) : 0;
 }
 
 void dequantize_row(uint32_t type, const void* src, float* y, int64_t n) {
-  switch (type) {
-    case F32: std::memcpy(y, src, 4 * n); return;
-    case F16: {
-      auto* s = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(s[i]);
-      return;
-    }
-    case BF16: {
-      auto* s = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(s[i]);
-      return;
-    }
-    case Q8_0: {
-      auto* b = static_cast<const BlockQ8_0*>(src);
-      for (int64_t i = 0; i < n / kQK8_0; ++i)
-        for (int j = 0; j < kQK8_0; ++j) y[i * kQK8_0 + j] = fp16_to_fp32(b[i].d) * b[i].qs[j];
-      return;
-    }
-    case Q5_0: {
-      auto* b = static_cast<const BlockQ5_0*>(src);
-      for (int64_t i = 0; i < n / kQK8_0; ++i) {
-        uint32_t qh;
-        std::memcpy(&qh, b[i].qh, 4);
-        const float d = fp16_to_fp32(b[i].d);
-        for (int j = 0; j < kQK8_0 / 2; ++j) {
-          y[i * kQK8_0 + j] = d * (static_cast<int>((b[i].qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
-          y[i * kQK8_0 + j + 16] = d * (static_cast<int>((b[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
-        }
-      }
-      return;
-    }
-    case MXFP4: {
-      auto* b = static_cast<const BlockMxfp4*>(src);
-      for (int64_t i = 0; i < n / kQK8_0; ++i) {
-        const float d = std::ldexp(1.0f, int(b[i].e) - 128);
-        for (int j = 0; j < 16; ++j) {
-          y[i * kQK8_0 + j] = d * kMxfp4Doubled[b[i].qs[j] & 0xF];
-          y[i * kQK8_0 + j + 16] = d * kMxfp4Doubled[b[i].qs[j] >> 4];
-        }
-      }
-      return;
-    }
-    case Q4_K: case Q5_K: {
-      for (int64_t i = 0; i < n / kQK_K; ++i) {
-        const uint8_t *scales, *ql, *qh = nullptr;
-        uint16_t hd, hm;
-        if (type == Q4_K) {
-          auto& b = static_cast<const BlockQ4K*>(src)[i];
-          scales = b.scales, ql = b.qs, hd = b.d, hm = b.dmin;
-        } else {
-          auto& b = static_cast<const BlockQ5K*>(src)[i];
-          scales = b.scales, ql = b.qs, qh = b.qh, hd = b.d, hm = b.dmin;
-        }
-        const float d = fp16_to_fp32(hd), dmin = fp16_to_fp32(hm);
-        uint8_t u1 = 1, u2 = 2;
-        for (int j = 0; j < 8; j += 2) {
-          uint8_t sc[2], m[2];
-          for (int k = 0; k < 2; ++k) {
-            int jj = j + k;
-            if (jj < 4) sc[k] = scales[jj] & 63, m[k] = scales[jj + 4] & 63;
-            else sc[k] = (scales[jj + 4] & 0xF) | ((scales[jj - 4] >> 6) << 4), m[k] = (scales[jj + 4] >> 4) | ((scales[jj] >> 6) << 4);
-          }
-          for (int l = 0; l < 32; ++l) {
-            int lo = ql[l] & 0xF, hi = ql[l] >> 4;
-            if (qh) lo += (qh[l] & u1) ? 16 : 0, hi += (qh[l] & u2) ? 16 : 0;
-            y[i * kQK_K + j * 32 + l] = d * sc[0] * lo - dmin * m[0];
-            y[i * kQK_K + j * 32 + 32 + l] = d * sc[1] * hi - dmin * m[1];
-          }
-          ql += 32;
-          u1 <<= 2;
-          u2 <<= 2;
-        }
-      }
-      return;
-    }
-    case Q6_K: {
-      for (int64_t i = 0; i < n / kQK_K; ++i) {
-        auto& b = static_cast<const BlockQ6K*>(src)[i];
-        const float d = fp16_to_fp32(b.d);
-        const uint8_t* ql = b.ql;
-        const uint8_t* qh = b.qh;
-        const int8_t* sc = b.scales;
-        float* out = y + i * kQK_K;
-        for (int half = 0; half < 2; ++half) {
-          for (int l = 0; l < 32; ++l) {
-            int is = l / 16;
-            out[l] = d * sc[is] * (((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-            out[l + 32] = d * sc[is + 2] * (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-            out[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-            out[l + 96] = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-          }
-          out += 128, ql += 64, qh += 32, sc += 8;
-        }
-      }
-      return;
-    }
-    default: assert(!"dequantize_row: unsupported type");
-  }
+  const TypeTraits* tr = type_traits(type);
+  assert(tr && tr->dequantize);
+  tr->dequantize(src, y, n);
+}
+
+// The table's function for this backend, or the next lower backend's.
+template <class Fn>
+static Fn pick(const Fn (&per_backend)[kBackends], Backend be) {
+  for (int b = static_cast<int>(be); b >= 0; --b)
+    if (per_backend[b]) return per_backend[b];
+  return nullptr;
 }
 
 void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n, Backend be) {
-  switch (vec_dot_type(wtype)) {
-    case F32: std::memcpy(dst, x, 4 * n); return;
-    case F16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(x[i]);
-      return;
-    }
-    case BF16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(x[i]);
-      return;
-    }
-    case Q8_0: return KERNELS_CALL(be, quantize_q8_0, x, static_cast<BlockQ8_0*>(dst), n);
-    case Q8_K: return KERNELS_CALL(be, quantize_q8_k, x, static_cast<BlockQ8K*>(dst), n);
-    default: assert(!"quantize_activations: unsupported type");
-  }
+  const TypeTraits* tr = type_traits(vec_dot_type(wtype));
+  assert(tr && tr->quantize[0]);
+  pick(tr->quantize, be)(x, dst, n);
 }
 
+static DotFn dot_fn(const TypeTraits& tr, Backend be) { return pick(tr.dot, be); }
+
 float dot(uint32_t wtype, const void* w, const void* x, int64_t n, Backend be) {
-  return KERNELS_CALL(be, dot, wtype, w, x, n);
+  return dot_fn(*type_traits(wtype), be)(w, x, n);
 }
 
 void dot_tile(uint32_t wtype, const void* w, const void* const* xs, int n_tok, int64_t n, float* out, Backend be) {
-  KERNELS_CALL(be, dot_tile, wtype, w, xs, n_tok, n, out);
+  const TypeTraits& tr = *type_traits(wtype);
+  if (TileFn tile = tr.tile[static_cast<int>(be)]) return tile(w, xs, n_tok, n, out);
+  const DotFn d = dot_fn(tr, be);
+  for (int t = 0; t < n_tok; ++t) out[t] = d(w, xs[t], n);
 }
 
 Scratch::~Scratch() { std::free(data); }
@@ -257,13 +138,18 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backen
   else body(0, first[n_jobs]);
 }
 
-float dot_f32(const float* a, const float* b, int64_t n, Backend be) { return KERNELS_CALL(be, dot_f32, a, b, n); }
+// Float ops: the AVX-512 build has no bodies of its own for these; it runs AVX2's.
+float dot_f32(const float* a, const float* b, int64_t n, Backend be) {
+  return be == Backend::Scalar ? ref::dot_f32(a, b, n) : avx2::dot_f32(a, b, n);
+}
 
-void axpy(float a, const float* x, float* y, int64_t n, Backend be) { KERNELS_CALL(be, axpy, a, x, y, n); }
+void axpy(float a, const float* x, float* y, int64_t n, Backend be) {
+  be == Backend::Scalar ? ref::axpy(a, x, y, n) : avx2::axpy(a, x, y, n);
+}
 
 void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride, int64_t v_stride,
             int64_t dk, int64_t dv, float scale, float sink, float* s, float* out, Backend be) {
-  KERNELS_CALL(be, attend, q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s, out);
+  (be == Backend::Scalar ? ref::attend : avx2::attend)(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s, out);
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {

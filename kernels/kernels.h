@@ -1,6 +1,7 @@
-// CPU kernels for MoE inference. Weight types use GGML's ids. Every op has a scalar reference
-// (the source of truth, always built) and AVX2 and AVX-512 VNNI builds of the same code; the best
-// the CPU runs is chosen at run time (EXPERTD_KERNELS=avx2|scalar lowers the choice).
+// CPU kernels for MoE inference. Weight types use GGML's ids and are rows of one table
+// (kernels/types.h). Every op has a scalar reference (ref.cpp, the source of truth) and AVX2 and
+// AVX-512 VNNI bodies where they pay (avx2.cpp, avx512.cpp); the best the CPU runs is chosen at
+// run time (EXPERTD_KERNELS=avx2|scalar lowers the choice).
 // Before a quantized matmul the activations are quantized the way llama.cpp's CPU path does
 // (F16 for F16 weights, BF16 for BF16, Q8_0 blocks for Q8_0, Q8_K blocks for K-quants).
 #pragma once
@@ -9,19 +10,16 @@
 #include <cstdint>
 
 #include "kernels/thread_pool.h"
+#include "kernels/types.h"
 
 namespace kernels {
 
-enum Type : uint32_t { F32 = 0, F16 = 1, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30, MXFP4 = 39 };
-
 inline constexpr int kMaxTile = 4;  // tokens per weight-row pass in a matmul
 
-enum class Backend { Scalar, Avx2, Avx512 };  // Avx512: F, BW, VL and VNNI
 Backend best_backend();            // what this CPU runs
 const char* backend_name(Backend b);
 
-bool weight_type_supported(uint32_t type);
-const char* supported_type_names();  // "F32, F16, ..." for error messages
+bool weight_type_supported(uint32_t type);  // the kernels run it (its table row has dots)
 uint32_t vec_dot_type(uint32_t wtype);   // activation type for dots with `wtype`
 size_t row_size(uint32_t type, int64_t n);  // bytes of n elements (n a multiple of the block)
 

@@ -1,8 +1,15 @@
-// GGML quantization block layouts, declared once for every backend (host and, later, device).
+// GGML quantization block layouts, declared once for every backend (host and device).
 // Sizes are static_asserted to ggml's (ggml-common.h); bytes in a GGUF map onto these directly.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+
+#ifdef __CUDACC__
+#define KERNELS_HD __host__ __device__
+#else
+#define KERNELS_HD
+#endif
 
 namespace kernels {
 
@@ -67,5 +74,29 @@ struct BlockQ8K {
   int16_t bsums[kQK_K / 16];
 };
 static_assert(sizeof(BlockQ8K) == 292);
+
+// Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
+KERNELS_HD inline void k4_scale_min(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// All eight at once (the SIMD dots): sm[0..8) scales, sm[8..16) mins.
+inline void k_scales_mins(const uint8_t* scales, uint8_t* sm) {
+  uint32_t u[4];
+  std::memcpy(u, scales, 12);
+  const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+  const uint32_t m_lo = u[1] & k1;
+  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+  u[2] = m_lo;
+  u[0] &= k1;
+  std::memcpy(sm, u, 16);
+}
 
 }  // namespace kernels

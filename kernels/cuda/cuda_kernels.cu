@@ -23,8 +23,10 @@
 namespace kernels::cuda {
 namespace {
 
+// The types the kernels below instantiate (kernels/types.h ids; the table's `cuda` marks them).
 enum : uint32_t {
-  kF32 = 0, kF16 = 1, kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30, kMXFP4 = 39
+  kF32 = kernels::F32, kF16 = kernels::F16, kQ5_0 = kernels::Q5_0, kQ8_0 = kernels::Q8_0, kQ4_K = kernels::Q4_K,
+  kQ5_K = kernels::Q5_K, kQ6_K = kernels::Q6_K, kBF16 = kernels::BF16, kMXFP4 = kernels::MXFP4
 };
 
 // The dequantization below is compiled for the device and the host (dequantize_row_host).
@@ -48,14 +50,10 @@ HD float bf2f(uint16_t h) {
 #endif
 }
 
-HD void k4_scale_min(int j, const uint8_t* q, float* d, float* m) {
-  if (j < 4) {
-    *d = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
+HD void k4_scale_min(int j, const uint8_t* q, float* d, float* m) {  // kernels::k4_scale_min, as floats
+  uint8_t sc, mn;
+  kernels::k4_scale_min(j, q, &sc, &mn);
+  *d = sc, *m = mn;
 }
 
 // The 32 weights of chunk c (elements 32c .. 32c + 31) of a row, dequantized.
@@ -373,8 +371,8 @@ unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + 
 }  // namespace
 
 bool weight_type_supported(uint32_t t) {
-  return t == kF32 || t == kF16 || t == kBF16 || t == kQ5_0 || t == kQ8_0 || t == kQ4_K || t == kQ5_K || t == kQ6_K ||
-         t == kMXFP4;
+  const kernels::TypeTraits* tr = kernels::type_traits(t);
+  return tr && tr->cuda;
 }
 
 bool dequantize_row_host(uint32_t type, const void* row, float* y, int64_t n) {

@@ -1,0 +1,73 @@
+// The kernel bodies of each instruction set (internal to kernels/): the scalar reference
+// (ref.cpp), AVX2 (avx2.cpp) and AVX-512 VNNI (avx512.cpp). The weight-type table
+// (types.cpp) points at them; an instruction set without a body for a type runs the next
+// lower one's (AVX-512 -> AVX2 -> reference).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/quant_blocks.h"
+
+namespace kernels {
+
+namespace ref {
+void dequantize_f32(const float* x, float* y, int64_t n);
+void dequantize_f16(const uint16_t* x, float* y, int64_t n);
+void dequantize_bf16(const uint16_t* x, float* y, int64_t n);
+void dequantize_q8_0(const BlockQ8_0* x, float* y, int64_t n);
+void dequantize_q5_0(const BlockQ5_0* x, float* y, int64_t n);
+void dequantize_mxfp4(const BlockMxfp4* x, float* y, int64_t n);
+void dequantize_q4_k(const BlockQ4K* x, float* y, int64_t n);
+void dequantize_q5_k(const BlockQ5K* x, float* y, int64_t n);
+void dequantize_q6_k(const BlockQ6K* x, float* y, int64_t n);
+void quantize_f32(const float* x, float* y, int64_t n);
+void quantize_f16(const float* x, uint16_t* y, int64_t n);
+void quantize_bf16(const float* x, uint16_t* y, int64_t n);
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
+void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n);
+float dot_f32(const float* a, const float* b, int64_t n);
+void axpy(float a, const float* x, float* y, int64_t n);
+void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride, int64_t v_stride,
+            int64_t dk, int64_t dv, float scale, float sink, float* s, float* out);
+float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
+float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);
+float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);
+float dot_q5_0(const BlockQ5_0* x, const BlockQ8_0* y, int64_t n);
+float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n);
+float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n);
+float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n);
+float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n);
+}  // namespace ref
+
+namespace avx2 {
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
+void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n);
+float dot_f32(const float* a, const float* b, int64_t n);
+void axpy(float a, const float* x, float* y, int64_t n);
+void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride, int64_t v_stride,
+            int64_t dk, int64_t dv, float scale, float sink, float* s, float* out);
+float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
+float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);
+float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);
+float dot_q5_0(const BlockQ5_0* x, const BlockQ8_0* y, int64_t n);
+float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n);
+float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n);
+float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n);
+float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n);
+}  // namespace avx2
+
+namespace avx512 {
+float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);
+float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n);
+float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n);
+float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n);
+float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n);
+// One weight row against n_tok (1..kMaxTile) activation rows.
+void tile_q8_0(const BlockQ8_0* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
+void tile_mxfp4(const BlockMxfp4* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
+void tile_q4_k(const BlockQ4K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_q5_k(const BlockQ5K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_q6_k(const BlockQ6K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+}  // namespace avx512
+
+}  // namespace kernels
