@@ -17,10 +17,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <cmath>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -40,7 +40,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double secs(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 std::string self_dir() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -57,7 +59,8 @@ std::string self_dir() {
 struct DaemonProc {
   pid_t pid = -1;
   std::string socket;
-  DaemonProc(const std::string& manifest, std::string sock, std::vector<std::string> flags) : socket(std::move(sock)) {
+  DaemonProc(const std::string& manifest, std::string sock, std::vector<std::string> flags)
+      : socket(std::move(sock)) {
 #ifdef EXPERTD_CUDA_EMULATION
     std::string exe = self_dir() + "/../daemon/expertd_emu";  // the build against tests/cuda_emu
 #else
@@ -65,8 +68,9 @@ struct DaemonProc {
 #endif
     pid = ::fork();
     if (pid == 0) {
-      std::vector<std::string> args = {exe, "--manifest", manifest, "--socket", socket, "--config", "/dev/null",
-                                       "--log-level", "warn", "--lock-memory", "false"};
+      std::vector<std::string> args = {exe,    "--manifest",    manifest,    "--socket",
+                                       socket, "--config",      "/dev/null", "--log-level",
+                                       "warn", "--lock-memory", "false"};
       args.insert(args.end(), flags.begin(), flags.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
@@ -97,7 +101,8 @@ double metric(client::Client& c, const std::string& name) {
 }
 
 // Raw baseline: random blocks read with O_DIRECT through io_uring at queue depth qd.
-double raw_read_gbps(const pack::Manifest& m, const std::string& path, uint32_t qd, double seconds, uint64_t seed) {
+double raw_read_gbps(const pack::Manifest& m, const std::string& path, uint32_t qd, double seconds,
+                     uint64_t seed) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0) die("open " + path);
   io_uring ring;
@@ -107,9 +112,11 @@ double raw_read_gbps(const pack::Manifest& m, const std::string& path, uint32_t 
   for (uint32_t i = 0; i < qd; ++i) bufs.emplace_back(slot);
   std::mt19937_64 rng(seed);
   auto submit = [&](uint32_t i) {
-    uint32_t l = static_cast<uint32_t>(rng() % m.layers.size()), e = static_cast<uint32_t>(rng() % m.n_experts);
+    uint32_t l = static_cast<uint32_t>(rng() % m.layers.size()),
+             e = static_cast<uint32_t>(rng() % m.n_experts);
     io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-    io_uring_prep_read(sqe, fd, bufs[i].data(), static_cast<unsigned>(m.layers[l].stride), m.offset(l, e));
+    io_uring_prep_read(sqe, fd, bufs[i].data(), static_cast<unsigned>(m.layers[l].stride),
+                       m.offset(l, e));
     io_uring_sqe_set_data64(sqe, i);
   };
   for (uint32_t i = 0; i < qd; ++i) submit(i);
@@ -132,21 +139,25 @@ double raw_read_gbps(const pack::Manifest& m, const std::string& path, uint32_t 
   return bytes / s / 1e9;
 }
 
-int bench_io(const std::string& manifest_path, uint32_t qd, uint32_t clients, double seconds, const std::string& backend) {
+int bench_io(const std::string& manifest_path, uint32_t qd, uint32_t clients, double seconds,
+             const std::string& backend) {
   auto m = pack::load_manifest(manifest_path);
   if (!m) die(m.error().message);
   std::string pack_path = pack::manifest_dir(manifest_path) + "/" + m->pack_file;
   uint32_t per = std::max(1u, qd / clients);
-  std::printf("pack %s: %zu layers x %u experts, stride %llu KiB, %.2f GiB\n", pack_path.c_str(), m->layers.size(),
-              m->n_experts, (unsigned long long)(m->slot_bytes() >> 10), m->pack_bytes / 1073741824.0);
+  std::printf("pack %s: %zu layers x %u experts, stride %llu KiB, %.2f GiB\n", pack_path.c_str(),
+              m->layers.size(), m->n_experts, (unsigned long long)(m->slot_bytes() >> 10),
+              m->pack_bytes / 1073741824.0);
   double raw = raw_read_gbps(*m, pack_path, qd, seconds, 1);
-  std::printf("raw io_uring O_DIRECT, qd %u: %.3f GB/s (%.0f blocks/s)\n", qd, raw, raw * 1e9 / m->slot_bytes());
+  std::printf("raw io_uring O_DIRECT, qd %u: %.3f GB/s (%.0f blocks/s)\n", qd, raw,
+              raw * 1e9 / m->slot_bytes());
   // expertd with a cache of exactly one working set per client: nearly every acquire misses.
   std::string sock = "/tmp/expert-bench-io.sock";
-  DaemonProc d(manifest_path, sock, {"--cache-slots", std::to_string((clients + 1) * per), "--clients-max", std::to_string(clients + 1),
-                                     "--max-experts-per-request", std::to_string(per), "--queue-depth", std::to_string(qd),
-                                     "--policy", "lru", "--reserve-mib", "256", "--backend", backend,
-                                     "--stage-slots", std::to_string(std::min(qd, 1024u))});
+  DaemonProc d(manifest_path, sock,
+               {"--cache-slots", std::to_string((clients + 1) * per), "--clients-max",
+                std::to_string(clients + 1), "--max-experts-per-request", std::to_string(per),
+                "--queue-depth", std::to_string(qd), "--policy", "lru", "--reserve-mib", "256",
+                "--backend", backend, "--stage-slots", std::to_string(std::min(qd, 1024u))});
   auto admin = client::Client::connect(sock);
   if (!admin) die(admin.error().message);
   std::atomic<bool> stop{false};
@@ -177,10 +188,13 @@ int bench_io(const std::string& manifest_path, uint32_t qd, uint32_t clients, do
   double s = secs(t0, Clock::now());
   double bytes = metric(**admin, "pack_read_bytes") - start_bytes;
   double served = bytes / s / 1e9;
-  std::printf("expertd (%s arena), %u clients x %u experts, qd %u: %.3f GB/s (%.0f misses/s), hit rate %.3f, io_errors %.0f, "
-              "read p50 %.0f us p99 %.0f us\n",
-              backend.c_str(), clients, per, qd, served, bytes / s / m->slot_bytes(), metric(**admin, "hit_rate"),
-              metric(**admin, "io_errors"), metric(**admin, "read_latency_us_p50"), metric(**admin, "read_latency_us_p99"));
+  std::printf(
+      "expertd (%s arena), %u clients x %u experts, qd %u: %.3f GB/s (%.0f misses/s), hit rate "
+      "%.3f, io_errors %.0f, "
+      "read p50 %.0f us p99 %.0f us\n",
+      backend.c_str(), clients, per, qd, served, bytes / s / m->slot_bytes(),
+      metric(**admin, "hit_rate"), metric(**admin, "io_errors"),
+      metric(**admin, "read_latency_us_p50"), metric(**admin, "read_latency_us_p99"));
   std::printf("ratio=%.3f\n", served / raw);
   return 0;
 }
@@ -210,8 +224,9 @@ int bench_rtt(const std::string& manifest_path, uint32_t iters) {
   ::close(sv[0]);
   ::close(sv[1]);
   std::string sock = "/tmp/expert-bench-rtt.sock";
-  DaemonProc d(manifest_path, sock, {"--cache-slots", "64", "--clients-max", "2", "--max-experts-per-request", "8",
-                                     "--reserve-mib", "256"});
+  DaemonProc d(manifest_path, sock,
+               {"--cache-slots", "64", "--clients-max", "2", "--max-experts-per-request", "8",
+                "--reserve-mib", "256"});
   auto c = client::Client::connect(sock);
   if (!c) die(c.error().message);
   std::vector<uint32_t> one{0};
@@ -226,8 +241,10 @@ int bench_rtt(const std::string& manifest_path, uint32_t iters) {
     if (!(*c)->release(*l)) die("release failed");
     rtt.push_back(secs(t, Clock::now()) * 1e6);
   }
-  std::printf("unix socket ping-pong (64 B): p50 %.1f us  p99 %.1f us\n", pct(base, 50), pct(base, 99));
-  std::printf("expertd acquire+release (hit): p50 %.1f us  p99 %.1f us\n", pct(rtt, 50), pct(rtt, 99));
+  std::printf("unix socket ping-pong (64 B): p50 %.1f us  p99 %.1f us\n", pct(base, 50),
+              pct(base, 99));
+  std::printf("expertd acquire+release (hit): p50 %.1f us  p99 %.1f us\n", pct(rtt, 50),
+              pct(rtt, 99));
   std::printf("ratio=%.2f\n", pct(rtt, 50) / pct(base, 50));
   return 0;
 }
@@ -273,8 +290,10 @@ int bench_build(const std::string& model, const std::string& out_dir) {
   auto rep = pack::build_pack(o);
   if (!rep) die(rep.error().message);
   double build_s = secs(t0, Clock::now());
-  std::printf("source %.2f GiB\nsequential copy: %.2f s, %.0f MiB/s\nexpert-pack build: %.2f s, %.0f MiB/s (pack + core)\n",
-              size / 1073741824.0, copy_s, size / 1048576.0 / copy_s, build_s, size / 1048576.0 / build_s);
+  std::printf(
+      "source %.2f GiB\nsequential copy: %.2f s, %.0f MiB/s\nexpert-pack build: %.2f s, %.0f MiB/s "
+      "(pack + core)\n",
+      size / 1073741824.0, copy_s, size / 1048576.0 / copy_s, build_s, size / 1048576.0 / build_s);
   std::printf("ratio=%.3f\n", copy_s / build_s);
   return 0;
 }
@@ -294,11 +313,13 @@ uint64_t status_kb(pid_t pid, const std::string& key) {
   return 0;
 }
 
-int bench_mem(const std::string& manifest_path, const std::string& model, const std::string& out_dir) {
+int bench_mem(const std::string& manifest_path, const std::string& model,
+              const std::string& out_dir) {
   std::string sock = "/tmp/expert-bench-mem.sock";
   uint64_t beyond_kb = 0;
   {
-    DaemonProc d(manifest_path, sock, {"--cache-mib", "512", "--clients-max", "9", "--reserve-mib", "256"});
+    DaemonProc d(manifest_path, sock,
+                 {"--cache-mib", "512", "--clients-max", "9", "--reserve-mib", "256"});
     std::vector<std::unique_ptr<client::Client>> cs;
     for (int i = 0; i < 8; ++i) {
       auto c = client::Client::connect(sock);
@@ -308,16 +329,19 @@ int bench_mem(const std::string& manifest_path, const std::string& model, const 
     auto m = pack::load_manifest(manifest_path);
     for (uint32_t k = 0; k < 8; ++k) {  // every client uses a working set
       std::vector<uint32_t> ids;
-      for (uint32_t i = 0; i < std::min(8u, m->n_experts); ++i) ids.push_back((k * 8 + i) % m->n_experts);
+      for (uint32_t i = 0; i < std::min(8u, m->n_experts); ++i)
+        ids.push_back((k * 8 + i) % m->n_experts);
       auto l = cs[k]->acquire(k % m->layers.size(), ids);
       if (!l || !cs[k]->wait_ready(*l)) die("acquire failed");
       if (!cs[k]->release(*l)) die("release failed");
     }
     uint64_t rss = status_kb(d.pid, "VmRSS"), shmem = status_kb(d.pid, "RssShmem");
     beyond_kb = rss - shmem;
-    std::printf("expertd with 8 clients: VmRSS %llu KiB, of which arena (RssShmem) %llu KiB, beyond the arena %.1f MiB "
-                "(target < 64 MiB)\n",
-                (unsigned long long)rss, (unsigned long long)shmem, beyond_kb / 1024.0);
+    std::printf(
+        "expertd with 8 clients: VmRSS %llu KiB, of which arena (RssShmem) %llu KiB, beyond the "
+        "arena %.1f MiB "
+        "(target < 64 MiB)\n",
+        (unsigned long long)rss, (unsigned long long)shmem, beyond_kb / 1024.0);
   }
   double build_peak_mib = 0;
   auto cached_kb = [] {
@@ -336,7 +360,8 @@ int bench_mem(const std::string& manifest_path, const std::string& model, const 
     pid_t pid = ::fork();
     if (pid == 0) {
       std::string exe = self_dir() + "/../pack/expert-pack";
-      ::execl(exe.c_str(), "expert-pack", "-q", "build", model.c_str(), "--out", out_dir.c_str(), nullptr);
+      ::execl(exe.c_str(), "expert-pack", "-q", "build", model.c_str(), "--out", out_dir.c_str(),
+              nullptr);
       ::_exit(127);
     }
     int st;
@@ -344,9 +369,12 @@ int bench_mem(const std::string& manifest_path, const std::string& model, const 
     ::wait4(pid, &st, 0, &ru);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("expert-pack build failed");
     build_peak_mib = ru.ru_maxrss / 1024.0;
-    std::printf("expert-pack build peak RSS: %.1f MiB (target < 1024 MiB); page cache grew by %.1f MiB for a %.1f MiB "
-                "source\n", build_peak_mib, (double(cached_kb()) - double(cached_before)) / 1024.0,
-                double(std::filesystem::file_size(model)) / 1048576.0);
+    std::printf(
+        "expert-pack build peak RSS: %.1f MiB (target < 1024 MiB); page cache grew by %.1f MiB for "
+        "a %.1f MiB "
+        "source\n",
+        build_peak_mib, (double(cached_kb()) - double(cached_before)) / 1024.0,
+        double(std::filesystem::file_size(model)) / 1048576.0);
   }
   std::printf("ratio=%.3f\n", beyond_kb / 1024.0 / 64.0);
   return 0;
@@ -354,7 +382,8 @@ int bench_mem(const std::string& manifest_path, const std::string& model, const 
 
 // An engine's access pattern without an engine: per token and layer, top-k experts drawn from a
 // Zipf(s) popularity over a per-layer permutation, acquired, waited for, released.
-int bench_sim(const std::string& sock, uint32_t tokens, uint32_t top_k, double zipf_s, uint64_t seed) {
+int bench_sim(const std::string& sock, uint32_t tokens, uint32_t top_k, double zipf_s,
+              uint64_t seed) {
   auto c = client::Client::connect(sock);
   if (!c) die(c.error().message);
   const auto& info = (*c)->info();
@@ -369,7 +398,8 @@ int bench_sim(const std::string& sock, uint32_t tokens, uint32_t top_k, double z
   std::vector<double> w(E);
   for (uint32_t i = 0; i < E; ++i) w[i] = 1.0 / std::pow(i + 1.0, zipf_s);
   std::discrete_distribution<uint32_t> zipf(w.begin(), w.end());
-  double h0 = metric(**c, "cache_hits"), m0 = metric(**c, "cache_misses"), b0 = metric(**c, "pack_read_bytes");
+  double h0 = metric(**c, "cache_hits"), m0 = metric(**c, "cache_misses"),
+         b0 = metric(**c, "pack_read_bytes");
   auto t0 = Clock::now();
   for (uint32_t t = 0; t < tokens; ++t)
     for (uint32_t l = 0; l < L; ++l) {
@@ -386,9 +416,12 @@ int bench_sim(const std::string& sock, uint32_t tokens, uint32_t top_k, double z
   double s = secs(t0, Clock::now());
   double hits = metric(**c, "cache_hits") - h0, misses = metric(**c, "cache_misses") - m0;
   double bytes = metric(**c, "pack_read_bytes") - b0;
-  std::printf("%u tokens x %u layers x top-%u (Zipf %.2f): %.1f tokens/s, hit rate %.3f, %.1f misses/token, "
-              "%.2f MiB read/token\n", tokens, L, top_k, zipf_s, tokens / s, hits / (hits + misses), misses / tokens,
-              bytes / tokens / 1048576.0);
+  std::printf(
+      "%u tokens x %u layers x top-%u (Zipf %.2f): %.1f tokens/s, hit rate %.3f, %.1f "
+      "misses/token, "
+      "%.2f MiB read/token\n",
+      tokens, L, top_k, zipf_s, tokens / s, hits / (hits + misses), misses / tokens,
+      bytes / tokens / 1048576.0);
   std::printf("ratio=%.3f\n", hits / (hits + misses));
   return 0;
 }
@@ -400,9 +433,11 @@ int bench_policy(const std::string& path, const std::vector<double>& fractions) 
   if (!t) die(t.error().message);
   uint64_t accesses = 0;
   for (const auto& r : t->records) accesses += r.experts.size();
-  std::printf("trace %s: %zu acquires, %llu expert accesses, %u layers x %u experts\n", path.c_str(), t->records.size(),
-              (unsigned long long)accesses, t->n_layers, t->n_experts);
-  for (uint32_t l = 0; l < t->n_layers; ++l) {  // popularity: share of the layer's accesses per expert, sorted
+  std::printf("trace %s: %zu acquires, %llu expert accesses, %u layers x %u experts\n",
+              path.c_str(), t->records.size(), (unsigned long long)accesses, t->n_layers,
+              t->n_experts);
+  for (uint32_t l = 0; l < t->n_layers;
+       ++l) {  // popularity: share of the layer's accesses per expert, sorted
     std::vector<uint64_t> c(t->n_experts, 0);
     uint64_t total = 0;
     for (const auto& r : t->records)
@@ -417,14 +452,16 @@ int bench_policy(const std::string& path, const std::vector<double>& fractions) 
       if (i < t->n_experts / 10) top += c[i];
     }
     uint32_t unused = static_cast<uint32_t>(std::count(c.begin(), c.end(), 0));
-    std::printf("  | top 10%% of experts: %.1f%% of accesses, %u never used\n", 100.0 * top / total, unused);
+    std::printf("  | top 10%% of experts: %.1f%% of accesses, %u never used\n", 100.0 * top / total,
+                unused);
   }
   std::printf("\n%-8s", "cache");
   for (const char* p : {"lru", "lfu", "lfru", "belady"}) std::printf(" %8s", p);
   std::printf("\n");
   double last_ratio = 0;
   for (double f : fractions) {
-    uint32_t slots = std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(f * t->n_layers * t->n_experts)));
+    uint32_t slots =
+        std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(f * t->n_layers * t->n_experts)));
     std::printf("%5.0f%%  ", f * 100);
     double lfru = 0, opt = 0;
     for (const char* p : {"lru", "lfu", "lfru", "belady"}) {
@@ -466,8 +503,9 @@ int bench_h2d(uint64_t slot_kib, uint32_t slots, uint32_t stages, double seconds
     auto t0 = Clock::now();
     while (secs(t0, Clock::now()) < seconds) {
       for (int k = 0; k < 64; ++k, ++n)
-        check(cudaMemcpyAsync(static_cast<uint8_t*>(dev) + (n % slots) * slot, pinned[n % stages], slot,
-                              cudaMemcpyHostToDevice, st), "cudaMemcpyAsync");
+        check(cudaMemcpyAsync(static_cast<uint8_t*>(dev) + (n % slots) * slot, pinned[n % stages],
+                              slot, cudaMemcpyHostToDevice, st),
+              "cudaMemcpyAsync");
       check(cudaStreamSynchronize(st), "sync");
     }
     bare = n * slot / secs(t0, Clock::now()) / 1e9;
@@ -475,7 +513,8 @@ int bench_h2d(uint64_t slot_kib, uint32_t slots, uint32_t stages, double seconds
     for (auto p : pinned) cudaFreeHost(p);
     cudaFree(dev);
   }
-  std::printf("bare cudaMemcpyAsync from pinned memory, %llu KiB blocks: %.2f GB/s\n", (unsigned long long)slot_kib, bare);
+  std::printf("bare cudaMemcpyAsync from pinned memory, %llu KiB blocks: %.2f GB/s\n",
+              (unsigned long long)slot_kib, bare);
   daemon::CudaArenaOptions o;
   o.device = device;
   o.slot_bytes = slot;
@@ -497,9 +536,11 @@ int bench_h2d(uint64_t slot_kib, uint32_t slots, uint32_t stages, double seconds
   }
   check(cudaDeviceSynchronize(), "sync");
   double staged = n * slot / secs(t0, Clock::now()) / 1e9;
-  std::printf("cuda arena staging path (%u pinned buffers, event per slot) on %s: %.2f GB/s, %llu stage waits, %llu copy errors\n",
-              stages, info.c_str(), staged, (unsigned long long)(*arena)->stage_waits(),
-              (unsigned long long)((*arena)->copy_errors() + failed));
+  std::printf(
+      "cuda arena staging path (%u pinned buffers, event per slot) on %s: %.2f GB/s, %llu stage "
+      "waits, %llu copy errors\n",
+      stages, info.c_str(), staged, (unsigned long long)(*arena)->stage_waits(),
+      (unsigned long long)((*arena)->copy_errors() + failed));
   std::printf("ratio=%.3f\n", staged / bare);
   return 0;
 #else
@@ -514,45 +555,56 @@ int main(int argc, char** argv) {
   std::string manifest, model, out_dir = "/tmp";
   uint32_t qd = 64, clients = 16, iters = 20000;
   double seconds = 10;
-  auto* io = app.add_subcommand("io", "expertd random misses vs raw O_DIRECT io_uring reads (target >= 0.85)");
-  io->add_option("--manifest", manifest, "pack manifest (a Qwen3-30B-A3B-shaped synthetic pack)")->required();
+  auto* io = app.add_subcommand(
+      "io", "expertd random misses vs raw O_DIRECT io_uring reads (target >= 0.85)");
+  io->add_option("--manifest", manifest, "pack manifest (a Qwen3-30B-A3B-shaped synthetic pack)")
+      ->required();
   io->add_option("--queue-depth", qd, "reads in flight, both sides")->capture_default_str();
   io->add_option("--clients", clients, "engine clients")->capture_default_str();
   io->add_option("--seconds", seconds, "duration of each side")->capture_default_str();
   std::string backend = "host";
-  io->add_option("--backend", backend, "expertd's arena: host or cuda (misses delivered into VRAM)")->capture_default_str();
+  io->add_option("--backend", backend, "expertd's arena: host or cuda (misses delivered into VRAM)")
+      ->capture_default_str();
   uint64_t slot_kib = 2592;
   uint32_t h2d_slots = 256, stages = 8;
   int device = 0;
-  auto* h2d = app.add_subcommand("h2d", "cuda arena staging path vs bare pinned cudaMemcpyAsync (target >= 0.9; CUDA builds)");
-  h2d->add_option("--slot-kib", slot_kib, "bytes per copy (a Qwen3-30B-A3B Q4_K expert: 2592 KiB)")->capture_default_str();
+  auto* h2d = app.add_subcommand(
+      "h2d", "cuda arena staging path vs bare pinned cudaMemcpyAsync (target >= 0.9; CUDA builds)");
+  h2d->add_option("--slot-kib", slot_kib, "bytes per copy (a Qwen3-30B-A3B Q4_K expert: 2592 KiB)")
+      ->capture_default_str();
   h2d->add_option("--slots", h2d_slots, "VRAM slots cycled through")->capture_default_str();
   h2d->add_option("--stage-slots", stages, "pinned staging buffers")->capture_default_str();
   h2d->add_option("--seconds", seconds, "duration of each side")->capture_default_str();
   h2d->add_option("--device", device, "GPU ordinal")->capture_default_str();
-  auto* rtt = app.add_subcommand("rtt", "acquire+release of a cached expert vs a Unix-socket ping-pong (target <= 3)");
+  auto* rtt = app.add_subcommand(
+      "rtt", "acquire+release of a cached expert vs a Unix-socket ping-pong (target <= 3)");
   rtt->add_option("--manifest", manifest)->required();
   rtt->add_option("--iters", iters)->capture_default_str();
   auto* build = app.add_subcommand("build", "expert-pack build vs sequential copy (target >= 0.7)");
   build->add_option("--model", model, "MoE GGUF")->required();
   build->add_option("--out", out_dir, "scratch directory on the same drive")->capture_default_str();
-  auto* mem = app.add_subcommand("mem", "expertd memory beyond its arena with 8 clients; build peak RSS");
+  auto* mem =
+      app.add_subcommand("mem", "expertd memory beyond its arena with 8 clients; build peak RSS");
   mem->add_option("--manifest", manifest)->required();
   mem->add_option("--model", model, "also measure expert-pack build of this GGUF");
   mem->add_option("--out", out_dir)->capture_default_str();
   std::string sock;
   uint32_t tokens = 200, top_k = 8;
   double zipf_s = 1.0;
-  auto* sim = app.add_subcommand("sim", "an engine's access pattern against a running expertd; ratio = hit rate");
+  auto* sim = app.add_subcommand(
+      "sim", "an engine's access pattern against a running expertd; ratio = hit rate");
   sim->add_option("--socket", sock, "expertd socket")->required();
   sim->add_option("--tokens", tokens)->capture_default_str();
   sim->add_option("--top-k", top_k)->capture_default_str();
   sim->add_option("--zipf", zipf_s, "popularity skew")->capture_default_str();
   std::string trace_path;
   std::vector<double> fractions = {0.10, 0.25, 0.50};
-  auto* pol = app.add_subcommand("policy", "replay an expertd trace: popularity, hit rate per policy and Belady; ratio = lfru/belady");
+  auto* pol = app.add_subcommand(
+      "policy",
+      "replay an expertd trace: popularity, hit rate per policy and Belady; ratio = lfru/belady");
   pol->add_option("--trace", trace_path, "file written by expertd --trace-path")->required();
-  pol->add_option("--fractions", fractions, "cache sizes as fractions of all experts")->delimiter(',');
+  pol->add_option("--fractions", fractions, "cache sizes as fractions of all experts")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   if (pol->parsed()) return bench_policy(trace_path, fractions);
   if (sim->parsed()) return bench_sim(sock, tokens, top_k, zipf_s, 7);

@@ -49,7 +49,8 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
   if (c->fd_ < 0) return errno_error("socket");
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (socket_path.size() >= sizeof addr.sun_path) return make_error("socket path too long: " + socket_path);
+  if (socket_path.size() >= sizeof addr.sun_path)
+    return make_error("socket path too long: " + socket_path);
   std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
   if (::connect(c->fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return errno_error("connect to expertd at " + socket_path);
@@ -58,15 +59,18 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
   uint64_t rid = c->next_request_++;
   // A daemon that refuses us (too many clients) writes its Error and closes at once; our Hello
   // may then fail, but the Error is still there to read and names the cause.
-  Status sent = c->send(proto::make_frame(fbb, rid, wire::CreateHelloDirect(fbb, proto::kProtocolVersion, opts.name.c_str())));
+  Status sent = c->send(proto::make_frame(
+      fbb, rid, wire::CreateHelloDirect(fbb, proto::kProtocolVersion, opts.name.c_str())));
   pollfd p{c->fd_, POLLIN, 0};
   if (!sent) {
     std::vector<uint8_t> body;
     if (::poll(&p, 1, 1000) > 0 && proto::recv_frame(c->fd_, body, 1 << 20))
-      if (auto env = proto::verify_envelope(body); env && (*env)->msg_as_Error()) return make_error(error_text((*env)->msg_as_Error()));
+      if (auto env = proto::verify_envelope(body); env && (*env)->msg_as_Error())
+        return make_error(error_text((*env)->msg_as_Error()));
     return sent.error();
   }
-  if (::poll(&p, 1, opts.timeout_ms) <= 0) return make_error("expertd at " + socket_path + " did not answer Hello");
+  if (::poll(&p, 1, opts.timeout_ms) <= 0)
+    return make_error("expertd at " + socket_path + " did not answer Hello");
   std::vector<uint8_t> body;
   int arena_fd = -1;
   EXPERTD_TRY(proto::recv_frame(c->fd_, body, 64u << 20, &arena_fd));
@@ -87,20 +91,23 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
   i.slot_count = h->slot_count();
   i.arena_bytes = h->arena_bytes();
   i.max_experts_per_request = h->max_experts_per_request();
-  if (h->cuda_ipc_handle()) i.cuda_ipc_handle.assign(h->cuda_ipc_handle()->begin(), h->cuda_ipc_handle()->end());
-  if (h->cuda_event_handles()) i.cuda_event_handles.assign(h->cuda_event_handles()->begin(), h->cuda_event_handles()->end());
+  if (h->cuda_ipc_handle())
+    i.cuda_ipc_handle.assign(h->cuda_ipc_handle()->begin(), h->cuda_ipc_handle()->end());
+  if (h->cuda_event_handles())
+    i.cuda_event_handles.assign(h->cuda_event_handles()->begin(), h->cuda_event_handles()->end());
   if (h->cuda_pci_bus_id()) i.cuda_pci_bus_id = h->cuda_pci_bus_id()->str();
   if (h->layers())
     for (const auto* l : *h->layers()) {
       LayerView lv{l->model_layer(), l->stride(), {}};
       if (l->roles())
         for (const auto* r : *l->roles())
-          lv.roles.push_back({r->role() ? r->role()->str() : "", r->ggml_type(), r->ne0(), r->ne1(), r->offset(), r->bytes()});
+          lv.roles.push_back({r->role() ? r->role()->str() : "", r->ggml_type(), r->ne0(), r->ne1(),
+                              r->offset(), r->bytes()});
       i.layers.push_back(std::move(lv));
     }
   if (i.arena_kind == "host") {
     if (arena_fd < 0) return make_error("expertd did not pass the arena descriptor");
-    struct stat st{};
+    struct stat st {};
     if (::fstat(arena_fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < i.arena_bytes)
       return make_error("the arena descriptor is smaller than the announced arena");
     void* m = ::mmap(nullptr, i.arena_bytes, PROT_READ, MAP_SHARED, arena_fd, 0);
@@ -115,14 +122,17 @@ Client::~Client() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Status Client::send(const std::vector<uint8_t>& frame) { return proto::send_all(fd_, frame); }
+Status Client::send(const std::vector<uint8_t>& frame) {
+  return proto::send_all(fd_, frame);
+}
 
 Status Client::read_frame(std::vector<uint8_t>& body) {
   pollfd p{fd_, POLLIN, 0};
   int rc;
   do rc = ::poll(&p, 1, opts_.timeout_ms);
   while (rc < 0 && errno == EINTR);
-  if (rc == 0) return make_error("expertd did not answer within " + std::to_string(opts_.timeout_ms) + " ms");
+  if (rc == 0)
+    return make_error("expertd did not answer within " + std::to_string(opts_.timeout_ms) + " ms");
   return proto::recv_frame(fd_, body, 64u << 20);
 }
 
@@ -138,10 +148,13 @@ Status Client::pump_one(Lease* lease) {
     if (r->lease_id() != current_lease_) return {};  // a lease released meanwhile
     std::string err = r->error() == wire::ErrorCode::None
                           ? ""
-                          : std::string(wire::EnumNameErrorCode(r->error())) + ": " + (r->message() ? r->message()->str() : "");
+                          : std::string(wire::EnumNameErrorCode(r->error())) + ": " +
+                                (r->message() ? r->message()->str() : "");
     if (lease && lease->id == r->lease_id() && r->index() < lease->ready.size()) {
-      if (err.empty()) lease->ready[r->index()] = 1;
-      else lease->errors[r->index()] = err;
+      if (err.empty())
+        lease->ready[r->index()] = 1;
+      else
+        lease->errors[r->index()] = err;
     } else {
       early_ready_.emplace_back(r->index(), err);
     }
@@ -191,7 +204,8 @@ Result<Lease> Client::acquire(uint32_t layer, std::span<const uint32_t> experts)
   auto body = round_trip(rid, proto::make_frame(fbb, rid, wire::CreateAcquire(fbb, layer, ids)));
   if (!body) return body.error();
   const auto* r = wire::GetEnvelope(body->data())->msg_as_AcquireReply();
-  if (!r || !r->slots() || !r->ready() || r->slots()->size() != experts.size() || r->ready()->size() != experts.size())
+  if (!r || !r->slots() || !r->ready() || r->slots()->size() != experts.size() ||
+      r->ready()->size() != experts.size())
     return make_error("expertd sent a malformed acquire reply");
   Lease l;
   l.id = r->lease_id();
@@ -203,7 +217,8 @@ Result<Lease> Client::acquire(uint32_t layer, std::span<const uint32_t> experts)
   l.base = arena_;
   l.slot_bytes = info_.slot_bytes;
   for (uint32_t s : l.slots)
-    if (s >= info_.slot_count) return make_error("expertd named slot " + std::to_string(s) + " beyond the arena");
+    if (s >= info_.slot_count)
+      return make_error("expertd named slot " + std::to_string(s) + " beyond the arena");
   current_lease_ = l.id;
   for (auto& [idx, err] : early_ready_)
     if (idx < l.ready.size()) err.empty() ? void(l.ready[idx] = 1) : void(l.errors[idx] = err);
@@ -216,10 +231,12 @@ Result<std::optional<size_t>> Client::next_ready(Lease& lease) {
   auto errs_before = lease.errors;
   for (;;) {
     for (auto& [idx, err] : early_ready_)
-      if (idx < lease.ready.size()) err.empty() ? void(lease.ready[idx] = 1) : void(lease.errors[idx] = err);
+      if (idx < lease.ready.size())
+        err.empty() ? void(lease.ready[idx] = 1) : void(lease.errors[idx] = err);
     early_ready_.clear();
     for (size_t i = 0; i < lease.ready.size(); ++i)
-      if (lease.ready[i] != before[i] || lease.errors[i] != errs_before[i]) return std::optional<size_t>(i);
+      if (lease.ready[i] != before[i] || lease.errors[i] != errs_before[i])
+        return std::optional<size_t>(i);
     if (lease.pending() == 0) return std::optional<size_t>();
     EXPERTD_TRY(pump_one(&lease));
   }
@@ -228,11 +245,14 @@ Result<std::optional<size_t>> Client::next_ready(Lease& lease) {
 Status Client::wait_ready(Lease& lease, std::optional<size_t> index) {
   for (;;) {
     if (index) {
-      if (!lease.errors[*index].empty()) return make_error("expert " + std::to_string(lease.experts[*index]) + ": " + lease.errors[*index]);
+      if (!lease.errors[*index].empty())
+        return make_error("expert " + std::to_string(lease.experts[*index]) + ": " +
+                          lease.errors[*index]);
       if (lease.ready[*index]) return {};
     } else {
       for (size_t i = 0; i < lease.errors.size(); ++i)
-        if (!lease.errors[i].empty()) return make_error("expert " + std::to_string(lease.experts[i]) + ": " + lease.errors[i]);
+        if (!lease.errors[i].empty())
+          return make_error("expert " + std::to_string(lease.experts[i]) + ": " + lease.errors[i]);
       if (lease.pending() == 0) return {};
     }
     auto r = next_ready(lease);
@@ -268,7 +288,8 @@ Result<std::vector<proto::Metric>> Client::stats() {
   if (r->metrics())
     for (const auto* m : *r->metrics())
       out.push_back({m->name() ? m->name()->str() : "", m->unit() ? m->unit()->str() : "",
-                     m->help() ? m->help()->str() : "", static_cast<proto::MetricKind>(m->kind()), m->value()});
+                     m->help() ? m->help()->str() : "", static_cast<proto::MetricKind>(m->kind()),
+                     m->value()});
   return out;
 }
 
@@ -287,12 +308,15 @@ Status Client::admin(AdminOp op, uint32_t layer, std::span<const uint32_t> exper
   uint64_t rid = next_request_++;
   auto ids = fbb.CreateVector(experts.data(), experts.size());
   auto wop = op == AdminOp::ResetStats ? wire::AdminOp::ResetStats
-             : op == AdminOp::EvictAll ? wire::AdminOp::EvictAll : wire::AdminOp::Warmup;
+             : op == AdminOp::EvictAll ? wire::AdminOp::EvictAll
+                                       : wire::AdminOp::Warmup;
   auto body = round_trip(rid, proto::make_frame(fbb, rid, wire::CreateAdmin(fbb, wop, layer, ids)));
   if (!body) return body.error();
   return {};
 }
 
-std::optional<std::string> Client::take_async_error() { return std::exchange(async_error_, std::nullopt); }
+std::optional<std::string> Client::take_async_error() {
+  return std::exchange(async_error_, std::nullopt);
+}
 
 }  // namespace expertd::client

@@ -38,9 +38,10 @@ struct ModelInfo {
   std::string arena_kind;         // "host" or "cuda"
   uint64_t slot_bytes = 0, arena_bytes = 0;
   uint32_t slot_count = 0, max_experts_per_request = 0;
-  // cuda arena: cudaIpcMemHandle_t of the slots, one cudaIpcEventHandle_t per slot (see cuda_slots.h).
+  // cuda arena: cudaIpcMemHandle_t of the slots, one cudaIpcEventHandle_t per slot (see
+  // cuda_slots.h).
   std::vector<uint8_t> cuda_ipc_handle, cuda_event_handles;
-  std::string cuda_pci_bus_id;  // the GPU holding the arena
+  std::string cuda_pci_bus_id;                    // the GPU holding the arena
   int pack_layer_of(uint32_t model_layer) const;  // -1 for a dense layer
 };
 
@@ -49,9 +50,9 @@ struct Lease {
   uint32_t layer = 0;
   std::vector<uint32_t> experts;
   std::vector<uint32_t> slots;
-  std::vector<uint8_t> ready;        // 1: the slot may be read
-  std::vector<std::string> errors;   // non-empty: this expert failed to load
-  const uint8_t* base = nullptr;     // host arena mapping (null for a cuda arena: see CudaSlots)
+  std::vector<uint8_t> ready;       // 1: the slot may be read
+  std::vector<std::string> errors;  // non-empty: this expert failed to load
+  const uint8_t* base = nullptr;    // host arena mapping (null for a cuda arena: see CudaSlots)
   uint64_t slot_bytes = 0;
   size_t pending() const;
   const uint8_t* slot_data(size_t i) const { return base + uint64_t{slots[i]} * slot_bytes; }
@@ -66,7 +67,9 @@ class Client {
     int timeout_ms = 120000;  // a reply that does not come in this time is an error, never a hang
   };
   static Result<std::unique_ptr<Client>> connect(const std::string& socket_path, Options opts);
-  static Result<std::unique_ptr<Client>> connect(const std::string& socket_path) { return connect(socket_path, Options{}); }
+  static Result<std::unique_ptr<Client>> connect(const std::string& socket_path) {
+    return connect(socket_path, Options{});
+  }
   ~Client();
 
   const ModelInfo& info() const { return info_; }

@@ -30,13 +30,27 @@ expertd_client* expertd_connect(const char* socket_path, char* err, size_t err_l
   return h;
 }
 
-void expertd_close(expertd_client* c) { delete c; }
-const char* expertd_last_error(const expertd_client* c) { return c ? c->error.c_str() : "null handle"; }
-uint32_t expertd_n_moe_layers(const expertd_client* c) { return static_cast<uint32_t>(c->client->info().layers.size()); }
-uint32_t expertd_n_experts(const expertd_client* c) { return c->client->info().n_experts; }
-uint32_t expertd_max_experts_per_request(const expertd_client* c) { return c->client->info().max_experts_per_request; }
-uint64_t expertd_slot_bytes(const expertd_client* c) { return c->client->info().slot_bytes; }
-uint64_t expertd_model_id(const expertd_client* c) { return c->client->info().model_id; }
+void expertd_close(expertd_client* c) {
+  delete c;
+}
+const char* expertd_last_error(const expertd_client* c) {
+  return c ? c->error.c_str() : "null handle";
+}
+uint32_t expertd_n_moe_layers(const expertd_client* c) {
+  return static_cast<uint32_t>(c->client->info().layers.size());
+}
+uint32_t expertd_n_experts(const expertd_client* c) {
+  return c->client->info().n_experts;
+}
+uint32_t expertd_max_experts_per_request(const expertd_client* c) {
+  return c->client->info().max_experts_per_request;
+}
+uint64_t expertd_slot_bytes(const expertd_client* c) {
+  return c->client->info().slot_bytes;
+}
+uint64_t expertd_model_id(const expertd_client* c) {
+  return c->client->info().model_id;
+}
 
 int expertd_acquire(expertd_client* c, uint32_t layer, const uint32_t* experts, uint32_t n,
                     const void** slot_ptrs, uint8_t* ready) {

@@ -17,7 +17,8 @@ using namespace expertd;
 namespace {
 
 struct Args {
-  std::string socket = std::getenv("EXPERTD_SOCKET") ? std::getenv("EXPERTD_SOCKET") : "/run/expertd/expertd.sock";
+  std::string socket =
+      std::getenv("EXPERTD_SOCKET") ? std::getenv("EXPERTD_SOCKET") : "/run/expertd/expertd.sock";
   bool json = false, prometheus = false;
   double watch_s = 0;
   uint32_t layer = 0;
@@ -39,8 +40,9 @@ int cmd_stats(client::Client& c, const Args& a) {
   for (;;) {
     auto m = c.stats();
     if (!m) return fail(m.error().message);
-    std::string out = a.json ? proto::render_json(*m) + "\n"
-                      : a.prometheus ? proto::render_prometheus(*m) : proto::render_table(*m);
+    std::string out = a.json         ? proto::render_json(*m) + "\n"
+                      : a.prometheus ? proto::render_prometheus(*m)
+                                     : proto::render_table(*m);
     if (a.watch_s > 0 && isatty(1)) std::fputs("\033[H\033[2J", stdout);
     std::fputs(out.c_str(), stdout);
     std::fflush(stdout);
@@ -60,17 +62,19 @@ int cmd_status(client::Client& c, const Args& a) {
   const auto& m = j["model"];
   const auto& ar = j["arena"];
   std::printf("expertd %s\n", j["version"].get<std::string>().c_str());
-  std::printf("model     %s (%s), id %s\n", m["name"].get<std::string>().c_str(), m["arch"].get<std::string>().c_str(),
-              m["model_id"].get<std::string>().c_str());
+  std::printf("model     %s (%s), id %s\n", m["name"].get<std::string>().c_str(),
+              m["arch"].get<std::string>().c_str(), m["model_id"].get<std::string>().c_str());
   std::printf("shape     %zu MoE layers x %u experts, %u used per token\n", m["moe_layers"].size(),
               m["n_experts"].get<uint32_t>(), m["n_experts_used"].get<uint32_t>());
-  std::printf("backend   %s, %u slots x %llu KiB = %llu MiB\n", ar["backend"].get<std::string>().c_str(),
-              ar["slot_count"].get<uint32_t>(), (unsigned long long)(ar["slot_bytes"].get<uint64_t>() >> 10),
+  std::printf("backend   %s, %u slots x %llu KiB = %llu MiB\n",
+              ar["backend"].get<std::string>().c_str(), ar["slot_count"].get<uint32_t>(),
+              (unsigned long long)(ar["slot_bytes"].get<uint64_t>() >> 10),
               (unsigned long long)(ar["arena_bytes"].get<uint64_t>() >> 20));
-  std::printf("occupancy %llu used, %llu pinned\n", (unsigned long long)ar["slots_used"].get<uint64_t>(),
+  std::printf("occupancy %llu used, %llu pinned\n",
+              (unsigned long long)ar["slots_used"].get<uint64_t>(),
               (unsigned long long)ar["slots_pinned"].get<uint64_t>());
-  std::printf("clients   %d\npolicy    %s\nconfig    %s\n", j["clients"].get<int>(), j["policy"].get<std::string>().c_str(),
-              j["config"].dump().c_str());
+  std::printf("clients   %d\npolicy    %s\nconfig    %s\n", j["clients"].get<int>(),
+              j["policy"].get<std::string>().c_str(), j["config"].dump().c_str());
   return 0;
 }
 
@@ -83,12 +87,17 @@ int cmd_admin(client::Client& c, client::AdminOp op, const Args& a, const char* 
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> v = {
-      {"stats", "counters, gauges and latency percentiles (--json, --prometheus, --watch SECONDS)", cmd_stats},
+      {"stats", "counters, gauges and latency percentiles (--json, --prometheus, --watch SECONDS)",
+       cmd_stats},
       {"status", "configuration, model shape, backend and occupancy (--json)", cmd_status},
       {"reset-stats", "zero the counters and histograms",
-       [](client::Client& c, const Args& a) { return cmd_admin(c, client::AdminOp::ResetStats, a, "stats reset"); }},
+       [](client::Client& c, const Args& a) {
+         return cmd_admin(c, client::AdminOp::ResetStats, a, "stats reset");
+       }},
       {"evict-all", "drop every unpinned expert from the cache",
-       [](client::Client& c, const Args& a) { return cmd_admin(c, client::AdminOp::EvictAll, a, "evicted"); }},
+       [](client::Client& c, const Args& a) {
+         return cmd_admin(c, client::AdminOp::EvictAll, a, "evicted");
+       }},
       {"warmup", "load experts ahead of use: --layer L --experts 1,2,3",
        [](client::Client& c, const Args& a) {
          if (a.experts.empty()) {
@@ -105,9 +114,12 @@ void usage(FILE* f) {
   std::fprintf(f, "usage: expertctl [--socket PATH] VERB [options]\n\nverbs:\n");
   for (const auto& v : verbs()) std::fprintf(f, "  %-12s %s\n", v.name, v.help);
   std::fprintf(f, "  %-12s %s\n", "help", "this text");
-  std::fprintf(f, "\noptions:\n  --socket PATH   expertd socket (default $EXPERTD_SOCKET or /run/expertd/expertd.sock)\n"
-                  "  --json          JSON output\n  --prometheus    Prometheus text format (stats)\n"
-                  "  --watch S       repeat every S seconds (stats)\n  --layer L, --experts LIST   for warmup\n");
+  std::fprintf(f,
+               "\noptions:\n  --socket PATH   expertd socket (default $EXPERTD_SOCKET or "
+               "/run/expertd/expertd.sock)\n"
+               "  --json          JSON output\n  --prometheus    Prometheus text format (stats)\n"
+               "  --watch S       repeat every S seconds (stats)\n  --layer L, --experts LIST   "
+               "for warmup\n");
 }
 
 }  // namespace
@@ -125,16 +137,24 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     try {
-      if (s == "--socket") a.socket = need("--socket");
-      else if (s == "--json") a.json = true;
-      else if (s == "--prometheus") a.prometheus = true;
-      else if (s == "--watch") a.watch_s = std::stod(need("--watch"));
-      else if (s == "--layer") a.layer = static_cast<uint32_t>(std::stoul(need("--layer")));
+      if (s == "--socket")
+        a.socket = need("--socket");
+      else if (s == "--json")
+        a.json = true;
+      else if (s == "--prometheus")
+        a.prometheus = true;
+      else if (s == "--watch")
+        a.watch_s = std::stod(need("--watch"));
+      else if (s == "--layer")
+        a.layer = static_cast<uint32_t>(std::stoul(need("--layer")));
       else if (s == "--experts") {
         std::stringstream ss(need("--experts"));
-        for (std::string x; std::getline(ss, x, ',');) a.experts.push_back(static_cast<uint32_t>(std::stoul(x)));
-      } else if (s == "-h" || s == "--help" || s == "help") verb = "help";
-      else if (!s.empty() && s[0] != '-' && verb.empty()) verb = s;
+        for (std::string x; std::getline(ss, x, ',');)
+          a.experts.push_back(static_cast<uint32_t>(std::stoul(x)));
+      } else if (s == "-h" || s == "--help" || s == "help")
+        verb = "help";
+      else if (!s.empty() && s[0] != '-' && verb.empty())
+        verb = s;
       else {
         std::fprintf(stderr, "expertctl: unknown argument %s\n", s.c_str());
         usage(stderr);

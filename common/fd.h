@@ -18,7 +18,9 @@ namespace expertd {
 
 inline constexpr size_t kDirectAlign = 4096;  // the O_DIRECT contract: offsets, lengths, buffers
 
-inline constexpr uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+inline constexpr uint64_t round_up(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
 
 class UniqueFd {
  public:
@@ -75,7 +77,8 @@ class AlignedBuffer {
 };
 
 // pread until `bytes` are read; a short file is an error naming the path.
-inline Status pread_full(int fd, void* buf, size_t bytes, uint64_t offset, const std::string& what) {
+inline Status pread_full(int fd, void* buf, size_t bytes, uint64_t offset,
+                         const std::string& what) {
   auto* p = static_cast<uint8_t*>(buf);
   while (bytes > 0) {
     ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
@@ -83,8 +86,9 @@ inline Status pread_full(int fd, void* buf, size_t bytes, uint64_t offset, const
       if (errno == EINTR) continue;
       return errno_error("read " + what);
     }
-    if (n == 0) return make_error("read " + what + ": unexpected end of file at offset " +
-                                  std::to_string(offset));
+    if (n == 0)
+      return make_error("read " + what + ": unexpected end of file at offset " +
+                        std::to_string(offset));
     p += n;
     bytes -= static_cast<size_t>(n);
     offset += static_cast<uint64_t>(n);
@@ -115,7 +119,7 @@ inline Result<UniqueFd> open_file(const std::string& path, int flags, mode_t mod
 }
 
 inline Result<uint64_t> file_size(int fd, const std::string& what) {
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) return errno_error("stat " + what);
   return static_cast<uint64_t>(st.st_size);
 }

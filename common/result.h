@@ -17,7 +17,9 @@ struct Error {
   int errno_value = 0;  // 0 when the failure is not a system call's
 };
 
-inline Error make_error(std::string message) { return Error{std::move(message), 0}; }
+inline Error make_error(std::string message) {
+  return Error{std::move(message), 0};
+}
 inline Error errno_error(const std::string& what, int err = errno) {
   return Error{what + ": " + std::strerror(err), err};
 }
@@ -29,15 +31,27 @@ class [[nodiscard]] Result {
   Result(Error error) : v_(std::move(error)) {}
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
-  T& value() & { assert(ok()); return std::get<0>(v_); }
-  const T& value() const& { assert(ok()); return std::get<0>(v_); }
-  T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
+  T& value() & {
+    assert(ok());
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    assert(ok());
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    assert(ok());
+    return std::get<0>(std::move(v_));
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T&& operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
-  const Error& error() const { assert(!ok()); return std::get<1>(v_); }
+  const Error& error() const {
+    assert(!ok());
+    return std::get<1>(v_);
+  }
 
  private:
   std::variant<T, Error> v_;
@@ -50,7 +64,10 @@ class [[nodiscard]] Result<void> {
   Result(Error error) : err_(std::move(error)), ok_(false) {}
   bool ok() const { return ok_; }
   explicit operator bool() const { return ok_; }
-  const Error& error() const { assert(!ok_); return err_; }
+  const Error& error() const {
+    assert(!ok_);
+    return err_;
+  }
 
  private:
   Error err_;
@@ -60,9 +77,9 @@ class [[nodiscard]] Result<void> {
 using Status = Result<void>;
 
 // Propagate an error from an expression yielding Result<...>.
-#define EXPERTD_TRY(expr)                             \
-  do {                                                \
-    auto&& _r = (expr);                               \
+#define EXPERTD_TRY(expr)                              \
+  do {                                                 \
+    auto&& _r = (expr);                                \
     if (!_r.ok()) return ::expertd::Error(_r.error()); \
   } while (0)
 

@@ -36,7 +36,9 @@ class SlotArena {
   virtual std::string cuda_pci_bus_id() const { return {}; }
   virtual uint64_t h2d_bytes() const { return 0; }
   virtual uint64_t copy_errors() const { return 0; }  // failed host-to-device copies
-  virtual uint64_t stage_waits() const { return 0; }  // reads that waited for a staging buffer's copy
+  virtual uint64_t stage_waits() const {
+    return 0;
+  }  // reads that waited for a staging buffer's copy
 };
 
 // Bytes the host could give the arena now (MemAvailable), for the slot budget.

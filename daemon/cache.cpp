@@ -18,51 +18,64 @@ uint64_t us_since(Clock::time_point t) {
 
 Cache::Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& policy,
              CacheSink& sink, CacheConfig cfg)
-    : m_(manifest), arena_(arena), policy_(policy), sink_(sink), cfg_(cfg),
+    : m_(manifest),
+      arena_(arena),
+      policy_(policy),
+      sink_(sink),
+      cfg_(cfg),
       n_experts_(manifest.n_experts) {
   slots_.resize(arena.slot_count());
   for (uint32_t i = arena.slot_count(); i > 0; --i) free_.push_back(i - 1);
   index_.assign(size_t{manifest.layers.size()} * n_experts_, -1);
   frequency_.assign(index_.size(), 0);
-  if (cfg_.prefetch_inflight_max == 0) cfg_.prefetch_inflight_max = std::max(1u, arena.slot_count() / 4);
+  if (cfg_.prefetch_inflight_max == 0)
+    cfg_.prefetch_inflight_max = std::max(1u, arena.slot_count() / 4);
   stats_.reset(manifest.layers.size());
 }
 
-std::pair<ErrorCode, std::string> Cache::check_ids(uint32_t layer, std::span<const uint32_t> experts,
+std::pair<ErrorCode, std::string> Cache::check_ids(uint32_t layer,
+                                                   std::span<const uint32_t> experts,
                                                    bool for_acquire) const {
   if (layer >= m_.layers.size())
-    return {ErrorCode::OutOfRange, "layer " + std::to_string(layer) + " out of range (the pack has " +
+    return {ErrorCode::OutOfRange, "layer " + std::to_string(layer) +
+                                       " out of range (the pack has " +
                                        std::to_string(m_.layers.size()) + " MoE layers)"};
   if (experts.empty()) return {ErrorCode::BadRequest, "no expert ids"};
   if (experts.size() > (for_acquire ? cfg_.max_experts_per_request : n_experts_))
-    return {ErrorCode::BadRequest, std::to_string(experts.size()) + " experts exceed max_experts_per_request " +
-                                       std::to_string(cfg_.max_experts_per_request) + "; split the request"};
+    return {ErrorCode::BadRequest,
+            std::to_string(experts.size()) + " experts exceed max_experts_per_request " +
+                std::to_string(cfg_.max_experts_per_request) + "; split the request"};
   std::vector<uint32_t> sorted(experts.begin(), experts.end());
   std::sort(sorted.begin(), sorted.end());
   if (sorted.back() >= n_experts_)
-    return {ErrorCode::OutOfRange, "expert " + std::to_string(sorted.back()) + " out of range (layer has " +
-                                       std::to_string(n_experts_) + " experts)"};
+    return {ErrorCode::OutOfRange, "expert " + std::to_string(sorted.back()) +
+                                       " out of range (layer has " + std::to_string(n_experts_) +
+                                       " experts)"};
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
     return {ErrorCode::BadRequest, "duplicate expert id in one request"};
   return {ErrorCode::None, ""};
 }
 
-void Cache::acquire(ClientId c, uint64_t request_id, uint32_t layer, std::span<const uint32_t> experts) {
+void Cache::acquire(ClientId c, uint64_t request_id, uint32_t layer,
+                    std::span<const uint32_t> experts) {
   auto [code, err] = check_ids(layer, experts, true);
   if (code != ErrorCode::None) {
     ++stats_.c.client_errors;
     return sink_.request_failed(c, request_id, code, err);
   }
-  bool queued = std::any_of(waiting_.begin(), waiting_.end(), [&](const Pending& p) { return p.client == c; });
+  bool queued = std::any_of(waiting_.begin(), waiting_.end(),
+                            [&](const Pending& p) { return p.client == c; });
   if (auto it = lease_of_client_.find(c); it != lease_of_client_.end() || queued) {
     ++stats_.c.client_errors;
-    return sink_.request_failed(c, request_id, ErrorCode::BadRequest,
-                                "this client already holds or awaits a lease; release it before the next acquire");
+    return sink_.request_failed(
+        c, request_id, ErrorCode::BadRequest,
+        "this client already holds or awaits a lease; release it before the next acquire");
   }
   Pending p{c, request_id, layer, {experts.begin(), experts.end()}, Clock::now()};
   if (waiting_.empty() && can_grant(layer, experts)) return grant(p);
   if (waiting_.size() >= cfg_.waiting_acquires_max)
-    return sink_.request_failed(c, request_id, ErrorCode::Busy, "too many acquires waiting for free slots");
+    return sink_.request_failed(c, request_id, ErrorCode::Busy,
+                                "too many acquires waiting for free slots");
   ++stats_.c.acquire_waits;
   waiting_.push_back(std::move(p));
 }
@@ -71,8 +84,10 @@ bool Cache::can_grant(uint32_t layer, std::span<const uint32_t> experts) const {
   uint64_t needed = 0, own_evictable = 0;
   for (uint32_t e : experts) {
     int32_t s = index_[key(layer, e)];
-    if (s < 0) ++needed;
-    else if (slots_[s].state == State::Ready && slots_[s].pins == 0) ++own_evictable;
+    if (s < 0)
+      ++needed;
+    else if (slots_[s].state == State::Ready && slots_[s].pins == 0)
+      ++own_evictable;
   }
   return needed <= free_.size() + evictable_ - own_evictable;
 }
@@ -197,14 +212,17 @@ void Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand)
 void Cache::issue_read(uint32_t s) {
   Slot& sl = slots_[s];
   uint8_t* target = arena_.read_target(s);
-  if (!target) return finish_load(s, make_error("the slot arena has no buffer for a read"), ErrorCode::IoError);
+  if (!target)
+    return finish_load(s, make_error("the slot arena has no buffer for a read"),
+                       ErrorCode::IoError);
   ++reads_in_flight_;
   io_->read(s, m_.offset(sl.layer, sl.expert), m_.layers[sl.layer].stride, target, cfg_.read_splits,
             sl.demand ? IoPriority::Demand : IoPriority::Prefetch);
 }
 
 void Cache::issue_deferred() {
-  while (reads_in_flight_ < arena_.max_reads_in_flight() && (!deferred_demand_.empty() || !deferred_prefetch_.empty())) {
+  while (reads_in_flight_ < arena_.max_reads_in_flight() &&
+         (!deferred_demand_.empty() || !deferred_prefetch_.empty())) {
     auto& q = deferred_demand_.empty() ? deferred_prefetch_ : deferred_demand_;
     uint32_t s = q.front();
     q.pop_front();
@@ -227,8 +245,9 @@ void Cache::on_read_done(uint64_t job, Status st) {
       XXH3_64bits(arena_.read_target(s), stride) != m_.layers[sl.layer].checksums[sl.expert]) {
     ++stats_.c.checksum_errors;
     arena_.abandon(s);
-    finish_load(s, make_error("checksum mismatch for layer " + std::to_string(sl.layer) + " expert " +
-                              std::to_string(sl.expert) + " (corrupt pack)"),
+    finish_load(s,
+                make_error("checksum mismatch for layer " + std::to_string(sl.layer) + " expert " +
+                           std::to_string(sl.expert) + " (corrupt pack)"),
                 ErrorCode::ChecksumError);
     return issue_deferred();
   }
@@ -261,7 +280,8 @@ void Cache::finish_load(uint32_t s, Status st, ErrorCode code) {
   drain_waiting();
 }
 
-void Cache::lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code, const std::string& msg) {
+void Cache::lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code,
+                           const std::string& msg) {
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return;  // released meanwhile
   Lease& l = it->second;
@@ -275,8 +295,10 @@ void Cache::unpin(uint32_t s) {
   Slot& sl = slots_[s];
   assert(sl.pins > 0);
   if (--sl.pins > 0) return;
-  if (sl.state == State::Ready) ++evictable_;
-  else if (sl.state == State::Free) free_.push_back(s);
+  if (sl.state == State::Ready)
+    ++evictable_;
+  else if (sl.state == State::Free)
+    free_.push_back(s);
 }
 
 void Cache::release(ClientId c, uint64_t request_id, uint64_t lease_id) {
@@ -288,7 +310,9 @@ void Cache::release(ClientId c, uint64_t request_id, uint64_t lease_id) {
   }
   for (uint32_t s : it->second.slots) {
     auto& w = slots_[s].waiters;
-    w.erase(std::remove_if(w.begin(), w.end(), [&](const Waiter& x) { return x.lease_id == lease_id; }), w.end());
+    w.erase(
+        std::remove_if(w.begin(), w.end(), [&](const Waiter& x) { return x.lease_id == lease_id; }),
+        w.end());
     unpin(s);
   }
   leases_.erase(it);
@@ -298,7 +322,8 @@ void Cache::release(ClientId c, uint64_t request_id, uint64_t lease_id) {
 }
 
 void Cache::disconnect(ClientId c) {
-  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), [&](const Pending& p) { return p.client == c; }),
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
+                                [&](const Pending& p) { return p.client == c; }),
                  waiting_.end());
   if (auto it = lease_of_client_.find(c); it != lease_of_client_.end()) {
     --stats_.c.releases;  // not a release the client asked for
@@ -321,9 +346,10 @@ void Cache::expire_waiting() {
     Pending p = std::move(waiting_.front());
     waiting_.pop_front();
     ++stats_.c.acquire_timeouts;
-    sink_.request_failed(p.client, p.request_id, ErrorCode::Busy,
-                         "waited " + std::to_string(cfg_.acquire_wait_ms_max) +
-                             " ms for free slots: the cache is too small for the clients' working sets");
+    sink_.request_failed(
+        p.client, p.request_id, ErrorCode::Busy,
+        "waited " + std::to_string(cfg_.acquire_wait_ms_max) +
+            " ms for free slots: the cache is too small for the clients' working sets");
   }
 }
 
@@ -342,7 +368,8 @@ void Cache::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
       s = take_slot();
     } else {
       s = pick_victim();
-      if (s >= 0 && frequency_[key(layer, e)] <= frequency_[key(slots_[s].layer, slots_[s].expert)]) {
+      if (s >= 0 &&
+          frequency_[key(layer, e)] <= frequency_[key(slots_[s].layer, slots_[s].expert)]) {
         ++stats_.c.prefetch_rejected;
         continue;
       }

@@ -55,13 +55,13 @@ class Cache {
   void release(ClientId c, uint64_t request_id, uint64_t lease_id);
   void prefetch(uint32_t layer, std::span<const uint32_t> experts);
   void disconnect(ClientId c);
-  void evict_all();                    // every unpinned READY slot
-  void expire_waiting();               // timer: fail acquires that waited too long
+  void evict_all();                            // every unpinned READY slot
+  void expire_waiting();                       // timer: fail acquires that waited too long
   void on_read_done(uint64_t job, Status st);  // from IoEngine
 
   // Checks an acquire/prefetch's ids; "" when valid.
   std::pair<ErrorCode, std::string> check_ids(uint32_t layer, std::span<const uint32_t> experts,
-                                             bool for_acquire) const;
+                                              bool for_acquire) const;
 
   Stats& stats() { return stats_; }
   Gauges gauges() const;
@@ -106,7 +106,8 @@ class Cache {
   void grant(const Pending& p);
   void drain_waiting();
   int32_t take_slot();  // a FREE slot, or the policy's victim; -1 when none
-  int32_t pick_victim() const;  // the policy's victim among unpinned READY slots, not evicted; -1 when none
+  int32_t pick_victim()
+      const;  // the policy's victim among unpinned READY slots, not evicted; -1 when none
   void evict(uint32_t slot);
   void start_load(uint32_t slot, uint32_t layer, uint32_t expert, bool demand);
   void issue_read(uint32_t slot);
@@ -124,8 +125,8 @@ class Cache {
   IoEngine* io_ = nullptr;
   uint32_t n_experts_;
   std::vector<Slot> slots_;
-  std::vector<int32_t> index_;        // (layer, expert) -> slot or -1
-  std::vector<uint32_t> frequency_;   // (layer, expert) -> acquires (aged by lfru)
+  std::vector<int32_t> index_;       // (layer, expert) -> slot or -1
+  std::vector<uint32_t> frequency_;  // (layer, expert) -> acquires (aged by lfru)
   std::vector<uint32_t> free_;
   std::unordered_map<uint64_t, Lease> leases_;
   std::unordered_map<ClientId, uint64_t> lease_of_client_;

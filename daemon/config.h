@@ -11,30 +11,30 @@ namespace expertd::daemon {
 
 struct Config {
   std::string config_path = "/etc/expertd/expertd.conf";
-  std::string manifest;                      // STEM.manifest.json (required)
+  std::string manifest;  // STEM.manifest.json (required)
   std::string socket = "/run/expertd/expertd.sock";
-  std::string backend = "host";              // host | cuda
-  uint64_t cache_mib = 4096;                 // arena budget
-  uint32_t cache_slots = 0;                  // exact slot count instead of --cache-mib (0 = off)
-  uint64_t reserve_mib = 1024;               // memory left to everything else
-  uint32_t stage_slots = 8;                  // cuda: pinned staging buffers
-  int device = 0;                            // cuda: GPU ordinal
-  uint32_t read_splits = 1;                  // parallel reads per miss
-  uint32_t queue_depth = 64;                 // io_uring submission queue entries
-  uint64_t inflight_mib = 256;               // bytes in flight bound
+  std::string backend = "host";  // host | cuda
+  uint64_t cache_mib = 4096;     // arena budget
+  uint32_t cache_slots = 0;      // exact slot count instead of --cache-mib (0 = off)
+  uint64_t reserve_mib = 1024;   // memory left to everything else
+  uint32_t stage_slots = 8;      // cuda: pinned staging buffers
+  int device = 0;                // cuda: GPU ordinal
+  uint32_t read_splits = 1;      // parallel reads per miss
+  uint32_t queue_depth = 64;     // io_uring submission queue entries
+  uint64_t inflight_mib = 256;   // bytes in flight bound
   std::string policy = "lfru";
   uint32_t clients_max = 8;
-  uint32_t max_experts_per_request = 0;      // 0 = auto: 2 x experts used per token, at least 8
+  uint32_t max_experts_per_request = 0;  // 0 = auto: 2 x experts used per token, at least 8
   uint32_t frame_bytes_max = 1u << 20;
   uint32_t acquire_wait_ms_max = 30000;
   bool verify_checksums = true;
   bool lock_memory = true;
-  std::string socket_group;                  // chown the socket to this group (0660)
+  std::string socket_group;  // chown the socket to this group (0660)
   std::string stats_path;
   uint32_t stats_interval_s = 10;
   std::string trace_path;
   std::string log_level = "info";
-  std::string log_path;                      // "" = stderr (journald under systemd)
+  std::string log_path;  // "" = stderr (journald under systemd)
 
   Status validate() const;
   std::string to_json() const;

@@ -7,7 +7,6 @@
 // slot's event, so nothing blocks on the host. A staging buffer is handed out again only once its
 // own copy event has completed.
 #include <cuda_runtime.h>
-
 #include <spdlog/spdlog.h>
 
 #include <cstring>
@@ -80,7 +79,9 @@ class CudaArena final : public SlotArena {
   void publish(uint32_t slot, uint64_t bytes, std::function<void(Status)> done) override {
     use_device();
     auto it = bound_.find(slot);
-    if (it == bound_.end()) return done(make_error("cuda arena: slot " + std::to_string(slot) + " has no staging buffer"));
+    if (it == bound_.end())
+      return done(
+          make_error("cuda arena: slot " + std::to_string(slot) + " has no staging buffer"));
     Stage& s = stages_[it->second];
     bound_.erase(it);
     s.slot = kNone;
@@ -91,7 +92,8 @@ class CudaArena final : public SlotArena {
     if (e != cudaSuccess) {
       ++copy_errors_;
       (void)cudaGetLastError();
-      return done(make_error(cuda_message(e, "copy of slot " + std::to_string(slot) + " to the GPU")));
+      return done(
+          make_error(cuda_message(e, "copy of slot " + std::to_string(slot) + " to the GPU")));
     }
     s.copying = true;
     h2d_bytes_ += bytes;
@@ -154,22 +156,27 @@ Result<std::unique_ptr<SlotArena>> CudaArena::create(const CudaArenaOptions& o, 
   if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess)
     return make_error(cuda_message(e, "--backend cuda: no usable CUDA device"));
   if (o.device < 0 || o.device >= n)
-    return make_error("--device " + std::to_string(o.device) + ": this machine has " + std::to_string(n) + " CUDA device(s)");
-  if (cudaError_t e = cudaSetDevice(o.device); e != cudaSuccess) return make_error(cuda_message(e, "select CUDA device"));
+    return make_error("--device " + std::to_string(o.device) + ": this machine has " +
+                      std::to_string(n) + " CUDA device(s)");
+  if (cudaError_t e = cudaSetDevice(o.device); e != cudaSuccess)
+    return make_error(cuda_message(e, "select CUDA device"));
   size_t free_b = 0, total_b = 0;
   if (cudaError_t e = cudaMemGetInfo(&free_b, &total_b); e != cudaSuccess)
     return make_error(cuda_message(e, "query free GPU memory"));
-  // slot_count = floor(min(cache, free_vram - reserve) / slot_bytes), at least one working set per client.
+  // slot_count = floor(min(cache, free_vram - reserve) / slot_bytes), at least one working set per
+  // client.
   if (free_b <= o.reserve_bytes)
     return make_error("GPU " + std::to_string(o.device) + " has " + std::to_string(free_b >> 20) +
-                      " MiB free, not more than --reserve-mib " + std::to_string(o.reserve_bytes >> 20));
+                      " MiB free, not more than --reserve-mib " +
+                      std::to_string(o.reserve_bytes >> 20));
   uint64_t budget = std::min<uint64_t>(o.cache_bytes, free_b - o.reserve_bytes);
   uint64_t count = std::min<uint64_t>(budget / o.slot_bytes, o.max_slots);
   if (count < o.need_slots)
-    return make_error("the GPU budget holds " + std::to_string(count) + " slots of " + std::to_string(o.slot_bytes) +
-                      " bytes, fewer than the " + std::to_string(o.need_slots) +
-                      " needed for one working set per client; raise --cache-mib, lower --reserve-mib, "
-                      "--clients-max or --max-experts-per-request");
+    return make_error(
+        "the GPU budget holds " + std::to_string(count) + " slots of " +
+        std::to_string(o.slot_bytes) + " bytes, fewer than the " + std::to_string(o.need_slots) +
+        " needed for one working set per client; raise --cache-mib, lower --reserve-mib, "
+        "--clients-max or --max-experts-per-request");
   if (o.stage_slots == 0) return make_error("--stage-slots must be at least 1");
 
   std::unique_ptr<CudaArena> a(new CudaArena);
@@ -178,21 +185,26 @@ Result<std::unique_ptr<SlotArena>> CudaArena::create(const CudaArenaOptions& o, 
   a->bytes_ = o.slot_bytes;
   if (cudaError_t e = cudaMalloc(&a->base_, count * o.slot_bytes); e != cudaSuccess) {
     (void)cudaGetLastError();
-    return make_error(cuda_message(e, "cudaMalloc of the slot arena (" + std::to_string((count * o.slot_bytes) >> 20) +
+    return make_error(cuda_message(e, "cudaMalloc of the slot arena (" +
+                                          std::to_string((count * o.slot_bytes) >> 20) +
                                           " MiB on GPU " + std::to_string(o.device) + ")"));
   }
   cudaIpcMemHandle_t mh;
   if (cudaError_t e = cudaIpcGetMemHandle(&mh, a->base_); e != cudaSuccess)
     return make_error(cuda_message(e, "export the slot arena (cudaIpcGetMemHandle)"));
-  a->mem_handle_.assign(reinterpret_cast<uint8_t*>(&mh), reinterpret_cast<uint8_t*>(&mh) + sizeof mh);
-  if (cudaError_t e = cudaStreamCreateWithFlags(&a->stream_, cudaStreamNonBlocking); e != cudaSuccess)
+  a->mem_handle_.assign(reinterpret_cast<uint8_t*>(&mh),
+                        reinterpret_cast<uint8_t*>(&mh) + sizeof mh);
+  if (cudaError_t e = cudaStreamCreateWithFlags(&a->stream_, cudaStreamNonBlocking);
+      e != cudaSuccess)
     return make_error(cuda_message(e, "create the copy stream"));
   a->slot_events_.resize(count, nullptr);
   a->event_handles_.resize(count * sizeof(cudaIpcEventHandle_t));
   for (uint64_t i = 0; i < count; ++i) {
-    if (cudaError_t e = cudaEventCreateWithFlags(&a->slot_events_[i], cudaEventInterprocess | cudaEventDisableTiming);
+    if (cudaError_t e = cudaEventCreateWithFlags(&a->slot_events_[i],
+                                                 cudaEventInterprocess | cudaEventDisableTiming);
         e != cudaSuccess)
-      return make_error(cuda_message(e, "create the interprocess event of slot " + std::to_string(i)));
+      return make_error(
+          cuda_message(e, "create the interprocess event of slot " + std::to_string(i)));
     cudaIpcEventHandle_t eh;
     if (cudaError_t e = cudaIpcGetEventHandle(&eh, a->slot_events_[i]); e != cudaSuccess)
       return make_error(cuda_message(e, "export the event of slot " + std::to_string(i)));
@@ -206,11 +218,13 @@ Result<std::unique_ptr<SlotArena>> CudaArena::create(const CudaArenaOptions& o, 
     void* p = nullptr;
     if (cudaError_t e = cudaHostAlloc(&p, o.slot_bytes, cudaHostAllocPortable); e != cudaSuccess) {
       (void)cudaGetLastError();
-      return make_error(cuda_message(e, "pinned staging buffer of " + std::to_string(o.slot_bytes) + " bytes (cudaHostAlloc)"));
+      return make_error(cuda_message(e, "pinned staging buffer of " + std::to_string(o.slot_bytes) +
+                                            " bytes (cudaHostAlloc)"));
     }
     s.buf = static_cast<uint8_t*>(p);
     if (reinterpret_cast<uintptr_t>(p) % 4096 != 0)
-      return make_error("cudaHostAlloc returned a staging buffer that is not 4096-aligned; O_DIRECT needs it");
+      return make_error(
+          "cudaHostAlloc returned a staging buffer that is not 4096-aligned; O_DIRECT needs it");
     if (cudaError_t e = cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming); e != cudaSuccess)
       return make_error(cuda_message(e, "create a staging event"));
   }
@@ -221,8 +235,9 @@ Result<std::unique_ptr<SlotArena>> CudaArena::create(const CudaArenaOptions& o, 
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, o.device);
   if (info)
-    *info = std::string("GPU ") + std::to_string(o.device) + " (" + prop.name + "), " + std::to_string(free_b >> 20) +
-            " MiB free of " + std::to_string(total_b >> 20) + "; " + std::to_string(o.stage_slots) + " pinned staging buffers";
+    *info = std::string("GPU ") + std::to_string(o.device) + " (" + prop.name + "), " +
+            std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total_b >> 20) + "; " +
+            std::to_string(o.stage_slots) + " pinned staging buffers";
   return std::unique_ptr<SlotArena>(std::move(a));
 }
 

@@ -57,7 +57,8 @@ Result<std::unique_ptr<SlotArena>> create_host_arena(uint32_t slot_count, uint64
     *warning = "mlock of the arena failed (" + std::string(std::strerror(errno)) +
                "); raise LimitMEMLOCK to keep slots out of swap";
   // Clients may map the arena read-only and nothing else; the size can never change.
-  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+  if (::fcntl(fd.get(), F_ADD_SEALS,
+              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
     int err = errno;
     ::munmap(p, bytes);
     return errno_error("seal the arena memfd", err);

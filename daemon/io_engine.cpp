@@ -127,15 +127,20 @@ void IoEngine::reap() {
       ++stats_.retries;
       resubmit.push_back(p);
     } else if (res < 0) {
-      part_done(p.job, errno_error("read of pack offset " + std::to_string(p.offset), -res), finished);
+      part_done(p.job, errno_error("read of pack offset " + std::to_string(p.offset), -res),
+                finished);
     } else if (res == 0) {
-      part_done(p.job, make_error("pack ends before offset " + std::to_string(p.offset) +
-                                  " (truncated while serving?)"), finished);
+      part_done(p.job,
+                make_error("pack ends before offset " + std::to_string(p.offset) +
+                           " (truncated while serving?)"),
+                finished);
     } else if (static_cast<uint64_t>(res) < p.bytes) {
       ++stats_.short_reads;
       if (res % kDirectAlign != 0) {
-        part_done(p.job, make_error("short read of " + std::to_string(res) + " bytes at offset " +
-                                    std::to_string(p.offset) + " breaks 4096-byte alignment"), finished);
+        part_done(p.job,
+                  make_error("short read of " + std::to_string(res) + " bytes at offset " +
+                             std::to_string(p.offset) + " breaks 4096-byte alignment"),
+                  finished);
       } else {
         p.offset += static_cast<uint64_t>(res);
         p.dst += res;

@@ -78,10 +78,10 @@ class IoEngine {
   UniqueFd event_fd_;
   uint64_t inflight_bytes_max_ = 0;
   uint32_t in_flight_ = 0;
-  std::vector<Op> ops_;        // queue_depth entries, allocated once
+  std::vector<Op> ops_;  // queue_depth entries, allocated once
   std::vector<uint32_t> free_ops_;
   std::deque<Part> demand_, prefetch_;
-  std::vector<Job> jobs_;      // jobs with parts outstanding (small: bounded by slots loading)
+  std::vector<Job> jobs_;  // jobs with parts outstanding (small: bounded by slots loading)
   Done done_;
   IoStats stats_;
 };

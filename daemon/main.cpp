@@ -4,9 +4,9 @@
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
-#include <utility>
 #include <boost/asio.hpp>
 #include <csignal>
+#include <utility>
 
 #include "daemon/arena.h"
 #include "daemon/cache.h"
@@ -23,8 +23,10 @@ namespace {
 
 void setup_logging(const Config& cfg) {
   std::shared_ptr<spdlog::logger> log;
-  if (cfg.log_path.empty()) log = spdlog::stderr_color_mt("expertd");
-  else log = spdlog::basic_logger_mt("expertd", cfg.log_path);
+  if (cfg.log_path.empty())
+    log = spdlog::stderr_color_mt("expertd");
+  else
+    log = spdlog::basic_logger_mt("expertd", cfg.log_path);
   spdlog::set_default_logger(log);
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
   spdlog::flush_on(spdlog::level::info);
@@ -38,20 +40,21 @@ Result<uint32_t> plan_slots(const Config& cfg, const pack::Manifest& m, uint32_t
   if (!avail) return avail.error();
   uint64_t reserve = cfg.reserve_mib << 20, cache = cfg.cache_mib << 20;
   if (*avail <= reserve)
-    return make_error("only " + std::to_string(*avail >> 20) + " MiB available, less than --reserve-mib " +
-                      std::to_string(cfg.reserve_mib));
+    return make_error("only " + std::to_string(*avail >> 20) +
+                      " MiB available, less than --reserve-mib " + std::to_string(cfg.reserve_mib));
   if (cfg.cache_slots) cache = uint64_t{cfg.cache_slots} * slot_bytes;
   uint64_t budget = std::min(cache, *avail - reserve);
   uint64_t total = uint64_t{m.n_experts} * m.layers.size();
   uint64_t count = std::min(budget / slot_bytes, total);
   uint64_t need = std::min<uint64_t>(uint64_t{cfg.clients_max} * max_per_request, total);
   if (count < need)
-    return make_error("a cache of " + std::to_string(count) + " slots of " + std::to_string(slot_bytes) +
-                      " bytes cannot hold " + std::to_string(cfg.clients_max) + " clients x " +
-                      std::to_string(max_per_request) + " experts per request = " + std::to_string(need) +
-                      " slots; raise --cache-mib to at least " +
-                      std::to_string((need * slot_bytes + (1 << 20) - 1) >> 20) +
-                      " or lower --clients-max / --max-experts-per-request");
+    return make_error(
+        "a cache of " + std::to_string(count) + " slots of " + std::to_string(slot_bytes) +
+        " bytes cannot hold " + std::to_string(cfg.clients_max) + " clients x " +
+        std::to_string(max_per_request) + " experts per request = " + std::to_string(need) +
+        " slots; raise --cache-mib to at least " +
+        std::to_string((need * slot_bytes + (1 << 20) - 1) >> 20) +
+        " or lower --clients-max / --max-experts-per-request");
   return static_cast<uint32_t>(count);
 }
 
@@ -72,7 +75,8 @@ int run(const Config& cfg) {
     CudaArenaOptions o;
     o.device = cfg.device;
     o.slot_bytes = m.slot_bytes();
-    o.cache_bytes = cfg.cache_slots ? uint64_t{cfg.cache_slots} * m.slot_bytes() : cfg.cache_mib << 20;
+    o.cache_bytes =
+        cfg.cache_slots ? uint64_t{cfg.cache_slots} * m.slot_bytes() : cfg.cache_mib << 20;
     o.reserve_bytes = cfg.reserve_mib << 20;
     o.max_slots = uint64_t{m.n_experts} * m.layers.size();
     o.need_slots = std::min<uint64_t>(uint64_t{cfg.clients_max} * max_per_request, o.max_slots);
@@ -83,7 +87,9 @@ int run(const Config& cfg) {
     arena = std::move(*a);
     spdlog::info("cuda arena on {}", info);
 #else
-    throw std::runtime_error("--backend cuda: this build has no CUDA arena (configure with -DEXPERTD_CUDA=ON); use --backend host");
+    throw std::runtime_error(
+        "--backend cuda: this build has no CUDA arena (configure with -DEXPERTD_CUDA=ON); use "
+        "--backend host");
 #endif
   } else {
     auto slots = plan_slots(cfg, m, max_per_request);
@@ -98,7 +104,8 @@ int run(const Config& cfg) {
   boost::asio::io_context ctx(1);
   TraceWriter trace;
   if (!cfg.trace_path.empty())
-    if (auto st = trace.open(cfg.trace_path, static_cast<uint32_t>(m.layers.size()), m.n_experts); !st)
+    if (auto st = trace.open(cfg.trace_path, static_cast<uint32_t>(m.layers.size()), m.n_experts);
+        !st)
       throw std::runtime_error(st.error().message);
 
   CacheConfig cc;
@@ -113,9 +120,17 @@ int run(const Config& cfg) {
   if (!io) throw std::runtime_error(io.error().message);
   struct NullSink final : CacheSink {
     CacheSink* target = nullptr;
-    void acquire_granted(ClientId c, uint64_t r, uint64_t l, std::span<const uint32_t> s, std::span<const uint8_t> rd) override { target->acquire_granted(c, r, l, s, rd); }
-    void expert_ready(ClientId c, uint64_t l, uint32_t i, ErrorCode code, const std::string& msg) override { target->expert_ready(c, l, i, code, msg); }
-    void request_failed(ClientId c, uint64_t r, ErrorCode code, const std::string& msg) override { target->request_failed(c, r, code, msg); }
+    void acquire_granted(ClientId c, uint64_t r, uint64_t l, std::span<const uint32_t> s,
+                         std::span<const uint8_t> rd) override {
+      target->acquire_granted(c, r, l, s, rd);
+    }
+    void expert_ready(ClientId c, uint64_t l, uint32_t i, ErrorCode code,
+                      const std::string& msg) override {
+      target->expert_ready(c, l, i, code, msg);
+    }
+    void request_failed(ClientId c, uint64_t r, ErrorCode code, const std::string& msg) override {
+      target->request_failed(c, r, code, msg);
+    }
   } sink;
   Cache cache(m, *arena, *policy, sink, cc);
   cache_ptr = &cache;
@@ -145,11 +160,12 @@ int run(const Config& cfg) {
   };
   wait_signal();
   server->start();
-  spdlog::info("serving {} ({} MoE layers x {} experts) on {}: {} arena, {} slots x {} KiB = {} MiB, "
-               "policy {}, max {} experts per request",
-               m.model_name.empty() ? m.arch : m.model_name, m.layers.size(), m.n_experts, cfg.socket,
-               arena->kind(), arena->slot_count(), arena->slot_bytes() >> 10, arena->arena_bytes() >> 20,
-               cfg.policy, max_per_request);
+  spdlog::info(
+      "serving {} ({} MoE layers x {} experts) on {}: {} arena, {} slots x {} KiB = {} MiB, "
+      "policy {}, max {} experts per request",
+      m.model_name.empty() ? m.arch : m.model_name, m.layers.size(), m.n_experts, cfg.socket,
+      arena->kind(), arena->slot_count(), arena->slot_bytes() >> 10, arena->arena_bytes() >> 20,
+      cfg.policy, max_per_request);
   sd_notify(0, "READY=1\nSTATUS=serving");
   ctx.run();
   spdlog::info("stopped");

@@ -6,7 +6,9 @@ namespace {
 class Lru final : public EvictionPolicy {
  public:
   std::string name() const override { return "lru"; }
-  bool before(const SlotView& a, const SlotView& b) const override { return a.last_access < b.last_access; }
+  bool before(const SlotView& a, const SlotView& b) const override {
+    return a.last_access < b.last_access;
+  }
 };
 
 // Least frequently used; ties go to the oldest load.
@@ -43,6 +45,8 @@ std::unique_ptr<EvictionPolicy> make_policy(const std::string& name) {
   return nullptr;
 }
 
-std::string policy_names() { return "lru, lfu, lfru"; }
+std::string policy_names() {
+  return "lru, lfu, lfru";
+}
 
 }  // namespace expertd::daemon

@@ -23,7 +23,11 @@ class EvictionPolicy {
   // True when `a` should be evicted before `b`.
   virtual bool before(const SlotView& a, const SlotView& b) const = 0;
   // Called on every acquire of an expert with the running access count; lfru ages here.
-  virtual bool wants_aging(uint64_t accesses, uint32_t slot_count) const { (void)accesses; (void)slot_count; return false; }
+  virtual bool wants_aging(uint64_t accesses, uint32_t slot_count) const {
+    (void)accesses;
+    (void)slot_count;
+    return false;
+  }
 };
 
 // "lru", "lfu", "lfru"; nullptr for an unknown name.

@@ -33,8 +33,17 @@ struct Server::Session {
 
 Server::Server(asio::io_context& ctx, const Config& cfg, const pack::Manifest& m, SlotArena& arena,
                Cache& cache, IoEngine& io, TraceWriter& trace)
-    : ctx_(ctx), cfg_(cfg), m_(m), arena_(arena), cache_(cache), io_(io), trace_(trace),
-      acceptor_(ctx), io_event_(ctx, ::dup(io.event_fd())), timer_(ctx), start_(Clock::now()),
+    : ctx_(ctx),
+      cfg_(cfg),
+      m_(m),
+      arena_(arena),
+      cache_(cache),
+      io_(io),
+      trace_(trace),
+      acceptor_(ctx),
+      io_event_(ctx, ::dup(io.event_fd())),
+      timer_(ctx),
+      start_(Clock::now()),
       last_stats_(start_) {}
 
 Server::~Server() = default;
@@ -43,7 +52,7 @@ Status Server::listen() {
   const std::string& path = cfg_.socket;
   if (auto slash = path.rfind('/'); slash != std::string::npos && slash > 0)
     ::mkdir(path.substr(0, slash).c_str(), 0750);  // RuntimeDirectory= makes it under systemd
-  struct stat st{};
+  struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) return make_error(path + " exists and is not a socket");
     // A socket nobody answers on is a leftover of a crashed daemon; a live one is a conflict.
@@ -90,9 +99,11 @@ void Server::accept() {
     if (::getsockopt(s->sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
       s->pid = cred.pid, s->uid = cred.uid;
     if (sessions_.size() >= cfg_.clients_max) {
-      spdlog::warn("refusing pid {}: {} clients already connected (--clients-max)", s->pid, sessions_.size());
-      auto f = proto::make_error_frame(0, ErrorCode::TooManyClients,
-                                       "expertd serves at most " + std::to_string(cfg_.clients_max) + " clients");
+      spdlog::warn("refusing pid {}: {} clients already connected (--clients-max)", s->pid,
+                   sessions_.size());
+      auto f = proto::make_error_frame(
+          0, ErrorCode::TooManyClients,
+          "expertd serves at most " + std::to_string(cfg_.clients_max) + " clients");
       (void)proto::send_all(s->sock.native_handle(), f);
       boost::system::error_code ignored;
       s->sock.close(ignored);
@@ -108,26 +119,30 @@ void Server::accept() {
 }
 
 void Server::read_header(std::shared_ptr<Session> s) {
-  asio::async_read(s->sock, asio::buffer(s->header, 4), [this, s](boost::system::error_code ec, size_t) {
-    if (ec) return close(s);
-    uint32_t n = uint32_t(s->header[0]) | uint32_t(s->header[1]) << 8 | uint32_t(s->header[2]) << 16 |
-                 uint32_t(s->header[3]) << 24;
-    if (n == 0 || n > cfg_.frame_bytes_max) {
-      ++cache_.stats().c.client_errors;
-      spdlog::warn("client {}: frame of {} bytes (limit {}); closing", s->id, n, cfg_.frame_bytes_max);
-      send(s->id, proto::make_error_frame(0, ErrorCode::BadFrame,
-                                          "frame of " + std::to_string(n) + " bytes exceeds frame_bytes_max " +
-                                              std::to_string(cfg_.frame_bytes_max)));
-      s->close_after_write = true;
-      return;
-    }
-    s->body.resize(n);
-    asio::async_read(s->sock, asio::buffer(s->body), [this, s](boost::system::error_code ec2, size_t) {
-      if (ec2) return close(s);
-      handle(s);
-      if (!s->closed && !s->close_after_write) read_header(s);
-    });
-  });
+  asio::async_read(
+      s->sock, asio::buffer(s->header, 4), [this, s](boost::system::error_code ec, size_t) {
+        if (ec) return close(s);
+        uint32_t n = uint32_t(s->header[0]) | uint32_t(s->header[1]) << 8 |
+                     uint32_t(s->header[2]) << 16 | uint32_t(s->header[3]) << 24;
+        if (n == 0 || n > cfg_.frame_bytes_max) {
+          ++cache_.stats().c.client_errors;
+          spdlog::warn("client {}: frame of {} bytes (limit {}); closing", s->id, n,
+                       cfg_.frame_bytes_max);
+          send(s->id, proto::make_error_frame(0, ErrorCode::BadFrame,
+                                              "frame of " + std::to_string(n) +
+                                                  " bytes exceeds frame_bytes_max " +
+                                                  std::to_string(cfg_.frame_bytes_max)));
+          s->close_after_write = true;
+          return;
+        }
+        s->body.resize(n);
+        asio::async_read(s->sock, asio::buffer(s->body),
+                         [this, s](boost::system::error_code ec2, size_t) {
+                           if (ec2) return close(s);
+                           handle(s);
+                           if (!s->closed && !s->close_after_write) read_header(s);
+                         });
+      });
 }
 
 void Server::handle(const std::shared_ptr<Session>& s) {
@@ -144,7 +159,8 @@ void Server::handle(const std::shared_ptr<Session>& s) {
   if (e->msg_type() == wire::Message::Hello) return handle_hello(s, rid, e->msg_as_Hello());
   if (!s->hello) {
     ++cache_.stats().c.client_errors;
-    send(s->id, proto::make_error_frame(rid, ErrorCode::BadRequest, "the first message must be Hello"));
+    send(s->id,
+         proto::make_error_frame(rid, ErrorCode::BadRequest, "the first message must be Hello"));
     s->close_after_write = true;
     return;
   }
@@ -155,11 +171,14 @@ void Server::handle(const std::shared_ptr<Session>& s) {
     case wire::Message::Acquire: {
       auto* a = e->msg_as_Acquire();
       if (trace_.enabled())
-        trace_.record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count()),
+        trace_.record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                Clock::now() - start_)
+                                                .count()),
                       s->id, a->layer(), ids(a->experts()));
       return cache_.acquire(s->id, rid, a->layer(), ids(a->experts()));
     }
-    case wire::Message::Release: return cache_.release(s->id, rid, e->msg_as_Release()->lease_id());
+    case wire::Message::Release:
+      return cache_.release(s->id, rid, e->msg_as_Release()->lease_id());
     case wire::Message::Prefetch: {
       auto* p = e->msg_as_Prefetch();
       auto [code, err] = cache_.check_ids(p->layer(), ids(p->experts()), false);
@@ -176,7 +195,8 @@ void Server::handle(const std::shared_ptr<Session>& s) {
     }
     case wire::Message::StatusRequest: {
       flatbuffers::FlatBufferBuilder fbb(4096);
-      return send(s->id, proto::make_frame(fbb, rid, wire::CreateStatusReplyDirect(fbb, status_json().c_str())));
+      return send(s->id, proto::make_frame(
+                             fbb, rid, wire::CreateStatusReplyDirect(fbb, status_json().c_str())));
     }
     case wire::Message::Admin: {
       auto* a = e->msg_as_Admin();
@@ -195,17 +215,19 @@ void Server::handle(const std::shared_ptr<Session>& s) {
     }
     default:
       ++cache_.stats().c.client_errors;
-      return request_failed(s->id, rid, ErrorCode::BadRequest, "message type not accepted by expertd");
+      return request_failed(s->id, rid, ErrorCode::BadRequest,
+                            "message type not accepted by expertd");
   }
 }
 
 void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const wire::Hello* h) {
   if (s->hello) return request_failed(s->id, rid, ErrorCode::BadRequest, "Hello sent twice");
   if (h->protocol_version() != proto::kProtocolVersion) {
-    send(s->id, proto::make_error_frame(rid, ErrorCode::VersionMismatch,
-                                        "protocol version " + std::to_string(h->protocol_version()) +
-                                            " is not supported (expertd speaks " +
-                                            std::to_string(proto::kProtocolVersion) + ")"));
+    send(s->id,
+         proto::make_error_frame(rid, ErrorCode::VersionMismatch,
+                                 "protocol version " + std::to_string(h->protocol_version()) +
+                                     " is not supported (expertd speaks " +
+                                     std::to_string(proto::kProtocolVersion) + ")"));
     s->close_after_write = true;
     return;
   }
@@ -218,10 +240,12 @@ void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const
                                                  r.ggml_type, r.ne[0], r.ne[1], r.offset, r.bytes));
     layers.push_back(wire::CreateLayerInfoDirect(fbb, l.model_layer, l.stride, &roles));
   }
-  const std::vector<uint8_t> mem_handle = arena_.ipc_memory_handle(), event_handles = arena_.ipc_event_handles();
+  const std::vector<uint8_t> mem_handle = arena_.ipc_memory_handle(),
+                             event_handles = arena_.ipc_event_handles();
   auto reply = wire::CreateHelloReplyDirect(
-      fbb, proto::kProtocolVersion, s->id, m_.model_id, m_.arch.c_str(), m_.n_experts, m_.n_experts_used,
-      &layers, arena_.kind() == "cuda" ? wire::ArenaKind::Cuda : wire::ArenaKind::Host, arena_.slot_bytes(),
+      fbb, proto::kProtocolVersion, s->id, m_.model_id, m_.arch.c_str(), m_.n_experts,
+      m_.n_experts_used, &layers,
+      arena_.kind() == "cuda" ? wire::ArenaKind::Cuda : wire::ArenaKind::Host, arena_.slot_bytes(),
       arena_.slot_count(), cache_.max_experts_per_request(), arena_.arena_bytes(),
       mem_handle.empty() ? nullptr : &mem_handle, event_handles.empty() ? nullptr : &event_handles,
       arena_.cuda_pci_bus_id().empty() ? nullptr : arena_.cuda_pci_bus_id().c_str());
@@ -232,7 +256,8 @@ void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const
   int fd = s->sock.native_handle();
   size_t sent = 0;
   while (sent < frame.size()) {
-    Status st = proto::send_all(fd, std::span(frame).subspan(sent), sent == 0 ? arena_.share_fd() : -1);
+    Status st =
+        proto::send_all(fd, std::span(frame).subspan(sent), sent == 0 ? arena_.share_fd() : -1);
     if (st) break;
     if (st.error().errno_value != EAGAIN) {
       spdlog::warn("client {}: hello reply: {}", s->id, st.error().message);
@@ -256,16 +281,17 @@ void Server::send(ClientId c, std::vector<uint8_t> frame) {
   s->writing = true;
   auto write_next = std::make_shared<std::function<void()>>();
   *write_next = [this, s, write_next]() {
-    asio::async_write(s->sock, asio::buffer(s->out.front()), [this, s, write_next](boost::system::error_code ec, size_t) {
-      if (ec) {
-        s->writing = false;
-        return close(s);
-      }
-      s->out.pop_front();
-      if (!s->out.empty()) return (*write_next)();
-      s->writing = false;
-      if (s->close_after_write) close(s);
-    });
+    asio::async_write(s->sock, asio::buffer(s->out.front()),
+                      [this, s, write_next](boost::system::error_code ec, size_t) {
+                        if (ec) {
+                          s->writing = false;
+                          return close(s);
+                        }
+                        s->out.pop_front();
+                        if (!s->out.empty()) return (*write_next)();
+                        s->writing = false;
+                        if (s->close_after_write) close(s);
+                      });
   };
   (*write_next)();
 }
@@ -282,36 +308,41 @@ void Server::close(const std::shared_ptr<Session>& s) {
   }
 }
 
-void Server::acquire_granted(ClientId c, uint64_t request_id, uint64_t lease_id, std::span<const uint32_t> slots,
-                             std::span<const uint8_t> ready) {
+void Server::acquire_granted(ClientId c, uint64_t request_id, uint64_t lease_id,
+                             std::span<const uint32_t> slots, std::span<const uint8_t> ready) {
   flatbuffers::FlatBufferBuilder fbb(128 + slots.size() * 8);
   auto sv = fbb.CreateVector(slots.data(), slots.size());
   auto rv = fbb.CreateVector(ready.data(), ready.size());
   send(c, proto::make_frame(fbb, request_id, wire::CreateAcquireReply(fbb, lease_id, sv, rv)));
 }
 
-void Server::expert_ready(ClientId c, uint64_t lease_id, uint32_t index, ErrorCode code, const std::string& message) {
+void Server::expert_ready(ClientId c, uint64_t lease_id, uint32_t index, ErrorCode code,
+                          const std::string& message) {
   flatbuffers::FlatBufferBuilder fbb(128);
-  send(c, proto::make_frame(fbb, 0, wire::CreateReadyDirect(fbb, lease_id, index, code,
-                                                            message.empty() ? nullptr : message.c_str())));
+  send(c, proto::make_frame(fbb, 0,
+                            wire::CreateReadyDirect(fbb, lease_id, index, code,
+                                                    message.empty() ? nullptr : message.c_str())));
 }
 
-void Server::request_failed(ClientId c, uint64_t request_id, ErrorCode code, const std::string& message) {
+void Server::request_failed(ClientId c, uint64_t request_id, ErrorCode code,
+                            const std::string& message) {
   send(c, proto::make_error_frame(request_id, code, message));
 }
 
 void Server::watch_io() {
-  io_event_.async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
-    if (ec) return;
-    io_.reap();
-    watch_io();
-  });
+  io_event_.async_wait(asio::posix::stream_descriptor::wait_read,
+                       [this](boost::system::error_code ec) {
+                         if (ec) return;
+                         io_.reap();
+                         watch_io();
+                       });
 }
 
 std::vector<proto::Metric> Server::metrics() const {
   Gauges g = cache_.gauges();
   g.clients = sessions_.size();
-  g.uptime_s = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start_).count());
+  g.uptime_s = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start_).count());
   return cache_.stats().to_metrics(g);
 }
 
@@ -371,12 +402,20 @@ std::string Server::status_json() const {
   nlohmann::ordered_json j;
   j["version"] = "0.1.0";
   j["config"] = nlohmann::json::parse(cfg_.to_json());
-  j["model"] = {{"arch", m_.arch}, {"name", m_.model_name}, {"model_id", pack::hex64(m_.model_id)},
-                {"n_experts", m_.n_experts}, {"n_experts_used", m_.n_experts_used},
-                {"moe_layers", m_.moe_layers()}, {"pack_bytes", m_.pack_bytes}};
+  j["model"] = {{"arch", m_.arch},
+                {"name", m_.model_name},
+                {"model_id", pack::hex64(m_.model_id)},
+                {"n_experts", m_.n_experts},
+                {"n_experts_used", m_.n_experts_used},
+                {"moe_layers", m_.moe_layers()},
+                {"pack_bytes", m_.pack_bytes}};
   Gauges g = cache_.gauges();
-  j["arena"] = {{"backend", arena_.kind()}, {"slot_bytes", arena_.slot_bytes()}, {"slot_count", arena_.slot_count()},
-                {"arena_bytes", arena_.arena_bytes()}, {"slots_used", g.slots_used}, {"slots_pinned", g.slots_pinned},
+  j["arena"] = {{"backend", arena_.kind()},
+                {"slot_bytes", arena_.slot_bytes()},
+                {"slot_count", arena_.slot_count()},
+                {"arena_bytes", arena_.arena_bytes()},
+                {"slots_used", g.slots_used},
+                {"slots_pinned", g.slots_pinned},
                 {"max_experts_per_request", cache_.max_experts_per_request()}};
   j["clients"] = sessions_.size();
   j["policy"] = cfg_.policy;

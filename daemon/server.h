@@ -3,8 +3,10 @@
 // io_context on the control thread; io_uring completions arrive through its eventfd.
 #pragma once
 
+// clang-format off
 #include <utility>  // boost 1.74 asio needs std::exchange declared first
 #include <boost/asio.hpp>
+// clang-format on
 #include <chrono>
 #include <memory>
 #include <unordered_map>
@@ -33,7 +35,8 @@ class Server final : public CacheSink {
                        std::span<const uint32_t> slots, std::span<const uint8_t> ready) override;
   void expert_ready(ClientId c, uint64_t lease_id, uint32_t index, ErrorCode code,
                     const std::string& message) override;
-  void request_failed(ClientId c, uint64_t request_id, ErrorCode code, const std::string& message) override;
+  void request_failed(ClientId c, uint64_t request_id, ErrorCode code,
+                      const std::string& message) override;
 
  private:
   struct Session;

@@ -63,15 +63,18 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
   counter("pack_reads", c.pack_reads, "", "expert blocks read from the pack");
   counter("h2d_bytes", g.h2d_bytes, "bytes", "bytes copied host to device (cuda arena)");
   counter("copy_errors", g.copy_errors, "", "failed host-to-device copies (cuda arena)");
-  counter("stage_waits", g.stage_waits, "", "reads that waited for a staging buffer's copy (cuda arena)");
-  counter("fallback_count", c.fallback_count, "", "reads served by a fallback path (there is none)");
+  counter("stage_waits", g.stage_waits, "",
+          "reads that waited for a staging buffer's copy (cuda arena)");
+  counter("fallback_count", c.fallback_count, "",
+          "reads served by a fallback path (there is none)");
   counter("io_errors", c.io_errors, "", "failed expert reads (I/O or checksum)");
   counter("checksum_errors", c.checksum_errors, "", "reads whose bytes failed the xxh3 check");
   counter("prefetch_issued", c.prefetch_issued, "", "prefetch reads started");
   counter("prefetch_used", c.prefetch_used, "", "prefetched experts later acquired");
   counter("prefetch_wasted", c.prefetch_wasted, "", "prefetched experts evicted unused");
   counter("prefetch_dropped", c.prefetch_dropped, "", "prefetch hints not acted on");
-  counter("prefetch_rejected", c.prefetch_rejected, "", "prefetch hints colder than the expert they would evict");
+  counter("prefetch_rejected", c.prefetch_rejected, "",
+          "prefetch hints colder than the expert they would evict");
   counter("acquires", c.acquires, "", "acquire requests granted");
   counter("acquire_waits", c.acquire_waits, "", "acquires that waited for free slots");
   counter("acquire_timeouts", c.acquire_timeouts, "", "acquires that waited too long");
@@ -84,11 +87,14 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
   gauge("slots_used", static_cast<double>(g.slots_used), "", "slots holding or loading an expert");
   gauge("slots_loading", static_cast<double>(g.slots_loading), "", "slots being read");
   gauge("slots_pinned", static_cast<double>(g.slots_pinned), "", "slots pinned by leases");
-  gauge("reads_deferred", static_cast<double>(g.reads_deferred), "", "loads waiting for a free staging buffer (cuda arena)");
+  gauge("reads_deferred", static_cast<double>(g.reads_deferred), "",
+        "loads waiting for a free staging buffer (cuda arena)");
   gauge("bytes_in_flight", static_cast<double>(g.bytes_in_flight), "bytes", "read bytes in flight");
-  gauge("bytes_in_flight_max", static_cast<double>(g.bytes_in_flight_max), "bytes", "high-water mark of bytes in flight");
+  gauge("bytes_in_flight_max", static_cast<double>(g.bytes_in_flight_max), "bytes",
+        "high-water mark of bytes in flight");
   gauge("io_queued", static_cast<double>(g.io_queued), "", "read parts waiting for queue room");
-  gauge("acquires_waiting", static_cast<double>(g.acquires_waiting), "", "acquires waiting for slots");
+  gauge("acquires_waiting", static_cast<double>(g.acquires_waiting), "",
+        "acquires waiting for slots");
   uint64_t looked = c.cache_hits + c.cache_misses;
   gauge("hit_rate", looked ? static_cast<double>(c.cache_hits) / static_cast<double>(looked) : 0.0,
         "ratio", "cache_hits / (cache_hits + cache_misses)");

@@ -35,7 +35,7 @@ struct Counters {
   uint64_t cache_evictions = 0;
   uint64_t pack_read_bytes = 0;
   uint64_t pack_reads = 0;
-  uint64_t fallback_count = 0;     // always 0: there is no fallback path; kept for SGLang users
+  uint64_t fallback_count = 0;  // always 0: there is no fallback path; kept for SGLang users
   uint64_t io_errors = 0;
   uint64_t checksum_errors = 0;
   uint64_t prefetch_issued = 0;
@@ -44,10 +44,10 @@ struct Counters {
   uint64_t prefetch_dropped = 0;   // hints not acted on (no free slot, demand waiting)
   uint64_t prefetch_rejected = 0;  // hints whose expert was colder than the slot it would evict
   uint64_t acquires = 0;
-  uint64_t acquire_waits = 0;      // acquires that waited for free slots
+  uint64_t acquire_waits = 0;  // acquires that waited for free slots
   uint64_t acquire_timeouts = 0;
   uint64_t releases = 0;
-  uint64_t client_errors = 0;      // malformed frames, bad requests
+  uint64_t client_errors = 0;  // malformed frames, bad requests
   uint64_t clients_connected_total = 0;
 };
 

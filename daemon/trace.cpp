@@ -16,7 +16,8 @@ Status TraceWriter::open(const std::string& path, uint32_t n_layers, uint32_t n_
   return {};
 }
 
-void TraceWriter::record(uint64_t time_ns, uint32_t client, uint32_t layer, std::span<const uint32_t> experts) {
+void TraceWriter::record(uint64_t time_ns, uint32_t client, uint32_t layer,
+                         std::span<const uint32_t> experts) {
   if (!f_) return;
   auto put = [&](const void* p, size_t n) {
     auto* b = static_cast<const uint8_t*>(p);

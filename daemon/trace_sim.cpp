@@ -23,7 +23,8 @@ Result<Trace> read_trace(const std::string& path) {
     TraceRecord r;
     uint16_t layer, n;
     if (std::fread(&r.time_ns, 8, 1, f) != 1) break;
-    if (std::fread(&r.client, 4, 1, f) != 1 || std::fread(&layer, 2, 1, f) != 1 || std::fread(&n, 2, 1, f) != 1) {
+    if (std::fread(&r.client, 4, 1, f) != 1 || std::fread(&layer, 2, 1, f) != 1 ||
+        std::fread(&n, 2, 1, f) != 1) {
       std::fclose(f);
       return make_error(path + ": truncated record " + std::to_string(t.records.size()));
     }
@@ -36,7 +37,8 @@ Result<Trace> read_trace(const std::string& path) {
     for (uint16_t e : ids) {
       if (e >= t.n_experts || layer >= t.n_layers) {
         std::fclose(f);
-        return make_error(path + ": record " + std::to_string(t.records.size()) + " is out of range");
+        return make_error(path + ": record " + std::to_string(t.records.size()) +
+                          " is out of range");
       }
       r.experts.push_back(e);
     }
@@ -85,7 +87,9 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
   };
   for (size_t ri = 0; ri < t.records.size(); ++ri) {
     const auto& r = t.records[ri];
-    if (r.experts.size() > slots) return make_error("a request of " + std::to_string(r.experts.size()) + " experts exceeds " + std::to_string(slots) + " slots");
+    if (r.experts.size() > slots)
+      return make_error("a request of " + std::to_string(r.experts.size()) + " experts exceeds " +
+                        std::to_string(slots) + " slots");
     std::vector<uint32_t> pinned;
     for (size_t k = 0; k < r.experts.size(); ++k) {  // resident first, as Cache::grant
       size_t key = size_t{r.layer} * t.n_experts + r.experts[k];
@@ -110,10 +114,13 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
         for (uint32_t j = 0; j < slots; ++j) {
           if (s[j].pinned) continue;
           bool better;
-          if (best < 0) better = true;
-          else if (belady) better = s[j].next > s[best].next;
-          else better = policy->before({s[j].last_access, s[j].inserted, freq[s[j].key]},
-                                       {s[best].last_access, s[best].inserted, freq[s[best].key]});
+          if (best < 0)
+            better = true;
+          else if (belady)
+            better = s[j].next > s[best].next;
+          else
+            better = policy->before({s[j].last_access, s[j].inserted, freq[s[j].key]},
+                                    {s[best].last_access, s[best].inserted, freq[s[best].key]});
           if (better) best = j;
         }
         if (best < 0) return make_error("no evictable slot");

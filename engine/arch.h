@@ -23,14 +23,26 @@ class Engine;
 
 // What a tensor is for: the loader checks norms, biases and routers are F32; expert-pack synth
 // picks initial values by role; the pack builder and the daemon path find routed experts by it.
-enum class Role : uint8_t { Weight, Norm, Bias, Embedding, Router, AttnOut, ExpertGate, ExpertUp, ExpertDown, ExpertBias };
+enum class Role : uint8_t {
+  Weight,
+  Norm,
+  Bias,
+  Embedding,
+  Router,
+  AttnOut,
+  ExpertGate,
+  ExpertUp,
+  ExpertDown,
+  ExpertBias
+};
 
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> ne;
   Role role = Role::Weight;
   bool optional = false;
-  bool synth = true;  // written into synthetic models (optional tensors: where the real models have them)
+  bool synth =
+      true;  // written into synthetic models (optional tensors: where the real models have them)
   Tensor* dst = nullptr;
   int layer = -1;  // -1 outside the blocks
 };
@@ -41,8 +53,8 @@ class Plan {
  public:
   void blk(int il) { layer_ = il; }
   void add(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role = Role::Weight);
-  void optional(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role = Role::Weight,
-                bool synth = false);
+  void optional(Tensor& dst, const std::string& name, std::vector<int64_t> ne,
+                Role role = Role::Weight, bool synth = false);
   // The routed-expert block of an MoE layer, llama.cpp's names (ffn_gate_inp, ffn_*_exps, ...),
   // with w.route already set (sigmoid gating: synthetic models get a selection bias).
   void moe(MoeWeights& w, const Hparams& hp, bool expert_biases = false);
@@ -58,8 +70,8 @@ class Plan {
 class Meta {
  public:
   Meta(const gguf::Model& f, std::string arch) : f_(f), prefix_(std::move(arch) + ".") {}
-  void u(const std::string& key, int& v);                   // required
-  void u(const std::string& key, int& v, int fallback);      // optional
+  void u(const std::string& key, int& v);                // required
+  void u(const std::string& key, int& v, int fallback);  // optional
   void f(const std::string& key, float& v, float fallback);
   void b(const std::string& key, bool& v, bool fallback);
   std::string s(const std::string& key, const std::string& fallback) const;
@@ -105,7 +117,8 @@ class Arch {
   // expert-pack synth: the real models this architecture imitates, and one's metadata (sizes
   // changed by --dims when given).
   virtual std::vector<std::string> synth_presets() const { return {}; }
-  virtual expertd::Result<SynthModel> synth(const std::string& preset, const SynthDims& dims) const {
+  virtual expertd::Result<SynthModel> synth(const std::string& preset,
+                                            const SynthDims& dims) const {
     (void)preset, (void)dims;
     return expertd::make_error("no synthetic presets");
   }

@@ -36,7 +36,8 @@ class BlockArena {
           continue;
         }
       }
-      const size_t cap = std::max({n, blocks_.empty() ? 0 : 2 * blocks_.back().cap, size_t{1} << 16});
+      const size_t cap =
+          std::max({n, blocks_.empty() ? 0 : 2 * blocks_.back().cap, size_t{1} << 16});
       float* p = alloc_(cap);
       if (!p) return nullptr;
       blocks_.push_back({p, blocks_.empty() ? 0 : blocks_.back().start + blocks_.back().cap, cap});
@@ -78,8 +79,11 @@ class BlockArena {
 class HostArena : public BlockArena {
  public:
   HostArena()
-      : BlockArena([](size_t n) { return static_cast<float*>(::operator new(n * sizeof(float), std::align_val_t{64})); },
-                   [](float* p) { ::operator delete(p, std::align_val_t{64}); }) {}
+      : BlockArena(
+            [](size_t n) {
+              return static_cast<float*>(::operator new (n * sizeof(float), std::align_val_t{64}));
+            },
+            [](float* p) { ::operator delete (p, std::align_val_t{64}); }) {}
 };
 
 }  // namespace engine

@@ -18,7 +18,9 @@ class CpuOps final : public Ops {
   std::string name() const override { return kernels::backend_name(be_); }
   expertd::Status status() const override { return {}; }  // nothing on the CPU fails
 
-  Act alloc(int64_t rows, int64_t cols) override { return {arena_.alloc(size_t(rows * cols)), rows, cols}; }
+  Act alloc(int64_t rows, int64_t cols) override {
+    return {arena_.alloc(size_t(rows * cols)), rows, cols};
+  }
   size_t mark() const override { return arena_.mark(); }
   void release_to(size_t mark) override { arena_.release_to(mark); }
   void begin_eval() override { arena_.consolidate(); }
@@ -38,11 +40,14 @@ class CpuOps final : public Ops {
       kernels::dequantize_row(emb.type, emb.data + emb.row_bytes() * tokens[t], x.row(t), x.cols);
   }
 
-  void to_host(Act x, float* dst) override { std::memcpy(dst, x.data, sizeof(float) * x.rows * x.cols); }
+  void to_host(Act x, float* dst) override {
+    std::memcpy(dst, x.data, sizeof(float) * x.rows * x.cols);
+  }
 
   void matmul(const Tensor& w, Act x, Act y) override {
     assert(!w.on_device && x.cols == w.ne[0] && y.cols == w.ne[1] && x.rows == y.rows);
-    kernels::matmul(w.type, w.data, w.ne[1], w.ne[0], x.data, x.rows, y.data, scratch_, &pool_, be_);
+    kernels::matmul(w.type, w.data, w.ne[1], w.ne[0], x.data, x.rows, y.data, scratch_, &pool_,
+                    be_);
   }
 
   void add_bias(Act y, const Tensor& b) override {
@@ -57,17 +62,20 @@ class CpuOps final : public Ops {
   void rms_norm(Act x, const Tensor& w, Act y, float eps, int64_t n) override {
     if (n == 0) n = x.cols;
     for (int64_t t = 0; t < x.rows; ++t)
-      for (int64_t g = 0; g < x.cols; g += n) kernels::rms_norm(x.row(t) + g, w.f32(), y.row(t) + g, n, eps);
+      for (int64_t g = 0; g < x.cols; g += n)
+        kernels::rms_norm(x.row(t) + g, w.f32(), y.row(t) + g, n, eps);
   }
 
   void rms_norm_part(Act x, const Tensor& w, int64_t n, float eps) override {
     for (int64_t t = 0; t < x.rows; ++t) kernels::rms_norm(x.row(t), w.f32(), x.row(t), n, eps);
   }
 
-  void rope(Act x, int64_t stride, int64_t offset, int64_t n_rot, int64_t pos0, const RopeOpts& o) override {
+  void rope(Act x, int64_t stride, int64_t offset, int64_t n_rot, int64_t pos0,
+            const RopeOpts& o) override {
     for (int64_t t = 0; t < x.rows; ++t)
       for (int64_t h = 0; h < x.cols / stride; ++h)
-        kernels::rope(x.row(t) + h * stride + offset, n_rot, n_rot, pos0 + t, o.base, o.neox, o.yarn);
+        kernels::rope(x.row(t) + h * stride + offset, n_rot, n_rot, pos0 + t, o.base, o.neox,
+                      o.yarn);
   }
 
   void attention(int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o, Act out) override {
@@ -86,9 +94,10 @@ class CpuOps final : public Ops {
         const int64_t n_keys = pos0 + t + 1;  // causal
         // Sliding window: key j is visible iff pos - j < window.
         const int64_t first = o.window > 0 ? std::max<int64_t>(0, n_keys - o.window) : 0;
-        kernels::attend(q.row(t) + hh * D, &c.k[size_t(first) * KV + kvh * D], &c.v[size_t(first) * KV + kvh * D],
-                        n_keys - first, KV, KV, D, D, o.scale, o.sinks ? o.sinks.f32()[hh] : -INFINITY, s.data(),
-                        out.row(t) + hh * D, be_);
+        kernels::attend(q.row(t) + hh * D, &c.k[size_t(first) * KV + kvh * D],
+                        &c.v[size_t(first) * KV + kvh * D], n_keys - first, KV, KV, D, D, o.scale,
+                        o.sinks ? o.sinks.f32()[hh] : -INFINITY, s.data(), out.row(t) + hh * D,
+                        be_);
       }
     });
   }
@@ -96,15 +105,17 @@ class CpuOps final : public Ops {
   // Multi-head latent attention as llama.cpp computes it ("absorbed"): each head's query is taken
   // into the latent space with attn_k_b, attention runs over the cached latent rows, and attn_v_b
   // takes each head's result back out.
-  void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b, int64_t pos0, const MlaOpts& o,
-                     Act out) override {
-    const int64_t T = q.rows, H = o.n_head, R = o.n_rot, C = o.kv_lora, KL = C + R, nope = o.qk_nope, KM = nope + R;
+  void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b, int64_t pos0,
+                     const MlaOpts& o, Act out) override {
+    const int64_t T = q.rows, H = o.n_head, R = o.n_rot, C = o.kv_lora, KL = C + R,
+                  nope = o.qk_nope, KM = nope + R;
     Cache& c = cache_[il];
     assert(c.rows.k == KL);
     float* cache = c.k.data();
     for (int64_t t = 0; t < T; ++t) std::copy_n(kv.row(t), KL, cache + size_t(pos0 + t) * KL);
     // Per head: q_abs = k_b[h] . q_nope (T x kv_lora), then the full query [q_abs, q_pe].
-    Act qf = alloc(T, H * KL), xin = alloc(T, std::max(nope, C)), yout = alloc(T, std::max(C, o.v_mla));
+    Act qf = alloc(T, H * KL), xin = alloc(T, std::max(nope, C)),
+        yout = alloc(T, std::max(C, o.v_mla));
     for (int64_t hh = 0; hh < H; ++hh) {
       Act x_nope{xin.data, T, nope}, y_abs{yout.data, T, C};
       for (int64_t t = 0; t < T; ++t) std::copy_n(q.row(t) + hh * KM, nope, x_nope.row(t));
@@ -121,8 +132,8 @@ class CpuOps final : public Ops {
       std::vector<float> s(pos0 + T);
       for (int64_t job = b; job < e; ++job) {
         const int64_t t = job / H, hh = job % H;
-        kernels::attend(qf.row(t) + hh * KL, cache, cache, pos0 + t + 1, KL, KL, KL, C, o.scale, -INFINITY, s.data(),
-                        lat.row(t) + hh * C, be_);
+        kernels::attend(qf.row(t) + hh * KL, cache, cache, pos0 + t + 1, KL, KL, KL, C, o.scale,
+                        -INFINITY, s.data(), lat.row(t) + hh * C, be_);
       }
     });
     // Per head back out of the latent space: v_b[h] . lat (T x v_mla).
@@ -159,19 +170,22 @@ class CpuOps final : public Ops {
   void route(Act logits, const MoeWeights& w, int k, std::vector<Route>& out) override {
     out.resize(logits.rows);
     for (int64_t t = 0; t < logits.rows; ++t)
-      select_experts(w.route, w.exp_probs_b, static_cast<int>(logits.cols), k, logits.row(t), out[t]);
+      select_experts(w.route, w.exp_probs_b, static_cast<int>(logits.cols), k, logits.row(t),
+                     out[t]);
   }
 
   void moe_begin(Act h, const MoeRoutes& r) override {
     moe_.h = h, moe_.r = &r;
     for (auto& c : moe_.hq) c.type = ~0u;  // which activation types the buffers hold is per layer
-    moe_.out.resize(size_t(r.n_tokens) * r.k * h.cols);  // every (token, k) row is written by the experts
+    moe_.out.resize(size_t(r.n_tokens) * r.k *
+                    h.cols);  // every (token, k) row is written by the experts
   }
 
   // Each batch of available experts: gate and up of all of them in one parallel loop, the
   // activation, then all their down projections in another (two fork-joins per batch, not
   // three per expert). The inputs are quantized once per layer for each activation type.
-  void moe_experts(const MoeWeights& w, std::span<const size_t> idx, std::span<const ExpertWeights> ws) override {
+  void moe_experts(const MoeWeights& w, std::span<const size_t> idx,
+                   std::span<const ExpertWeights> ws) override {
     const MoeRoutes& r = *moe_.r;
     const int64_t E = moe_.h.cols;
     const size_t nb = idx.size();
@@ -187,8 +201,10 @@ class CpuOps final : public Ops {
       g[b].resize(n * F), u[b].resize(n * F);
       const auto& qg = quantized_h(ws[b].gate.type);
       const auto& qu = quantized_h(ws[b].up.type);
-      jobs.push_back({ws[b].gate.type, ws[b].gate.data, F, E, qg.buf.data(), qg.row, tk.data(), n, g[b].data()});
-      jobs.push_back({ws[b].up.type, ws[b].up.data, F, E, qu.buf.data(), qu.row, tk.data(), n, u[b].data()});
+      jobs.push_back({ws[b].gate.type, ws[b].gate.data, F, E, qg.buf.data(), qg.row, tk.data(), n,
+                      g[b].data()});
+      jobs.push_back(
+          {ws[b].up.type, ws[b].up.data, F, E, qu.buf.data(), qu.row, tk.data(), n, u[b].data()});
     }
     kernels::matmul_batch(jobs.data(), jobs.size(), &pool_, be_);
     jobs.clear();
@@ -197,7 +213,8 @@ class CpuOps final : public Ops {
       const int64_t n = static_cast<int64_t>(r.tokens[idx[b]].size()), F = ew.gate.ne[1];
       if (ew.gate_b)
         for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < F; ++j) g[b][i * F + j] += ew.gate_b.f32()[j], u[b][i * F + j] += ew.up_b.f32()[j];
+          for (int64_t j = 0; j < F; ++j)
+            g[b][i * F + j] += ew.gate_b.f32()[j], u[b][i * F + j] += ew.up_b.f32()[j];
       if (w.act == Activation::SwigluOai) {
         for (size_t i = 0; i < g[b].size(); ++i) {
           const float x = std::min(g[b][i], 7.0f), y = std::clamp(u[b][i], -7.0f, 7.0f);
@@ -211,7 +228,8 @@ class CpuOps final : public Ops {
       for (int64_t i = 0; i < n; ++i)
         kernels::quantize_activations(ew.down.type, &g[b][i * F], aq[b].data() + i * arow, F, be_);
       ys[b].resize(size_t(n) * E);
-      jobs.push_back({ew.down.type, ew.down.data, E, F, aq[b].data(), arow, nullptr, n, ys[b].data()});
+      jobs.push_back(
+          {ew.down.type, ew.down.data, E, F, aq[b].data(), arow, nullptr, n, ys[b].data()});
     }
     kernels::matmul_batch(jobs.data(), jobs.size(), &pool_, be_);
     for (size_t b = 0; b < nb; ++b) {
@@ -220,7 +238,8 @@ class CpuOps final : public Ops {
         for (size_t i = 0; i < outs.size(); ++i)
           for (int64_t e = 0; e < E; ++e) ys[b][i * E + e] += ws[b].down_b.f32()[e];
       for (size_t i = 0; i < outs.size(); ++i)
-        std::copy(ys[b].begin() + i * E, ys[b].begin() + (i + 1) * E, moe_.out.begin() + size_t(outs[i]) * E);
+        std::copy(ys[b].begin() + i * E, ys[b].begin() + (i + 1) * E,
+                  moe_.out.begin() + size_t(outs[i]) * E);
     }
   }
 
@@ -255,10 +274,12 @@ class CpuOps final : public Ops {
     const uint32_t vt = kernels::vec_dot_type(wtype);
     for (auto& c : moe_.hq)
       if (c.type == vt) return c;
-    Quantized& c = moe_.hq[0].type == ~0u ? moe_.hq[0] : moe_.hq[1];  // gate and up: at most two types
+    Quantized& c =
+        moe_.hq[0].type == ~0u ? moe_.hq[0] : moe_.hq[1];  // gate and up: at most two types
     const int64_t E = moe_.h.cols, T = moe_.h.rows;
     c.type = vt, c.row = kernels::row_size(vt, E), c.buf.resize(c.row * T);
-    for (int64_t t = 0; t < T; ++t) kernels::quantize_activations(wtype, moe_.h.row(t), c.buf.data() + t * c.row, E, be_);
+    for (int64_t t = 0; t < T; ++t)
+      kernels::quantize_activations(wtype, moe_.h.row(t), c.buf.data() + t * c.row, E, be_);
     return c;
   }
 
@@ -282,6 +303,8 @@ class CpuOps final : public Ops {
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cpu_ops(int n_threads) { return std::make_unique<CpuOps>(n_threads); }
+std::unique_ptr<Ops> make_cpu_ops(int n_threads) {
+  return std::make_unique<CpuOps>(n_threads);
+}
 
 }  // namespace engine

@@ -30,9 +30,7 @@ std::string cuda_error(const char* what, cudaError_t e) {
 
 class CudaOps final : public Ops {
  public:
-  CudaOps()
-      : arena_([this](size_t n) { return device_alloc(n); },
-               [](float* p) { cudaFree(p); }) {}
+  CudaOps() : arena_([this](size_t n) { return device_alloc(n); }, [](float* p) { cudaFree(p); }) {}
   ~CudaOps() override {
     if (stream_) cudaStreamSynchronize(stream_);
     for (void* p : allocs_) cudaFree(p);
@@ -41,12 +39,15 @@ class CudaOps final : public Ops {
 
   Status init() {
     int n = 0;
-    if (auto e = cudaGetDeviceCount(&n); e != cudaSuccess) return make_error(cuda_error("cudaGetDeviceCount", e));
+    if (auto e = cudaGetDeviceCount(&n); e != cudaSuccess)
+      return make_error(cuda_error("cudaGetDeviceCount", e));
     if (n == 0) return make_error("no CUDA device");
     int dev = 0;
     cudaDeviceProp prop{};
-    if (auto e = cudaGetDevice(&dev); e != cudaSuccess) return make_error(cuda_error("cudaGetDevice", e));
-    if (auto e = cudaGetDeviceProperties(&prop, dev); e != cudaSuccess) return make_error(cuda_error("cudaGetDeviceProperties", e));
+    if (auto e = cudaGetDevice(&dev); e != cudaSuccess)
+      return make_error(cuda_error("cudaGetDevice", e));
+    if (auto e = cudaGetDeviceProperties(&prop, dev); e != cudaSuccess)
+      return make_error(cuda_error("cudaGetDeviceProperties", e));
     name_ = "cuda:" + std::to_string(dev) + " " + prop.name;
     if (auto e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess)
       return make_error(cuda_error("cudaStreamCreate", e));
@@ -58,13 +59,17 @@ class CudaOps final : public Ops {
   Status place(const Model& m, bool experts) {
     for (const Tensor& t : m.weights) {
       const bool expert = is_expert(m, t);
-      if ((expert && !experts) || (t.data == m.tok_embd.data && m.output.data != m.tok_embd.data)) continue;
+      if ((expert && !experts) || (t.data == m.tok_embd.data && m.output.data != m.tok_embd.data))
+        continue;
       if (placed_.count(t.data)) continue;
       if (!kernels::cuda::weight_type_supported(t.type))
-        return make_error(std::string("weight type ") + (kernels::type_traits(t.type) ? kernels::type_traits(t.type)->name : "?") +
-                          " is not supported on the GPU (" + kernels::cuda_type_names() + ")");
+        return make_error(
+            std::string("weight type ") +
+            (kernels::type_traits(t.type) ? kernels::type_traits(t.type)->name : "?") +
+            " is not supported on the GPU (" + kernels::cuda_type_names() + ")");
       void* p = nullptr;
-      if (auto e = cudaMalloc(&p, std::max<size_t>(t.bytes(), 1)); e != cudaSuccess) return make_error(cuda_error("cudaMalloc", e));
+      if (auto e = cudaMalloc(&p, std::max<size_t>(t.bytes(), 1)); e != cudaSuccess)
+        return make_error(cuda_error("cudaMalloc", e));
       allocs_.push_back(p);
       if (auto e = cudaMemcpy(p, t.data, t.bytes(), cudaMemcpyHostToDevice); e != cudaSuccess)
         return make_error(cuda_error("cudaMemcpy", e));
@@ -79,7 +84,8 @@ class CudaOps final : public Ops {
 
   Act alloc(int64_t rows, int64_t cols) override {
     float* p = ok() ? arena_.alloc(size_t(rows * cols)) : nullptr;
-    if (!p && ok()) fail(make_error("out of GPU memory for " + std::to_string(rows * cols) + " activations"));
+    if (!p && ok())
+      fail(make_error("out of GPU memory for " + std::to_string(rows * cols) + " activations"));
     return {p, rows, cols};
   }
   size_t mark() const override { return arena_.mark(); }
@@ -94,7 +100,10 @@ class CudaOps final : public Ops {
     for (size_t il = 0; il < rows.size(); ++il) {
       cache_[il].rows = rows[il];
       cache_[il].k = static_cast<float*>(device_buffer(size_t(n_ctx) * rows[il].k * sizeof(float)));
-      cache_[il].v = rows[il].v ? static_cast<float*>(device_buffer(size_t(n_ctx) * rows[il].v * sizeof(float))) : nullptr;
+      cache_[il].v =
+          rows[il].v
+              ? static_cast<float*>(device_buffer(size_t(n_ctx) * rows[il].v * sizeof(float)))
+              : nullptr;
     }
   }
 
@@ -102,24 +111,30 @@ class CudaOps final : public Ops {
   void embed(const Tensor& emb, std::span<const int32_t> tokens, Act x) override {
     std::vector<float> h(size_t(x.rows) * x.cols);
     for (size_t t = 0; t < tokens.size(); ++t)
-      kernels::dequantize_row(emb.type, emb.data + emb.row_bytes() * tokens[t], &h[t * x.cols], x.cols);
+      kernels::dequantize_row(emb.type, emb.data + emb.row_bytes() * tokens[t], &h[t * x.cols],
+                              x.cols);
     // From pageable memory: CUDA has taken the bytes when the call returns.
-    check("upload embeddings", cudaMemcpyAsync(x.data, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    check("upload embeddings", cudaMemcpyAsync(x.data, h.data(), h.size() * sizeof(float),
+                                               cudaMemcpyHostToDevice, stream_));
   }
 
   void to_host(Act x, float* dst) override {
     if (!ok()) return;
-    check("download", cudaMemcpyAsync(dst, x.data, sizeof(float) * x.rows * x.cols, cudaMemcpyDeviceToHost, stream_));
+    check("download", cudaMemcpyAsync(dst, x.data, sizeof(float) * x.rows * x.cols,
+                                      cudaMemcpyDeviceToHost, stream_));
     check("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
   }
 
   void matmul(const Tensor& w, Act x, Act y) override {
     const uint8_t* d = dev(w);
-    if (d) check("matmul", kernels::cuda::matmul(w.type, d, w.ne[1], w.ne[0], x.data, x.rows, y.data, stream_));
+    if (d)
+      check("matmul",
+            kernels::cuda::matmul(w.type, d, w.ne[1], w.ne[0], x.data, x.rows, y.data, stream_));
   }
   void add_bias(Act y, const Tensor& b) override {
     if (const uint8_t* d = dev(b))
-      check("add_rows", kernels::cuda::add_rows(y.data, reinterpret_cast<const float*>(d), y.cols, y.rows, stream_));
+      check("add_rows", kernels::cuda::add_rows(y.data, reinterpret_cast<const float*>(d), y.cols,
+                                                y.rows, stream_));
   }
   void add(Act y, Act x) override {
     if (ok()) check("add", kernels::cuda::add(y.data, x.data, y.rows * y.cols, stream_));
@@ -127,18 +142,20 @@ class CudaOps final : public Ops {
   void rms_norm(Act x, const Tensor& w, Act y, float eps, int64_t n) override {
     if (n == 0) n = x.cols;
     if (const uint8_t* d = dev(w))
-      check("rms_norm", kernels::cuda::rms_norm(x.data, reinterpret_cast<const float*>(d), y.data, n, x.rows * (x.cols / n),
-                                                eps, stream_));
+      check("rms_norm", kernels::cuda::rms_norm(x.data, reinterpret_cast<const float*>(d), y.data,
+                                                n, x.rows * (x.cols / n), eps, stream_));
   }
   void rms_norm_part(Act x, const Tensor& w, int64_t n, float eps) override {
     if (const uint8_t* d = dev(w))
-      check("rms_norm", kernels::cuda::rms_norm_strided(x.data, x.cols, reinterpret_cast<const float*>(d), x.data, x.cols, n,
-                                                        x.rows, eps, stream_));
+      check("rms_norm",
+            kernels::cuda::rms_norm_strided(x.data, x.cols, reinterpret_cast<const float*>(d),
+                                            x.data, x.cols, n, x.rows, eps, stream_));
   }
-  void rope(Act x, int64_t stride, int64_t offset, int64_t n_rot, int64_t pos0, const RopeOpts& o) override {
+  void rope(Act x, int64_t stride, int64_t offset, int64_t n_rot, int64_t pos0,
+            const RopeOpts& o) override {
     if (ok())
-      check("rope", kernels::cuda::rope(x.data + offset, x.rows, x.cols / stride, stride, n_rot, pos0, o.base, o.neox, o.yarn,
-                                        stream_));
+      check("rope", kernels::cuda::rope(x.data + offset, x.rows, x.cols / stride, stride, n_rot,
+                                        pos0, o.base, o.neox, o.yarn, stream_));
   }
 
   void attention(int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o, Act out) override {
@@ -146,11 +163,15 @@ class CudaOps final : public Ops {
     if (!check_dv(o.head_dim)) return;
     Cache& c = cache_[il];
     const int64_t KV = o.n_head_kv * o.head_dim;
-    check("cache k", cudaMemcpyAsync(c.k + pos0 * KV, k.data, sizeof(float) * k.rows * KV, cudaMemcpyDeviceToDevice, stream_));
-    check("cache v", cudaMemcpyAsync(c.v + pos0 * KV, v.data, sizeof(float) * v.rows * KV, cudaMemcpyDeviceToDevice, stream_));
+    check("cache k", cudaMemcpyAsync(c.k + pos0 * KV, k.data, sizeof(float) * k.rows * KV,
+                                     cudaMemcpyDeviceToDevice, stream_));
+    check("cache v", cudaMemcpyAsync(c.v + pos0 * KV, v.data, sizeof(float) * v.rows * KV,
+                                     cudaMemcpyDeviceToDevice, stream_));
     kernels::cuda::Attention a;
-    a.q = q.data, a.k = c.k, a.v = c.v, a.out = out.data, a.n_tokens = q.rows, a.n_past = pos0, a.n_head = o.n_head;
-    a.n_head_kv = o.n_head_kv, a.dk = a.dv = o.head_dim, a.k_row = a.v_row = KV, a.scale = o.scale, a.window = o.window;
+    a.q = q.data, a.k = c.k, a.v = c.v, a.out = out.data, a.n_tokens = q.rows, a.n_past = pos0,
+    a.n_head = o.n_head;
+    a.n_head_kv = o.n_head_kv, a.dk = a.dv = o.head_dim, a.k_row = a.v_row = KV, a.scale = o.scale,
+    a.window = o.window;
     a.sinks = o.sinks ? reinterpret_cast<const float*>(dev(o.sinks)) : nullptr;
     if (ok()) check("attention", kernels::cuda::attention(a, stream_));
   }
@@ -158,34 +179,38 @@ class CudaOps final : public Ops {
   // As the CPU backend: each head's query taken into the latent space with attn_k_b (strided 2-D
   // copies in and out of per-head buffers), attention over the cached latent rows (keys: whole
   // rows, values: their first kv_lora floats), attn_v_b back out per head.
-  void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b, int64_t pos0, const MlaOpts& o,
-                     Act out) override {
+  void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b, int64_t pos0,
+                     const MlaOpts& o, Act out) override {
     if (!ok() || !check_dv(o.kv_lora)) return;
-    const int64_t T = q.rows, H = o.n_head, R = o.n_rot, C = o.kv_lora, KL = C + R, nope = o.qk_nope, KM = nope + R,
-                  VM = o.v_mla;
+    const int64_t T = q.rows, H = o.n_head, R = o.n_rot, C = o.kv_lora, KL = C + R,
+                  nope = o.qk_nope, KM = nope + R, VM = o.v_mla;
     const size_t f = sizeof(float);
     float* cache = cache_[il].k;
-    check("cache", cudaMemcpyAsync(cache + pos0 * KL, kv.data, f * T * KL, cudaMemcpyDeviceToDevice, stream_));
-    Act qf = alloc(T, H * KL), xin = alloc(T, std::max(nope, C)), yout = alloc(T, std::max(C, VM)), lat = alloc(T, H * C);
+    check("cache", cudaMemcpyAsync(cache + pos0 * KL, kv.data, f * T * KL, cudaMemcpyDeviceToDevice,
+                                   stream_));
+    Act qf = alloc(T, H * KL), xin = alloc(T, std::max(nope, C)), yout = alloc(T, std::max(C, VM)),
+        lat = alloc(T, H * C);
     if (!ok()) return;
-    check("copy", cudaMemcpy2DAsync(qf.data + C, KL * f, q.data + nope, KM * f, R * f, size_t(T) * H, cudaMemcpyDeviceToDevice,
-                                    stream_));
+    check("copy", cudaMemcpy2DAsync(qf.data + C, KL * f, q.data + nope, KM * f, R * f,
+                                    size_t(T) * H, cudaMemcpyDeviceToDevice, stream_));
     for (int64_t hh = 0; hh < H; ++hh) {
-      check("copy", cudaMemcpy2DAsync(xin.data, nope * f, q.data + hh * KM, H * KM * f, nope * f, T, cudaMemcpyDeviceToDevice,
-                                      stream_));
+      check("copy", cudaMemcpy2DAsync(xin.data, nope * f, q.data + hh * KM, H * KM * f, nope * f, T,
+                                      cudaMemcpyDeviceToDevice, stream_));
       matmul(wk_b.matrix(hh), {xin.data, T, nope}, {yout.data, T, C});
-      check("copy", cudaMemcpy2DAsync(qf.data + hh * KL, H * KL * f, yout.data, C * f, C * f, T, cudaMemcpyDeviceToDevice,
-                                      stream_));
+      check("copy", cudaMemcpy2DAsync(qf.data + hh * KL, H * KL * f, yout.data, C * f, C * f, T,
+                                      cudaMemcpyDeviceToDevice, stream_));
     }
     kernels::cuda::Attention a;
-    a.q = qf.data, a.k = cache, a.v = cache, a.out = lat.data, a.n_tokens = T, a.n_past = pos0, a.n_head = H, a.n_head_kv = 1;
+    a.q = qf.data, a.k = cache, a.v = cache, a.out = lat.data, a.n_tokens = T, a.n_past = pos0,
+    a.n_head = H, a.n_head_kv = 1;
     a.dk = KL, a.dv = C, a.k_row = a.v_row = KL, a.scale = o.scale;
     if (ok()) check("attention", kernels::cuda::attention(a, stream_));
     for (int64_t hh = 0; hh < H; ++hh) {
-      check("copy", cudaMemcpy2DAsync(xin.data, C * f, lat.data + hh * C, H * C * f, C * f, T, cudaMemcpyDeviceToDevice, stream_));
+      check("copy", cudaMemcpy2DAsync(xin.data, C * f, lat.data + hh * C, H * C * f, C * f, T,
+                                      cudaMemcpyDeviceToDevice, stream_));
       matmul(wv_b.matrix(hh), {xin.data, T, C}, {yout.data, T, VM});
-      check("copy", cudaMemcpy2DAsync(out.data + hh * VM, H * VM * f, yout.data, VM * f, VM * f, T, cudaMemcpyDeviceToDevice,
-                                      stream_));
+      check("copy", cudaMemcpy2DAsync(out.data + hh * VM, H * VM * f, yout.data, VM * f, VM * f, T,
+                                      cudaMemcpyDeviceToDevice, stream_));
     }
   }
 
@@ -205,19 +230,22 @@ class CudaOps final : public Ops {
       matmul(gate, h, ga);
       g = ga.data;
     }
-    if (ok()) check("add_gated", kernels::cuda::add_gated(y.data, x.data, g, y.cols, y.rows, stream_));
+    if (ok())
+      check("add_gated", kernels::cuda::add_gated(y.data, x.data, g, y.cols, y.rows, stream_));
   }
 
   // Plain softmax gating routes with the softmax/top-k kernel; every other variant (sigmoid,
   // selection bias, groups, scaled weights, top-k then softmax) on the host, with the CPU's code.
   void route(Act logits, const MoeWeights& w, int k, std::vector<Route>& out) override {
     const RouteOpts& o = w.route;
-    if (o.sigmoid || o.n_group > 1 || o.w_scale != 1.0f || o.topk_then_softmax || w.exp_probs_b || k > 32)
+    if (o.sigmoid || o.n_group > 1 || o.w_scale != 1.0f || o.topk_then_softmax || w.exp_probs_b ||
+        k > 32)
       return Ops::route(logits, w, k, out);
     Act ids = alloc(logits.rows, k), wts = alloc(logits.rows, k);
     if (!ok()) return;
-    check("softmax_topk", kernels::cuda::softmax_topk(logits.data, logits.rows, logits.cols, k, o.norm_topk,
-                                                      reinterpret_cast<int32_t*>(ids.data), wts.data, stream_));
+    check("softmax_topk",
+          kernels::cuda::softmax_topk(logits.data, logits.rows, logits.cols, k, o.norm_topk,
+                                      reinterpret_cast<int32_t*>(ids.data), wts.data, stream_));
     std::vector<int32_t> hid(size_t(logits.rows) * k);
     std::vector<float> hw(hid.size());
     to_host(ids, reinterpret_cast<float*>(hid.data()));
@@ -245,23 +273,28 @@ class CudaOps final : public Ops {
     moe_out_ = alloc(int64_t{r.n_tokens} * r.k, h.cols);
     moe_idx_ = reinterpret_cast<int32_t*>(didx.data);
     if (!ok()) return;
-    check("upload routes", cudaMemcpyAsync(moe_idx_, idx.data(), idx.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    check("upload weights", cudaMemcpyAsync(moe_w_.data, r.weights.data(), r.weights.size() * sizeof(float),
-                                            cudaMemcpyHostToDevice, stream_));
+    check("upload routes", cudaMemcpyAsync(moe_idx_, idx.data(), idx.size() * sizeof(int32_t),
+                                           cudaMemcpyHostToDevice, stream_));
+    check("upload weights",
+          cudaMemcpyAsync(moe_w_.data, r.weights.data(), r.weights.size() * sizeof(float),
+                          cudaMemcpyHostToDevice, stream_));
   }
 
-  void moe_experts(const MoeWeights& w, std::span<const size_t> idx, std::span<const ExpertWeights> ws) override {
+  void moe_experts(const MoeWeights& w, std::span<const size_t> idx,
+                   std::span<const ExpertWeights> ws) override {
     for (size_t b = 0; b < idx.size() && ok(); ++b) {
       const size_t mark = arena_.mark();
-      run_expert(w, ws[b], moe_idx_ + moe_at_[idx[b]], static_cast<int64_t>(moe_r_->tokens[idx[b]].size()));
-      arena_.release_to(mark);  // the stream orders the next expert's use of this memory after this one's
+      run_expert(w, ws[b], moe_idx_ + moe_at_[idx[b]],
+                 static_cast<int64_t>(moe_r_->tokens[idx[b]].size()));
+      arena_.release_to(
+          mark);  // the stream orders the next expert's use of this memory after this one's
     }
   }
 
   void moe_end(Act out) override {
     if (ok())
-      check("weighted_sum", kernels::cuda::weighted_sum(moe_out_.data, moe_w_.data, out.data, out.rows, moe_r_->k, out.cols,
-                                                        stream_));
+      check("weighted_sum", kernels::cuda::weighted_sum(moe_out_.data, moe_w_.data, out.data,
+                                                        out.rows, moe_r_->k, out.cols, stream_));
   }
 
  private:
@@ -277,7 +310,8 @@ class CudaOps final : public Ops {
   static bool is_expert(const Model& m, const Tensor& t) {
     for (int il = 0; il < m.hp.n_layer; ++il)
       if (const MoeWeights* w = m.moe(il))
-        for (const Tensor* e : {&w->gate_exps, &w->up_exps, &w->down_exps, &w->gate_exps_b, &w->up_exps_b, &w->down_exps_b})
+        for (const Tensor* e : {&w->gate_exps, &w->up_exps, &w->down_exps, &w->gate_exps_b,
+                                &w->up_exps_b, &w->down_exps_b})
           if (e->data == t.data) return true;
     return false;
   }
@@ -291,11 +325,15 @@ class CudaOps final : public Ops {
     matmul(ew.up, xs, u);
     if (ew.gate_b) add_bias(g, ew.gate_b), add_bias(u, ew.up_b);
     if (!ok()) return;
-    if (w.act == Activation::SwigluOai) check("swiglu", kernels::cuda::swiglu_oai(g.data, u.data, g.data, n * F, stream_));
-    else check("swiglu", kernels::cuda::swiglu(g.data, u.data, g.data, n * F, stream_));
+    if (w.act == Activation::SwigluOai)
+      check("swiglu", kernels::cuda::swiglu_oai(g.data, u.data, g.data, n * F, stream_));
+    else
+      check("swiglu", kernels::cuda::swiglu(g.data, u.data, g.data, n * F, stream_));
     matmul(ew.down, g, ys);
     if (ew.down_b) add_bias(ys, ew.down_b);
-    if (ok()) check("scatter", kernels::cuda::scatter_rows(ys.data, d_idx + n, moe_out_.data, n, E, stream_));
+    if (ok())
+      check("scatter",
+            kernels::cuda::scatter_rows(ys.data, d_idx + n, moe_out_.data, n, E, stream_));
   }
 
   // The device address of a tensor: a slot's (already on the device) or the placed copy of its
@@ -306,7 +344,8 @@ class CudaOps final : public Ops {
     auto it = placed_.upper_bound(t.data);
     if (it != placed_.begin()) {
       --it;
-      if (t.data + t.bytes() <= it->first + it->second.bytes) return it->second.dev + (t.data - it->first);
+      if (t.data + t.bytes() <= it->first + it->second.bytes)
+        return it->second.dev + (t.data - it->first);
     }
     fail(make_error("a weight of type " + std::to_string(t.type) + " was not uploaded to the GPU"));
     return nullptr;
@@ -314,7 +353,8 @@ class CudaOps final : public Ops {
 
   bool check_dv(int64_t dv) {
     if (dv <= kernels::cuda::kMaxAttentionDv) return true;
-    fail(make_error("attention values of " + std::to_string(dv) + " floats: the GPU attention kernel takes at most " +
+    fail(make_error("attention values of " + std::to_string(dv) +
+                    " floats: the GPU attention kernel takes at most " +
                     std::to_string(kernels::cuda::kMaxAttentionDv)));
     return false;
   }
@@ -358,12 +398,16 @@ class CudaOps final : public Ops {
 // it (no host blocking on the hit path) and finishes before a lease is released.
 class CudaSlotMemory final : public SlotMemory {
  public:
-  CudaSlotMemory(std::unique_ptr<expertd::client::CudaSlots> s, cudaStream_t stream) : s_(std::move(s)), stream_(stream) {}
-  const uint8_t* slot(const expertd::client::Lease& l, size_t i) override { return s_->slot_ptr(l.slots[i]); }
+  CudaSlotMemory(std::unique_ptr<expertd::client::CudaSlots> s, cudaStream_t stream)
+      : s_(std::move(s)), stream_(stream) {}
+  const uint8_t* slot(const expertd::client::Lease& l, size_t i) override {
+    return s_->slot_ptr(l.slots[i]);
+  }
   bool on_device() const override { return true; }
   Status ready(uint32_t slot) override { return s_->wait(stream_, slot); }
   Status finish() override {
-    if (auto e = cudaStreamSynchronize(stream_); e != cudaSuccess) return make_error(cuda_error("cudaStreamSynchronize", e));
+    if (auto e = cudaStreamSynchronize(stream_); e != cudaSuccess)
+      return make_error(cuda_error("cudaStreamSynchronize", e));
     return {};
   }
 
@@ -374,11 +418,13 @@ class CudaSlotMemory final : public SlotMemory {
 
 }  // namespace
 
-expertd::Result<std::unique_ptr<Engine>> make_cuda_forward(const Model& m, const std::string& socket, int n_ctx) {
+expertd::Result<std::unique_ptr<Engine>> make_cuda_forward(const Model& m,
+                                                           const std::string& socket, int n_ctx) {
   auto fail = [](const expertd::Error& e) { return make_error("--device cuda: " + e.message); };
   std::unique_ptr<expertd::client::Client> client;
   std::unique_ptr<expertd::client::CudaSlots> slots;
-  if (!socket.empty()) {  // the daemon's GPU (CudaSlots::open selects it) is where everything below lives
+  if (!socket.empty()) {  // the daemon's GPU (CudaSlots::open selects it) is where everything below
+                          // lives
     auto c = connect_daemon(m, socket, "cuda");
     if (!c) return fail(c.error());
     auto s = expertd::client::CudaSlots::open((*c)->info());
@@ -390,7 +436,8 @@ expertd::Result<std::unique_ptr<Engine>> make_cuda_forward(const Model& m, const
   if (auto st = ops->place(m, socket.empty()); !st) return fail(st.error());
   const cudaStream_t stream = ops->stream();
   std::unique_ptr<ExpertSource> source =
-      client ? make_daemon_source(m, std::move(client), std::make_unique<CudaSlotMemory>(std::move(slots), stream))
+      client ? make_daemon_source(m, std::move(client),
+                                  std::make_unique<CudaSlotMemory>(std::move(slots), stream))
              : make_local_source(m);
   auto e = std::make_unique<Engine>(m, std::move(ops), std::move(source), n_ctx);
   if (auto st = e->ops().status(); !st) return fail(st.error());

@@ -14,8 +14,13 @@ Engine::Engine(const Model& m, std::unique_ptr<Ops> ops, ExpertSource& experts, 
   init();
 }
 
-Engine::Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertSource> experts, int n_ctx)
-    : m_(m), ops_(std::move(ops)), owned_experts_(std::move(experts)), experts_(*owned_experts_), n_ctx_(n_ctx) {
+Engine::Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertSource> experts,
+               int n_ctx)
+    : m_(m),
+      ops_(std::move(ops)),
+      owned_experts_(std::move(experts)),
+      experts_(*owned_experts_),
+      n_ctx_(n_ctx) {
   init();
 }
 
@@ -27,14 +32,17 @@ void Engine::init() {
   ops_->init_cache(rows, n_ctx_);
 }
 
-expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits,
+                             std::vector<float>& logits) {
   const Hparams& hp = m_.hp;
   const int T = static_cast<int>(tokens.size());
   if (T == 0) return make_error("no tokens to evaluate");
   if (n_past_ + T > n_ctx_)
-    return make_error("context full: " + std::to_string(n_past_ + T) + " tokens exceed the context of " + std::to_string(n_ctx_));
+    return make_error("context full: " + std::to_string(n_past_ + T) +
+                      " tokens exceed the context of " + std::to_string(n_ctx_));
   for (int32_t tok : tokens)
-    if (tok < 0 || tok >= hp.n_vocab) return make_error("token id " + std::to_string(tok) + " is outside the vocabulary");
+    if (tok < 0 || tok >= hp.n_vocab)
+      return make_error("token id " + std::to_string(tok) + " is outside the vocabulary");
   if (auto st = ops_->status(); !st) return st;
   ops_->begin_eval();
   failed_ = {};

@@ -26,12 +26,14 @@ class Engine {
   Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx);
   // Any backend; the engine may own its expert source.
   Engine(const Model& m, std::unique_ptr<Ops> ops, ExpertSource& experts, int n_ctx);
-  Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertSource> experts, int n_ctx);
+  Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertSource> experts,
+         int n_ctx);
   ~Engine();
 
   // Evaluates tokens at positions n_past().. and appends them to the KV cache. Writes the
   // logits of every token (all_logits) or of the last one to `logits` (row-major).
-  expertd::Status eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
+  expertd::Status eval(std::span<const int32_t> tokens, bool all_logits,
+                       std::vector<float>& logits);
   int n_past() const { return n_past_; }
   int n_ctx() const { return n_ctx_; }
   void reset() { n_past_ = 0; }
@@ -61,10 +63,10 @@ class Engine {
   ExpertSource& experts_;
   int n_ctx_, n_past_ = 0;
   bool prefetch_ = false;
-  Act x_;                       // the residual stream of the eval in progress
-  expertd::Status failed_;      // the first error of the eval in progress
+  Act x_;                   // the residual stream of the eval in progress
+  expertd::Status failed_;  // the first error of the eval in progress
   std::vector<std::vector<Route>> routes_;
-  MoeRoutes moe_routes_;        // kept across layers (their buffers)
+  MoeRoutes moe_routes_;  // kept across layers (their buffers)
 };
 
 using Forward = Engine;  // what expert-run drives, whatever the backend

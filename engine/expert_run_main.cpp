@@ -7,17 +7,18 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "engine/engine.h"
 #ifdef EXPERTD_HAVE_CUDA_ENGINE
 #include "engine/cuda_engine.h"
 #endif
+#include <nlohmann/json.hpp>
+
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
-#include <nlohmann/json.hpp>
 
 using namespace engine;
 
@@ -38,14 +39,17 @@ struct Common {
 };
 
 void add_common(CLI::App* c, Common& o) {
-  c->add_option("--model", o.model, "model GGUF, or the core GGUF of an expert pack (default: the bundled model)");
+  c->add_option("--model", o.model,
+                "model GGUF, or the core GGUF of an expert pack (default: the bundled model)");
   c->add_option("--socket", o.socket, "expertd socket: experts come from the daemon");
   c->add_flag("--local", o.local, "read experts in place from the GGUF (the reference path)");
   c->add_option("--threads", o.threads, "CPU threads")->capture_default_str();
   c->add_option("--ctx", o.ctx, "context length (KV cache)")->capture_default_str();
-  c->add_flag("--prefetch", o.prefetch, "hint the next layer's likely experts to expertd before they are needed");
-  c->add_option("--device", o.device, "cpu, or cuda: weights, KV cache and MoE kernels on the GPU, experts from a cuda "
-                                      "expertd's VRAM slots (or uploaded whole with --local)")
+  c->add_flag("--prefetch", o.prefetch,
+              "hint the next layer's likely experts to expertd before they are needed");
+  c->add_option("--device", o.device,
+                "cpu, or cuda: weights, KV cache and MoE kernels on the GPU, experts from a cuda "
+                "expertd's VRAM slots (or uploaded whole with --local)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
 }
@@ -63,7 +67,8 @@ std::string default_model() {
       std::fclose(f);
       return p;
     }
-  die(std::string("no --model given and the bundled model is not at ") + EXPERTD_INSTALLED_MODEL + " or " + EXPERTD_SOURCE_MODEL);
+  die(std::string("no --model given and the bundled model is not at ") + EXPERTD_INSTALLED_MODEL +
+      " or " + EXPERTD_SOURCE_MODEL);
 }
 
 // Maps the model's pages in up front (as llama.cpp's mmap with MAP_POPULATE does), so the first
@@ -78,7 +83,8 @@ void prefault(const gguf::Model& f) {
   const uint64_t ram = uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE));
   if (total > ram / 2) return;
   for (const auto& s : f.shards())
-    if (s.map && s.size) (void)::madvise(const_cast<uint8_t*>(s.map), s.size, MADV_POPULATE_READ);  // best effort
+    if (s.map && s.size)
+      (void)::madvise(const_cast<uint8_t*>(s.map), s.size, MADV_POPULATE_READ);  // best effort
 }
 
 Loaded load(Common o) {
@@ -94,7 +100,8 @@ Loaded load(Common o) {
   if (o.local && !o.socket.empty()) die("--local and --socket exclude each other");
   if (o.device == "cuda") {
     if (o.socket.empty() && !l.model->has_local_experts)
-      die(o.model + " is a core GGUF without experts: pass --socket of the expertd serving its pack");
+      die(o.model +
+          " is a core GGUF without experts: pass --socket of the expertd serving its pack");
     return l;  // the CUDA engine opens its own expert access (engine/cuda_engine.h)
   }
   if (!o.socket.empty()) {
@@ -103,7 +110,8 @@ Loaded load(Common o) {
     l.source = std::move(*s);
   } else {
     if (!l.model->has_local_experts)
-      die(o.model + " is a core GGUF without experts: pass --socket of the expertd serving its pack");
+      die(o.model +
+          " is a core GGUF without experts: pass --socket of the expertd serving its pack");
     l.source = make_local_source(*l.model);
   }
   return l;
@@ -135,7 +143,8 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return out;
 }
 
-int cmd_logits(const Common& o, const std::string& tokens_csv, const std::string& out, int decode_from) {
+int cmd_logits(const Common& o, const std::string& tokens_csv, const std::string& out,
+               int decode_from) {
   Loaded l = load(o);
   auto ids = parse_ids(tokens_csv);
   if (ids.empty()) die("--tokens is empty");
@@ -150,12 +159,15 @@ int cmd_logits(const Common& o, const std::string& tokens_csv, const std::string
   std::ofstream f(out, std::ios::binary);
   f.write(reinterpret_cast<const char*>(all.data()), static_cast<std::streamsize>(all.size() * 4));
   if (!f) die("cannot write " + out);
-  std::fprintf(stderr, "wrote %zu x %d logits to %s\n", ids.size(), l.model->hp.n_vocab, out.c_str());
+  std::fprintf(stderr, "wrote %zu x %d logits to %s\n", ids.size(), l.model->hp.n_vocab,
+               out.c_str());
   return 0;
 }
 
 using Clock = std::chrono::steady_clock;
-double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+double secs(Clock::time_point a) {
+  return std::chrono::duration<double>(Clock::now() - a).count();
+}
 
 double metric(const std::vector<expertd::proto::Metric>& ms, const std::string& name) {
   for (const auto& m : ms)
@@ -179,16 +191,20 @@ std::string read_text(const std::string& text, const std::string& file) {
 }
 
 // Prints the daemon's counters that changed during the run.
-void print_daemon_delta(const std::vector<expertd::proto::Metric>& before, const std::vector<expertd::proto::Metric>& after,
-                        int tokens) {
+void print_daemon_delta(const std::vector<expertd::proto::Metric>& before,
+                        const std::vector<expertd::proto::Metric>& after, int tokens) {
   if (after.empty()) return;
   double h = metric(after, "cache_hits") - metric(before, "cache_hits");
   double m = metric(after, "cache_misses") - metric(before, "cache_misses");
   double b = metric(after, "pack_read_bytes") - metric(before, "pack_read_bytes");
-  std::fprintf(stderr, "expertd: %.0f hits, %.0f misses (hit rate %.3f), %.1f MiB read, %.2f misses/token, %.2f MiB/token, "
-               "%.0f evictions, io_errors %.0f\n", h, m, h + m > 0 ? h / (h + m) : 0.0, b / 1048576.0,
-               tokens ? m / tokens : 0.0, tokens ? b / 1048576.0 / tokens : 0.0,
-               metric(after, "cache_evictions") - metric(before, "cache_evictions"), metric(after, "io_errors"));
+  std::fprintf(stderr,
+               "expertd: %.0f hits, %.0f misses (hit rate %.3f), %.1f MiB read, %.2f misses/token, "
+               "%.2f MiB/token, "
+               "%.0f evictions, io_errors %.0f\n",
+               h, m, h + m > 0 ? h / (h + m) : 0.0, b / 1048576.0, tokens ? m / tokens : 0.0,
+               tokens ? b / 1048576.0 / tokens : 0.0,
+               metric(after, "cache_evictions") - metric(before, "cache_evictions"),
+               metric(after, "io_errors"));
 }
 
 struct GenOptions {
@@ -201,7 +217,8 @@ struct GenOptions {
 // One user turn in the model's own chat format, recognised by its special tokens: ChatML (Qwen,
 // OLMoE and the bundled model), gpt-oss's harmony, DeepSeek-V3 and Mistral/Mixtral [INST].
 std::string chat_prompt(const engine::Tokenizer& tok, const std::string& user) {
-  if (tok.find("<|im_start|>") >= 0) return "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
+  if (tok.find("<|im_start|>") >= 0)
+    return "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
   if (tok.find("<|start|>") >= 0 && tok.find("<|message|>") >= 0)
     return "<|start|>user<|message|>" + user + "<|end|><|start|>assistant";
   if (tok.find("<｜User｜>") >= 0)  // full-width bars (U+FF5C)
@@ -241,7 +258,9 @@ int cmd_generate(const Common& o, GenOptions g) {
     if (eng->n_past() >= eng->n_ctx()) {
       ++generated;
       std::fputs(out.flush().c_str(), stdout);
-      std::fprintf(stderr, "\nexpert-run: the context of %d tokens is full; stopping (raise --ctx)\n", eng->n_ctx());
+      std::fprintf(stderr,
+                   "\nexpert-run: the context of %d tokens is full; stopping (raise --ctx)\n",
+                   eng->n_ctx());
       break;
     }
     if (auto st = eng->eval({&next, 1}, false, logits); !st) {
@@ -255,10 +274,13 @@ int cmd_generate(const Common& o, GenOptions g) {
   std::fflush(stdout);
   if (g.verbose) {
     double decode_s = secs(t1);
-    std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s); "
-                 "experts from %s, kernels %s, %d threads\n", ids.size(), prefill_s, ids.size() / prefill_s, generated,
-                 decode_s, generated / std::max(decode_s, 1e-9), eng->experts_name().c_str(),
-                 eng->device_name().c_str(), o.threads);
+    std::fprintf(
+        stderr,
+        "prompt %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s); "
+        "experts from %s, kernels %s, %d threads\n",
+        ids.size(), prefill_s, ids.size() / prefill_s, generated, decode_s,
+        generated / std::max(decode_s, 1e-9), eng->experts_name().c_str(),
+        eng->device_name().c_str(), o.threads);
     print_daemon_delta(before, eng->daemon_metrics(), static_cast<int>(ids.size()) + generated);
   }
   return 0;
@@ -295,12 +317,14 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   }
   double tg = secs(t1);
   auto m2 = eng->daemon_metrics();
-  nlohmann::ordered_json j = {{"model", o.model}, {"experts", eng->experts_name()}, {"threads", o.threads},
-                              {"kernels", eng->device_name()},
+  nlohmann::ordered_json j = {{"model", o.model},           {"experts", eng->experts_name()},
+                              {"threads", o.threads},       {"kernels", eng->device_name()},
                               {"prefill_tokens", n_prompt}, {"prefill_tok_s", n_prompt / pp},
-                              {"decode_tokens", n_gen}, {"decode_tok_s", n_gen / tg}, {"prompt", prompt}, {"decode_stream", stream}};
+                              {"decode_tokens", n_gen},     {"decode_tok_s", n_gen / tg},
+                              {"prompt", prompt},           {"decode_stream", stream}};
   if (!m2.empty()) {
-    double h = metric(m2, "cache_hits") - metric(m1, "cache_hits"), m = metric(m2, "cache_misses") - metric(m1, "cache_misses");
+    double h = metric(m2, "cache_hits") - metric(m1, "cache_hits"),
+           m = metric(m2, "cache_misses") - metric(m1, "cache_misses");
     double b = metric(m2, "pack_read_bytes") - metric(m1, "pack_read_bytes");
     j["decode_hit_rate"] = h + m > 0 ? h / (h + m) : 0.0;
     j["decode_misses_per_token"] = m / n_gen;
@@ -310,7 +334,8 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   if (json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("prefill %d tokens: %.2f tok/s\ndecode  %d tokens: %.2f tok/s\n", n_prompt, n_prompt / pp, n_gen, n_gen / tg);
+    std::printf("prefill %d tokens: %.2f tok/s\ndecode  %d tokens: %.2f tok/s\n", n_prompt,
+                n_prompt / pp, n_gen, n_gen / tg);
     if (j.contains("decode_hit_rate"))
       std::printf("decode through expertd: hit rate %.3f, %.2f misses/token, %.2f MiB read/token\n",
                   j["decode_hit_rate"].get<double>(), j["decode_misses_per_token"].get<double>(),
@@ -325,7 +350,8 @@ int cmd_perplexity(const Common& o, const std::string& file, int window, bool js
   Loaded l = load(o);
   engine::Tokenizer tok = load_tokenizer(*l.file);
   auto ids = tok.encode(read_text("", file), false, false);
-  if (static_cast<int>(ids.size()) < window + 1) die(file + " is shorter than one window of " + std::to_string(window + 1) + " tokens");
+  if (static_cast<int>(ids.size()) < window + 1)
+    die(file + " is shorter than one window of " + std::to_string(window + 1) + " tokens");
   auto eng = forward(l, o, window);
   const int V = l.model->hp.n_vocab;
   double nll = 0;
@@ -334,7 +360,8 @@ int cmd_perplexity(const Common& o, const std::string& file, int window, bool js
   auto t0 = Clock::now();
   for (size_t s = 0; s + window + 1 <= ids.size(); s += window) {
     eng->reset();
-    if (auto st = eng->eval({ids.data() + s, static_cast<size_t>(window)}, true, logits); !st) die(st.error().message);
+    if (auto st = eng->eval({ids.data() + s, static_cast<size_t>(window)}, true, logits); !st)
+      die(st.error().message);
     for (int t = 0; t < window; ++t) {
       const float* row = &logits[size_t(t) * V];
       double mx = *std::max_element(row, row + V), sum = 0;
@@ -345,14 +372,16 @@ int cmd_perplexity(const Common& o, const std::string& file, int window, bool js
   }
   double ppl = std::exp(nll / scored);
   if (json)
-    std::printf("{\"tokens_scored\":%ld,\"mean_nll\":%.6f,\"perplexity\":%.4f,\"seconds\":%.2f}\n", scored, nll / scored, ppl, secs(t0));
+    std::printf("{\"tokens_scored\":%ld,\"mean_nll\":%.6f,\"perplexity\":%.4f,\"seconds\":%.2f}\n",
+                scored, nll / scored, ppl, secs(t0));
   else
-    std::printf("%ld tokens scored in windows of %d: mean NLL %.4f, perplexity %.3f (%.1f s)\n", scored, window, nll / scored, ppl, secs(t0));
+    std::printf("%ld tokens scored in windows of %d: mean NLL %.4f, perplexity %.3f (%.1f s)\n",
+                scored, window, nll / scored, ppl, secs(t0));
   return 0;
 }
 
-int cmd_tokenize(std::string model, const std::string& text, const std::string& file, bool no_parse_special,
-                 bool add_bos) {
+int cmd_tokenize(std::string model, const std::string& text, const std::string& file,
+                 bool no_parse_special, bool add_bos) {
   if (model.empty()) model = default_model();
   auto f = gguf::Model::open(model);
   if (!f) die(f.error().message);
@@ -370,14 +399,16 @@ int main(int argc, char** argv) {
   CLI::App app{"expert-run: MoE inference on the CPU with experts from expertd (or the GGUF)"};
   app.require_subcommand(1);
   Common co;
-  auto* logits = app.add_subcommand("logits", "write float32 logits of every position, shape [n_tokens, n_vocab]");
+  auto* logits = app.add_subcommand(
+      "logits", "write float32 logits of every position, shape [n_tokens, n_vocab]");
   add_common(logits, co);
   std::string tokens, out;
   int decode_from = 0;
   logits->add_option("--tokens", tokens, "comma-separated token ids")->required();
   logits->add_option("--out", out, "output file")->required();
-  logits->add_option("--decode-from", decode_from,
-                     "evaluate the first N tokens as one batch, the rest one at a time (0: all in one batch)");
+  logits->add_option(
+      "--decode-from", decode_from,
+      "evaluate the first N tokens as one batch, the rest one at a time (0: all in one batch)");
 
   auto* gen = app.add_subcommand("generate", "stream generated text to stdout");
   add_common(gen, co);
@@ -386,13 +417,17 @@ int main(int argc, char** argv) {
   gen->add_option("--prompt-file", g.prompt_file, "read the prompt from a file");
   gen->add_option("-n,--n-predict", g.n, "tokens to generate")->capture_default_str();
   gen->add_option("--temp", g.sp.temperature, "temperature (0: greedy)")->capture_default_str();
-  gen->add_option("--top-k", g.sp.top_k, "keep the k most likely tokens (0: off)")->capture_default_str();
+  gen->add_option("--top-k", g.sp.top_k, "keep the k most likely tokens (0: off)")
+      ->capture_default_str();
   gen->add_option("--top-p", g.sp.top_p, "nucleus sampling mass (1: off)")->capture_default_str();
   gen->add_option("--seed", g.sp.seed, "random seed")->capture_default_str();
-  gen->add_flag("--chat", g.chat, "wrap the prompt as one user turn in the model's chat format (ChatML, harmony, DeepSeek, [INST])");
+  gen->add_flag("--chat", g.chat,
+                "wrap the prompt as one user turn in the model's chat format (ChatML, harmony, "
+                "DeepSeek, [INST])");
   gen->add_flag("--verbose", g.verbose, "timings and the daemon's stats delta on stderr");
 
-  auto* bench = app.add_subcommand("bench", "prefill and decode tokens/s; hit rate and bytes read through expertd");
+  auto* bench = app.add_subcommand(
+      "bench", "prefill and decode tokens/s; hit rate and bytes read through expertd");
   add_common(bench, co);
   int n_prompt = 128, n_gen = 64;
   bool json = false;
@@ -400,10 +435,13 @@ int main(int argc, char** argv) {
   bench->add_option("-n", n_gen, "generated tokens")->capture_default_str();
   bench->add_flag("--json", json, "one JSON object");
 
-  auto* tokz = app.add_subcommand("tokenize", "print token ids (llama-tokenize --ids --no-bos semantics)");
+  auto* tokz =
+      app.add_subcommand("tokenize", "print token ids (llama-tokenize --ids --no-bos semantics)");
   std::string tmodel, ttext, tfile;
   bool no_parse_special = false, add_bos = false;
-  tokz->add_option("--model", tmodel, "GGUF with a tokenizer, a vocab-only GGUF is enough (default: the bundled model)");
+  tokz->add_option(
+      "--model", tmodel,
+      "GGUF with a tokenizer, a vocab-only GGUF is enough (default: the bundled model)");
   tokz->add_option("--text", ttext, "text to tokenize");
   tokz->add_option("--file", tfile, "file to tokenize");
   tokz->add_flag("--no-parse-special", no_parse_special, "treat special-token text as plain text");

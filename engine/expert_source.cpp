@@ -16,7 +16,8 @@ class LocalSource final : public ExpertSource {
  public:
   explicit LocalSource(const Model& m) : m_(m) {}
   std::string name() const override { return "local"; }
-  expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts, const BatchFn& fn) override {
+  expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts,
+                                 const BatchFn& fn) override {
     const MoeWeights& w = *m_.moe(layer);
     ++stats_.acquires;
     std::vector<size_t> idx(experts.size());
@@ -24,9 +25,11 @@ class LocalSource final : public ExpertSource {
     for (size_t i = 0; i < experts.size(); ++i) {
       idx[i] = i;
       const uint32_t e = experts[i];
-      auto bias = [e](const Tensor& b) { return b ? b.row(e) : Tensor{}; };  // row e of an (n) x n_expert bias
-      ws.push_back({w.gate_exps.matrix(e), w.up_exps.matrix(e), w.down_exps.matrix(e), bias(w.gate_exps_b),
-                    bias(w.up_exps_b), bias(w.down_exps_b)});
+      auto bias = [e](const Tensor& b) {
+        return b ? b.row(e) : Tensor{};
+      };  // row e of an (n) x n_expert bias
+      ws.push_back({w.gate_exps.matrix(e), w.up_exps.matrix(e), w.down_exps.matrix(e),
+                    bias(w.gate_exps_b), bias(w.up_exps_b), bias(w.down_exps_b)});
     }
     stats_.experts += experts.size();
     stats_.ready_at_once += experts.size();
@@ -40,14 +43,17 @@ class LocalSource final : public ExpertSource {
 
 class DaemonSource final : public ExpertSource {
  public:
-  DaemonSource(const Model& m, std::unique_ptr<expertd::client::Client> c, std::unique_ptr<SlotMemory> slots)
+  DaemonSource(const Model& m, std::unique_ptr<expertd::client::Client> c,
+               std::unique_ptr<SlotMemory> slots)
       : c_(std::move(c)), slots_(std::move(slots)) {
     const auto& info = c_->info();
     pack_layer_.assign(m.hp.n_layer, -1);
-    for (int il = 0; il < m.hp.n_layer; ++il) pack_layer_[il] = info.pack_layer_of(static_cast<uint32_t>(il));
+    for (int il = 0; il < m.hp.n_layer; ++il)
+      pack_layer_[il] = info.pack_layer_of(static_cast<uint32_t>(il));
     // Role layouts resolved once (make_daemon_source checked they exist), not per expert.
     for (const auto& l : info.layers)
-      roles_.push_back({l.find("gate"), l.find("up"), l.find("down"), l.find("gate_bias"), l.find("up_bias"), l.find("down_bias")});
+      roles_.push_back({l.find("gate"), l.find("up"), l.find("down"), l.find("gate_bias"),
+                        l.find("up_bias"), l.find("down_bias")});
   }
   std::string name() const override { return "daemon"; }
 
@@ -61,9 +67,11 @@ class DaemonSource final : public ExpertSource {
     return t;
   }
 
-  expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts, const BatchFn& fn) override {
+  expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts,
+                                 const BatchFn& fn) override {
     int pl = pack_layer_[layer];
-    if (pl < 0) return make_error("expertd's pack has no experts for model layer " + std::to_string(layer));
+    if (pl < 0)
+      return make_error("expertd's pack has no experts for model layer " + std::to_string(layer));
     const auto& r = roles_[pl];
     // A layer's unique experts may exceed what one acquire may pin: split them into chunks.
     size_t max = c_->info().max_experts_per_request;
@@ -84,8 +92,8 @@ class DaemonSource final : public ExpertSource {
       auto add = [&](size_t i) -> expertd::Status {
         EXPERTD_TRY(slots_->ready(lease->slots[i]));
         idx.push_back(base + i);
-        ws.push_back({role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2]), role(*lease, i, r[3]),
-                      role(*lease, i, r[4]), role(*lease, i, r[5])});
+        ws.push_back({role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2]),
+                      role(*lease, i, r[3]), role(*lease, i, r[4]), role(*lease, i, r[5])});
         return {};
       };
       // Hits first, in one batch, while the misses are still being read.
@@ -102,8 +110,8 @@ class DaemonSource final : public ExpertSource {
         if (!next->has_value()) break;
         size_t i = **next;
         if (!lease->errors[i].empty())
-          return fail(make_error("expert " + std::to_string(chunk[i]) + " of layer " + std::to_string(layer) + ": " +
-                                 lease->errors[i]));
+          return fail(make_error("expert " + std::to_string(chunk[i]) + " of layer " +
+                                 std::to_string(layer) + ": " + lease->errors[i]));
         idx.clear(), ws.clear();
         if (auto st = add(i); !st) return fail(st.error());
         fn(idx, ws);
@@ -122,7 +130,8 @@ class DaemonSource final : public ExpertSource {
 
   bool wants_hints() const override { return true; }
   void prefetch(int layer, std::span<const uint32_t> experts) override {
-    if (pack_layer_[layer] >= 0) (void)c_->prefetch(static_cast<uint32_t>(pack_layer_[layer]), experts);
+    if (pack_layer_[layer] >= 0)
+      (void)c_->prefetch(static_cast<uint32_t>(pack_layer_[layer]), experts);
   }
 
  private:
@@ -135,36 +144,44 @@ class DaemonSource final : public ExpertSource {
 
 }  // namespace
 
-std::unique_ptr<ExpertSource> make_local_source(const Model& m) { return std::make_unique<LocalSource>(m); }
+std::unique_ptr<ExpertSource> make_local_source(const Model& m) {
+  return std::make_unique<LocalSource>(m);
+}
 
-expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m, const std::string& socket) {
+expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m,
+                                                                  const std::string& socket) {
   auto c = connect_daemon(m, socket, "host");
   if (!c) return c.error();
   return make_daemon_source(m, std::move(*c), std::make_unique<SlotMemory>());
 }
 
-std::unique_ptr<ExpertSource> make_daemon_source(const Model& m, std::unique_ptr<expertd::client::Client> c,
+std::unique_ptr<ExpertSource> make_daemon_source(const Model& m,
+                                                 std::unique_ptr<expertd::client::Client> c,
                                                  std::unique_ptr<SlotMemory> slots) {
   return std::make_unique<DaemonSource>(m, std::move(c), std::move(slots));
 }
 
-expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(const Model& m, const std::string& socket,
-                                                                         const std::string& arena_kind) {
+expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(
+    const Model& m, const std::string& socket, const std::string& arena_kind) {
   auto c = expertd::client::Client::connect(socket, {"expert-run", 120000});
   if (!c) return c.error();
   const auto& info = (*c)->info();
   if (info.arena_kind != arena_kind)
-    return make_error("expertd serves a " + info.arena_kind + " arena; this engine needs a " + arena_kind +
-                      " one (" + (arena_kind == "host" ? "expert-run --device cuda, or expertd --backend host)"
-                                                        : "expertd --backend cuda, or expert-run --device cpu)"));
+    return make_error("expertd serves a " + info.arena_kind + " arena; this engine needs a " +
+                      arena_kind + " one (" +
+                      (arena_kind == "host"
+                           ? "expert-run --device cuda, or expertd --backend host)"
+                           : "expertd --backend cuda, or expert-run --device cpu)"));
   std::string served = expertd::pack::hex64(info.model_id);
-  std::string mine = m.pack_model_id.empty() ? expertd::pack::hex64(expertd::pack::source_identity(*m.file)) : m.pack_model_id;
+  std::string mine = m.pack_model_id.empty()
+                         ? expertd::pack::hex64(expertd::pack::source_identity(*m.file))
+                         : m.pack_model_id;
   if (mine != served)
-    return make_error("expertd serves model " + served + " but " + m.file->path() + " is model " + mine +
-                      " (pack it with expert-pack build and serve that pack)");
+    return make_error("expertd serves model " + served + " but " + m.file->path() + " is model " +
+                      mine + " (pack it with expert-pack build and serve that pack)");
   if (static_cast<int>(info.n_experts) != m.hp.n_expert)
-    return make_error("expertd serves " + std::to_string(info.n_experts) + " experts per layer, the model has " +
-                      std::to_string(m.hp.n_expert));
+    return make_error("expertd serves " + std::to_string(info.n_experts) +
+                      " experts per layer, the model has " + std::to_string(m.hp.n_expert));
   for (int il = 0; il < m.hp.n_layer; ++il) {
     const MoeWeights* moe = m.moe(il);
     if (!moe) continue;
@@ -172,22 +189,31 @@ expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(const M
     if (pl < 0) return make_error("expertd's pack lacks MoE layer " + std::to_string(il));
     for (const char* r : {"gate", "up", "down"}) {
       const auto* role = info.layers[pl].find(r);
-      if (!role) return make_error(std::string("expertd's pack lacks the ") + r + " projection of layer " + std::to_string(il));
+      if (!role)
+        return make_error(std::string("expertd's pack lacks the ") + r + " projection of layer " +
+                          std::to_string(il));
       bool shape_ok = std::string(r) == "down"
-                          ? role->ne0 == static_cast<uint64_t>(m.hp.n_ff_exp) && role->ne1 == static_cast<uint64_t>(m.hp.n_embd)
-                          : role->ne0 == static_cast<uint64_t>(m.hp.n_embd) && role->ne1 == static_cast<uint64_t>(m.hp.n_ff_exp);
+                          ? role->ne0 == static_cast<uint64_t>(m.hp.n_ff_exp) &&
+                                role->ne1 == static_cast<uint64_t>(m.hp.n_embd)
+                          : role->ne0 == static_cast<uint64_t>(m.hp.n_embd) &&
+                                role->ne1 == static_cast<uint64_t>(m.hp.n_ff_exp);
       if (!shape_ok)
-        return make_error(std::string("expertd's ") + r + " projection of layer " + std::to_string(il) + " has another shape than the model's");
+        return make_error(std::string("expertd's ") + r + " projection of layer " +
+                          std::to_string(il) + " has another shape than the model's");
       if (!kernels::weight_type_supported(role->ggml_type))
-        return make_error(std::string("expertd's ") + r + " projection of layer " + std::to_string(il) + " has type " +
-                          (kernels::type_traits(role->ggml_type) ? kernels::type_traits(role->ggml_type)->name : "?") +
-                          ", which the engine does not support (" + kernels::supported_type_names() + ")");
+        return make_error(
+            std::string("expertd's ") + r + " projection of layer " + std::to_string(il) +
+            " has type " +
+            (kernels::type_traits(role->ggml_type) ? kernels::type_traits(role->ggml_type)->name
+                                                   : "?") +
+            ", which the engine does not support (" + kernels::supported_type_names() + ")");
     }
     if (moe->expert_biases)  // gpt-oss experts carry biases
       for (const char* r : {"gate_bias", "up_bias", "down_bias"}) {
         const auto* role = info.layers[pl].find(r);
         if (!role || role->ggml_type != kernels::F32)
-          return make_error(std::string("expertd's pack lacks the F32 ") + r + " of layer " + std::to_string(il));
+          return make_error(std::string("expertd's pack lacks the F32 ") + r + " of layer " +
+                            std::to_string(il));
       }
   }
   return std::move(*c);

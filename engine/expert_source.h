@@ -33,10 +33,13 @@ class ExpertSource {
   // weights[j] belongs to experts[indices[j]]; each expert comes exactly once, and every call of
   // fn happens before this returns.
   using BatchFn = std::function<void(std::span<const size_t>, std::span<const ExpertWeights>)>;
-  virtual expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts, const BatchFn& fn) = 0;
+  virtual expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts,
+                                         const BatchFn& fn) = 0;
   // A hint that these experts of a later layer will be needed soon (daemon: Prefetch).
   virtual bool wants_hints() const { return false; }
-  virtual void prefetch(int layer, std::span<const uint32_t> experts) { (void)layer, (void)experts; }
+  virtual void prefetch(int layer, std::span<const uint32_t> experts) {
+    (void)layer, (void)experts;
+  }
   const SourceStats& stats() const { return stats_; }
   // The daemon's metrics (empty for the local source).
   virtual std::vector<expertd::proto::Metric> daemon_metrics() { return {}; }
@@ -49,10 +52,15 @@ class ExpertSource {
 class SlotMemory {
  public:
   virtual ~SlotMemory() = default;
-  virtual const uint8_t* slot(const expertd::client::Lease& lease, size_t i) { return lease.slot_data(i); }
+  virtual const uint8_t* slot(const expertd::client::Lease& lease, size_t i) {
+    return lease.slot_data(i);
+  }
   virtual bool on_device() const { return false; }
-  virtual expertd::Status ready(uint32_t slot) { (void)slot; return {}; }  // before the backend reads it
-  virtual expertd::Status finish() { return {}; }                          // before a lease is released
+  virtual expertd::Status ready(uint32_t slot) {
+    (void)slot;
+    return {};
+  }                                                // before the backend reads it
+  virtual expertd::Status finish() { return {}; }  // before a lease is released
 };
 
 // Experts from the model's own tensors (on a backend that placed them elsewhere, the backend
@@ -60,14 +68,16 @@ class SlotMemory {
 std::unique_ptr<ExpertSource> make_local_source(const Model& m);
 
 // Connects to expertd and checks that it serves this model (manifest identity and shapes).
-expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m, const std::string& socket);
+expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m,
+                                                                  const std::string& socket);
 // The same over an existing connection, for a backend with its own slot memory.
-std::unique_ptr<ExpertSource> make_daemon_source(const Model& m, std::unique_ptr<expertd::client::Client> c,
+std::unique_ptr<ExpertSource> make_daemon_source(const Model& m,
+                                                 std::unique_ptr<expertd::client::Client> c,
                                                  std::unique_ptr<SlotMemory> slots);
 
 // The connection and checks, for an engine that needs an arena of kind `arena_kind` ("host"
 // for the CPU backend, "cuda" for the CUDA one).
-expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(const Model& m, const std::string& socket,
-                                                                         const std::string& arena_kind);
+expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(
+    const Model& m, const std::string& socket, const std::string& arena_kind);
 
 }  // namespace engine

@@ -15,12 +15,19 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
-const MoeWeights* Model::moe(int il) const { return arch->moe(il); }
+const MoeWeights* Model::moe(int il) const {
+  return arch->moe(il);
+}
 
 namespace {
 
-bool expert_role(Role r) { return r == Role::ExpertGate || r == Role::ExpertUp || r == Role::ExpertDown || r == Role::ExpertBias; }
-bool f32_role(Role r) { return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias; }
+bool expert_role(Role r) {
+  return r == Role::ExpertGate || r == Role::ExpertUp || r == Role::ExpertDown ||
+         r == Role::ExpertBias;
+}
+bool f32_role(Role r) {
+  return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias;
+}
 
 std::string shape_text(const std::vector<int64_t>& ne) {
   std::string s = "[";
@@ -34,20 +41,26 @@ expertd::Status bind(const gguf::Model& f, const TensorSpec& s, const gguf::Tens
   const auto* tr = gguf::type_traits(type);
   const std::string type_name(tr ? tr->name : "?");
   if (f32_role(s.role) && type != kernels::F32)
-    return make_error(f.path() + ": tensor " + s.name + " has type " + type_name + ", expected F32");
+    return make_error(f.path() + ": tensor " + s.name + " has type " + type_name +
+                      ", expected F32");
   if (!kernels::weight_type_supported(type))
     return make_error(f.path() + ": tensor " + s.name + " has type " + type_name +
-                      ", which the engine does not support (" + kernels::supported_type_names() + ")");
-  if (ti.n_dims > 3) return make_error(f.path() + ": tensor " + s.name + " has " + std::to_string(ti.n_dims) + " dimensions");
+                      ", which the engine does not support (" + kernels::supported_type_names() +
+                      ")");
+  if (ti.n_dims > 3)
+    return make_error(f.path() + ": tensor " + s.name + " has " + std::to_string(ti.n_dims) +
+                      " dimensions");
   for (size_t d = 0; d < 3; ++d) {
     const int64_t want = d < s.ne.size() ? s.ne[d] : 1;
     if (static_cast<int64_t>(ti.ne[d]) != want)
-      return make_error(f.path() + ": tensor " + s.name + " has shape [" + std::to_string(ti.ne[0]) + ", " +
-                        std::to_string(ti.ne[1]) + ", " + std::to_string(ti.ne[2]) + "], expected " + shape_text(s.ne));
+      return make_error(f.path() + ": tensor " + s.name + " has shape [" +
+                        std::to_string(ti.ne[0]) + ", " + std::to_string(ti.ne[1]) + ", " +
+                        std::to_string(ti.ne[2]) + "], expected " + shape_text(s.ne));
   }
   Tensor& t = *s.dst;
   t.type = type;
-  t.ne = {static_cast<int64_t>(ti.ne[0]), static_cast<int64_t>(ti.ne[1]), static_cast<int64_t>(ti.ne[2])};
+  t.ne = {static_cast<int64_t>(ti.ne[0]), static_cast<int64_t>(ti.ne[1]),
+          static_cast<int64_t>(ti.ne[2])};
   t.data = ti.data;
   return {};
 }
@@ -63,14 +76,16 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan) {
   hp.arch = f.arch();
   m.arch = make_arch(hp.arch);
   if (!m.arch)
-    return make_error(f.path() + ": architecture '" + hp.arch + "' is not supported (supported: " + supported_archs() + ")");
+    return make_error(f.path() + ": architecture '" + hp.arch +
+                      "' is not supported (supported: " + supported_archs() + ")");
   Meta meta(f, hp.arch);
   m.arch->read_hparams(meta, hp);
   if (!meta.error().empty()) return make_error(meta.error());
-  if (hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv || hp.head_dim <= 0 || hp.n_rot > hp.head_dim ||
-      hp.n_rot % 2 || hp.n_expert <= 0 || hp.n_expert_used <= 0 || hp.n_expert_used > hp.n_expert || hp.n_layer <= 0 ||
-      hp.n_embd <= 0)
-    return make_error(f.path() + ": inconsistent hyper-parameters (heads, head size, experts or layers)");
+  if (hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv || hp.head_dim <= 0 ||
+      hp.n_rot > hp.head_dim || hp.n_rot % 2 || hp.n_expert <= 0 || hp.n_expert_used <= 0 ||
+      hp.n_expert_used > hp.n_expert || hp.n_layer <= 0 || hp.n_embd <= 0)
+    return make_error(f.path() +
+                      ": inconsistent hyper-parameters (heads, head size, experts or layers)");
   auto tokens = f.get_string_array("tokenizer.ggml.tokens");
   const gguf::TensorInfo* emb = f.tensor("token_embd.weight");
   hp.n_vocab = tokens ? static_cast<int>(tokens->size()) : emb ? static_cast<int>(emb->ne[1]) : 0;
@@ -116,7 +131,8 @@ Result<Model> Model::load(const gguf::Model& f) {
     return make_error(f.path() + ": some MoE layers lack expert tensors");
   m.has_local_experts = experts_found != 0 || experts_planned == 0;
   if (experts_found == 0 && experts_planned != 0 && m.pack_model_id.empty())
-    return make_error(f.path() + ": no expert tensors and no expertpack.model_id: not a model, nor a core GGUF");
+    return make_error(
+        f.path() + ": no expert tensors and no expertpack.model_id: not a model, nor a core GGUF");
   return m;
 }
 
@@ -129,7 +145,8 @@ void Plan::add(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Ro
   specs_.push_back(std::move(s));
 }
 
-void Plan::optional(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role, bool synth) {
+void Plan::optional(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role,
+                    bool synth) {
   add(dst, name, std::move(ne), role);
   specs_.back().optional = true;
   specs_.back().synth = synth;
@@ -167,7 +184,9 @@ void Meta::f(const std::string& key, float& v, float fallback) {
   v = static_cast<float>(f_.get_float(prefix_ + key).value_or(fallback));
 }
 
-void Meta::b(const std::string& key, bool& v, bool fallback) { v = f_.get_bool(prefix_ + key).value_or(fallback); }
+void Meta::b(const std::string& key, bool& v, bool fallback) {
+  v = f_.get_bool(prefix_ + key).value_or(fallback);
+}
 
 std::string Meta::s(const std::string& key, const std::string& fallback) const {
   return std::string(f_.get_string(prefix_ + key).value_or(fallback));

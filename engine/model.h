@@ -15,7 +15,8 @@ namespace engine {
 
 class Arch;
 
-inline constexpr int64_t kAnyDim = -1;  // a tensor plan's "as the file has it" (widths read from the tensor)
+inline constexpr int64_t kAnyDim =
+    -1;  // a tensor plan's "as the file has it" (widths read from the tensor)
 
 struct Hparams {
   std::string arch;  // general.architecture
@@ -38,23 +39,26 @@ struct RouteOpts {
   float w_scale = 1.0f;
 };
 
-enum class Activation { Swiglu, SwigluOai };  // silu(g) * u; gpt-oss's clamped swiglu (alpha 1.702, limit 7)
+enum class Activation {
+  Swiglu,
+  SwigluOai
+};  // silu(g) * u; gpt-oss's clamped swiglu (alpha 1.702, limit 7)
 
 // The FFN of a MoE layer as the shared MoE block runs it (engine/moe.cpp).
 struct MoeWeights {
-  Tensor norm;                       // the norm before it (the prefetcher applies it to the next layer's input)
-  Tensor router, router_b;           // ffn_gate_inp: (n_embd) -> (n_expert), F32; optional bias
-  Tensor exp_probs_b;                // selection bias (F32, n_expert), optional
-  Tensor gate_exps, up_exps;         // (n_embd) -> (n_ff_exp) x n_expert; absent in a core GGUF
-  Tensor down_exps;                  // (n_ff_exp) -> (n_embd) x n_expert
-  Tensor gate_exps_b, up_exps_b;     // per-expert biases (F32): (n_ff_exp) x n_expert
-  Tensor down_exps_b;                // (n_embd) x n_expert
-  Tensor gate_shexp, up_shexp;       // shared expert: (n_embd) -> (n_ff_shexp)
-  Tensor down_shexp;                 // (n_ff_shexp) -> (n_embd)
-  Tensor shexp_gate;                 // ffn_gate_inp_shexp: (n_embd) -> 1, sigmoid gate, optional
+  Tensor norm;  // the norm before it (the prefetcher applies it to the next layer's input)
+  Tensor router, router_b;        // ffn_gate_inp: (n_embd) -> (n_expert), F32; optional bias
+  Tensor exp_probs_b;             // selection bias (F32, n_expert), optional
+  Tensor gate_exps, up_exps;      // (n_embd) -> (n_ff_exp) x n_expert; absent in a core GGUF
+  Tensor down_exps;               // (n_ff_exp) -> (n_embd) x n_expert
+  Tensor gate_exps_b, up_exps_b;  // per-expert biases (F32): (n_ff_exp) x n_expert
+  Tensor down_exps_b;             // (n_embd) x n_expert
+  Tensor gate_shexp, up_shexp;    // shared expert: (n_embd) -> (n_ff_shexp)
+  Tensor down_shexp;              // (n_ff_shexp) -> (n_embd)
+  Tensor shexp_gate;              // ffn_gate_inp_shexp: (n_embd) -> 1, sigmoid gate, optional
   RouteOpts route;
   Activation act = Activation::Swiglu;
-  bool expert_biases = false;        // the experts carry biases (the pack must have them)
+  bool expert_biases = false;  // the experts carry biases (the pack must have them)
 };
 
 struct FfnWeights {
@@ -64,12 +68,12 @@ struct FfnWeights {
 struct Model {
   Hparams hp;
   std::unique_ptr<Arch> arch;
-  Tensor tok_embd;     // (n_embd) x n_vocab
-  Tensor output_norm;  // (n_embd)
-  Tensor output;       // (n_embd) -> (n_vocab); token_embd when tied
-  std::vector<Tensor> weights;      // every loaded tensor (the CUDA backend uploads these)
-  bool has_local_experts = false;   // false for a core GGUF: experts come from expertd
-  std::string pack_model_id;        // expertpack.model_id of a core GGUF
+  Tensor tok_embd;                 // (n_embd) x n_vocab
+  Tensor output_norm;              // (n_embd)
+  Tensor output;                   // (n_embd) -> (n_vocab); token_embd when tied
+  std::vector<Tensor> weights;     // every loaded tensor (the CUDA backend uploads these)
+  bool has_local_experts = false;  // false for a core GGUF: experts come from expertd
+  std::string pack_model_id;       // expertpack.model_id of a core GGUF
   const gguf::Model* file = nullptr;
 
   Model();

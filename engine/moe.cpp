@@ -9,7 +9,8 @@
 
 namespace engine {
 
-void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int X, int K, float* p, Route& r) {
+void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int X, int K, float* p,
+                    Route& r) {
   if (o.topk_then_softmax) {  // gpt-oss: the k largest logits, then a softmax over them
     std::vector<uint32_t> idx(X);
     std::iota(idx.begin(), idx.end(), 0u);
@@ -59,7 +60,8 @@ void Ops::route(Act logits, const MoeWeights& w, int k, std::vector<Route>& out)
   to_host(logits, host.data());
   out.resize(logits.rows);
   for (int64_t t = 0; t < logits.rows; ++t)
-    select_experts(w.route, w.exp_probs_b, static_cast<int>(logits.cols), k, &host[size_t(t) * logits.cols], out[t]);
+    select_experts(w.route, w.exp_probs_b, static_cast<int>(logits.cols), k,
+                   &host[size_t(t) * logits.cols], out[t]);
 }
 
 std::vector<uint32_t> likely_experts(const float* logits, int T, int X, int K) {
@@ -68,7 +70,8 @@ std::vector<uint32_t> likely_experts(const float* logits, int T, int X, int K) {
   for (int t = 0; t < T; ++t) {
     const float* p = logits + size_t(t) * X;
     std::iota(idx.begin(), idx.end(), 0u);
-    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
+    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(),
+                      [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
     for (int k = 0; k < K; ++k) want[idx[k]] = true;
   }
   std::vector<uint32_t> ids;
@@ -90,7 +93,8 @@ void Engine::prefetch_next(int il) {
   std::vector<float> host(size_t(lg.rows) * lg.cols);
   ops_->to_host(lg, host.data());
   ops_->release_to(mark);
-  experts_.prefetch(il + 1, likely_experts(host.data(), static_cast<int>(lg.rows), m_.hp.n_expert, m_.hp.n_expert_used));
+  experts_.prefetch(il + 1, likely_experts(host.data(), static_cast<int>(lg.rows), m_.hp.n_expert,
+                                           m_.hp.n_expert_used));
 }
 
 Act Engine::moe(int il, const MoeWeights& w, Act h) {
@@ -114,17 +118,21 @@ Act Engine::moe(int il, const MoeWeights& w, Act h) {
   std::vector<int> index_of(X, -1);  // expert -> its place among the unique ones (ascending ids)
   for (auto [e, row] : uses) index_of[e] = 0;
   for (int e = 0; e < X; ++e)
-    if (index_of[e] >= 0) index_of[e] = static_cast<int>(r.experts.size()), r.experts.push_back(static_cast<uint32_t>(e));
+    if (index_of[e] >= 0)
+      index_of[e] = static_cast<int>(r.experts.size()),
+      r.experts.push_back(static_cast<uint32_t>(e));
   r.tokens.resize(r.experts.size());
   r.outs.resize(r.experts.size());
   for (size_t i = 0; i < r.experts.size(); ++i) r.tokens[i].clear(), r.outs[i].clear();
-  for (auto [e, row] : uses) r.tokens[index_of[e]].push_back(row / K), r.outs[index_of[e]].push_back(row);
+  for (auto [e, row] : uses)
+    r.tokens[index_of[e]].push_back(row / K), r.outs[index_of[e]].push_back(row);
 
   Act out = ops_->alloc(T, m_.hp.n_embd);
   ops_->moe_begin(h, r);
-  auto st = experts_.for_each_batch(il, r.experts, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {
-    ops_->moe_experts(w, idx, ws);
-  });
+  auto st = experts_.for_each_batch(
+      il, r.experts, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {
+        ops_->moe_experts(w, idx, ws);
+      });
   if (!st && failed_) failed_ = st;
   ops_->moe_end(out);
   if (w.gate_shexp) {

@@ -29,17 +29,18 @@ struct Act {
 
 struct RopeOpts {
   float base = 10000.0f;
-  bool neox = true;                      // NeoX pairs (i, i + n_rot/2), else adjacent (2i, 2i+1)
-  const kernels::Yarn* yarn = nullptr;   // YaRN context extension, or none
+  bool neox = true;                     // NeoX pairs (i, i + n_rot/2), else adjacent (2i, 2i+1)
+  const kernels::Yarn* yarn = nullptr;  // YaRN context extension, or none
 };
 
-// Causal attention over the layer's KV cache (grouped-query: head h reads KV head h / (n_head / n_head_kv)).
+// Causal attention over the layer's KV cache (grouped-query: head h reads KV head h / (n_head /
+// n_head_kv)).
 struct AttnOpts {
   int n_head = 0, n_head_kv = 0;
-  int64_t head_dim = 0;   // keys and values
+  int64_t head_dim = 0;  // keys and values
   float scale = 1.0f;
-  int window = 0;         // > 0: a token sees the last `window` positions only
-  Tensor sinks;           // optional: one extra softmax logit per head (F32, n_head)
+  int window = 0;  // > 0: a token sees the last `window` positions only
+  Tensor sinks;    // optional: one extra softmax logit per head (F32, n_head)
 };
 
 // Multi-head latent attention, computed the absorbed way (DeepSeek-V2/V3).
@@ -89,12 +90,14 @@ class Ops {
   virtual void embed(const Tensor& tok_embd, std::span<const int32_t> tokens, Act x) = 0;
   virtual void to_host(Act x, float* dst) = 0;  // waits for the backend
 
-  virtual void matmul(const Tensor& w, Act x, Act y) = 0;  // y = x W^T; w may be 2-D matrix i of a 3-D tensor
-  virtual void add_bias(Act y, const Tensor& b) = 0;       // each row += b
-  virtual void add(Act y, Act x) = 0;                      // y += x
+  virtual void matmul(const Tensor& w, Act x,
+                      Act y) = 0;  // y = x W^T; w may be 2-D matrix i of a 3-D tensor
+  virtual void add_bias(Act y, const Tensor& b) = 0;  // each row += b
+  virtual void add(Act y, Act x) = 0;                 // y += x
   // y = x / rms(x) * w over each group of n columns (n = 0: the whole row); y may be x.
   virtual void rms_norm(Act x, const Tensor& w, Act y, float eps, int64_t n = 0) = 0;
-  virtual void rms_norm_part(Act x, const Tensor& w, int64_t n, float eps) = 0;  // the first n columns, in place
+  virtual void rms_norm_part(Act x, const Tensor& w, int64_t n,
+                             float eps) = 0;  // the first n columns, in place
   // The same two into newly allocated activations.
   Act matmul(const Tensor& w, Act x) {
     Act y = alloc(x.rows, w.ne[1]);
@@ -108,14 +111,16 @@ class Ops {
   }
   // Rotates n_rot dims from `offset` of every head (heads head_stride floats apart) of each
   // row; row t is at position pos0 + t.
-  virtual void rope(Act x, int64_t head_stride, int64_t offset, int64_t n_rot, int64_t pos0, const RopeOpts& o) = 0;
-  // Stores k and v at positions pos0.. of layer il's cache, then attends: out = n_head x head_dim per row.
+  virtual void rope(Act x, int64_t head_stride, int64_t offset, int64_t n_rot, int64_t pos0,
+                    const RopeOpts& o) = 0;
+  // Stores k and v at positions pos0.. of layer il's cache, then attends: out = n_head x head_dim
+  // per row.
   virtual void attention(int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o, Act out) = 0;
   // Stores the latent rows kv (normalised, rotated) in layer il's cache; per head, the query
   // taken into the latent space with wk_b, attention over the latent rows, wv_b back out.
   // q: n_head x (qk_nope + n_rot) per row; out: n_head x v_mla per row.
-  virtual void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b, int64_t pos0,
-                             const MlaOpts& o, Act out) = 0;
+  virtual void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b,
+                             int64_t pos0, const MlaOpts& o, Act out) = 0;
   virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(silu(gate h) * up h)
   // y += sigmoid(gate . h) * x per row (gate absent: y += x).
   virtual void add_gated(Act y, Act x, const Tensor& gate, Act h) = 0;
@@ -126,12 +131,14 @@ class Ops {
   // experts in batches as they become available (in any order), end with the weighted sum of
   // each token's experts in router order (so the order of arrival never changes the result).
   virtual void moe_begin(Act h, const MoeRoutes& r) = 0;
-  virtual void moe_experts(const MoeWeights& w, std::span<const size_t> idx, std::span<const ExpertWeights> ws) = 0;
+  virtual void moe_experts(const MoeWeights& w, std::span<const size_t> idx,
+                           std::span<const ExpertWeights> ws) = 0;
   virtual void moe_end(Act out) = 0;
 };
 
 // Softmax or sigmoid gating, selection bias, groups, top-k then softmax, on one token's logits
 // (overwritten with the gate scores). Ties go to the lower expert id (llama.cpp's stable order).
-void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int n_expert, int k, float* logits, Route& r);
+void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int n_expert, int k,
+                    float* logits, Route& r);
 
 }  // namespace engine

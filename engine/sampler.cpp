@@ -9,11 +9,13 @@ namespace engine {
 
 int32_t Sampler::sample(std::span<const float> logits) {
   const int32_t n = static_cast<int32_t>(logits.size());
-  if (p_.temperature <= 0.0f) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  if (p_.temperature <= 0.0f)
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   std::vector<int32_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
   int32_t k = p_.top_k > 0 ? std::min(p_.top_k, n) : n;
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   idx.resize(k);
   std::vector<double> prob(k);
   const double mx = logits[idx[0]];

@@ -33,8 +33,10 @@ std::string byte_token(int b) {
     cp = 256 + n;
   }
   std::string s;
-  if (cp < 0x80) s += static_cast<char>(cp);
-  else s += static_cast<char>(0xC0 | (cp >> 6)), s += static_cast<char>(0x80 | (cp & 0x3F));
+  if (cp < 0x80)
+    s += static_cast<char>(cp);
+  else
+    s += static_cast<char>(0xC0 | (cp >> 6)), s += static_cast<char>(0x80 | (cp & 0x3F));
   return s;
 }
 
@@ -78,7 +80,9 @@ gguf::GgmlType fit(gguf::GgmlType want, uint64_t row) {
   return gguf::GgmlType::F16;
 }
 
-bool f32_role(Role r) { return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias; }
+bool f32_role(Role r) {
+  return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias;
+}
 
 struct Preset {
   std::string arch, name;
@@ -91,8 +95,8 @@ std::vector<Preset> presets() {
   return v;
 }
 
-void add_metadata(gguf::Writer& w, const std::string& arch, const std::string& name, const SynthModel& m,
-                  gguf::GgmlType type) {
+void add_metadata(gguf::Writer& w, const std::string& arch, const std::string& name,
+                  const SynthModel& m, gguf::GgmlType type) {
   w.add_string("general.architecture", arch);
   w.add_string("general.name", "expertd synthetic " + name);
   w.add_u32("general.alignment", 32);
@@ -118,14 +122,18 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
   const auto all = presets();
   Preset p = all.front();
   if (!o.preset.empty()) {
-    auto it = std::find_if(all.begin(), all.end(), [&](const Preset& x) { return x.name == o.preset; });
-    if (it == all.end()) return make_error("unknown preset '" + o.preset + "' (known: " + synth_preset_names() + ")");
+    auto it =
+        std::find_if(all.begin(), all.end(), [&](const Preset& x) { return x.name == o.preset; });
+    if (it == all.end())
+      return make_error("unknown preset '" + o.preset + "' (known: " + synth_preset_names() + ")");
     p = *it;
   } else if (o.dims.size() < 5) {
-    return make_error("synth needs --preset NAME or --dims n_embd,n_layer,n_expert,n_expert_used,n_ff_exp");
+    return make_error(
+        "synth needs --preset NAME or --dims n_embd,n_layer,n_expert,n_expert_used,n_ff_exp");
   }
   using G = gguf::GgmlType;
-  if (o.type != G::Q4_K && o.type != G::Q8_0 && o.type != G::F16) return make_error("synth: --type must be Q4_K, Q8_0 or F16");
+  if (o.type != G::Q4_K && o.type != G::Q8_0 && o.type != G::F16)
+    return make_error("synth: --type must be Q4_K, Q8_0 or F16");
   auto arch = make_arch(p.arch);
   auto sm = arch->synth(p.name, {o.dims});
   if (!sm) return sm.error();
@@ -165,7 +173,9 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
   if (!fd) return fd.error();
   struct Unlink {
     std::string p;
-    ~Unlink() { if (!p.empty()) ::unlink(p.c_str()); }
+    ~Unlink() {
+      if (!p.empty()) ::unlink(p.c_str());
+    }
   } guard{o.out_path + ".tmp"};
   auto header = w.header();
   EXPERTD_TRY(pwrite_full(fd->get(), header.data(), header.size(), 0, o.out_path));
@@ -185,7 +195,9 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
     const gguf::GgmlType type = types[i];
     const uint64_t ne0 = static_cast<uint64_t>(t.ne[0]);
     const uint64_t rb = *gguf::row_bytes(type, ne0), rows = w.tensor_bytes(i) / rb;
-    const float scale = t.role == Role::AttnOut ? kAttnOutScale : t.role == Role::ExpertDown ? kExpertOutScale : 1.0f;
+    const float scale = t.role == Role::AttnOut      ? kAttnOutScale
+                        : t.role == Role::ExpertDown ? kExpertOutScale
+                                                     : 1.0f;
     const float std_dev = scale / std::sqrt(float(ne0));
     row.resize(ne0);
     uint64_t chunk_rows = std::max<uint64_t>(1, (16u << 20) / rb);
@@ -199,32 +211,38 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
         if (t.role == Role::Router) {
           std::iota(perm.begin(), perm.end(), 0u);
           uint64_t prng = o.seed * 977 + t.layer;
-          for (size_t k = perm.size() - 1; k > 0; --k) std::swap(perm[k], perm[splitmix64(prng) % (k + 1)]);
+          for (size_t k = perm.size() - 1; k > 0; --k)
+            std::swap(perm[k], perm[splitmix64(prng) % (k + 1)]);
         }
         for (uint64_t r = 0; r < nr; ++r) {
           for (uint64_t c = 0; c < ne0; ++c) {
             float x = t.role == Role::Norm ? 1.0f : gauss(rng) * std_dev;
-            // Embeddings at the scale of what the blocks add to the residual stream (norm ~sqrt(n_embd)):
-            // at a smaller scale, attention's average over positions and the experts' outputs
-            // swamp each token's own direction and every token routes alike.
-            if (t.role == Role::Embedding) x = (x + 0.5f * dir[c]) * std::sqrt(float(n_embd));  // cosine ~0.45 with dir
+            // Embeddings at the scale of what the blocks add to the residual stream (norm
+            // ~sqrt(n_embd)): at a smaller scale, attention's average over positions and the
+            // experts' outputs swamp each token's own direction and every token routes alike.
+            if (t.role == Role::Embedding)
+              x = (x + 0.5f * dir[c]) * std::sqrt(float(n_embd));  // cosine ~0.45 with dir
             // The routed hidden state has norm sqrt(n_embd) and leans on `dir` (cosine ~0.5), and
             // the noise part of a router logit has std ~1: expert of rank r gets about
             // +kRouterSkew/(1+r) std, a Zipf(1) popularity that still routes to most experts.
-            if (t.role == Role::Router) x += 2.0f * kRouterSkew / std::sqrt(float(n_embd)) * dir[c] / float(1 + perm[r0 + r]);
+            if (t.role == Role::Router)
+              x += 2.0f * kRouterSkew / std::sqrt(float(n_embd)) * dir[c] / float(1 + perm[r0 + r]);
             row[c] = x;
           }
           quantize_row(type, {row.data(), ne0}, buf.data() + r * rb);
         }
       }
-      EXPERTD_TRY(pwrite_full(fd->get(), buf.data(), buf.size(), w.tensor_offset(i) + r0 * rb, o.out_path));
+      EXPERTD_TRY(
+          pwrite_full(fd->get(), buf.data(), buf.size(), w.tensor_offset(i) + r0 * rb, o.out_path));
       written += buf.size();
       progress.update(written);
     }
   }
-  if (::ftruncate(fd->get(), static_cast<off_t>(w.file_bytes())) != 0) return errno_error("truncate " + o.out_path);
+  if (::ftruncate(fd->get(), static_cast<off_t>(w.file_bytes())) != 0)
+    return errno_error("truncate " + o.out_path);
   progress.update(w.file_bytes());
-  if (::rename((o.out_path + ".tmp").c_str(), o.out_path.c_str()) != 0) return errno_error("rename to " + o.out_path);
+  if (::rename((o.out_path + ".tmp").c_str(), o.out_path.c_str()) != 0)
+    return errno_error("rename to " + o.out_path);
   guard.p.clear();
   return w.file_bytes();
 }

@@ -14,10 +14,11 @@
 namespace engine {
 
 struct SynthOptions {
-  std::string preset;             // a preset of some architecture (engine/archs/): synth_preset_names()
-  std::vector<uint64_t> dims;     // custom: n_embd,n_layer,n_expert,n_expert_used,n_ff_exp[,n_head,n_head_kv,n_vocab]
+  std::string preset;  // a preset of some architecture (engine/archs/): synth_preset_names()
+  std::vector<uint64_t>
+      dims;  // custom: n_embd,n_layer,n_expert,n_expert_used,n_ff_exp[,n_head,n_head_kv,n_vocab]
   gguf::GgmlType type = gguf::GgmlType::Q4_K;
-  uint32_t layers = 0;            // 0 = the preset's depth
+  uint32_t layers = 0;  // 0 = the preset's depth
   uint64_t seed = 1;
   std::string out_path;
   bool progress = true;

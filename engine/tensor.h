@@ -13,8 +13,8 @@ namespace engine {
 struct Tensor {
   uint32_t type = 0;                   // GGML type id
   std::array<int64_t, 3> ne{0, 0, 0};  // {in, out, n}
-  const uint8_t* data = nullptr;       // host memory (the mapped GGUF, a host slot), or device memory
-  bool on_device = false;              // data is a device pointer (an expert in a cuda expertd's slot)
+  const uint8_t* data = nullptr;  // host memory (the mapped GGUF, a host slot), or device memory
+  bool on_device = false;         // data is a device pointer (an expert in a cuda expertd's slot)
   explicit operator bool() const { return data != nullptr; }
   const float* f32() const { return reinterpret_cast<const float*>(data); }
   size_t row_bytes() const { return kernels::row_size(type, ne[0]); }

@@ -26,7 +26,8 @@ struct ByteCodec {
       bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
       uint32_t cp = keep ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
       enc[b] = cp < 0x80 ? std::string(1, static_cast<char>(cp))
-                         : std::string{static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+                         : std::string{static_cast<char>(0xC0 | (cp >> 6)),
+                                       static_cast<char>(0x80 | (cp & 0x3F))};
       dec[cp] = static_cast<uint8_t>(b);
     }
   }
@@ -65,11 +66,14 @@ std::vector<std::pair<size_t, size_t>> merge_symbols(const std::string& text, Pr
     double priority;
     size_t len;
   };
-  auto later = [](const Bigram& a, const Bigram& b) { return a.priority > b.priority || (a.priority == b.priority && a.left > b.left); };
+  auto later = [](const Bigram& a, const Bigram& b) {
+    return a.priority > b.priority || (a.priority == b.priority && a.left > b.left);
+  };
   std::priority_queue<Bigram, std::vector<Bigram>, decltype(later)> q(later);
   auto add = [&](int l, int r) {
     if (l < 0 || r < 0) return;
-    auto p = priority(std::string_view(text).substr(sym[l].start, sym[l].len), std::string_view(text).substr(sym[r].start, sym[r].len));
+    auto p = priority(std::string_view(text).substr(sym[l].start, sym[l].len),
+                      std::string_view(text).substr(sym[r].start, sym[r].len));
     if (p) q.push({l, r, *p, sym[l].len + sym[r].len});
   };
   for (size_t i = 1; i < sym.size(); ++i) add(static_cast<int>(i - 1), static_cast<int>(i));
@@ -105,10 +109,13 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
     *ignore_merges = true;
     return {kLlama3};
   }
-  if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez") return {kQwen2};
-  if (pre == "gpt-2" || pre == "olmo" || pre == "mpt" || pre == "jais" || pre == "phi-2" || pre == "jina-es" ||
-      pre == "trillion")
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez")
+    return {kQwen2};
+  if (pre == "gpt-2" || pre == "olmo" || pre == "mpt" || pre == "jais" || pre == "phi-2" ||
+      pre == "jina-es" || pre == "trillion")
     return {kGpt2};
+  // (clang-format would re-split these UTF-8 literals on every run)
+  // clang-format off
   if (pre == "deepseek-llm")
     return {R"([\r\n])",
             // Written with \x{} escapes where Unicode normalisation would change the character.
@@ -116,14 +123,18 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
             "ὗὙὛὝὟ-\\x{1F7D}ᾀ-ᾴᾶ-ᾼ\\x{1FBE}ῂ-ῄῆ-ῌῐ-\\x{1FD3}ῖ-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\\x{2126}ℨ\\x{212A}-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-"
             "ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
             "\\s?[!-/:-~！-／：-～‘-‟　-。]+", R"(\s+$)", "[一-龥ࠀ-一가-퟿]+", R"(\p{N}+)"};
+  // clang-format on
   if (pre == "deepseek-coder")
     return {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[一-龥ࠀ-一가-퟿]+", R"(\p{N})"};
   if (pre == "deepseek-v3")
-    return {R"(\p{N}{1,3})", "[一-龥぀-ゟ゠-ヿ]+",
-            R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+    return {
+        R"(\p{N}{1,3})", "[一-龥぀-ゟ゠-ヿ]+",
+        R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
   if (pre == "gpt-4o" || pre == "llama4")
-    return {R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
-  if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" || pre == "codeshell")
+    return {
+        R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+  if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" ||
+      pre == "codeshell")
     return {R"(\p{N})", kGpt2};
   return {};  // unknown: the caller refuses it
 }
@@ -148,7 +159,8 @@ expertd::Result<Tokenizer> Tokenizer::load(const gguf::Model& f) {
   auto tokens = f.get_string_array("tokenizer.ggml.tokens");
   if (!tokens || tokens->empty()) return make_error(f.path() + ": no tokenizer.ggml.tokens");
   if (t.model_ != "gpt2" && t.model_ != "llama")
-    return make_error(f.path() + ": tokenizer model '" + t.model_ + "' is not supported (gpt2, llama)");
+    return make_error(f.path() + ": tokenizer model '" + t.model_ +
+                      "' is not supported (gpt2, llama)");
   for (auto s : *tokens) t.text_.emplace_back(s);
   auto types = f.get_number_array("tokenizer.ggml.token_type");
   auto scores = f.get_number_array("tokenizer.ggml.scores");
@@ -161,20 +173,25 @@ expertd::Result<Tokenizer> Tokenizer::load(const gguf::Model& f) {
   for (size_t i = 0; i < t.text_.size(); ++i) t.id_of_.emplace(t.text_[i], static_cast<int32_t>(i));
   auto id = [&](const char* key, int32_t fallback) {
     auto v = f.get_int(key);
-    return v && *v >= 0 && *v < static_cast<int64_t>(t.text_.size()) ? static_cast<int32_t>(*v) : fallback;
+    return v && *v >= 0 && *v < static_cast<int64_t>(t.text_.size()) ? static_cast<int32_t>(*v)
+                                                                     : fallback;
   };
   if (t.model_ == "gpt2") {
     auto merges = f.get_string_array("tokenizer.ggml.merges");
     if (!merges) return make_error(f.path() + ": BPE tokenizer without tokenizer.ggml.merges");
-    for (size_t i = 0; i < merges->size(); ++i) t.merge_rank_.emplace(std::string((*merges)[i]), static_cast<int32_t>(i));
+    for (size_t i = 0; i < merges->size(); ++i)
+      t.merge_rank_.emplace(std::string((*merges)[i]), static_cast<int32_t>(i));
     auto exprs = regexes_for(t.pre_, &t.ignore_merges_);
-    if (exprs.empty()) return make_error(f.path() + ": pre-tokenizer '" + t.pre_ + "' is not supported");
+    if (exprs.empty())
+      return make_error(f.path() + ": pre-tokenizer '" + t.pre_ + "' is not supported");
     t.regexes_ = std::make_unique<Regexes>();
     for (const auto& e : exprs) {
       int err;
       PCRE2_SIZE off;
-      pcre2_code* c = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(e.c_str()), e.size(), PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
-      if (!c) return make_error("pre-tokenizer regex failed to compile at offset " + std::to_string(off));
+      pcre2_code* c = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(e.c_str()), e.size(),
+                                    PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+      if (!c)
+        return make_error("pre-tokenizer regex failed to compile at offset " + std::to_string(off));
       pcre2_jit_compile(c, PCRE2_JIT_COMPLETE);
       t.regexes_->codes.push_back(c);
     }
@@ -196,13 +213,16 @@ expertd::Result<Tokenizer> Tokenizer::load(const gguf::Model& f) {
         break;
       }
   for (size_t i = 0; i < t.text_.size(); ++i)
-    if ((t.type_[i] == kControl || t.type_[i] == kUserDefined) && !t.text_[i].empty()) t.specials_.push_back(static_cast<int32_t>(i));
+    if ((t.type_[i] == kControl || t.type_[i] == kUserDefined) && !t.text_[i].empty())
+      t.specials_.push_back(static_cast<int32_t>(i));
   std::stable_sort(t.specials_.begin(), t.specials_.end(),
                    [&](int32_t a, int32_t b) { return t.text_[a].size() > t.text_[b].size(); });
   return t;
 }
 
-bool Tokenizer::is_end_of_generation(int32_t id) const { return id == eos_ || id == eot_; }
+bool Tokenizer::is_end_of_generation(int32_t id) const {
+  return id == eos_ || id == eot_;
+}
 
 int32_t Tokenizer::find(std::string_view text) const {
   auto it = id_of_.find(std::string(text));
@@ -218,7 +238,8 @@ std::vector<std::string> Tokenizer::pre_split(const std::string& text) const {
     for (const std::string& p : pieces) {
       size_t at = 0, last = 0;
       while (at <= p.size()) {
-        int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), at, 0, md, nullptr);
+        int rc =
+            pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), at, 0, md, nullptr);
         if (rc < 0) break;
         PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         size_t s = ov[0], e = ov[1];
@@ -244,11 +265,12 @@ void Tokenizer::bpe_word(const std::string& raw, std::vector<int32_t>& out) cons
   if (ignore_merges_)
     if (auto it = id_of_.find(word); it != id_of_.end()) return out.push_back(it->second);
   // The lowest-ranked merge first (ties: leftmost), as llama.cpp does.
-  auto parts = merge_symbols(word, [&](std::string_view a, std::string_view b) -> std::optional<double> {
-    auto it = merge_rank_.find(std::string(a) + " " + std::string(b));
-    if (it == merge_rank_.end()) return std::nullopt;
-    return it->second;
-  });
+  auto parts =
+      merge_symbols(word, [&](std::string_view a, std::string_view b) -> std::optional<double> {
+        auto it = merge_rank_.find(std::string(a) + " " + std::string(b));
+        if (it == merge_rank_.end()) return std::nullopt;
+        return it->second;
+      });
   for (auto [start, len] : parts) {
     std::string piece = word.substr(start, len);
     if (auto it = id_of_.find(piece); it != id_of_.end()) {
@@ -262,11 +284,12 @@ void Tokenizer::bpe_word(const std::string& raw, std::vector<int32_t>& out) cons
 
 void Tokenizer::spm_text(const std::string& text, std::vector<int32_t>& out) const {
   // The best-scoring pair that forms a vocabulary token first (ties: leftmost).
-  auto parts = merge_symbols(text, [&](std::string_view a, std::string_view b) -> std::optional<double> {
-    auto it = id_of_.find(std::string(a) + std::string(b));
-    if (it == id_of_.end()) return std::nullopt;
-    return -static_cast<double>(score_[it->second]);
-  });
+  auto parts =
+      merge_symbols(text, [&](std::string_view a, std::string_view b) -> std::optional<double> {
+        auto it = id_of_.find(std::string(a) + std::string(b));
+        if (it == id_of_.end()) return std::nullopt;
+        return -static_cast<double>(score_[it->second]);
+      });
   // Every merge formed a vocabulary token, so a final symbol is a token or a single character
   // outside the vocabulary, which falls back to its bytes.
   for (auto [start, len] : parts) {
@@ -284,7 +307,8 @@ void Tokenizer::spm_text(const std::string& text, std::vector<int32_t>& out) con
   }
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       bool parse_special) const {
   // Split the text around special tokens (control tokens only when parse_special).
   struct Frag {
     std::string text;
@@ -343,19 +367,25 @@ std::string Tokenizer::piece(int32_t id, bool special) const {
     for (size_t o = 0; o < t.size();) {
       size_t n = utf8_len(static_cast<unsigned char>(t[o]));
       uint32_t cp = static_cast<unsigned char>(t[o]);
-      if (n == 2 && o + 1 < t.size()) cp = ((cp & 0x1F) << 6) | (static_cast<unsigned char>(t[o + 1]) & 0x3F);
+      if (n == 2 && o + 1 < t.size())
+        cp = ((cp & 0x1F) << 6) | (static_cast<unsigned char>(t[o + 1]) & 0x3F);
       auto it = codec().dec.find(cp);
-      if (n <= 2 && it != codec().dec.end()) out += static_cast<char>(it->second);
-      else out += t.substr(o, n);
+      if (n <= 2 && it != codec().dec.end())
+        out += static_cast<char>(it->second);
+      else
+        out += t.substr(o, n);
       o += n;
     }
     return out;
   }
-  if (type == kByte && t.size() == 6) return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+  if (type == kByte && t.size() == 6)
+    return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
   std::string out;
   for (size_t o = 0; o < t.size();) {
-    if (t.compare(o, 3, "\xE2\x96\x81") == 0) out += ' ', o += 3;
-    else out += t[o++];
+    if (t.compare(o, 3, "\xE2\x96\x81") == 0)
+      out += ' ', o += 3;
+    else
+      out += t[o++];
   }
   return out;
 }
@@ -369,7 +399,7 @@ std::string Utf8Stream::push(const std::string& bytes) {
     --i;
     ++back;
     unsigned char c = static_cast<unsigned char>(pending_[i]);
-    if ((c & 0xC0) != 0x80) {  // a lead byte (or ASCII)
+    if ((c & 0xC0) != 0x80) {           // a lead byte (or ASCII)
       if (utf8_len(c) > back) end = i;  // incomplete
       break;
     }
@@ -379,6 +409,8 @@ std::string Utf8Stream::push(const std::string& bytes) {
   return out;
 }
 
-std::string Utf8Stream::flush() { return std::exchange(pending_, std::string()); }
+std::string Utf8Stream::flush() {
+  return std::exchange(pending_, std::string());
+}
 
 }  // namespace engine

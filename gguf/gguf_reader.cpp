@@ -1,7 +1,5 @@
 #include "gguf/gguf_reader.h"
 
-#include "common/fd.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,6 +9,8 @@
 #include <cstring>
 #include <regex>
 #include <unordered_set>
+
+#include "common/fd.h"
 
 namespace gguf {
 namespace {
@@ -69,11 +69,23 @@ class Cursor {
 
 uint64_t scalar_bytes(ValueType t) {
   switch (t) {
-    case ValueType::U8: case ValueType::I8: case ValueType::BOOL: return 1;
-    case ValueType::U16: case ValueType::I16: return 2;
-    case ValueType::U32: case ValueType::I32: case ValueType::F32: return 4;
-    case ValueType::U64: case ValueType::I64: case ValueType::F64: return 8;
-    default: return 0;
+    case ValueType::U8:
+    case ValueType::I8:
+    case ValueType::BOOL:
+      return 1;
+    case ValueType::U16:
+    case ValueType::I16:
+      return 2;
+    case ValueType::U32:
+    case ValueType::I32:
+    case ValueType::F32:
+      return 4;
+    case ValueType::U64:
+    case ValueType::I64:
+    case ValueType::F64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -88,12 +100,12 @@ void skip_value(Cursor& c, ValueType t, int depth) {
   auto et = static_cast<ValueType>(c.read<uint32_t>("array type"));
   uint64_t count = c.read<uint64_t>("array count");
   if (uint64_t eb = scalar_bytes(et)) {
-    if (count > c.remaining() / eb) throw ParseError{"array of " + std::to_string(count) +
-                                                     " elements overruns the file"};
+    if (count > c.remaining() / eb)
+      throw ParseError{"array of " + std::to_string(count) + " elements overruns the file"};
     return c.skip(count * eb, "array");
   }
-  if (count > c.remaining() / 8) throw ParseError{"array count " + std::to_string(count) +
-                                                  " overruns the file"};
+  if (count > c.remaining() / 8)
+    throw ParseError{"array count " + std::to_string(count) + " overruns the file"};
   for (uint64_t i = 0; i < count; ++i) skip_value(c, et, depth + 1);
 }
 
@@ -106,7 +118,7 @@ struct Mapping {
 expertd::Result<Mapping> map_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return expertd::errno_error("open " + path);
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     return expertd::errno_error("stat " + path);
@@ -139,10 +151,10 @@ void parse_shard(Shard& s, uint32_t shard_index, uint32_t& version, std::vector<
     throw ParseError{"unsupported GGUF version " + std::to_string(version) + " (need 2 or 3)"};
   uint64_t n_tensors = c.read<uint64_t>("tensor count");
   uint64_t n_kv = c.read<uint64_t>("key/value count");
-  if (n_tensors > kMaxTensors) throw ParseError{"tensor count " + std::to_string(n_tensors) +
-                                                " is implausible"};
-  if (n_kv > kMaxKvs) throw ParseError{"key/value count " + std::to_string(n_kv) +
-                                       " is implausible"};
+  if (n_tensors > kMaxTensors)
+    throw ParseError{"tensor count " + std::to_string(n_tensors) + " is implausible"};
+  if (n_kv > kMaxKvs)
+    throw ParseError{"key/value count " + std::to_string(n_kv) + " is implausible"};
   std::vector<KeyValue> local;
   for (uint64_t i = 0; i < n_kv; ++i) {
     const uint8_t* start = c.pos();
@@ -188,13 +200,14 @@ void parse_shard(Shard& s, uint32_t shard_index, uint32_t& version, std::vector<
     }
     uint32_t type_id = c.read<uint32_t>("tensor type");
     const TypeTraits* tr = type_traits(type_id);
-    if (!tr) throw ParseError{"tensor " + t.name + ": unknown ggml type " +
-                              std::to_string(type_id)};
+    if (!tr)
+      throw ParseError{"tensor " + t.name + ": unknown ggml type " + std::to_string(type_id)};
     t.type = static_cast<GgmlType>(tr->id);
     auto rb = row_bytes(t.type, t.ne[0]);
-    if (!rb) throw ParseError{"tensor " + t.name + ": row length " + std::to_string(t.ne[0]) +
-                              " is not a multiple of the " + std::string(tr->name) +
-                              " block size " + std::to_string(tr->block_elems)};
+    if (!rb)
+      throw ParseError{"tensor " + t.name + ": row length " + std::to_string(t.ne[0]) +
+                       " is not a multiple of the " + std::string(tr->name) + " block size " +
+                       std::to_string(tr->block_elems)};
     t.nbytes = *rb * (t.n_elements / t.ne[0]);
     t.file_offset = c.read<uint64_t>("tensor offset");  // relative until data_start is known
     t.shard = shard_index;
@@ -256,8 +269,8 @@ expertd::Result<Model> Model::open(const std::string& path) {
   if (auto st = add_shard(path, 0); !st) return st.error();
   uint64_t count = model.get_uint("split.count").value_or(1);
   if (count > 1) {
-    if (count > 10000) return make_error(path + ": split.count " + std::to_string(count) +
-                                         " is implausible");
+    if (count > 10000)
+      return make_error(path + ": split.count " + std::to_string(count) + " is implausible");
     auto paths = split_paths(path, static_cast<uint32_t>(count));
     if (paths.size() != count)
       return make_error(path + ": split.count is " + std::to_string(count) +
@@ -278,7 +291,9 @@ expertd::Result<Model> Model::open(const std::string& path) {
 }
 
 Model::Model(Model&& o) noexcept
-    : version_(o.version_), shards_(std::move(o.shards_)), kvs_(std::move(o.kvs_)),
+    : version_(o.version_),
+      shards_(std::move(o.shards_)),
+      kvs_(std::move(o.kvs_)),
       tensors_(std::move(o.tensors_)) {
   o.shards_.clear();
 }
@@ -320,18 +335,30 @@ T load(const uint8_t* p) {
 
 std::optional<double> number_at(ValueType t, const uint8_t* p) {
   switch (t) {
-    case ValueType::U8: return load<uint8_t>(p);
-    case ValueType::I8: return load<int8_t>(p);
-    case ValueType::U16: return load<uint16_t>(p);
-    case ValueType::I16: return load<int16_t>(p);
-    case ValueType::U32: return load<uint32_t>(p);
-    case ValueType::I32: return load<int32_t>(p);
-    case ValueType::F32: return load<float>(p);
-    case ValueType::U64: return static_cast<double>(load<uint64_t>(p));
-    case ValueType::I64: return static_cast<double>(load<int64_t>(p));
-    case ValueType::F64: return load<double>(p);
-    case ValueType::BOOL: return load<uint8_t>(p) ? 1.0 : 0.0;
-    default: return std::nullopt;
+    case ValueType::U8:
+      return load<uint8_t>(p);
+    case ValueType::I8:
+      return load<int8_t>(p);
+    case ValueType::U16:
+      return load<uint16_t>(p);
+    case ValueType::I16:
+      return load<int16_t>(p);
+    case ValueType::U32:
+      return load<uint32_t>(p);
+    case ValueType::I32:
+      return load<int32_t>(p);
+    case ValueType::F32:
+      return load<float>(p);
+    case ValueType::U64:
+      return static_cast<double>(load<uint64_t>(p));
+    case ValueType::I64:
+      return static_cast<double>(load<int64_t>(p));
+    case ValueType::F64:
+      return load<double>(p);
+    case ValueType::BOOL:
+      return load<uint8_t>(p) ? 1.0 : 0.0;
+    default:
+      return std::nullopt;
   }
 }
 }  // namespace
@@ -340,15 +367,24 @@ std::optional<int64_t> Model::get_int(std::string_view key) const {
   const KeyValue* kv = find(key);
   if (!kv) return std::nullopt;
   switch (kv->type) {
-    case ValueType::U8: return load<uint8_t>(kv->value);
-    case ValueType::I8: return load<int8_t>(kv->value);
-    case ValueType::U16: return load<uint16_t>(kv->value);
-    case ValueType::I16: return load<int16_t>(kv->value);
-    case ValueType::U32: return load<uint32_t>(kv->value);
-    case ValueType::I32: return load<int32_t>(kv->value);
-    case ValueType::U64: return static_cast<int64_t>(load<uint64_t>(kv->value));
-    case ValueType::I64: return load<int64_t>(kv->value);
-    default: return std::nullopt;
+    case ValueType::U8:
+      return load<uint8_t>(kv->value);
+    case ValueType::I8:
+      return load<int8_t>(kv->value);
+    case ValueType::U16:
+      return load<uint16_t>(kv->value);
+    case ValueType::I16:
+      return load<int16_t>(kv->value);
+    case ValueType::U32:
+      return load<uint32_t>(kv->value);
+    case ValueType::I32:
+      return load<int32_t>(kv->value);
+    case ValueType::U64:
+      return static_cast<int64_t>(load<uint64_t>(kv->value));
+    case ValueType::I64:
+      return load<int64_t>(kv->value);
+    default:
+      return std::nullopt;
   }
 }
 
@@ -405,6 +441,8 @@ std::optional<std::vector<double>> Model::get_number_array(std::string_view key)
   return out;
 }
 
-std::string Model::arch() const { return std::string(get_string("general.architecture").value_or("")); }
+std::string Model::arch() const {
+  return std::string(get_string("general.architecture").value_or(""));
+}
 
 }  // namespace gguf

@@ -19,8 +19,19 @@
 namespace gguf {
 
 enum class ValueType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8,
-  ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 
 inline constexpr uint32_t kMaxDims = 4;
@@ -31,8 +42,8 @@ struct KeyValue {
   ValueType type;
   ValueType array_type = ValueType::U8;  // element type when type == ARRAY
   uint64_t array_count = 0;
-  const uint8_t* value = nullptr;        // value bytes (arrays: the first element)
-  std::span<const uint8_t> raw;          // the whole serialized entry, to copy it unchanged
+  const uint8_t* value = nullptr;  // value bytes (arrays: the first element)
+  std::span<const uint8_t> raw;    // the whole serialized entry, to copy it unchanged
 };
 
 struct TensorInfo {
@@ -76,7 +87,7 @@ class Model {
   const TensorInfo* tensor(std::string_view name) const;
   std::optional<uint64_t> get_uint(std::string_view key) const;  // any non-negative integer
   std::optional<int64_t> get_int(std::string_view key) const;
-  std::optional<double> get_float(std::string_view key) const;    // any numeric type
+  std::optional<double> get_float(std::string_view key) const;  // any numeric type
   std::optional<bool> get_bool(std::string_view key) const;
   std::optional<std::string_view> get_string(std::string_view key) const;
   // Array accessors check the element type; nullopt when the key is absent or of another type.

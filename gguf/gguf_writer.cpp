@@ -87,9 +87,13 @@ uint64_t Writer::data_start() const {
   return expertd::round_up(n, alignment_);
 }
 
-uint64_t Writer::tensor_offset(size_t i) const { return data_start() + tensors_[i].rel_offset; }
+uint64_t Writer::tensor_offset(size_t i) const {
+  return data_start() + tensors_[i].rel_offset;
+}
 
-uint64_t Writer::file_bytes() const { return data_start() + data_bytes_; }
+uint64_t Writer::file_bytes() const {
+  return data_start() + data_bytes_;
+}
 
 // Written into a buffer of its final size (data_start() counts every byte appended here): no
 // growth inside the loop, which also keeps GCC 12's -Wstringop-overflow false positive on an

@@ -36,11 +36,11 @@ class Writer {
   // Returns the tensor's index. ne[0] is the row length.
   size_t add_tensor(std::string_view name, GgmlType type, std::vector<uint64_t> ne);
 
-  uint64_t data_start() const;                // where tensor data begins (aligned)
-  uint64_t tensor_offset(size_t i) const;     // absolute file offset of tensor i
+  uint64_t data_start() const;             // where tensor data begins (aligned)
+  uint64_t tensor_offset(size_t i) const;  // absolute file offset of tensor i
   uint64_t tensor_bytes(size_t i) const { return tensors_[i].nbytes; }
-  uint64_t file_bytes() const;                // total size once all data is written
-  std::vector<uint8_t> header() const;        // magic .. tensor infos, padded to data_start
+  uint64_t file_bytes() const;          // total size once all data is written
+  std::vector<uint8_t> header() const;  // magic .. tensor infos, padded to data_start
 
  private:
   struct Tensor {

@@ -7,9 +7,11 @@
 
 namespace kernels {
 
-template <float (*Dot)(const float*, const float*, int64_t), void (*Axpy)(float, const float*, float*, int64_t)>
-void attend_with(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride, int64_t v_stride,
-                 int64_t dk, int64_t dv, float scale, float sink, float* s, float* out) {
+template <float (*Dot)(const float*, const float*, int64_t),
+          void (*Axpy)(float, const float*, float*, int64_t)>
+void attend_with(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
+                 int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
+                 float* out) {
   float mx = sink;  // -inf without an attention sink
   for (int64_t j = 0; j < n_keys; ++j) {
     s[j] = Dot(q, k + j * k_stride, dk) * scale;

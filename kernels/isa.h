@@ -27,8 +27,9 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n);
 float dot_f32(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
-void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride, int64_t v_stride,
-            int64_t dk, int64_t dv, float scale, float sink, float* s, float* out);
+void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
+            int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
+            float* out);
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);
@@ -44,8 +45,9 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n);
 float dot_f32(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
-void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride, int64_t v_stride,
-            int64_t dk, int64_t dv, float scale, float sink, float* s, float* out);
+void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
+            int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
+            float* out);
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);

@@ -14,13 +14,17 @@ namespace kernels {
 Backend best_backend() {
   static const Backend b = [] {
     __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512vnni");
     Backend best = avx512 ? Backend::Avx512 : avx2 ? Backend::Avx2 : Backend::Scalar;
     if (const char* f = std::getenv("EXPERTD_KERNELS")) {  // only ever lowers the choice
-      if (std::strcmp(f, "scalar") == 0) best = Backend::Scalar;
-      else if (std::strcmp(f, "avx2") == 0 && best == Backend::Avx512) best = Backend::Avx2;
+      if (std::strcmp(f, "scalar") == 0)
+        best = Backend::Scalar;
+      else if (std::strcmp(f, "avx2") == 0 && best == Backend::Avx512)
+        best = Backend::Avx2;
     }
     return best;
   }();
@@ -29,9 +33,12 @@ Backend best_backend() {
 
 const char* backend_name(Backend b) {
   switch (b) {
-    case Backend::Avx512: return "avx512-vnni";
-    case Backend::Avx2: return "avx2";
-    default: return "scalar";
+    case Backend::Avx512:
+      return "avx512-vnni";
+    case Backend::Avx2:
+      return "avx2";
+    default:
+      return "scalar";
   }
 }
 
@@ -40,7 +47,9 @@ bool weight_type_supported(uint32_t t) {
   return tr && tr->dot[0];
 }
 
-uint32_t vec_dot_type(uint32_t w) { return type_traits(w)->vec_dot_type; }
+uint32_t vec_dot_type(uint32_t w) {
+  return type_traits(w)->vec_dot_type;
+}
 
 size_t row_size(uint32_t t, int64_t n) {
   const TypeTraits* tr = type_traits(t);
@@ -67,20 +76,25 @@ void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n, 
   pick(tr->quantize, be)(x, dst, n);
 }
 
-static DotFn dot_fn(const TypeTraits& tr, Backend be) { return pick(tr.dot, be); }
+static DotFn dot_fn(const TypeTraits& tr, Backend be) {
+  return pick(tr.dot, be);
+}
 
 float dot(uint32_t wtype, const void* w, const void* x, int64_t n, Backend be) {
   return dot_fn(*type_traits(wtype), be)(w, x, n);
 }
 
-void dot_tile(uint32_t wtype, const void* w, const void* const* xs, int n_tok, int64_t n, float* out, Backend be) {
+void dot_tile(uint32_t wtype, const void* w, const void* const* xs, int n_tok, int64_t n,
+              float* out, Backend be) {
   const TypeTraits& tr = *type_traits(wtype);
   if (TileFn tile = tr.tile[static_cast<int>(be)]) return tile(w, xs, n_tok, n, out);
   const DotFn d = dot_fn(tr, be);
   for (int t = 0; t < n_tok; ++t) out[t] = d(w, xs[t], n);
 }
 
-Scratch::~Scratch() { std::free(data); }
+Scratch::~Scratch() {
+  std::free(data);
+}
 
 uint8_t* Scratch::get(size_t n) {
   if (n > bytes) {
@@ -91,11 +105,12 @@ uint8_t* Scratch::get(size_t n) {
   return data;
 }
 
-void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens, float* y,
-            Scratch& scratch, ThreadPool* pool, Backend be) {
+void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x,
+            int64_t n_tokens, float* y, Scratch& scratch, ThreadPool* pool, Backend be) {
   const size_t xq_row = row_size(vec_dot_type(wtype), cols);
   uint8_t* xq = scratch.get(xq_row * n_tokens);
-  for (int64_t t = 0; t < n_tokens; ++t) quantize_activations(wtype, x + t * cols, xq + t * xq_row, cols, be);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    quantize_activations(wtype, x + t * cols, xq + t * xq_row, cols, be);
   const MatmulJob job{wtype, w, rows, cols, xq, xq_row, nullptr, n_tokens, y};
   matmul_batch(&job, 1, pool, be);
 }
@@ -134,8 +149,10 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backen
           }
     }
   };
-  if (pool && work >= (1 << 16)) pool->parallel_for(first[n_jobs], 16, body);
-  else body(0, first[n_jobs]);
+  if (pool && work >= (1 << 16))
+    pool->parallel_for(first[n_jobs], 16, body);
+  else
+    body(0, first[n_jobs]);
 }
 
 // Float ops: the AVX-512 build has no bodies of its own for these; it runs AVX2's.
@@ -147,9 +164,11 @@ void axpy(float a, const float* x, float* y, int64_t n, Backend be) {
   be == Backend::Scalar ? ref::axpy(a, x, y, n) : avx2::axpy(a, x, y, n);
 }
 
-void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride, int64_t v_stride,
-            int64_t dk, int64_t dv, float scale, float sink, float* s, float* out, Backend be) {
-  (be == Backend::Scalar ? ref::attend : avx2::attend)(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s, out);
+void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
+            int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s, float* out,
+            Backend be) {
+  (be == Backend::Scalar ? ref::attend : avx2::attend)(q, k, v, n_keys, k_stride, v_stride, dk, dv,
+                                                       scale, sink, s, out);
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
@@ -159,12 +178,14 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * (w ? w[i] : 1.0f);
 }
 
-Yarn yarn_params(float factor, int64_t n_rot, float base, int64_t n_ctx_orig, float beta_fast, float beta_slow) {
+Yarn yarn_params(float factor, int64_t n_rot, float base, int64_t n_ctx_orig, float beta_fast,
+                 float beta_slow) {
   Yarn y;
   y.freq_scale = 1.0f / factor;
   y.ext_factor = 1.0f;
   auto corr_dim = [&](float beta) {
-    return float(n_rot) * std::log(float(n_ctx_orig) / (beta * 2.0f * float(M_PI))) / (2.0f * std::log(base));
+    return float(n_rot) * std::log(float(n_ctx_orig) / (beta * 2.0f * float(M_PI))) /
+           (2.0f * std::log(base));
   };
   y.corr_low = std::max(0.0f, std::floor(corr_dim(beta_fast)));
   y.corr_high = std::min(float(n_rot - 1), std::ceil(corr_dim(beta_slow)));
@@ -172,7 +193,8 @@ Yarn yarn_params(float factor, int64_t n_rot, float base, int64_t n_ctx_orig, fl
   return y;
 }
 
-void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bool neox, const Yarn* yarn) {
+void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bool neox,
+          const Yarn* yarn) {
   (void)head_dim;
   const float theta_scale = std::pow(base, -2.0f / static_cast<float>(n_rot));
   float theta_extrap = static_cast<float>(pos);
@@ -180,7 +202,8 @@ void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bo
     float theta = theta_extrap, ms = 1.0f;
     if (yarn) {
       const float interp = yarn->freq_scale * theta_extrap;
-      const float y = (float(i) - yarn->corr_low) / std::max(0.001f, yarn->corr_high - yarn->corr_low);
+      const float y =
+          (float(i) - yarn->corr_low) / std::max(0.001f, yarn->corr_high - yarn->corr_low);
       const float ramp = (1.0f - std::min(1.0f, std::max(0.0f, y))) * yarn->ext_factor;
       theta = interp * (1.0f - ramp) + theta_extrap * ramp;
       ms = yarn->mscale;
@@ -206,6 +229,8 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
 
 }  // namespace kernels

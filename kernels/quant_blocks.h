@@ -18,7 +18,7 @@ inline constexpr int kQK_K = 256;
 inline constexpr int kKScaleBytes = 12;
 
 struct BlockQ8_0 {
-  uint16_t d;            // fp16 scale
+  uint16_t d;  // fp16 scale
   int8_t qs[kQK8_0];
 };
 static_assert(sizeof(BlockQ8_0) == 34);
@@ -39,7 +39,8 @@ struct BlockMxfp4 {
   uint8_t qs[16];
 };
 static_assert(sizeof(BlockMxfp4) == 17);
-inline constexpr int8_t kMxfp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline constexpr int8_t kMxfp4Doubled[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                             0, -1, -2, -3, -4, -6, -8, -12};
 
 // 8 sub-blocks of 32 with 6-bit scales and mins packed in 12 bytes; 4-bit quants.
 struct BlockQ4K {

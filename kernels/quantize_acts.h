@@ -26,7 +26,8 @@ inline void quantize_q8_0_body(const float* x, BlockQ8_0* y, int64_t n) {
     const float d = amax / 127.f;
     const float id = amax != 0.0f ? 127.f / amax : 0.0f;
     y[b].d = fp32_to_fp16(d);
-    for (int i = 0; i < kQK8_0; ++i) y[b].qs[i] = static_cast<int8_t>(std::nearbyint(x[b * kQK8_0 + i] * id));
+    for (int i = 0; i < kQK8_0; ++i)
+      y[b].qs[i] = static_cast<int8_t>(std::nearbyint(x[b * kQK8_0 + i] * id));
   }
 }
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/fp16.h"
 #include "kernels/attend.h"
+#include "kernels/fp16.h"
 #include "kernels/isa.h"
 #include "kernels/quantize_acts.h"
 
@@ -13,7 +13,9 @@ namespace kernels::ref {
 
 // --- Dequantization (one row of n elements) ---
 
-void dequantize_f32(const float* s, float* y, int64_t n) { std::memcpy(y, s, 4 * n); }
+void dequantize_f32(const float* s, float* y, int64_t n) {
+  std::memcpy(y, s, 4 * n);
+}
 
 void dequantize_f16(const uint16_t* s, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(s[i]);
@@ -35,7 +37,8 @@ void dequantize_q5_0(const BlockQ5_0* b, float* y, int64_t n) {
     const float d = fp16_to_fp32(b[i].d);
     for (int j = 0; j < kQK8_0 / 2; ++j) {
       y[i * kQK8_0 + j] = d * (static_cast<int>((b[i].qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
-      y[i * kQK8_0 + j + 16] = d * (static_cast<int>((b[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+      y[i * kQK8_0 + j + 16] =
+          d * (static_cast<int>((b[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
     }
   }
 }
@@ -52,7 +55,8 @@ void dequantize_mxfp4(const BlockMxfp4* b, float* y, int64_t n) {
 
 namespace {
 // Q4_K and Q5_K: 8 sub-blocks of 32, value = d * scale * q - dmin * min; Q5_K adds a fifth bit.
-void dequantize_k45(const uint8_t* scales, const uint8_t* ql, const uint8_t* qh, uint16_t hd, uint16_t hm, float* y) {
+void dequantize_k45(const uint8_t* scales, const uint8_t* ql, const uint8_t* qh, uint16_t hd,
+                    uint16_t hm, float* y) {
   const float d = fp16_to_fp32(hd), dmin = fp16_to_fp32(hm);
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0; j < 8; j += 2) {
@@ -73,11 +77,13 @@ void dequantize_k45(const uint8_t* scales, const uint8_t* ql, const uint8_t* qh,
 }  // namespace
 
 void dequantize_q4_k(const BlockQ4K* b, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK_K; ++i) dequantize_k45(b[i].scales, b[i].qs, nullptr, b[i].d, b[i].dmin, y + i * kQK_K);
+  for (int64_t i = 0; i < n / kQK_K; ++i)
+    dequantize_k45(b[i].scales, b[i].qs, nullptr, b[i].d, b[i].dmin, y + i * kQK_K);
 }
 
 void dequantize_q5_k(const BlockQ5K* b, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK_K; ++i) dequantize_k45(b[i].scales, b[i].qs, b[i].qh, b[i].d, b[i].dmin, y + i * kQK_K);
+  for (int64_t i = 0; i < n / kQK_K; ++i)
+    dequantize_k45(b[i].scales, b[i].qs, b[i].qh, b[i].d, b[i].dmin, y + i * kQK_K);
 }
 
 void dequantize_q6_k(const BlockQ6K* blocks, float* y, int64_t n) {
@@ -103,7 +109,9 @@ void dequantize_q6_k(const BlockQ6K* blocks, float* y, int64_t n) {
 
 // --- Activations, quantized for the dots ---
 
-void quantize_f32(const float* x, float* y, int64_t n) { std::memcpy(y, x, 4 * n); }
+void quantize_f32(const float* x, float* y, int64_t n) {
+  std::memcpy(y, x, 4 * n);
+}
 
 void quantize_f16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
@@ -113,8 +121,12 @@ void quantize_bf16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_bf16(x[i]);
 }
 
-void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) { quantize_q8_0_body(x, y, n); }
-void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n) { quantize_q8_k_body(x, y, n); }
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
+  quantize_q8_0_body(x, y, n);
+}
+void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n) {
+  quantize_q8_k_body(x, y, n);
+}
 
 float dot_f32(const float* a, const float* b, int64_t n) {
   float s = 0;
@@ -173,7 +185,8 @@ float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n) {
   for (int64_t b = 0; b < n / kQK8_0; ++b) {
     int sumi = 0;
     for (int j = 0; j < 16; ++j)
-      sumi += kMxfp4Doubled[x[b].qs[j] & 0xF] * y[b].qs[j] + kMxfp4Doubled[x[b].qs[j] >> 4] * y[b].qs[j + 16];
+      sumi += kMxfp4Doubled[x[b].qs[j] & 0xF] * y[b].qs[j] +
+              kMxfp4Doubled[x[b].qs[j] >> 4] * y[b].qs[j + 16];
     s += static_cast<float>(sumi) * (std::ldexp(1.0f, int(x[b].e) - 128) * fp16_to_fp32(y[b].d));
   }
   return s;
@@ -195,7 +208,8 @@ float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n) {
         s1 += (q4[l] >> 4) * q8[l + 32];
       }
       sumi += sc0 * s0 + sc1 * s1;
-      summ += m0 * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]) + m1 * (y[b].bsums[2 * j + 2] + y[b].bsums[2 * j + 3]);
+      summ += m0 * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]) +
+              m1 * (y[b].bsums[2 * j + 2] + y[b].bsums[2 * j + 3]);
       q4 += 32;
       q8 += 64;
     }
@@ -223,7 +237,8 @@ float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n) {
         s1 += ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) * q8[l + 32];
       }
       sumi += sc0 * s0 + sc1 * s1;
-      summ += m0 * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]) + m1 * (y[b].bsums[2 * j + 2] + y[b].bsums[2 * j + 3]);
+      summ += m0 * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]) +
+              m1 * (y[b].bsums[2 * j + 2] + y[b].bsums[2 * j + 3]);
       ql += 32;
       q8 += 64;
       u1 <<= 2;
@@ -267,8 +282,9 @@ float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
   return s;
 }
 
-void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride, int64_t v_stride,
-            int64_t dk, int64_t dv, float scale, float sink, float* s, float* out) {
+void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
+            int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
+            float* out) {
   attend_with<dot_f32, axpy>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s, out);
 }
 

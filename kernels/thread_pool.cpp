@@ -35,7 +35,8 @@ void ThreadPool::worker() {
   uint64_t seen = 0;
   for (;;) {
     int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
+    while (generation_.load(std::memory_order_acquire) == seen &&
+           !stop_.load(std::memory_order_relaxed)) {
       if (++spins < kSpinIterations) {
         _mm_pause();
         continue;
@@ -50,9 +51,11 @@ void ThreadPool::worker() {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, int64_t grain,
+                              const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(n / std::max<int64_t>(grain, 1), n_threads_ * 4));
+  int64_t chunks =
+      std::max<int64_t>(1, std::min<int64_t>(n / std::max<int64_t>(grain, 1), n_threads_ * 4));
   if (threads_.empty() || chunks == 1) return fn(0, n);
   fn_ = &fn;
   n_ = n;

@@ -27,7 +27,9 @@ void tile(const void* w, const void* const* xs, int n_tok, int64_t n, float* out
 }
 
 // A type only the GGUF reader knows: its block layout.
-constexpr TypeTraits layout(uint32_t id, const char* name, uint32_t elems, uint32_t bytes) { return {id, name, elems, bytes}; }
+constexpr TypeTraits layout(uint32_t id, const char* name, uint32_t elems, uint32_t bytes) {
+  return {id, name, elems, bytes};
+}
 
 // clang-format off
 const std::array kTypes = {
@@ -69,8 +71,9 @@ const std::array kTypes = {
 };
 // clang-format on
 
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ5_0) == 22 && sizeof(BlockMxfp4) == 17 && sizeof(BlockQ4K) == 144 &&
-              sizeof(BlockQ5K) == 176 && sizeof(BlockQ6K) == 210 && sizeof(BlockQ8K) == 292);
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ5_0) == 22 && sizeof(BlockMxfp4) == 17 &&
+              sizeof(BlockQ4K) == 144 && sizeof(BlockQ5K) == 176 && sizeof(BlockQ6K) == 210 &&
+              sizeof(BlockQ8K) == 292);
 
 std::string names(bool (*pick)(const TypeTraits&)) {
   std::string s;
@@ -92,7 +95,8 @@ const TypeTraits* type_by_name(std::string_view name) {
     std::string_view n(t.name);
     if (n.size() != name.size()) continue;
     bool eq = true;
-    for (size_t i = 0; i < name.size() && eq; ++i) eq = std::toupper(static_cast<unsigned char>(name[i])) == n[i];
+    for (size_t i = 0; i < name.size() && eq; ++i)
+      eq = std::toupper(static_cast<unsigned char>(name[i])) == n[i];
     if (eq) return &t;
   }
   return nullptr;

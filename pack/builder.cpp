@@ -110,7 +110,8 @@ Result<Manifest> plan_layout(const gguf::Model& model) {
   if (auto declared = model.get_uint(arch + ".expert_count"); declared && *declared != n_experts)
     return make_error(path + ": " + arch + ".expert_count is " + std::to_string(*declared) +
                       " but the expert tensors hold " + std::to_string(n_experts));
-  if (n_experts > (1u << 16)) return make_error(path + ": implausible expert count " + std::to_string(n_experts));
+  if (n_experts > (1u << 16))
+    return make_error(path + ": implausible expert count " + std::to_string(n_experts));
   Manifest m;
   m.arch = arch;
   m.model_name = std::string(model.get_string("general.name").value_or(""));
@@ -118,7 +119,8 @@ Result<Manifest> plan_layout(const gguf::Model& model) {
   m.n_experts_used = static_cast<uint32_t>(model.get_uint(arch + ".expert_used_count").value_or(0));
   m.model_id = source_identity(model);
   for (auto& [layer, roles] : by_layer) {
-    std::sort(roles.begin(), roles.end(), [](const auto& a, const auto& b) { return a.role < b.role; });
+    std::sort(roles.begin(), roles.end(),
+              [](const auto& a, const auto& b) { return a.role < b.role; });
     bool has_gate_up = false, has_down = false;
     for (const auto& r : roles) {
       has_gate_up |= r.role == Role::GateUp || r.role == Role::Up;
@@ -148,7 +150,8 @@ Status fill_batch(const gguf::Model& model, const Manifest& m, Batch& b) {
     const gguf::Shard& s = model.shards()[t->shard];
     for (uint32_t i = 0; i < b.count; ++i) {
       uint64_t src = t->file_offset + uint64_t{b.first + i} * r.bytes;
-      EXPERTD_TRY(pread_full(s.fd, b.buf.data() + uint64_t{i} * l.stride + r.offset, r.bytes, src, s.path));
+      EXPERTD_TRY(
+          pread_full(s.fd, b.buf.data() + uint64_t{i} * l.stride + r.offset, r.bytes, src, s.path));
     }
     // The source is read once: keep it out of the page cache.
     ::posix_fadvise(s.fd, static_cast<off_t>(t->file_offset + uint64_t{b.first} * r.bytes),
@@ -187,7 +190,8 @@ Status write_core(const gguf::Model& model, const Manifest& m, const std::string
       done += n;
     }
   }
-  if (::ftruncate(fd->get(), static_cast<off_t>(w.file_bytes())) != 0) return errno_error("truncate " + path);
+  if (::ftruncate(fd->get(), static_cast<off_t>(w.file_bytes())) != 0)
+    return errno_error("truncate " + path);
   if (::fdatasync(fd->get()) != 0) return errno_error("sync " + path);
   ::posix_fadvise(fd->get(), 0, 0, POSIX_FADV_DONTNEED);
   *bytes_out = w.file_bytes();
@@ -227,7 +231,8 @@ Status write_pack(const gguf::Model& model, Manifest& m, int fd, const std::stri
   uint64_t buf_bytes = 0;
   for (const auto& b : plan) buf_bytes = std::max(buf_bytes, b.bytes);
   AlignedBuffer bufs[2] = {AlignedBuffer(buf_bytes), AlignedBuffer(buf_bytes)};
-  if (!bufs[0].valid() || !bufs[1].valid()) return make_error("out of memory for the write buffers");
+  if (!bufs[0].valid() || !bufs[1].valid())
+    return make_error("out of memory for the write buffers");
 
   std::mutex mu;
   std::condition_variable cv;
@@ -261,7 +266,8 @@ Status write_pack(const gguf::Model& model, Manifest& m, int fd, const std::stri
       cv.wait(lk, [&] { return i < filled; });
     }
     Batch& b = plan[i];
-    if (b.status) b.status = pwrite_full(fd, b.buf.data(), b.bytes, m.offset(b.layer, b.first), path);
+    if (b.status)
+      b.status = pwrite_full(fd, b.buf.data(), b.bytes, m.offset(b.layer, b.first), path);
     bufs[i % 2] = std::move(b.buf);
     if (!b.status) {
       result = b.status;
@@ -309,7 +315,8 @@ Result<BuildReport> build_pack(const BuildOptions& opts) {
   temps.paths = {pack_tmp, core_tmp, manifest_tmp};
 
   int fd = ::open(pack_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
-  if (fd < 0 && errno == EINVAL) {  // a file system without O_DIRECT (tmpfs): say so, go on buffered
+  if (fd < 0 &&
+      errno == EINVAL) {  // a file system without O_DIRECT (tmpfs): say so, go on buffered
     rep.direct_io = false;
     fd = ::open(pack_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   }
@@ -327,7 +334,8 @@ Result<BuildReport> build_pack(const BuildOptions& opts) {
   // The old manifest goes first and the new one is renamed last: a pack without its manifest
   // is never taken for a valid one.
   ::unlink(rep.manifest_path.c_str());
-  for (auto [from, to] : {std::pair{pack_tmp, rep.pack_path}, {core_tmp, rep.core_path},
+  for (auto [from, to] : {std::pair{pack_tmp, rep.pack_path},
+                          {core_tmp, rep.core_path},
                           {manifest_tmp, rep.manifest_path}})
     if (::rename(from.c_str(), to.c_str()) != 0) return errno_error("rename " + from + " to " + to);
   temps.paths.clear();

@@ -12,7 +12,7 @@ namespace expertd::pack {
 
 struct BuildOptions {
   std::string model_path;
-  std::string out_dir;                 // "" = the model's directory
+  std::string out_dir;  // "" = the model's directory
   bool progress = true;
   uint64_t batch_bytes = 32ull << 20;  // bytes per write; two batches are in memory at once
 };

@@ -2,8 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "pack/builder.h"
 #include "engine/synth.h"
+#include "pack/builder.h"
 #include "pack/verify.h"
 
 using namespace expertd;
@@ -16,23 +16,30 @@ int fail(const Error& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"expert-pack: convert a GGUF MoE model into a core GGUF plus an expert pack "
-               "(one 4096-aligned block per layer and expert, read with O_DIRECT)"};
+  CLI::App app{
+      "expert-pack: convert a GGUF MoE model into a core GGUF plus an expert pack "
+      "(one 4096-aligned block per layer and expert, read with O_DIRECT)"};
   app.require_subcommand(1);
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress bar");
 
-  auto* build = app.add_subcommand("build", "write STEM.expertpack, STEM.manifest.json and STEM.core.gguf");
+  auto* build =
+      app.add_subcommand("build", "write STEM.expertpack, STEM.manifest.json and STEM.core.gguf");
   pack::BuildOptions bopt;
   bool verify_after = false;
-  build->add_option("model", bopt.model_path, "MoE model GGUF (the first shard of a split model)")->required();
+  build->add_option("model", bopt.model_path, "MoE model GGUF (the first shard of a split model)")
+      ->required();
   build->add_option("--out", bopt.out_dir, "output directory (default: the model's directory)");
-  build->add_flag("--verify", verify_after, "re-read the pack (O_DIRECT) and compare it with the source");
+  build->add_flag("--verify", verify_after,
+                  "re-read the pack (O_DIRECT) and compare it with the source");
 
-  auto* verify = app.add_subcommand("verify", "re-read a pack with O_DIRECT: checksums, and bytes equal to the source GGUF when present");
+  auto* verify = app.add_subcommand(
+      "verify",
+      "re-read a pack with O_DIRECT: checksums, and bytes equal to the source GGUF when present");
   pack::VerifyOptions vopt;
   verify->add_option("manifest", vopt.manifest_path, "STEM.manifest.json")->required();
-  verify->add_option("--source", vopt.source_path, "source GGUF (default: the path recorded in the manifest)");
+  verify->add_option("--source", vopt.source_path,
+                     "source GGUF (default: the path recorded in the manifest)");
 
   auto* insp = app.add_subcommand("inspect", "print a pack's layout");
   std::string insp_path;
@@ -42,7 +49,12 @@ int main(int argc, char** argv) {
   engine::SynthOptions sopt;
   std::string type_name = "Q4_K";
   synth->add_option("--preset", sopt.preset, "one of: " + engine::synth_preset_names());
-  synth->add_option("--dims", sopt.dims, "custom shape: n_embd,n_layer,n_expert,n_expert_used,n_ff_exp[,n_head,n_head_kv,n_vocab] (with --preset: that architecture at this size)")->delimiter(',');
+  synth
+      ->add_option(
+          "--dims", sopt.dims,
+          "custom shape: n_embd,n_layer,n_expert,n_expert_used,n_ff_exp[,n_head,n_head_kv,n_vocab] "
+          "(with --preset: that architecture at this size)")
+      ->delimiter(',');
   synth->add_option("--type", type_name, "weight type: Q4_K, Q8_0 or F16")->capture_default_str();
   synth->add_option("--layers", sopt.layers, "cut the depth to this many layers");
   synth->add_option("--seed", sopt.seed, "random seed")->capture_default_str();
@@ -55,19 +67,22 @@ int main(int argc, char** argv) {
     auto rep = pack::build_pack(bopt);
     if (!rep) return fail(rep.error());
     if (!rep->direct_io)
-      std::fprintf(stderr, "expert-pack: warning: the output file system refused O_DIRECT; the pack "
-                           "was written with buffered I/O (expertd will refuse to serve it from here)\n");
-    std::printf("pack      %s (%llu bytes)\ncore      %s (%llu bytes)\nmanifest  %s\n"
-                "%.2f s, %.0f MiB/s of source\n",
-                rep->pack_path.c_str(), (unsigned long long)rep->pack_bytes, rep->core_path.c_str(),
-                (unsigned long long)rep->core_bytes, rep->manifest_path.c_str(), rep->seconds,
-                rep->seconds > 0 ? rep->source_bytes / 1048576.0 / rep->seconds : 0.0);
+      std::fprintf(stderr,
+                   "expert-pack: warning: the output file system refused O_DIRECT; the pack "
+                   "was written with buffered I/O (expertd will refuse to serve it from here)\n");
+    std::printf(
+        "pack      %s (%llu bytes)\ncore      %s (%llu bytes)\nmanifest  %s\n"
+        "%.2f s, %.0f MiB/s of source\n",
+        rep->pack_path.c_str(), (unsigned long long)rep->pack_bytes, rep->core_path.c_str(),
+        (unsigned long long)rep->core_bytes, rep->manifest_path.c_str(), rep->seconds,
+        rep->seconds > 0 ? rep->source_bytes / 1048576.0 / rep->seconds : 0.0);
     if (verify_after) {
       vopt.manifest_path = rep->manifest_path;
       vopt.source_path = bopt.model_path;
       auto v = pack::verify_pack(vopt);
       if (!v) return fail(v.error());
-      std::printf("verified  %llu experts against the source\n", (unsigned long long)v->experts_checked);
+      std::printf("verified  %llu experts against the source\n",
+                  (unsigned long long)v->experts_checked);
     }
     return 0;
   }
@@ -77,7 +92,8 @@ int main(int argc, char** argv) {
     std::printf("ok: %llu experts, %llu bytes read with O_DIRECT, checksums match%s\n",
                 (unsigned long long)v->experts_checked, (unsigned long long)v->bytes_read,
                 v->source_compared ? ", bytes equal to the source GGUF" : "");
-    if (!v->source_compared) std::printf("note: %s; source bytes not compared\n", v->source_note.c_str());
+    if (!v->source_compared)
+      std::printf("note: %s; source bytes not compared\n", v->source_note.c_str());
     return 0;
   }
   if (insp->parsed()) {

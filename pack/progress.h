@@ -13,7 +13,9 @@ namespace expertd::pack {
 class Progress {
  public:
   Progress(std::string label, uint64_t total_bytes, bool enabled)
-      : label_(std::move(label)), total_(total_bytes), enabled_(enabled && isatty(2)),
+      : label_(std::move(label)),
+        total_(total_bytes),
+        enabled_(enabled && isatty(2)),
         start_(std::chrono::steady_clock::now()) {}
   void update(uint64_t done_bytes) {
     if (!enabled_) return;

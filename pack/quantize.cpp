@@ -1,19 +1,23 @@
 #include "pack/quantize.h"
 
-#include "kernels/fp16.h"
-
 #include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstring>
 
+#include "kernels/fp16.h"
+
 namespace expertd::pack {
 
-uint16_t fp32_to_fp16(float f) { return kernels::fp32_to_fp16(f); }
+uint16_t fp32_to_fp16(float f) {
+  return kernels::fp32_to_fp16(f);
+}
 
 namespace {
 
-void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+void put16(uint8_t* p, uint16_t v) {
+  std::memcpy(p, &v, 2);
+}
 
 void quantize_q8_0(std::span<const float> x, uint8_t* dst) {
   for (size_t b = 0; b < x.size() / 32; ++b, dst += 34) {
@@ -33,7 +37,8 @@ void quantize_q4_k(std::span<const float> x, uint8_t* dst) {
     float scale[8], minv[8], max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; ++j) {
       float lo = v[j * 32], hi = v[j * 32];
-      for (int i = 1; i < 32; ++i) lo = std::min(lo, v[j * 32 + i]), hi = std::max(hi, v[j * 32 + i]);
+      for (int i = 1; i < 32; ++i)
+        lo = std::min(lo, v[j * 32 + i]), hi = std::max(hi, v[j * 32 + i]);
       lo = std::min(lo, 0.0f);
       scale[j] = (hi - lo) / 15.0f;
       minv[j] = -lo;
@@ -64,7 +69,8 @@ void quantize_q4_k(std::span<const float> x, uint8_t* dst) {
     }
     uint8_t* qs = dst + 16;
     for (int j = 0; j < 256; j += 64)
-      for (int l = 0; l < 32; ++l) qs[j / 2 + l] = static_cast<uint8_t>(q[j + l] | (q[j + l + 32] << 4));
+      for (int l = 0; l < 32; ++l)
+        qs[j / 2 + l] = static_cast<uint8_t>(q[j + l] | (q[j + l + 32] << 4));
   }
 }
 
@@ -72,22 +78,31 @@ void quantize_q4_k(std::span<const float> x, uint8_t* dst) {
 
 void quantize_row(gguf::GgmlType type, std::span<const float> src, uint8_t* dst) {
   switch (type) {
-    case gguf::GgmlType::F32: std::memcpy(dst, src.data(), src.size() * 4); break;
+    case gguf::GgmlType::F32:
+      std::memcpy(dst, src.data(), src.size() * 4);
+      break;
     case gguf::GgmlType::F16:
       for (size_t i = 0; i < src.size(); ++i) put16(dst + 2 * i, fp32_to_fp16(src[i]));
       break;
-    case gguf::GgmlType::Q8_0: quantize_q8_0(src, dst); break;
-    case gguf::GgmlType::Q4_K: quantize_q4_k(src, dst); break;
-    default: assert(!"quantize_row: unsupported type");
+    case gguf::GgmlType::Q8_0:
+      quantize_q8_0(src, dst);
+      break;
+    case gguf::GgmlType::Q4_K:
+      quantize_q4_k(src, dst);
+      break;
+    default:
+      assert(!"quantize_row: unsupported type");
   }
 }
 
-void random_blocks(gguf::GgmlType type, uint8_t* dst, uint64_t bytes, float std_dev, uint64_t& rng) {
+void random_blocks(gguf::GgmlType type, uint8_t* dst, uint64_t bytes, float std_dev,
+                   uint64_t& rng) {
   for (uint64_t i = 0; i + 8 <= bytes; i += 8) {
     uint64_t r = splitmix64(rng);
     std::memcpy(dst + i, &r, 8);
   }
-  for (uint64_t i = bytes & ~uint64_t{7}; i < bytes; ++i) dst[i] = static_cast<uint8_t>(splitmix64(rng));
+  for (uint64_t i = bytes & ~uint64_t{7}; i < bytes; ++i)
+    dst[i] = static_cast<uint8_t>(splitmix64(rng));
   switch (type) {
     case gguf::GgmlType::F16: {
       for (uint64_t i = 0; i < bytes; i += 2) put16(dst + i, fp32_to_fp16(gauss(rng) * std_dev));
@@ -112,7 +127,8 @@ void random_blocks(gguf::GgmlType type, uint8_t* dst, uint64_t bytes, float std_
       for (uint64_t i = 0; i < bytes; i += 144) put16(dst + i, hd), put16(dst + i + 2, hm);
       break;
     }
-    default: assert(!"random_blocks: unsupported type");
+    default:
+      assert(!"random_blocks: unsupported type");
   }
 }
 

@@ -15,7 +15,8 @@ Result<UniqueFd> open_pack_direct(const Manifest& m, const std::string& manifest
   std::string path = manifest_dir(manifest_path) + "/" + m.pack_file;
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0 && errno == EINVAL)
-    return make_error(path + ": the file system does not support O_DIRECT reads; "
+    return make_error(path +
+                      ": the file system does not support O_DIRECT reads; "
                       "put the pack on a local disk file system (ext4, xfs, btrfs)");
   if (fd < 0) return errno_error("open " + path);
   UniqueFd f(fd);
@@ -27,7 +28,8 @@ Result<UniqueFd> open_pack_direct(const Manifest& m, const std::string& manifest
   AlignedBuffer h(m.data_start);
   if (auto st = pread_full(fd, h.data(), m.data_start, 0, path); !st) {
     if (st.error().errno_value == EINVAL)
-      return make_error(path + ": O_DIRECT read refused (EINVAL): the file system does not honour "
+      return make_error(path +
+                        ": O_DIRECT read refused (EINVAL): the file system does not honour "
                         "4096-byte direct I/O");
     return st.error();
   }
@@ -45,15 +47,16 @@ Result<VerifyReport> verify_pack(const VerifyOptions& opts) {
 
   VerifyReport rep;
   std::optional<gguf::Model> src;
-  std::string src_path = opts.source_path.empty() && !m->source_files.empty() ? m->source_files[0]
-                                                                              : opts.source_path;
+  std::string src_path =
+      opts.source_path.empty() && !m->source_files.empty() ? m->source_files[0] : opts.source_path;
   if (!src_path.empty() && ::access(src_path.c_str(), R_OK) == 0) {
     auto opened = gguf::Model::open(src_path);
     if (!opened) return opened.error();
     src.emplace(std::move(*opened));
     rep.source_compared = true;
   } else {
-    rep.source_note = src_path.empty() ? "no source recorded" : "source " + src_path + " not present";
+    rep.source_note =
+        src_path.empty() ? "no source recorded" : "source " + src_path + " not present";
   }
 
   Progress progress("verifying", m->pack_bytes - m->data_start, opts.progress);
@@ -92,7 +95,8 @@ std::string inspect(const Manifest& m) {
     << "pack            " << m.pack_file << " (" << m.pack_bytes << " bytes)\n"
     << "core            " << m.core_file << "\n"
     << "data_start      " << m.data_start << "\n"
-    << "experts         " << m.n_experts << " per layer, " << m.n_experts_used << " used per token\n"
+    << "experts         " << m.n_experts << " per layer, " << m.n_experts_used
+    << " used per token\n"
     << "moe layers      " << m.layers.size() << "\n"
     << "slot_bytes      " << m.slot_bytes() << "\n";
   for (size_t i = 0; i < m.source_files.size(); ++i)
@@ -102,7 +106,8 @@ std::string inspect(const Manifest& m) {
     const auto& L = m.layers[l];
     char line[128];
     std::snprintf(line, sizeof line, "%10zu %11u %13llu %10llu ", l, L.model_layer,
-                  static_cast<unsigned long long>(L.base), static_cast<unsigned long long>(L.stride));
+                  static_cast<unsigned long long>(L.base),
+                  static_cast<unsigned long long>(L.stride));
     o << line;
     for (const auto& r : L.roles) {
       const auto* tr = gguf::type_traits(r.ggml_type);

@@ -57,7 +57,8 @@ Status send_all(int fd, std::span<const uint8_t> bytes, int pass_fd) {
     ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EPIPE || errno == ECONNRESET) return errno_error("expertd closed the connection (send)");
+      if (errno == EPIPE || errno == ECONNRESET)
+        return errno_error("expertd closed the connection (send)");
       return errno_error("send to expertd");
     }
     sent += static_cast<size_t>(n);
@@ -87,8 +88,10 @@ Status recv_exact(int fd, uint8_t* p, size_t bytes, int* got_fd) {
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
         int fdv;
         std::memcpy(&fdv, CMSG_DATA(c), sizeof fdv);
-        if (got_fd && *got_fd < 0) *got_fd = fdv;
-        else ::close(fdv);  // never leak a descriptor nobody asked for
+        if (got_fd && *got_fd < 0)
+          *got_fd = fdv;
+        else
+          ::close(fdv);  // never leak a descriptor nobody asked for
       }
     }
     got += static_cast<size_t>(n);

@@ -20,6 +20,7 @@ struct Metric {
 
 std::string render_table(const std::vector<Metric>& metrics);
 std::string render_json(const std::vector<Metric>& metrics);  // one object, name -> value
-std::string render_prometheus(const std::vector<Metric>& metrics, const std::string& prefix = "expertd_");
+std::string render_prometheus(const std::vector<Metric>& metrics,
+                              const std::string& prefix = "expertd_");
 
 }  // namespace expertd::proto

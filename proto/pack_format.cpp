@@ -32,7 +32,9 @@ uint64_t header_bytes_for(size_t n_layers) {
 
 }  // namespace
 
-std::string_view role_name(Role r) { return kRoleNames[static_cast<size_t>(r)]; }
+std::string_view role_name(Role r) {
+  return kRoleNames[static_cast<size_t>(r)];
+}
 
 std::optional<Role> role_from_name(std::string_view name) {
   for (size_t i = 0; i < kRoleCount; ++i)
@@ -115,14 +117,19 @@ Status check_header(std::span<const uint8_t> h, const Manifest& m) {
   std::vector<uint8_t> copy(h.begin(), h.begin() + static_cast<long>(data_start));
   uint64_t sum = get<uint64_t>(h, 56);
   std::memset(copy.data() + 56, 0, 8);
-  if (XXH3_64bits(copy.data(), copy.size()) != sum) return make_error("pack header checksum mismatch");
+  if (XXH3_64bits(copy.data(), copy.size()) != sum)
+    return make_error("pack header checksum mismatch");
   auto expected = encode_header(m);
   if (expected.size() != data_start || std::memcmp(expected.data(), h.data(), data_start) != 0) {
     std::string what = "layout";
-    if (get<uint64_t>(h, 32) != m.model_id) what = "model_id";
-    else if (get<uint32_t>(h, 40) != m.layers.size()) what = "layer count";
-    else if (get<uint32_t>(h, 44) != m.n_experts) what = "expert count";
-    else if (get<uint64_t>(h, 24) != m.pack_bytes) what = "pack size";
+    if (get<uint64_t>(h, 32) != m.model_id)
+      what = "model_id";
+    else if (get<uint32_t>(h, 40) != m.layers.size())
+      what = "layer count";
+    else if (get<uint32_t>(h, 44) != m.n_experts)
+      what = "expert count";
+    else if (get<uint64_t>(h, 24) != m.pack_bytes)
+      what = "pack size";
     return make_error("pack header and manifest disagree (" + what + ")");
   }
   return {};
@@ -154,8 +161,12 @@ std::string to_json(const Manifest& m) {
     jl["stride"] = l.stride;
     auto& roles = jl["roles"] = nlohmann::ordered_json::array();
     for (const auto& r : l.roles)
-      roles.push_back({{"role", role_name(r.role)}, {"tensor", r.tensor}, {"ggml_type", r.ggml_type},
-                       {"ne", r.ne}, {"offset", r.offset}, {"bytes", r.bytes}});
+      roles.push_back({{"role", role_name(r.role)},
+                       {"tensor", r.tensor},
+                       {"ggml_type", r.ggml_type},
+                       {"ne", r.ne},
+                       {"offset", r.offset},
+                       {"bytes", r.bytes}});
     auto& sums = jl["xxh3"] = nlohmann::ordered_json::array();
     for (uint64_t s : l.checksums) sums.push_back(hex64(s));
     layers.push_back(std::move(jl));
@@ -167,7 +178,8 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string& what) 
   Manifest m;
   try {
     auto j = nlohmann::json::parse(text);
-    if (j.value("format", "") != "expertpack") return make_error(what + ": not an expert pack manifest");
+    if (j.value("format", "") != "expertpack")
+      return make_error(what + ": not an expert pack manifest");
     m.version = j.at("version").get<uint32_t>();
     if (m.version != kFormatVersion)
       return make_error(what + ": manifest version " + std::to_string(m.version) +
@@ -202,7 +214,8 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string& what) 
         r.bytes = jr.at("bytes").get<uint64_t>();
         l.roles.push_back(std::move(r));
       }
-      for (const auto& s : jl.at("xxh3")) l.checksums.push_back(std::stoull(s.get<std::string>(), nullptr, 16));
+      for (const auto& s : jl.at("xxh3"))
+        l.checksums.push_back(std::stoull(s.get<std::string>(), nullptr, 16));
       m.layers.push_back(std::move(l));
     }
   } catch (const std::exception& e) {
@@ -216,24 +229,32 @@ Status validate(const Manifest& m) {
   if (m.layers.empty()) return make_error("manifest has no layers");
   if (m.n_experts == 0 || m.n_experts > (1u << 16)) return make_error("implausible n_experts");
   if (m.data_start % kAlign || m.data_start < header_bytes_for(m.layers.size()))
-    return make_error("data_start " + std::to_string(m.data_start) + " breaks the 4096-byte layout");
+    return make_error("data_start " + std::to_string(m.data_start) +
+                      " breaks the 4096-byte layout");
   uint64_t at = m.data_start;
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const auto& l = m.layers[i];
     std::string where = "layer " + std::to_string(i) + ": ";
-    if (l.stride == 0 || l.stride % kAlign) return make_error(where + "stride is not a multiple of 4096");
-    if (l.base != at) return make_error(where + "base " + std::to_string(l.base) + " should be " + std::to_string(at));
+    if (l.stride == 0 || l.stride % kAlign)
+      return make_error(where + "stride is not a multiple of 4096");
+    if (l.base != at)
+      return make_error(where + "base " + std::to_string(l.base) + " should be " +
+                        std::to_string(at));
     if (l.roles.empty()) return make_error(where + "no roles");
     for (const auto& r : l.roles) {
-      if (r.offset % kAlign) return make_error(where + std::string(role_name(r.role)) + " offset is not 4096-aligned");
-      if (r.offset + r.bytes > l.stride) return make_error(where + std::string(role_name(r.role)) + " overruns the block");
+      if (r.offset % kAlign)
+        return make_error(where + std::string(role_name(r.role)) + " offset is not 4096-aligned");
+      if (r.offset + r.bytes > l.stride)
+        return make_error(where + std::string(role_name(r.role)) + " overruns the block");
     }
     if (l.checksums.size() != m.n_experts)
       return make_error(where + std::to_string(l.checksums.size()) + " checksums for " +
                         std::to_string(m.n_experts) + " experts");
     at += l.stride * m.n_experts;
   }
-  if (at != m.pack_bytes) return make_error("pack_bytes " + std::to_string(m.pack_bytes) + " should be " + std::to_string(at));
+  if (at != m.pack_bytes)
+    return make_error("pack_bytes " + std::to_string(m.pack_bytes) + " should be " +
+                      std::to_string(at));
   return {};
 }
 

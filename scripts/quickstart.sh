@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 source scripts/cuda-env.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO} >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO} \
+  -DEXPERTD_WERROR=${EXPERTD_WERROR:-OFF} >/dev/null
 cmake --build build -j"$(nproc)"
 
 mkdir -p demo

@@ -21,8 +21,12 @@ namespace expertd::test {
 
 namespace fs = std::filesystem;
 
-inline std::string golden_dir() { return EXPERTD_GOLDEN_DIR; }
-inline std::string bin(const std::string& rel) { return std::string(EXPERTD_BIN_DIR) + "/" + rel; }
+inline std::string golden_dir() {
+  return EXPERTD_GOLDEN_DIR;
+}
+inline std::string bin(const std::string& rel) {
+  return std::string(EXPERTD_BIN_DIR) + "/" + rel;
+}
 
 inline std::string golden_model(const std::string& case_id) {
   return golden_dir() + "/cases/" + case_id + "/model.gguf";
@@ -38,13 +42,13 @@ inline std::vector<std::string> golden_cases() {
 }
 
 // Skips without ../shared/golden; CI builds with EXPERTD_REQUIRE_GOLDEN so a missing copy fails.
-#define REQUIRE_GOLDEN()                                                                  \
-  do {                                                                                    \
-    if (!std::filesystem::exists(::expertd::test::golden_dir() + "/cases")) {            \
-      if (EXPERTD_REQUIRE_GOLDEN) FAIL() << "golden data required but not found at "     \
-                                         << ::expertd::test::golden_dir();                \
-      GTEST_SKIP() << "golden data not found at " << ::expertd::test::golden_dir();      \
-    }                                                                                     \
+#define REQUIRE_GOLDEN()                                                                     \
+  do {                                                                                       \
+    if (!std::filesystem::exists(::expertd::test::golden_dir() + "/cases")) {                \
+      if (EXPERTD_REQUIRE_GOLDEN)                                                            \
+        FAIL() << "golden data required but not found at " << ::expertd::test::golden_dir(); \
+      GTEST_SKIP() << "golden data not found at " << ::expertd::test::golden_dir();          \
+    }                                                                                        \
   } while (0)
 
 // A scratch directory on the same file system as the build (O_DIRECT capable), removed after.
@@ -120,9 +124,9 @@ class Daemon {
     write_file(socket_ + ".conf", "# empty: the tests pass every setting as a flag\n");
     pid_ = ::fork();
     if (pid_ == 0) {
-      std::vector<std::string> args = {bin(kExpertdBin), "--manifest", manifest_, "--socket", socket_,
-                                       "--config", socket_ + ".conf", "--lock-memory", "false",
-                                       "--reserve-mib", "64"};
+      std::vector<std::string> args = {
+          bin(kExpertdBin),  "--manifest",    manifest_, "--socket",      socket_, "--config",
+          socket_ + ".conf", "--lock-memory", "false",   "--reserve-mib", "64"};
       args.insert(args.end(), extra_.begin(), extra_.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());

@@ -17,7 +17,8 @@ void read_base(Meta& m, Hparams& hp, int first_moe_layer) {
   m.f("attention.layer_norm_rms_epsilon", hp.eps, 1e-6f);
   m.f("rope.freq_base", hp.rope_base, 10000.0f);
   hp.n_ff_exp = m.tensor_dim("blk." + std::to_string(first_moe_layer) + ".ffn_gate_exps.weight", 1);
-  if (hp.n_ff_exp == kAnyDim) {  // a core GGUF; Mixtral-style llama keeps the width in feed_forward_length
+  if (hp.n_ff_exp ==
+      kAnyDim) {  // a core GGUF; Mixtral-style llama keeps the width in feed_forward_length
     int ff = 0;
     m.u("feed_forward_length", ff, 0);
     m.u("expert_feed_forward_length", ff, ff);
@@ -32,14 +33,15 @@ RouteOpts read_routing(Meta& m, const Hparams& hp, bool norm_default, bool sigmo
   m.u("expert_gating_func", gating, 0);
   if (gating == 0) gating = sigmoid_default ? 2 : 1;
   if (gating != 1 && gating != 2)
-    m.fail("expert_gating_func = " + std::to_string(gating) + " is not supported (1 softmax, 2 sigmoid)");
+    m.fail("expert_gating_func = " + std::to_string(gating) +
+           " is not supported (1 softmax, 2 sigmoid)");
   r.sigmoid = gating == 2;
   m.u("expert_group_count", r.n_group, 0);
   m.u("expert_group_used_count", r.n_group_used, 0);
   m.f("expert_weights_scale", r.w_scale, 1.0f);
   if (r.w_scale == 0.0f) r.w_scale = 1.0f;  // llama.cpp: 0 means unset
-  if (r.n_group > 0 && (hp.n_expert % r.n_group || r.n_group_used <= 0 || r.n_group_used > r.n_group ||
-                        hp.n_expert / r.n_group < 2))
+  if (r.n_group > 0 && (hp.n_expert % r.n_group || r.n_group_used <= 0 ||
+                        r.n_group_used > r.n_group || hp.n_expert / r.n_group < 2))
     m.fail("inconsistent expert groups");
   return r;
 }
@@ -58,7 +60,8 @@ std::optional<kernels::Yarn> read_yarn(Meta& m, const Hparams& hp, bool yarn_ok)
   m.f("rope.scaling.factor", factor, 1.0f);
   if (factor == 1.0f || scaling == "none") return std::nullopt;
   if (scaling != "yarn" || !yarn_ok) {
-    m.fail("rope scaling '" + scaling + "' (factor " + std::to_string(factor) + ") is not supported for " + hp.arch + " yet");
+    m.fail("rope scaling '" + scaling + "' (factor " + std::to_string(factor) +
+           ") is not supported for " + hp.arch + " yet");
     return std::nullopt;
   }
   int n_orig = 0;
@@ -85,20 +88,24 @@ void plan_ffn(Plan& p, FfnWeights& w, const Hparams& hp, int64_t n_ff) {
 expertd::Status apply_dims(SynthSizes& s, const SynthDims& d) {
   if (!d.given()) return {};
   const auto& v = d.dims;
-  if (v.size() < 5) return expertd::make_error("--dims needs at least n_embd,n_layer,n_expert,n_expert_used,n_ff_exp");
+  if (v.size() < 5)
+    return expertd::make_error(
+        "--dims needs at least n_embd,n_layer,n_expert,n_expert_used,n_ff_exp");
   for (uint64_t x : v)
     if (x > (1u << 24)) return expertd::make_error("--dims: implausible size " + std::to_string(x));
-  s.n_embd = int(v[0]), s.n_layer = int(v[1]), s.n_expert = int(v[2]), s.n_expert_used = int(v[3]), s.n_ff_exp = int(v[4]);
+  s.n_embd = int(v[0]), s.n_layer = int(v[1]), s.n_expert = int(v[2]), s.n_expert_used = int(v[3]),
+  s.n_ff_exp = int(v[4]);
   if (v.size() >= 7) s.n_head = int(v[5]), s.n_head_kv = int(v[6]);
   if (v.size() >= 8) s.n_vocab = int(v[7]);
-  if (s.n_head == 0 || s.n_embd % s.n_head) return expertd::make_error("--dims: n_embd must be a multiple of n_head");
+  if (s.n_head == 0 || s.n_embd % s.n_head)
+    return expertd::make_error("--dims: n_embd must be a multiple of n_head");
   s.head_dim = s.n_embd / s.n_head;
   return {};
 }
 
 expertd::Result<SynthModel> synth_base(const SynthSizes& s, const std::string& pre) {
-  if (s.n_expert_used > s.n_expert || s.n_expert < 2 || s.n_vocab < 300 || s.n_head_kv == 0 || s.n_head % s.n_head_kv ||
-      s.n_embd % 32 || s.n_layer < 1 || s.n_ff_exp < 32)
+  if (s.n_expert_used > s.n_expert || s.n_expert < 2 || s.n_vocab < 300 || s.n_head_kv == 0 ||
+      s.n_head % s.n_head_kv || s.n_embd % 32 || s.n_layer < 1 || s.n_ff_exp < 32)
     return expertd::make_error("synth: inconsistent dimensions");
   SynthModel m;
   m.pre = pre, m.n_vocab = s.n_vocab;

@@ -26,9 +26,15 @@ int64_t width(Meta& m, const std::string& tensor, int d, const std::string& key)
 std::optional<kernels::Yarn> read_yarn(Meta& m, const Hparams& hp, bool yarn_ok);
 
 // Standard shapes.
-inline int64_t q_width(const Hparams& hp) { return int64_t{hp.n_head} * hp.head_dim; }
-inline int64_t kv_width(const Hparams& hp) { return int64_t{hp.n_head_kv} * hp.head_dim; }
-inline KvRows gqa_rows(const Hparams& hp) { return {kv_width(hp), kv_width(hp)}; }
+inline int64_t q_width(const Hparams& hp) {
+  return int64_t{hp.n_head} * hp.head_dim;
+}
+inline int64_t kv_width(const Hparams& hp) {
+  return int64_t{hp.n_head_kv} * hp.head_dim;
+}
+inline KvRows gqa_rows(const Hparams& hp) {
+  return {kv_width(hp), kv_width(hp)};
+}
 
 // The shared expert of an MoE layer (ffn_*_shexp), and its sigmoid gate when `gated`.
 void plan_shared_expert(Plan& p, MoeWeights& w, const Hparams& hp, int64_t n_ff_shexp, bool gated);

@@ -23,14 +23,19 @@ class Deepseek2 final : public Arch {
     int n_shared = 0;
     m.u("expert_shared_count", n_shared, 0);
     if (n_shared > 0) {  // the shared experts as one FFN, n_shared times an expert's width
-      n_ff_shexp_ = m.tensor_dim("blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1);
+      n_ff_shexp_ =
+          m.tensor_dim("blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1);
       if (n_ff_shexp_ == kAnyDim) n_ff_shexp_ = hp.n_ff_exp * n_shared;
     }
-    if (n_dense_lead_ > 0) n_ff_ = archs::width(m, "blk.0.ffn_gate.weight", 1, "feed_forward_length");
+    if (n_dense_lead_ > 0)
+      n_ff_ = archs::width(m, "blk.0.ffn_gate.weight", 1, "feed_forward_length");
     if (!m.error().empty()) return;
-    if (hp.n_head_kv != 1 || hp.head_dim != kv_lora_ + hp.n_rot || k_mla_ <= hp.n_rot || v_mla_ <= 0)
-      return m.fail("inconsistent multi-head latent attention sizes (a GGUF from an older llama.cpp with a joint "
-                    "attn_kv_b? re-convert it)");
+    if (hp.n_head_kv != 1 || hp.head_dim != kv_lora_ + hp.n_rot || k_mla_ <= hp.n_rot ||
+        v_mla_ <= 0)
+      return m.fail(
+          "inconsistent multi-head latent attention sizes (a GGUF from an older llama.cpp with a "
+          "joint "
+          "attn_kv_b? re-convert it)");
     if (n_dense_lead_ > hp.n_layer) return m.fail("leading_dense_block_count exceeds block_count");
     // DeepSeek's YaRN: RoPE's cos/sin keep the original attention factor (1), and the attention
     // scale takes mscale^2 with mscale = 1 + yarn_log_multiplier * ln(factor), the GGUF key
@@ -58,16 +63,16 @@ class Deepseek2 final : public Arch {
       p.blk(il);
       p.add(w.attn_norm, "attn_norm.weight", {E}, Role::Norm);
       if (q_lora_ > 0) {
-        p.add(w.wq_a, "attn_q_a.weight", {E, q_lora_});          // (n_embd) -> (q_lora)
+        p.add(w.wq_a, "attn_q_a.weight", {E, q_lora_});  // (n_embd) -> (q_lora)
         p.add(w.q_a_norm, "attn_q_a_norm.weight", {q_lora_}, Role::Norm);
         p.add(w.wq_b, "attn_q_b.weight", {q_lora_, H * k_mla_});  // (q_lora) -> (n_head * k_mla)
       } else {
         p.add(w.wq, "attn_q.weight", {E, H * k_mla_});
       }
-      p.add(w.wkv_a, "attn_kv_a_mqa.weight", {E, kv_lora_ + R});   // (n_embd) -> (kv_lora + n_rot)
+      p.add(w.wkv_a, "attn_kv_a_mqa.weight", {E, kv_lora_ + R});  // (n_embd) -> (kv_lora + n_rot)
       p.add(w.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora_}, Role::Norm);
-      p.add(w.wk_b, "attn_k_b.weight", {nope, kv_lora_, H});       // per head: (qk_nope) -> (kv_lora)
-      p.add(w.wv_b, "attn_v_b.weight", {kv_lora_, v_mla_, H});     // per head: (kv_lora) -> (v_mla)
+      p.add(w.wk_b, "attn_k_b.weight", {nope, kv_lora_, H});    // per head: (qk_nope) -> (kv_lora)
+      p.add(w.wv_b, "attn_v_b.weight", {kv_lora_, v_mla_, H});  // per head: (kv_lora) -> (v_mla)
       p.add(w.wo, "attn_output.weight", {H * v_mla_, E}, Role::AttnOut);
       if (il < n_dense_lead_) {
         p.add(w.ffn_norm, "ffn_norm.weight", {E}, Role::Norm);
@@ -84,7 +89,9 @@ class Deepseek2 final : public Arch {
   // One latent row per position (kv_lora + n_rot floats) serves as keys and, its first kv_lora
   // floats, as values.
   KvRows kv_rows(const Hparams& hp, int) const override { return {kv_lora_ + hp.n_rot, 0}; }
-  const MoeWeights* moe(int il) const override { return il < n_dense_lead_ ? nullptr : &layers_[il].moe; }
+  const MoeWeights* moe(int il) const override {
+    return il < n_dense_lead_ ? nullptr : &layers_[il].moe;
+  }
 
   void block(Engine& e, int il, Act x) const override {
     Ops& ops = e.ops();
@@ -101,11 +108,13 @@ class Deepseek2 final : public Arch {
     } else {
       q = ops.matmul(w.wq, h);
     }
-    Act kv = ops.matmul(w.wkv_a, h);  // per token: the latent (normalised) and the shared rotary key part
+    Act kv = ops.matmul(w.wkv_a,
+                        h);  // per token: the latent (normalised) and the shared rotary key part
     ops.rms_norm_part(kv, w.kv_a_norm, kv_lora_, hp.eps);
     ops.rope(kv, KL, kv_lora_, R, e.pos0(), rope);
     ops.rope(q, k_mla_, k_mla_ - R, R, e.pos0(), rope);
-    const MlaOpts mla{hp.n_head, kv_lora_, R, k_mla_ - R, v_mla_, mscale_ * mscale_ / std::sqrt(float(k_mla_))};
+    const MlaOpts mla{hp.n_head,  kv_lora_, R,
+                      k_mla_ - R, v_mla_,   mscale_ * mscale_ / std::sqrt(float(k_mla_))};
     Act att = ops.alloc(x.rows, int64_t{hp.n_head} * v_mla_);
     ops.attention_mla(il, q, kv, w.wk_b, w.wv_b, e.pos0(), mla, att);
     ops.add(x, ops.matmul(w.wo, att));
@@ -125,7 +134,9 @@ class Deepseek2 final : public Arch {
     archs::SynthSizes s{2048, 27, 64, 6, 1408, 16, 16, 192, 102400};
     int kv_lora = 512, nope = 128, rope = 64, v_head = 128, n_ff = 10944;
     EXPERTD_TRY(archs::apply_dims(s, d));
-    if (d.given()) kv_lora = s.n_embd, nope = s.head_dim, rope = s.head_dim / 2, v_head = s.head_dim, n_ff = 2 * s.n_ff_exp;
+    if (d.given())
+      kv_lora = s.n_embd, nope = s.head_dim, rope = s.head_dim / 2, v_head = s.head_dim,
+      n_ff = 2 * s.n_ff_exp;
     auto m = archs::synth_base(s, "deepseek-llm");
     if (!m) return m;
     // V2-Lite: a plain attn_q (no q_lora), one leading dense layer, two shared experts. The
@@ -164,6 +175,8 @@ class Deepseek2 final : public Arch {
 
 }  // namespace
 
-std::unique_ptr<Arch> make_arch_deepseek2() { return std::make_unique<Deepseek2>(); }
+std::unique_ptr<Arch> make_arch_deepseek2() {
+  return std::make_unique<Deepseek2>();
+}
 
 }  // namespace engine

@@ -15,17 +15,20 @@ class Glm4Moe final : public Arch {
     archs::read_base(m, hp, n_dense_lead_);
     int nextn = 0;
     m.u("nextn_predict_layers", nextn, 0);
-    if (m.error().empty() && nextn >= hp.n_layer) return m.fail("nextn_predict_layers leaves no layer to run");
+    if (m.error().empty() && nextn >= hp.n_layer)
+      return m.fail("nextn_predict_layers leaves no layer to run");
     hp.n_layer -= nextn;
     if (n_dense_lead_ > hp.n_layer) return m.fail("leading_dense_block_count exceeds block_count");
     route_ = archs::read_routing(m, hp, /*norm_default=*/false, /*sigmoid_default=*/true);
     int n_shared = 0;
     m.u("expert_shared_count", n_shared, 0);
     if (n_shared > 0) {  // the shared experts as one FFN, n_shared times an expert's width
-      n_ff_shexp_ = m.tensor_dim("blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1);
+      n_ff_shexp_ =
+          m.tensor_dim("blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1);
       if (n_ff_shexp_ == kAnyDim) n_ff_shexp_ = hp.n_ff_exp * n_shared;
     }
-    if (n_dense_lead_ > 0) n_ff_ = archs::width(m, "blk.0.ffn_gate.weight", 1, "feed_forward_length");
+    if (n_dense_lead_ > 0)
+      n_ff_ = archs::width(m, "blk.0.ffn_gate.weight", 1, "feed_forward_length");
     archs::read_yarn(m, hp, /*yarn_ok=*/false);
   }
 
@@ -43,7 +46,8 @@ class Glm4Moe final : public Arch {
       p.add(w.bq, "attn_q.bias", {Q}, Role::Bias);
       p.add(w.bk, "attn_k.bias", {KV}, Role::Bias);
       p.add(w.bv, "attn_v.bias", {KV}, Role::Bias);
-      p.optional(w.q_norm, "attn_q_norm.weight", {D}, Role::Norm);  // per head, where the model has them
+      p.optional(w.q_norm, "attn_q_norm.weight", {D},
+                 Role::Norm);  // per head, where the model has them
       p.optional(w.k_norm, "attn_k_norm.weight", {D}, Role::Norm);
       p.add(w.wo, "attn_output.weight", {Q, E}, Role::AttnOut);
       if (il < n_dense_lead_) {
@@ -59,7 +63,9 @@ class Glm4Moe final : public Arch {
   }
 
   KvRows kv_rows(const Hparams& hp, int) const override { return archs::gqa_rows(hp); }
-  const MoeWeights* moe(int il) const override { return il < n_dense_lead_ ? nullptr : &layers_[il].moe; }
+  const MoeWeights* moe(int il) const override {
+    return il < n_dense_lead_ ? nullptr : &layers_[il].moe;
+  }
 
   void block(Engine& e, int il, Act x) const override {
     Ops& ops = e.ops();
@@ -78,7 +84,9 @@ class Glm4Moe final : public Arch {
     ops.rope(q, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);  // n_rot < head_dim: partial rotary
     ops.rope(k, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
     Act att = ops.alloc(x.rows, archs::q_width(hp));
-    ops.attention(il, q, k, v, e.pos0(), {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))}, att);
+    ops.attention(il, q, k, v, e.pos0(),
+                  {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))},
+                  att);
     ops.add(x, ops.matmul(w.wo, att));
     if (il < n_dense_lead_) {
       ops.rms_norm(x, w.ffn_norm, h, hp.eps);
@@ -127,6 +135,8 @@ class Glm4Moe final : public Arch {
 
 }  // namespace
 
-std::unique_ptr<Arch> make_arch_glm4moe() { return std::make_unique<Glm4Moe>(); }
+std::unique_ptr<Arch> make_arch_glm4moe() {
+  return std::make_unique<Glm4Moe>();
+}
 
 }  // namespace engine

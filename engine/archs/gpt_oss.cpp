@@ -31,7 +31,8 @@ class GptOss final : public Arch {
       p.add(w.bq, "attn_q.bias", {Q}, Role::Bias);
       p.add(w.bk, "attn_k.bias", {KV}, Role::Bias);
       p.add(w.bv, "attn_v.bias", {KV}, Role::Bias);
-      p.add(w.sinks, "attn_sinks.weight", {hp.n_head}, Role::Bias);  // one extra softmax logit per head
+      p.add(w.sinks, "attn_sinks.weight", {hp.n_head},
+            Role::Bias);  // one extra softmax logit per head
       p.add(w.wo, "attn_output.weight", {Q, E}, Role::AttnOut);
       p.add(w.bo, "attn_output.bias", {E}, Role::Bias);
       p.add(w.moe.norm, "post_attention_norm.weight", {E}, Role::Norm);
@@ -82,6 +83,8 @@ class GptOss final : public Arch {
 
 }  // namespace
 
-std::unique_ptr<Arch> make_arch_gpt_oss() { return std::make_unique<GptOss>(); }
+std::unique_ptr<Arch> make_arch_gpt_oss() {
+  return std::make_unique<GptOss>();
+}
 
 }  // namespace engine

@@ -22,10 +22,11 @@ class Olmoe final : public Arch {
       Layer& w = layers_[il];
       p.blk(il);
       p.add(w.attn_norm, "attn_norm.weight", {E}, Role::Norm);
-      p.add(w.wq, "attn_q.weight", {E, archs::q_width(hp)});          // (n_embd) -> (n_head * head_dim)
-      p.add(w.wk, "attn_k.weight", {E, archs::kv_width(hp)});         // (n_embd) -> (n_head_kv * head_dim)
+      p.add(w.wq, "attn_q.weight", {E, archs::q_width(hp)});   // (n_embd) -> (n_head * head_dim)
+      p.add(w.wk, "attn_k.weight", {E, archs::kv_width(hp)});  // (n_embd) -> (n_head_kv * head_dim)
       p.add(w.wv, "attn_v.weight", {E, archs::kv_width(hp)});
-      p.add(w.q_norm, "attn_q_norm.weight", {archs::q_width(hp)}, Role::Norm);  // the whole projection
+      p.add(w.q_norm, "attn_q_norm.weight", {archs::q_width(hp)},
+            Role::Norm);  // the whole projection
       p.add(w.k_norm, "attn_k_norm.weight", {archs::kv_width(hp)}, Role::Norm);
       p.add(w.wo, "attn_output.weight", {archs::q_width(hp), E}, Role::AttnOut);
       p.add(w.moe.norm, "ffn_norm.weight", {E}, Role::Norm);
@@ -49,7 +50,9 @@ class Olmoe final : public Arch {
     ops.rope(q, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
     ops.rope(k, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
     Act att = ops.alloc(x.rows, archs::q_width(hp));
-    ops.attention(il, q, k, v, e.pos0(), {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))}, att);
+    ops.attention(il, q, k, v, e.pos0(),
+                  {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))},
+                  att);
     ops.add(x, ops.matmul(w.wo, att));
     ops.rms_norm(x, w.moe.norm, h, hp.eps);
     ops.add(x, e.moe(il, w.moe, h));
@@ -74,6 +77,8 @@ class Olmoe final : public Arch {
 
 }  // namespace
 
-std::unique_ptr<Arch> make_arch_olmoe() { return std::make_unique<Olmoe>(); }
+std::unique_ptr<Arch> make_arch_olmoe() {
+  return std::make_unique<Olmoe>();
+}
 
 }  // namespace engine

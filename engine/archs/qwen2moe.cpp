@@ -10,7 +10,8 @@ class Qwen2Moe final : public Arch {
  public:
   void read_hparams(Meta& m, Hparams& hp) override {
     archs::read_base(m, hp);
-    n_ff_shexp_ = archs::width(m, "blk.0.ffn_gate_shexp.weight", 1, "expert_shared_feed_forward_length");
+    n_ff_shexp_ =
+        archs::width(m, "blk.0.ffn_gate_shexp.weight", 1, "expert_shared_feed_forward_length");
     archs::read_yarn(m, hp, /*yarn_ok=*/false);  // any rope scaling is refused
     route_ = archs::read_routing(m, hp, /*norm_default=*/false, /*sigmoid_default=*/false);
   }
@@ -23,8 +24,8 @@ class Qwen2Moe final : public Arch {
       Layer& w = layers_[il];
       p.blk(il);
       p.add(w.attn_norm, "attn_norm.weight", {E}, Role::Norm);
-      p.add(w.wq, "attn_q.weight", {E, archs::q_width(hp)});          // (n_embd) -> (n_head * head_dim)
-      p.add(w.wk, "attn_k.weight", {E, archs::kv_width(hp)});         // (n_embd) -> (n_head_kv * head_dim)
+      p.add(w.wq, "attn_q.weight", {E, archs::q_width(hp)});   // (n_embd) -> (n_head * head_dim)
+      p.add(w.wk, "attn_k.weight", {E, archs::kv_width(hp)});  // (n_embd) -> (n_head_kv * head_dim)
       p.add(w.wv, "attn_v.weight", {E, archs::kv_width(hp)});
       p.add(w.bq, "attn_q.bias", {archs::q_width(hp)}, Role::Bias);
       p.add(w.bk, "attn_k.bias", {archs::kv_width(hp)}, Role::Bias);
@@ -53,7 +54,9 @@ class Qwen2Moe final : public Arch {
     ops.rope(q, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
     ops.rope(k, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
     Act att = ops.alloc(x.rows, archs::q_width(hp));
-    ops.attention(il, q, k, v, e.pos0(), {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))}, att);
+    ops.attention(il, q, k, v, e.pos0(),
+                  {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))},
+                  att);
     ops.add(x, ops.matmul(w.wo, att));
     ops.rms_norm(x, w.moe.norm, h, hp.eps);
     ops.add(x, e.moe(il, w.moe, h));
@@ -72,6 +75,8 @@ class Qwen2Moe final : public Arch {
 
 }  // namespace
 
-std::unique_ptr<Arch> make_arch_qwen2moe() { return std::make_unique<Qwen2Moe>(); }
+std::unique_ptr<Arch> make_arch_qwen2moe() {
+  return std::make_unique<Qwen2Moe>();
+}
 
 }  // namespace engine

@@ -1,11 +1,10 @@
 // CUDA kernels (see cuda_kernels.h). Reference: the scalar CPU kernels in kernels/impl.inc and
 // dequantize_row in kernels/kernels.cpp; tests/gpu/cuda_kernels_test.cpp checks every one.
-#include "kernels/cuda/cuda_kernels.h"
-
 #include <cuda_fp16.h>
 
 #include <cstring>
 
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/fp16.h"
 #include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
@@ -13,8 +12,10 @@
 // Kernel launches and dynamic shared memory, written so that the CPU emulation of the CUDA
 // runtime (tests/cuda_emu, EXPERTD_CUDA_EMULATION) can compile this file as C++ and run it.
 #ifdef EXPERTD_CUDA_EMULATION
-#define EXPERTD_LAUNCH(kernel, grid, block, shared, stream) ::cuda_emu::launch(kernel, dim3(grid), dim3(block), shared, stream)
-#define EXPERTD_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::cuda_emu::dynamic_shared())
+#define EXPERTD_LAUNCH(kernel, grid, block, shared, stream) \
+  ::cuda_emu::launch(kernel, dim3(grid), dim3(block), shared, stream)
+#define EXPERTD_DYNAMIC_SHARED(type, name) \
+  type* name = static_cast<type*>(::cuda_emu::dynamic_shared())
 #else
 #define EXPERTD_LAUNCH(kernel, grid, block, shared, stream) kernel<<<grid, block, shared, stream>>>
 #define EXPERTD_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
@@ -25,8 +26,15 @@ namespace {
 
 // The types the kernels below instantiate (kernels/types.h ids; the table's `cuda` marks them).
 enum : uint32_t {
-  kF32 = kernels::F32, kF16 = kernels::F16, kQ5_0 = kernels::Q5_0, kQ8_0 = kernels::Q8_0, kQ4_K = kernels::Q4_K,
-  kQ5_K = kernels::Q5_K, kQ6_K = kernels::Q6_K, kBF16 = kernels::BF16, kMXFP4 = kernels::MXFP4
+  kF32 = kernels::F32,
+  kF16 = kernels::F16,
+  kQ5_0 = kernels::Q5_0,
+  kQ8_0 = kernels::Q8_0,
+  kQ4_K = kernels::Q4_K,
+  kQ5_K = kernels::Q5_K,
+  kQ6_K = kernels::Q6_K,
+  kBF16 = kernels::BF16,
+  kMXFP4 = kernels::MXFP4
 };
 
 // The dequantization below is compiled for the device and the host (dequantize_row_host).
@@ -50,7 +58,8 @@ HD float bf2f(uint16_t h) {
 #endif
 }
 
-HD void k4_scale_min(int j, const uint8_t* q, float* d, float* m) {  // kernels::k4_scale_min, as floats
+HD void k4_scale_min(int j, const uint8_t* q, float* d,
+                     float* m) {  // kernels::k4_scale_min, as floats
   uint8_t sc, mn;
   kernels::k4_scale_min(j, q, &sc, &mn);
   *d = sc, *m = mn;
@@ -75,7 +84,8 @@ HD void chunk32(const uint8_t* row, int64_t c, float* w) {
   } else if constexpr (T == kQ5_0) {
     const BlockQ5_0& b = reinterpret_cast<const BlockQ5_0*>(row)[c];
     const float d = h2f(b.d);
-    const uint32_t qh = uint32_t(b.qh[0]) | uint32_t(b.qh[1]) << 8 | uint32_t(b.qh[2]) << 16 | uint32_t(b.qh[3]) << 24;
+    const uint32_t qh = uint32_t(b.qh[0]) | uint32_t(b.qh[1]) << 8 | uint32_t(b.qh[2]) << 16 |
+                        uint32_t(b.qh[3]) << 24;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       w[i] = d * (static_cast<int>((b.qs[i] & 0xF) | (((qh >> i) & 1) << 4)) - 16);
@@ -117,7 +127,8 @@ HD void chunk32(const uint8_t* row, int64_t c, float* w) {
     }
   } else if constexpr (T == kMXFP4) {
     const BlockMxfp4& b = reinterpret_cast<const BlockMxfp4*>(row)[c];
-    const int8_t doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};  // kMxfp4Doubled
+    const int8_t doubled[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                0, -1, -2, -3, -4, -6, -8, -12};  // kMxfp4Doubled
     const float d = ldexpf(1.0f, int(b.e) - 128);
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
@@ -128,7 +139,9 @@ HD void chunk32(const uint8_t* row, int64_t c, float* w) {
 }
 
 // Elements per row unit of each type: a row's length must be a multiple of it.
-HD int64_t block_elems(uint32_t t) { return t == kQ4_K || t == kQ5_K || t == kQ6_K ? kQK_K : 32; }
+HD int64_t block_elems(uint32_t t) {
+  return t == kQ4_K || t == kQ5_K || t == kQ6_K ? kQK_K : 32;
+}
 
 template <uint32_t T>
 void dequantize_host(const void* row, float* y, int64_t n) {
@@ -141,13 +154,14 @@ constexpr int kWarpsPerBlock = 4;
 // One warp per weight row and up to kTokensPerBlock tokens: each lane dequantizes chunks of 32
 // weights once and applies them to every token.
 template <uint32_t T>
-__global__ void matmul_kernel(const uint8_t* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
-                              int64_t n_tokens, float* y) {
+__global__ void matmul_kernel(const uint8_t* w, int64_t rows, int64_t cols, size_t row_bytes,
+                              const float* x, int64_t n_tokens, float* y) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
   if (r >= rows) return;
   const int64_t t0 = int64_t(blockIdx.y) * kTokensPerBlock;
-  const int nt = static_cast<int>(n_tokens - t0 < kTokensPerBlock ? n_tokens - t0 : kTokensPerBlock);
+  const int nt =
+      static_cast<int>(n_tokens - t0 < kTokensPerBlock ? n_tokens - t0 : kTokensPerBlock);
   const uint8_t* row = w + r * row_bytes;
   float acc[kTokensPerBlock] = {};
   float wv[32];
@@ -194,7 +208,8 @@ __device__ float block_max(float v, float* shared) {
   return v;
 }
 
-__global__ void rms_norm_kernel(const float* x, int64_t xs, const float* w, float* y, int64_t ys, int64_t n, float eps) {
+__global__ void rms_norm_kernel(const float* x, int64_t xs, const float* w, float* y, int64_t ys,
+                                int64_t n, float eps) {
   __shared__ float red[32];
   const float* xr = x + int64_t(blockIdx.x) * xs;
   float* yr = y + int64_t(blockIdx.x) * ys;
@@ -205,8 +220,9 @@ __global__ void rms_norm_kernel(const float* x, int64_t xs, const float* w, floa
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
 }
 
-__global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot,
-                            int64_t pos0, float base, bool neox, bool use_yarn, kernels::Yarn yarn) {
+__global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride,
+                            int64_t n_rot, int64_t pos0, float base, bool neox, bool use_yarn,
+                            kernels::Yarn yarn) {
   const int64_t half = n_rot / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n_tokens * n_heads * half) return;
@@ -245,8 +261,8 @@ __global__ void swiglu_oai_kernel(const float* g, const float* u, float* out, in
 
 constexpr int kMaxTopK = 32;
 
-__global__ void softmax_topk_kernel(const float* logits, int64_t n_tokens, int64_t n_expert, int k, bool norm,
-                                    int32_t* ids, float* weights) {
+__global__ void softmax_topk_kernel(const float* logits, int64_t n_tokens, int64_t n_expert, int k,
+                                    bool norm, int32_t* ids, float* weights) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n_tokens) return;
   const float* l = logits + t * n_expert;
@@ -282,9 +298,11 @@ constexpr int kAttnDvPerThread = static_cast<int>(kMaxAttentionDv / kAttnThreads
 __global__ void attention_kernel(Attention a) {
   __shared__ float s[kAttnChunk];
   __shared__ float red[32];
-  const int64_t t = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, kvh = h / (a.n_head / a.n_head_kv);
+  const int64_t t = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head,
+                kvh = h / (a.n_head / a.n_head_kv);
   const int64_t n_keys = a.n_past + t + 1;  // causal
-  const int64_t first = a.window > 0 && n_keys > a.window ? n_keys - a.window : 0, n = n_keys - first;
+  const int64_t first = a.window > 0 && n_keys > a.window ? n_keys - a.window : 0,
+                n = n_keys - first;
   const float* qh = a.q + (t * a.n_head + h) * a.dk;
   const float* kb = a.k + first * a.k_row + kvh * a.dk;
   const float* vb = a.v + first * a.v_row + kvh * a.dv;
@@ -306,7 +324,7 @@ __global__ void attention_kernel(Attention a) {
       s[j] = expf(s[j] - m_new);
       csum += s[j];
     }
-    csum = block_sum(csum, red);  // publishes the exponentials
+    csum = block_sum(csum, red);         // publishes the exponentials
     const float corr = expf(m - m_new);  // 0 on the first chunk without a sink
     l = l * corr + csum;
 #pragma unroll
@@ -331,8 +349,8 @@ __global__ void attention_kernel(Attention a) {
   }
 }
 
-__global__ void weighted_sum_kernel(const float* eo, const float* wts, float* out, int64_t n_tokens, int64_t k_used,
-                                    int64_t n) {
+__global__ void weighted_sum_kernel(const float* eo, const float* wts, float* out, int64_t n_tokens,
+                                    int64_t k_used, int64_t n) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n_tokens * n) return;
   const int64_t t = idx / n, i = idx % n;
@@ -351,22 +369,28 @@ __global__ void add_rows_kernel(float* y, const float* b, int64_t n, int64_t tot
   if (i < total) y[i] += b[i % n];
 }
 
-__global__ void move_rows_kernel(const float* src, const int32_t* idx, float* dst, int64_t n, int64_t total, bool gather) {
+__global__ void move_rows_kernel(const float* src, const int32_t* idx, float* dst, int64_t n,
+                                 int64_t total, bool gather) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t r = i / n, c = i % n;
-  if (gather) dst[i] = src[int64_t(idx[r]) * n + c];
-  else dst[int64_t(idx[r]) * n + c] = src[i];
+  if (gather)
+    dst[i] = src[int64_t(idx[r]) * n + c];
+  else
+    dst[int64_t(idx[r]) * n + c] = src[i];
 }
 
-__global__ void add_gated_kernel(float* y, const float* x, const float* gate, int64_t n, int64_t total) {
+__global__ void add_gated_kernel(float* y, const float* x, const float* gate, int64_t n,
+                                 int64_t total) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const float g = gate ? 1.0f / (1.0f + expf(-gate[i / n])) : 1.0f;
   y[i] += g * x[i];
 }
 
-unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+unsigned blocks_for(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
 
 }  // namespace
 
@@ -378,22 +402,41 @@ bool weight_type_supported(uint32_t t) {
 bool dequantize_row_host(uint32_t type, const void* row, float* y, int64_t n) {
   if (!weight_type_supported(type) || n % block_elems(type) != 0) return false;
   switch (type) {
-    case kF32: dequantize_host<kF32>(row, y, n); break;
-    case kF16: dequantize_host<kF16>(row, y, n); break;
-    case kBF16: dequantize_host<kBF16>(row, y, n); break;
-    case kQ8_0: dequantize_host<kQ8_0>(row, y, n); break;
-    case kQ5_0: dequantize_host<kQ5_0>(row, y, n); break;
-    case kQ4_K: dequantize_host<kQ4_K>(row, y, n); break;
-    case kQ5_K: dequantize_host<kQ5_K>(row, y, n); break;
-    case kQ6_K: dequantize_host<kQ6_K>(row, y, n); break;
-    case kMXFP4: dequantize_host<kMXFP4>(row, y, n); break;
-    default: return false;
+    case kF32:
+      dequantize_host<kF32>(row, y, n);
+      break;
+    case kF16:
+      dequantize_host<kF16>(row, y, n);
+      break;
+    case kBF16:
+      dequantize_host<kBF16>(row, y, n);
+      break;
+    case kQ8_0:
+      dequantize_host<kQ8_0>(row, y, n);
+      break;
+    case kQ5_0:
+      dequantize_host<kQ5_0>(row, y, n);
+      break;
+    case kQ4_K:
+      dequantize_host<kQ4_K>(row, y, n);
+      break;
+    case kQ5_K:
+      dequantize_host<kQ5_K>(row, y, n);
+      break;
+    case kQ6_K:
+      dequantize_host<kQ6_K>(row, y, n);
+      break;
+    case kMXFP4:
+      dequantize_host<kMXFP4>(row, y, n);
+      break;
+    default:
+      return false;
   }
   return true;
 }
 
-cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
-                   float* y, cudaStream_t stream) {
+cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x,
+                   int64_t n_tokens, float* y, cudaStream_t stream) {
   if (rows <= 0 || n_tokens <= 0) return cudaSuccess;
   if (!weight_type_supported(wtype) || cols % block_elems(wtype) != 0) return cudaErrorInvalidValue;
   const size_t rb = kernels::row_size(wtype, cols);
@@ -402,37 +445,70 @@ cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, co
   const dim3 block(32 * kWarpsPerBlock);
   auto* wb = static_cast<const uint8_t*>(w);
   switch (wtype) {
-    case kF32: EXPERTD_LAUNCH(matmul_kernel<kF32>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kF16: EXPERTD_LAUNCH(matmul_kernel<kF16>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kBF16: EXPERTD_LAUNCH(matmul_kernel<kBF16>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kQ8_0: EXPERTD_LAUNCH(matmul_kernel<kQ8_0>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kQ5_0: EXPERTD_LAUNCH(matmul_kernel<kQ5_0>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kQ4_K: EXPERTD_LAUNCH(matmul_kernel<kQ4_K>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kQ5_K: EXPERTD_LAUNCH(matmul_kernel<kQ5_K>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kQ6_K: EXPERTD_LAUNCH(matmul_kernel<kQ6_K>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
-    case kMXFP4: EXPERTD_LAUNCH(matmul_kernel<kMXFP4>, grid, block, 0, stream)(wb, rows, cols, rb, x, n_tokens, y); break;
-    default: return cudaErrorInvalidValue;
+    case kF32:
+      EXPERTD_LAUNCH(matmul_kernel<kF32>, grid, block, 0, stream)
+      (wb, rows, cols, rb, x, n_tokens, y);
+      break;
+    case kF16:
+      EXPERTD_LAUNCH(matmul_kernel<kF16>, grid, block, 0, stream)
+      (wb, rows, cols, rb, x, n_tokens, y);
+      break;
+    case kBF16:
+      EXPERTD_LAUNCH(matmul_kernel<kBF16>, grid, block, 0, stream)
+      (wb, rows, cols, rb, x, n_tokens, y);
+      break;
+    case kQ8_0:
+      EXPERTD_LAUNCH(matmul_kernel<kQ8_0>, grid, block, 0, stream)
+      (wb, rows, cols, rb, x, n_tokens, y);
+      break;
+    case kQ5_0:
+      EXPERTD_LAUNCH(matmul_kernel<kQ5_0>, grid, block, 0, stream)
+      (wb, rows, cols, rb, x, n_tokens, y);
+      break;
+    case kQ4_K:
+      EXPERTD_LAUNCH(matmul_kernel<kQ4_K>, grid, block, 0, stream)
+      (wb, rows, cols, rb, x, n_tokens, y);
+      break;
+    case kQ5_K:
+      EXPERTD_LAUNCH(matmul_kernel<kQ5_K>, grid, block, 0, stream)
+      (wb, rows, cols, rb, x, n_tokens, y);
+      break;
+    case kQ6_K:
+      EXPERTD_LAUNCH(matmul_kernel<kQ6_K>, grid, block, 0, stream)
+      (wb, rows, cols, rb, x, n_tokens, y);
+      break;
+    case kMXFP4:
+      EXPERTD_LAUNCH(matmul_kernel<kMXFP4>, grid, block, 0, stream)
+      (wb, rows, cols, rb, x, n_tokens, y);
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
 
-cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps, cudaStream_t stream) {
+cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps,
+                     cudaStream_t stream) {
   return rms_norm_strided(x, n, w, y, n, n, n_rows, eps, stream);
 }
 
-cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n,
-                             int64_t n_rows, float eps, cudaStream_t stream) {
+cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, float* y,
+                             int64_t y_stride, int64_t n, int64_t n_rows, float eps,
+                             cudaStream_t stream) {
   if (n_rows <= 0) return cudaSuccess;
-  EXPERTD_LAUNCH(rms_norm_kernel, static_cast<unsigned>(n_rows), 256, 0, stream)(x, x_stride, w, y, y_stride, n, eps);
+  EXPERTD_LAUNCH(rms_norm_kernel, static_cast<unsigned>(n_rows), 256, 0, stream)
+  (x, x_stride, w, y, y_stride, n, eps);
   return cudaGetLastError();
 }
 
-cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot, int64_t pos0,
-                 float base, bool neox, const kernels::Yarn* yarn, cudaStream_t stream) {
+cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot,
+                 int64_t pos0, float base, bool neox, const kernels::Yarn* yarn,
+                 cudaStream_t stream) {
   const int64_t n = n_tokens * n_heads * (n_rot / 2);
   if (n <= 0) return cudaSuccess;
-  EXPERTD_LAUNCH(rope_kernel, blocks_for(n, 256), 256, 0, stream)(x, n_tokens, n_heads, head_stride, n_rot, pos0, base, neox,
-                                                      yarn != nullptr, yarn ? *yarn : kernels::Yarn{});
+  EXPERTD_LAUNCH(rope_kernel, blocks_for(n, 256), 256, 0, stream)
+  (x, n_tokens, n_heads, head_stride, n_rot, pos0, base, neox, yarn != nullptr,
+   yarn ? *yarn : kernels::Yarn{});
   return cudaGetLastError();
 }
 
@@ -442,32 +518,38 @@ cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cu
   return cudaGetLastError();
 }
 
-cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n,
+                       cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   EXPERTD_LAUNCH(swiglu_oai_kernel, blocks_for(n, 256), 256, 0, stream)(gate, up, out, n);
   return cudaGetLastError();
 }
 
-cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int k, bool norm_topk, int32_t* ids,
-                         float* weights, cudaStream_t stream) {
+cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int k,
+                         bool norm_topk, int32_t* ids, float* weights, cudaStream_t stream) {
   if (k < 1 || k > kMaxTopK || k > n_expert) return cudaErrorInvalidValue;
   if (n_tokens <= 0) return cudaSuccess;
-  EXPERTD_LAUNCH(softmax_topk_kernel, blocks_for(n_tokens, 64), 64, 0, stream)(logits, n_tokens, n_expert, k, norm_topk, ids, weights);
+  EXPERTD_LAUNCH(softmax_topk_kernel, blocks_for(n_tokens, 64), 64, 0, stream)
+  (logits, n_tokens, n_expert, k, norm_topk, ids, weights);
   return cudaGetLastError();
 }
 
 cudaError_t attention(const Attention& a, cudaStream_t stream) {
   if (a.n_tokens <= 0) return cudaSuccess;
-  if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0 || a.dk <= 0 || a.dv <= 0) return cudaErrorInvalidValue;
+  if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0 || a.dk <= 0 || a.dv <= 0)
+    return cudaErrorInvalidValue;
   if (a.dv > kMaxAttentionDv) return cudaErrorInvalidValue;
-  EXPERTD_LAUNCH(attention_kernel, static_cast<unsigned>(a.n_tokens * a.n_head), kAttnThreads, 0, stream)(a);
+  EXPERTD_LAUNCH(attention_kernel, static_cast<unsigned>(a.n_tokens * a.n_head), kAttnThreads, 0,
+                 stream)
+  (a);
   return cudaGetLastError();
 }
 
-cudaError_t weighted_sum(const float* expert_out, const float* weights, float* out, int64_t n_tokens, int64_t k_used,
-                         int64_t n, cudaStream_t stream) {
+cudaError_t weighted_sum(const float* expert_out, const float* weights, float* out,
+                         int64_t n_tokens, int64_t k_used, int64_t n, cudaStream_t stream) {
   if (n_tokens * n <= 0) return cudaSuccess;
-  EXPERTD_LAUNCH(weighted_sum_kernel, blocks_for(n_tokens * n, 256), 256, 0, stream)(expert_out, weights, out, n_tokens, k_used, n);
+  EXPERTD_LAUNCH(weighted_sum_kernel, blocks_for(n_tokens * n, 256), 256, 0, stream)
+  (expert_out, weights, out, n_tokens, k_used, n);
   return cudaGetLastError();
 }
 
@@ -483,21 +565,27 @@ cudaError_t add_rows(float* y, const float* b, int64_t n, int64_t n_rows, cudaSt
   return cudaGetLastError();
 }
 
-cudaError_t gather_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n, cudaStream_t stream) {
+cudaError_t gather_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n,
+                        cudaStream_t stream) {
   if (n * n_rows <= 0) return cudaSuccess;
-  EXPERTD_LAUNCH(move_rows_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)(src, idx, dst, n, n * n_rows, true);
+  EXPERTD_LAUNCH(move_rows_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)
+  (src, idx, dst, n, n * n_rows, true);
   return cudaGetLastError();
 }
 
-cudaError_t scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n, cudaStream_t stream) {
+cudaError_t scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows,
+                         int64_t n, cudaStream_t stream) {
   if (n * n_rows <= 0) return cudaSuccess;
-  EXPERTD_LAUNCH(move_rows_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)(src, idx, dst, n, n * n_rows, false);
+  EXPERTD_LAUNCH(move_rows_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)
+  (src, idx, dst, n, n * n_rows, false);
   return cudaGetLastError();
 }
 
-cudaError_t add_gated(float* y, const float* x, const float* gate, int64_t n, int64_t n_rows, cudaStream_t stream) {
+cudaError_t add_gated(float* y, const float* x, const float* gate, int64_t n, int64_t n_rows,
+                      cudaStream_t stream) {
   if (n * n_rows <= 0) return cudaSuccess;
-  EXPERTD_LAUNCH(add_gated_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)(y, x, gate, n, n * n_rows);
+  EXPERTD_LAUNCH(add_gated_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)
+  (y, x, gate, n, n * n_rows);
   return cudaGetLastError();
 }
 

@@ -19,33 +19,38 @@ bool weight_type_supported(uint32_t type);
 // bit layouts against kernels::dequantize_row without a GPU. Returns false for unsupported types.
 bool dequantize_row_host(uint32_t type, const void* row, float* y, int64_t n);
 
-// y[t * rows + r] = sum_c W[r, c] * x[t * cols + c] for t < n_tokens (decode: n_tokens = 1; prefill:
-// the tokens grouped per expert). W is rows x cols, row-major, cols a multiple of the type's block.
-cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
-                   float* y, cudaStream_t stream);
+// y[t * rows + r] = sum_c W[r, c] * x[t * cols + c] for t < n_tokens (decode: n_tokens = 1;
+// prefill: the tokens grouped per expert). W is rows x cols, row-major, cols a multiple of the
+// type's block.
+cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x,
+                   int64_t n_tokens, float* y, cudaStream_t stream);
 
 // Each of n_rows rows of n: y = x / rms(x) * w (w may be null: no weight).
-cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps, cudaStream_t stream);
+cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps,
+                     cudaStream_t stream);
 // The same over rows that sit x_stride / y_stride floats apart (MLA's latent part of a cache row).
-cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n,
-                             int64_t n_rows, float eps, cudaStream_t stream);
+cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, float* y,
+                             int64_t y_stride, int64_t n, int64_t n_rows, float eps,
+                             cudaStream_t stream);
 
 // x holds n_tokens x n_heads heads, head_stride floats apart, whose first n_rot floats rotate
 // (MLA passes a pointer to the rotated tail of each head); token t sits at position pos0 + t.
 // NeoX pairs (i, i + n_rot/2) or adjacent pairs (2i, 2i+1); theta = pos * base^(-2i/n_rot),
 // computed as kernels::rope does; yarn (may be null) as kernels::rope applies it.
-cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot, int64_t pos0,
-                 float base, bool neox, const kernels::Yarn* yarn, cudaStream_t stream);
+cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot,
+                 int64_t pos0, float base, bool neox, const kernels::Yarn* yarn,
+                 cudaStream_t stream);
 
 // out[i] = silu(gate[i]) * up[i]
 cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 // gpt-oss: x = min(gate, 7), out = x * sigmoid(1.702 x) * (clamp(up, -7, 7) + 1)
-cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n,
+                       cudaStream_t stream);
 
 // Per token: softmax over n_expert router logits, the k largest (ties: lower id first), their
 // probabilities, renormalised to sum 1 when norm_topk. ids and weights are n_tokens x k.
-cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int k, bool norm_topk,
-                         int32_t* ids, float* weights, cudaStream_t stream);
+cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int k,
+                         bool norm_topk, int32_t* ids, float* weights, cudaStream_t stream);
 
 // Causal attention with a KV cache, as kernels::attend: q holds positions n_past ..
 // n_past + n_tokens - 1, the caches n_past + n_tokens positions. Keys of dk and values of dv
@@ -69,16 +74,20 @@ cudaError_t attention(const Attention& a, cudaStream_t stream);
 inline constexpr int64_t kMaxAttentionDv = 1024;
 
 // out[t] = sum_k weights[t * k_used + k] * expert_out[(t * k_used + k) * n], summed in k order.
-cudaError_t weighted_sum(const float* expert_out, const float* weights, float* out, int64_t n_tokens, int64_t k_used,
-                         int64_t n, cudaStream_t stream);
+cudaError_t weighted_sum(const float* expert_out, const float* weights, float* out,
+                         int64_t n_tokens, int64_t k_used, int64_t n, cudaStream_t stream);
 
 // Small data movement and elementwise helpers of the forward pass.
-cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream);                          // y += x
-cudaError_t add_rows(float* y, const float* b, int64_t n, int64_t n_rows, cudaStream_t stream);     // each row += b
+cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream);  // y += x
+cudaError_t add_rows(float* y, const float* b, int64_t n, int64_t n_rows,
+                     cudaStream_t stream);  // each row += b
 // dst row i = src row idx[i] (gather) / dst row idx[i] = src row i (scatter); rows of n floats.
-cudaError_t gather_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n, cudaStream_t stream);
-cudaError_t scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n, cudaStream_t stream);
+cudaError_t gather_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows, int64_t n,
+                        cudaStream_t stream);
+cudaError_t scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n_rows,
+                         int64_t n, cudaStream_t stream);
 // y row r += sigmoid(gate[r]) * x row r (gate null: plain add).
-cudaError_t add_gated(float* y, const float* x, const float* gate, int64_t n, int64_t n_rows, cudaStream_t stream);
+cudaError_t add_gated(float* y, const float* x, const float* gate, int64_t n, int64_t n_rows,
+                      cudaStream_t stream);
 
 }  // namespace kernels::cuda

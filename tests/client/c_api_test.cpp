@@ -1,6 +1,5 @@
 // The C API, used the way an engine in another language would: only expert_client_c.h.
 #include "client/expert_client_c.h"
-
 #include "daemon/fixture.h"
 
 using namespace expertd::test;
@@ -24,7 +23,8 @@ TEST_F(DaemonTest, CApiAcquiresWaitsAndReleases) {
   const auto& L = manifest_->layers[1];
   const auto* down = L.find(expertd::pack::Role::Down);
   const auto* t = source_->tensor(down->tensor);
-  EXPECT_EQ(0, std::memcmp(static_cast<const uint8_t*>(ptrs[1]) + down->offset, t->data + 30 * down->bytes, down->bytes));
+  EXPECT_EQ(0, std::memcmp(static_cast<const uint8_t*>(ptrs[1]) + down->offset,
+                           t->data + 30 * down->bytes, down->bytes));
   EXPECT_EQ(expertd_release(c), 0);
   uint32_t bad[1] = {99};
   EXPECT_EQ(expertd_acquire(c, 0, bad, 1, ptrs, ready), -1);

@@ -4,8 +4,6 @@
 // barrier, then releases a barrier once everyone it concerns has arrived: __syncthreads waits
 // for the block's live threads, a warp shuffle for its warp's live lanes. Blocks run one after
 // another, so a static local is the block's shared memory.
-#include "cuda_runtime.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,15 +15,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cuda_runtime.h"
 
 #if defined(__x86_64__)
 extern "C" void cuda_emu_switch(void** save_sp, void* new_sp);
@@ -208,7 +208,8 @@ void start(Fiber& f) {
   f.uc.uc_stack.ss_size = kStackBytes;
   f.uc.uc_link = nullptr;
   const auto v = reinterpret_cast<uintptr_t>(&f);
-  makecontext(&f.uc, reinterpret_cast<void (*)()>(fiber_entry_uc), 2, unsigned(v >> 32), unsigned(v));
+  makecontext(&f.uc, reinterpret_cast<void (*)()>(fiber_entry_uc), 2, unsigned(v >> 32),
+              unsigned(v));
 #endif
 }
 
@@ -226,7 +227,8 @@ void run_block() {
   const unsigned n = g.n;
   for (unsigned i = 0; i < n; ++i) {
     Fiber& f = g.fibers[i];
-    f.ctx.thread_idx = dim3(i % g.block.x, (i / g.block.x) % g.block.y, i / (g.block.x * g.block.y));
+    f.ctx.thread_idx =
+        dim3(i % g.block.x, (i / g.block.x) % g.block.y, i / (g.block.x * g.block.y));
     f.ctx.lane = i % 32, f.ctx.warp = i / 32;
     f.state = Fiber::Ready;
     start(f);
@@ -260,17 +262,29 @@ void run_block() {
         }
       }
     }
-    if (!released) die("deadlock: threads wait at barriers that can never complete (divergent __syncthreads or shuffle)");
+    if (!released)
+      die("deadlock: threads wait at barriers that can never complete (divergent __syncthreads or "
+          "shuffle)");
   }
 }
 
 }  // namespace
 
-const ThreadCtx& current_thread() { return me().ctx; }
-const dim3& block_idx() { return g.bidx; }
-const dim3& block_dim() { return g.block; }
-const dim3& grid_dim() { return g.grid; }
-void* dynamic_shared() { return g.shared.data(); }
+const ThreadCtx& current_thread() {
+  return me().ctx;
+}
+const dim3& block_idx() {
+  return g.bidx;
+}
+const dim3& block_dim() {
+  return g.block;
+}
+const dim3& grid_dim() {
+  return g.grid;
+}
+void* dynamic_shared() {
+  return g.shared.data();
+}
 
 void syncthreads() {
   Fiber& f = me();
@@ -280,7 +294,8 @@ void syncthreads() {
 
 float shfl_xor(float v, int lane_mask) {
   Fiber& f = me();
-  const unsigned self = f.ctx.warp * 32 + f.ctx.lane, other = f.ctx.warp * 32 + (f.ctx.lane ^ unsigned(lane_mask) % 32);
+  const unsigned self = f.ctx.warp * 32 + f.ctx.lane,
+                 other = f.ctx.warp * 32 + (f.ctx.lane ^ unsigned(lane_mask) % 32);
   if (other >= g.n) die("a warp shuffle reads a lane that does not exist");
   g.xchg[self] = v;
   f.state = Fiber::AtWarp;  // every lane of the warp has written
@@ -305,7 +320,8 @@ void run_grid(dim3 grid, dim3 block, size_t shared_bytes, void (*body)(void*), v
   const unsigned n = block.x * block.y * block.z;
   if (g.cur >= 0) die("a kernel launched from inside a kernel");
   g.grid = grid, g.block = block, g.body = body, g.arg = arg, g.n = n;
-  g.shared.assign((shared_bytes + sizeof(max_align_t) - 1) / sizeof(max_align_t) + 1, max_align_t{});
+  g.shared.assign((shared_bytes + sizeof(max_align_t) - 1) / sizeof(max_align_t) + 1,
+                  max_align_t{});
   if (g.fibers.size() < n) g.fibers.resize(n);
   g.xchg.assign(n, 0.0f);
   for (unsigned z = 0; z < grid.z; ++z)
@@ -334,19 +350,22 @@ void dma_delay() {
   std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
 }
 void wait_for(const EventState* st, uint64_t gen) {
-  while (st->completed.load(std::memory_order_acquire) < gen) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  while (st->completed.load(std::memory_order_acquire) < gen)
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
 }
 }  // namespace
 
 void enqueue(cudaStream_t s, std::function<void()> op) {
-  if (s) s->push(std::move(op));
-  else op();
+  if (s)
+    s->push(std::move(op));
+  else
+    op();
 }
 
 }  // namespace cuda_emu
 
-using cuda_emu::last_error;
 using cuda_emu::enqueue;
+using cuda_emu::last_error;
 
 cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
@@ -356,7 +375,9 @@ cudaError_t cudaGetDevice(int* d) {
   *d = 0;
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaSetDevice(int d) {
+  return d == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   if (d != 0) return cudaErrorInvalidDevice;
   std::memset(p, 0, sizeof *p);
@@ -386,13 +407,20 @@ cudaError_t cudaGetLastError() {
 }
 const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorNotSupported: return "cudaErrorNotSupported";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorUnknown: return "cudaErrorUnknown";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorNotSupported:
+      return "cudaErrorNotSupported";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorUnknown:
+      return "cudaErrorUnknown";
   }
   return "cudaErrorUnknown";
 }
@@ -408,7 +436,7 @@ const char* cudaGetErrorString(cudaError_t e) {
 namespace {
 constexpr size_t kPage = 4096;
 struct Mapping {
-  int fd = -1;          // the memfd (allocations made here)
+  int fd = -1;           // the memfd (allocations made here)
   void* base = nullptr;  // the reserved range: guard, file pages, guard
   size_t reserved = 0;
   size_t file_bytes = 0, offset = 0;  // the file's size; the allocation's offset in it
@@ -475,7 +503,8 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* h, void* p) {
   if (it == maps.end() || it->second.imported) return cudaErrorInvalidValue;
   IpcMem m{};
   std::memcpy(m.magic, kMagic, 8);
-  m.pid = getpid(), m.fd = it->second.fd, m.file_bytes = it->second.file_bytes, m.offset = it->second.offset;
+  m.pid = getpid(), m.fd = it->second.fd, m.file_bytes = it->second.file_bytes,
+  m.offset = it->second.offset;
   std::memset(h, 0, sizeof *h);
   std::memcpy(h, &m, sizeof m);
   return cudaSuccess;
@@ -485,7 +514,8 @@ cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t h, unsigned) {
   std::memcpy(&m, &h, sizeof m);
   if (std::memcmp(m.magic, kMagic, 8) != 0) return cudaErrorInvalidValue;
   if (m.pid == getpid()) return cudaErrorInvalidValue;  // as CUDA: not in the exporting process
-  if (const char* deny = std::getenv("CUDA_EMU_DENY_IPC"); deny && std::string(deny) == "1") return cudaErrorUnknown;
+  if (const char* deny = std::getenv("CUDA_EMU_DENY_IPC"); deny && std::string(deny) == "1")
+    return cudaErrorUnknown;
   const std::string path = "/proc/" + std::to_string(m.pid) + "/fd/" + std::to_string(m.fd);
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return cudaErrorInvalidValue;
@@ -549,15 +579,18 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
 // As CUDA: from pageable host memory the source is taken when the copy is issued; into pageable
 // host memory the copy completes before the call returns; pinned and device memory are read and
 // written when the stream reaches the copy.
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind k, cudaStream_t s) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind k,
+                            cudaStream_t s) {
   if (k == cudaMemcpyHostToDevice && is_pinned(src)) {
     static std::atomic<long> copies{0};
     const long n = ++copies;
-    if (const char* fail = std::getenv("CUDA_EMU_FAIL_H2D"); fail && std::atol(fail) == n) return cudaErrorUnknown;
+    if (const char* fail = std::getenv("CUDA_EMU_FAIL_H2D"); fail && std::atol(fail) == n)
+      return cudaErrorUnknown;
   }
   if (!s || bytes == 0) return cudaMemcpy(dst, src, bytes, k);
   if (k == cudaMemcpyHostToDevice && !is_pinned(src)) {
-    auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                    static_cast<const char*>(src) + bytes);
     s->push([dst, copy] { std::memcpy(dst, copy->data(), copy->size()); });
   } else if (k == cudaMemcpyDeviceToHost && !is_pinned(dst)) {
     s->drain();
@@ -571,15 +604,18 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   }
   return cudaSuccess;
 }
-cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                              cudaMemcpyKind k, cudaStream_t s) {
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind k, cudaStream_t s) {
   if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
   auto rows = [=] {
     for (size_t r = 0; r < height; ++r)
-      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
+                   width);
   };
-  if (k == cudaMemcpyDeviceToDevice) enqueue(s, rows);
-  else {  // host memory on either side: completed before returning (the engine copies device to device only)
+  if (k == cudaMemcpyDeviceToDevice)
+    enqueue(s, rows);
+  else {  // host memory on either side: completed before returning (the engine copies device to
+          // device only)
     if (s) s->drain();
     rows();
   }
@@ -612,7 +648,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   enqueue(s, [st, gen] { cuda_emu::wait_for(st, gen); });
   return cudaSuccess;
 }
-// Events: a record counts up `recorded` when issued and sets `completed` when its stream gets there.
+// Events: a record counts up `recorded` when issued and sets `completed` when its stream gets
+// there.
 namespace {
 struct IpcEvent {
   char magic[8];
@@ -638,8 +675,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidValue;
   cuda_emu::drain_all();  // a record still queued must not touch a freed event
-  if (e->mapped) munmap(e->st, 4096);
-  else delete e->st;
+  if (e->mapped)
+    munmap(e->st, 4096);
+  else
+    delete e->st;
   if (e->fd >= 0) close(e->fd);
   delete e;
   return cudaSuccess;

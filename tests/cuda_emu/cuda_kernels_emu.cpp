@@ -1,2 +1,3 @@
-// kernels/cuda/cuda_kernels.cu compiled as C++ against the CUDA emulation (see include/cuda_runtime.h).
+// kernels/cuda/cuda_kernels.cu compiled as C++ against the CUDA emulation (see
+// include/cuda_runtime.h).
 #include "kernels/cuda/cuda_kernels.cu"

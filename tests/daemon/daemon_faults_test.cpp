@@ -85,10 +85,12 @@ TEST_F(DaemonTest, MalformedFramesGetErrorsWhileOthersAreServed) {
   // Ids out of range and duplicates: an error, and the connection stays usable.
   auto bad = good->acquire(5, std::vector<uint32_t>{1});
   ASSERT_FALSE(bad);
-  EXPECT_NE(bad.error().message.find("OutOfRange: layer 5 out of range"), std::string::npos) << bad.error().message;
+  EXPECT_NE(bad.error().message.find("OutOfRange: layer 5 out of range"), std::string::npos)
+      << bad.error().message;
   bad = good->acquire(0, std::vector<uint32_t>{kExperts});
   ASSERT_FALSE(bad);
-  EXPECT_NE(bad.error().message.find("OutOfRange: expert 32"), std::string::npos) << bad.error().message;
+  EXPECT_NE(bad.error().message.find("OutOfRange: expert 32"), std::string::npos)
+      << bad.error().message;
   bad = good->acquire(0, std::vector<uint32_t>{3, 3});
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("duplicate"), std::string::npos);
@@ -124,7 +126,8 @@ TEST_F(DaemonTest, KilledClientReleasesItsLeases) {
   ::waitpid(pid, &st, 0);
   ASSERT_TRUE(WIFSIGNALED(st)) << "child exited " << WEXITSTATUS(st);
   auto c = connect();
-  for (int i = 0; i < 200 && stat(*c, "leases") > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 200 && stat(*c, "leases") > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(stat(*c, "leases"), 0);
   EXPECT_EQ(stat(*c, "slots_pinned"), 0);
   // All 8 slots are usable again: two working sets of 4 that need every slot.
@@ -140,7 +143,8 @@ TEST_F(DaemonTest, KilledClientReleasesItsLeases) {
 TEST_F(DaemonTest, IoErrorReachesTheRequesterAndTheCounters) {
   TempDir d;
   std::string mf = private_pack(d, manifest_path());
-  auto daemon = start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"}, mf);
+  auto daemon =
+      start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"}, mf);
   auto c = connect();
   use(*c, 0, {0});
   // The pack is truncated under the running daemon: later reads hit the end of the file.
@@ -162,7 +166,8 @@ TEST_F(DaemonTest, IoErrorReachesTheRequesterAndTheCounters) {
 TEST_F(DaemonTest, CorruptBytesAreAChecksumErrorNeverServed) {
   TempDir d;
   std::string mf = private_pack(d, manifest_path());
-  auto daemon = start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"}, mf);
+  auto daemon =
+      start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"}, mf);
   {
     std::fstream f(d / manifest_->pack_file, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(manifest_->offset(1, 7) + 1000));
@@ -181,14 +186,16 @@ TEST_F(DaemonTest, CorruptBytesAreAChecksumErrorNeverServed) {
 }
 
 TEST_F(DaemonTest, StartupRefusesBadPacksAndTooSmallCaches) {
-  auto refuse = [&](const std::string& manifest, std::vector<std::string> flags, const std::string& needle) {
+  auto refuse = [&](const std::string& manifest, std::vector<std::string> flags,
+                    const std::string& needle) {
     Daemon d(manifest, socket(), flags);
     std::string log;
     ASSERT_FALSE(d.start(&log)) << "started; expected: " << needle;
     EXPECT_NE(d.exit_status(), 0);
     EXPECT_NE(log.find(needle), std::string::npos) << log;
   };
-  std::vector<std::string> ok_flags = {"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"};
+  std::vector<std::string> ok_flags = {
+      "--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"};
   // Breaks the O_DIRECT contract: a data_start that is not 4096-aligned.
   {
     TempDir d;
@@ -220,7 +227,8 @@ TEST_F(DaemonTest, StartupRefusesBadPacksAndTooSmallCaches) {
     fs::resize_file(d / manifest_->pack_file, manifest_->pack_bytes - 4096);
     refuse(mf, ok_flags, "differs from the manifest");
   }
-  refuse(manifest_path(), {"--cache-slots", "6", "--clients-max", "2", "--max-experts-per-request", "4"},
+  refuse(manifest_path(),
+         {"--cache-slots", "6", "--clients-max", "2", "--max-experts-per-request", "4"},
          "cannot hold 2 clients x 4 experts per request = 8 slots");
   refuse(manifest_path(), {"--policy", "random"}, "--policy must be one of");
   refuse(local_ / "missing.manifest.json", ok_flags, "missing.manifest.json");
@@ -231,29 +239,31 @@ TEST(ExampleConfig, EveryKeyIsAnOption) {
   auto [rc, out] = run(bin("daemon/expertd") + " --config " + std::string(EXPERTD_SOURCE_DIR) +
                        "/systemd/expertd.conf.example --socket /tmp/expertd-example-test.sock");
   EXPECT_EQ(rc, 1) << out;
-  EXPECT_NE(out.find("/var/lib/expertd/Qwen3-30B-A3B-Q4_K_M.manifest.json"), std::string::npos) << out;
+  EXPECT_NE(out.find("/var/lib/expertd/Qwen3-30B-A3B-Q4_K_M.manifest.json"), std::string::npos)
+      << out;
 }
 
 // SIGHUP reopens the log and the trace (logrotate moves them away first).
 TEST_F(DaemonTest, SighupReopensLogAndTrace) {
   std::string logf = local_ / "expertd.log", trace = local_ / "t.bin";
-  auto d = start({"--cache-slots", "4", "--clients-max", "1", "--max-experts-per-request", "2", "--log-path", logf,
-                  "--trace-path", trace});
+  auto d = start({"--cache-slots", "4", "--clients-max", "1", "--max-experts-per-request", "2",
+                  "--log-path", logf, "--trace-path", trace});
   auto c = connect();
   use(*c, 0, {1});
   fs::rename(logf, logf + ".1");
   ASSERT_TRUE(c->stats());  // the trace record of the first acquire is buffered until flushed
   fs::rename(trace, trace + ".1");
   ::kill(d->pid(), SIGHUP);
-  for (int i = 0; i < 200 && !(fs::exists(logf) && fs::exists(trace)); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 200 && !(fs::exists(logf) && fs::exists(trace)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(fs::exists(logf));
   ASSERT_TRUE(fs::exists(trace));
   use(*c, 1, {2});
   c.reset();
   EXPECT_EQ(d->stop(), 0);
   EXPECT_NE(read_file(logf).find("stopped"), std::string::npos) << read_file(logf);
-  EXPECT_EQ(read_file(trace).size(), 16u + 16 + 2);                  // header + the second acquire
-  EXPECT_EQ(read_file(trace + ".1").size(), 16u + 16 + 2);           // header + the first acquire
+  EXPECT_EQ(read_file(trace).size(), 16u + 16 + 2);         // header + the second acquire
+  EXPECT_EQ(read_file(trace + ".1").size(), 16u + 16 + 2);  // header + the first acquire
   EXPECT_NE(read_file(logf + ".1").find("serving"), std::string::npos);
 }
 
@@ -261,7 +271,8 @@ TEST_F(DaemonTest, SighupReopensLogAndTrace) {
 // start-up error naming the cause, never a silent fall back to host memory. (On a machine with a
 // GPU the cuda arena starts: that path is the gpu-labelled tests'.)
 TEST_F(DaemonTest, CudaBackendWithoutAUsableGpuIsAClearStartupError) {
-  Daemon d(manifest_path(), socket(), {"--backend", "cuda", "--cache-slots", "16", "--clients-max", "1"});
+  Daemon d(manifest_path(), socket(),
+           {"--backend", "cuda", "--cache-slots", "16", "--clients-max", "1"});
   std::string log;
   if (d.start(&log)) GTEST_SKIP() << "a GPU is usable here: the cuda arena started";
   EXPECT_NE(d.exit_status(), 0);

@@ -1,6 +1,6 @@
 // expertd and libexpertclient as real processes over a real socket: what the cache does.
-#include <nlohmann/json.hpp>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <thread>
@@ -28,7 +28,8 @@ void run_script(DaemonTest* t, client::Client& c) {
 }  // namespace
 
 TEST_F(DaemonTest, LruHitsMissesEvictionsAsPredicted) {
-  auto d = start({"--cache-slots", "4", "--policy", "lru", "--clients-max", "1", "--max-experts-per-request", "2"});
+  auto d = start({"--cache-slots", "4", "--policy", "lru", "--clients-max", "1",
+                  "--max-experts-per-request", "2"});
   auto c = connect();
   ASSERT_TRUE(c);
   EXPECT_EQ(c->info().slot_count, 4u);
@@ -44,7 +45,8 @@ TEST_F(DaemonTest, LruHitsMissesEvictionsAsPredicted) {
 
 TEST_F(DaemonTest, LfuKeepsThePopularExpert) {
   for (const char* policy : {"lfu", "lfru"}) {
-    auto d = start({"--cache-slots", "4", "--policy", policy, "--clients-max", "1", "--max-experts-per-request", "2"});
+    auto d = start({"--cache-slots", "4", "--policy", policy, "--clients-max", "1",
+                    "--max-experts-per-request", "2"});
     auto c = connect();
     ASSERT_TRUE(c);
     run_script(this, *c);
@@ -112,13 +114,15 @@ TEST_F(DaemonTest, ConcurrentClientsReadEachExpertOnce) {
     EXPECT_EQ(stat(*admin, "cache_evictions"), 0);
     EXPECT_EQ(stat(*admin, "io_errors"), 0);
     // The other connections' last releases may still be in flight: wait for them, bounded.
-    for (int i = 0; i < 200 && stat(*admin, "leases") > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 200 && stat(*admin, "leases") > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_EQ(stat(*admin, "leases"), 0);
   }
 }
 
 TEST_F(DaemonTest, PinnedSlotsAreNeverEvicted) {
-  auto d = start({"--cache-slots", "8", "--policy", "lru", "--clients-max", "2", "--max-experts-per-request", "4"});
+  auto d = start({"--cache-slots", "8", "--policy", "lru", "--clients-max", "2",
+                  "--max-experts-per-request", "4"});
   auto a = connect(), b = connect();
   auto held = a->acquire(0, std::vector<uint32_t>{0, 1, 2, 3});
   ASSERT_TRUE(held);
@@ -135,7 +139,8 @@ TEST_F(DaemonTest, PrefetchLoadsWithoutPinningAndCountsUse) {
   auto d = start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"});
   auto c = connect();
   ASSERT_TRUE(c->prefetch(1, std::vector<uint32_t>{5, 6}));
-  for (int i = 0; i < 200 && stat(*c, "pack_reads") < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 200 && stat(*c, "pack_reads") < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(stat(*c, "prefetch_issued"), 2);
   EXPECT_EQ(stat(*c, "slots_pinned"), 0);
   auto l = c->acquire(1, std::vector<uint32_t>{5});
@@ -160,7 +165,8 @@ TEST_F(DaemonTest, PrefetchLoadsWithoutPinningAndCountsUse) {
 // a cold hint is rejected and the cache keeps its experts; a hint for an expert used more often
 // than the coldest resident one is loaded in its place.
 TEST_F(DaemonTest, PrefetchIntoAFullCacheEvictsOnlyColderExperts) {
-  auto d = start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4", "--policy", "lru"});
+  auto d = start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4",
+                  "--policy", "lru"});
   auto c = connect();
   use(*c, 0, {9});
   use(*c, 0, {9});  // acquired twice
@@ -176,7 +182,8 @@ TEST_F(DaemonTest, PrefetchIntoAFullCacheEvictsOnlyColderExperts) {
   EXPECT_EQ(stat(*c, "cache_evictions"), 1);
   // Expert 9 (acquired twice) may: it is loaded in place of one of them.
   ASSERT_TRUE(c->prefetch(0, std::vector<uint32_t>{9}));
-  for (int i = 0; i < 200 && stat(*c, "pack_reads") < 10; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 200 && stat(*c, "pack_reads") < 10; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(stat(*c, "prefetch_issued"), 1);
   EXPECT_EQ(stat(*c, "cache_evictions"), 2);
   auto l = c->acquire(0, std::vector<uint32_t>{9, 0, 1, 2});
@@ -188,8 +195,8 @@ TEST_F(DaemonTest, PrefetchIntoAFullCacheEvictsOnlyColderExperts) {
 TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
   std::string trace = local_ / "trace.bin", stats_file = local_ / "stats.json";
   // clients-max 4: each expertctl may connect before the daemon has seen the previous client close.
-  auto d = start({"--cache-slots", "8", "--clients-max", "4", "--max-experts-per-request", "2", "--trace-path", trace,
-                  "--stats-path", stats_file, "--stats-interval-s", "1"});
+  auto d = start({"--cache-slots", "8", "--clients-max", "4", "--max-experts-per-request", "2",
+                  "--trace-path", trace, "--stats-path", stats_file, "--stats-interval-s", "1"});
   {
     auto c = connect();
     use(*c, 0, {1, 2});
@@ -199,9 +206,10 @@ TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
   auto [rc, out] = run(ctl + " stats --json");
   ASSERT_EQ(rc, 0) << out;
   auto j = nlohmann::json::parse(out);
-  for (const char* k : {"cache_hits", "cache_misses", "cache_evictions", "pack_read_bytes", "h2d_bytes", "fallback_count",
-                        "io_errors", "prefetch_issued", "prefetch_used", "prefetch_wasted", "acquires", "clients",
-                        "slot_count", "slots_used", "acquire_latency_us_p50", "acquire_latency_us_p99"})
+  for (const char* k : {"cache_hits", "cache_misses", "cache_evictions", "pack_read_bytes",
+                        "h2d_bytes", "fallback_count", "io_errors", "prefetch_issued",
+                        "prefetch_used", "prefetch_wasted", "acquires", "clients", "slot_count",
+                        "slots_used", "acquire_latency_us_p50", "acquire_latency_us_p99"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(j["cache_misses"], 3);
   EXPECT_EQ(j["acquires"], 2);
@@ -236,8 +244,8 @@ TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
 TEST_F(DaemonTest, TraceReplayReproducesTheDaemonsHits) {
   for (const char* policy : {"lru", "lfu", "lfru"}) {
     std::string trace = local_ / (std::string(policy) + ".trace");
-    auto d = start({"--cache-slots", "6", "--policy", policy, "--clients-max", "1", "--max-experts-per-request", "3",
-                    "--trace-path", trace});
+    auto d = start({"--cache-slots", "6", "--policy", policy, "--clients-max", "1",
+                    "--max-experts-per-request", "3", "--trace-path", trace});
     auto c = connect();
     std::mt19937 rng(42);
     for (int i = 0; i < 300; ++i) {
@@ -245,7 +253,9 @@ TEST_F(DaemonTest, TraceReplayReproducesTheDaemonsHits) {
       std::vector<uint32_t> ids;
       size_t n = 1 + rng() % 3;
       while (ids.size() < n) {
-        uint32_t e = std::min<uint32_t>(kExperts - 1, static_cast<uint32_t>(std::exp(std::uniform_real_distribution<>(0, 3.4)(rng))) - 1);
+        uint32_t e = std::min<uint32_t>(
+            kExperts - 1,
+            static_cast<uint32_t>(std::exp(std::uniform_real_distribution<>(0, 3.4)(rng))) - 1);
         if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
       }
       auto l = c->acquire(layer, ids);

@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "client/expert_client.h"
+#include "engine/synth.h"
 #include "gguf/gguf_reader.h"
 #include "pack/builder.h"
-#include "engine/synth.h"
 #include "test_util.h"
 
 namespace expertd::test {
@@ -46,7 +46,8 @@ class DaemonTest : public ::testing::Test {
   uint64_t stride() const { return manifest_->layers[0].stride; }
 
   std::unique_ptr<Daemon> start(std::vector<std::string> flags, const std::string& manifest = "") {
-    auto d = std::make_unique<Daemon>(manifest.empty() ? manifest_path() : manifest, socket(), flags);
+    auto d =
+        std::make_unique<Daemon>(manifest.empty() ? manifest_path() : manifest, socket(), flags);
     std::string log;
     EXPECT_TRUE(d->start(&log)) << log;
     return d;
@@ -76,7 +77,8 @@ class DaemonTest : public ::testing::Test {
       for (const auto& mr : L.roles)
         if (pack::role_name(mr.role) == r.role) tensor = mr.tensor;
       const auto* t = source_->tensor(tensor);
-      if (!t || std::memcmp(l.slot_data(i) + r.offset, t->data + uint64_t{l.experts[i]} * r.bytes, r.bytes) != 0)
+      if (!t || std::memcmp(l.slot_data(i) + r.offset, t->data + uint64_t{l.experts[i]} * r.bytes,
+                            r.bytes) != 0)
         return false;
     }
     return true;
@@ -88,7 +90,8 @@ class DaemonTest : public ::testing::Test {
     ASSERT_TRUE(l) << l.error().message;
     auto st = c.wait_ready(*l);
     ASSERT_TRUE(st) << st.error().message;
-    for (size_t i = 0; i < ids.size(); ++i) EXPECT_TRUE(slot_matches_source(c, *l, i)) << "layer " << layer << " expert " << ids[i];
+    for (size_t i = 0; i < ids.size(); ++i)
+      EXPECT_TRUE(slot_matches_source(c, *l, i)) << "layer " << layer << " expert " << ids[i];
     ASSERT_TRUE(c.release(*l));
   }
 

@@ -1,5 +1,6 @@
-#include "daemon/policy.h"
 #include "daemon/stats.h"
+
+#include "daemon/policy.h"
 #include "test_util.h"
 
 using namespace expertd::daemon;
@@ -24,12 +25,12 @@ TEST(Policy, RanksVictimsAsNamed) {
   ASSERT_TRUE(lru && lfu && lfru);
   EXPECT_EQ(make_policy("belady-online"), nullptr);
   SlotView old_hot{1, 1, 10}, new_cold{5, 4, 1};
-  EXPECT_TRUE(lru->before(old_hot, new_cold));   // least recent goes first
-  EXPECT_TRUE(lfu->before(new_cold, old_hot));   // least frequent goes first
+  EXPECT_TRUE(lru->before(old_hot, new_cold));  // least recent goes first
+  EXPECT_TRUE(lfu->before(new_cold, old_hot));  // least frequent goes first
   EXPECT_TRUE(lfru->before(new_cold, old_hot));
-  SlotView a{3, 1, 2}, b{7, 2, 2};              // equal frequency: lfru falls back to recency
+  SlotView a{3, 1, 2}, b{7, 2, 2};  // equal frequency: lfru falls back to recency
   EXPECT_TRUE(lfru->before(a, b));
-  EXPECT_TRUE(lfu->before(a, b));               // lfu: older load first
+  EXPECT_TRUE(lfu->before(a, b));  // lfu: older load first
   EXPECT_TRUE(lfru->wants_aging(80, 10));
   EXPECT_FALSE(lru->wants_aging(80, 10));
 }

@@ -2,22 +2,22 @@
 #include <signal.h>
 
 #include <cstring>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
-#include "pack/builder.h"
 #include "golden_util.h"
+#include "pack/builder.h"
 #include "test_util.h"
 
 using namespace expertd::test;
 
 namespace {
 
-std::string run_bin() { return bin("engine/expert-run"); }
-
+std::string run_bin() {
+  return bin("engine/expert-run");
+}
 
 }  // namespace
 
@@ -25,43 +25,55 @@ TEST(ExpertRun, GenerateThroughExpertdEqualsLocal) {
   REQUIRE_GOLDEN();
   Packed p("qwen2moe-B-s11-q4_k_m");
   // clients-max 3: each run may connect before the daemon has seen the previous one close.
-  Daemon d(p.manifest, p.dir / "s.sock", {"--cache-slots", "15", "--clients-max", "3", "--max-experts-per-request", "5"});
+  Daemon d(p.manifest, p.dir / "s.sock",
+           {"--cache-slots", "15", "--clients-max", "3", "--max-experts-per-request", "5"});
   std::string log;
   ASSERT_TRUE(d.start(&log)) << log;
   for (std::string sampling : {"--temp 0", "--temp 0.9 --top-k 20 --top-p 0.9 --seed 7"}) {
     std::string args = " --prompt 'The experts stream from disk' -n 24 --threads 2 " + sampling;
-    auto local = run(run_bin() + " generate --model " + p.model + " --local" + args + " 2>/dev/null");
-    auto remote = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + args + " 2>/dev/null");
+    auto local =
+        run(run_bin() + " generate --model " + p.model + " --local" + args + " 2>/dev/null");
+    auto remote = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" +
+                      args + " 2>/dev/null");
     ASSERT_EQ(local.first, 0) << local.second;
     ASSERT_EQ(remote.first, 0) << remote.second;
     EXPECT_EQ(local.second, remote.second) << sampling;
     EXPECT_GT(local.second.size(), 10u);
   }
   // Prefetch hints change what is read when, never the result.
-  auto plain = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + " --prompt 'And the' -n 16 --temp 0 2>/dev/null");
-  auto hinted = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + " --prompt 'And the' -n 16 --temp 0 --prefetch 2>/dev/null");
+  auto plain = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" +
+                   " --prompt 'And the' -n 16 --temp 0 2>/dev/null");
+  auto hinted = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" +
+                    " --prompt 'And the' -n 16 --temp 0 --prefetch 2>/dev/null");
   EXPECT_EQ(plain.second, hinted.second);
   auto st = run(bin("client/expertctl") + " --socket " + p.dir / "s.sock" + " stats --json");
-  auto sj = nlohmann::json::parse(st.second);  // the hints reached the daemon: loaded, or judged too cold
-  EXPECT_GT(sj["prefetch_issued"].get<double>() + sj["prefetch_rejected"].get<double>(), 0) << st.second;
-  auto verbose = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + " --prompt hi -n 4 --verbose");
+  auto sj =
+      nlohmann::json::parse(st.second);  // the hints reached the daemon: loaded, or judged too cold
+  EXPECT_GT(sj["prefetch_issued"].get<double>() + sj["prefetch_rejected"].get<double>(), 0)
+      << st.second;
+  auto verbose = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" +
+                     " --prompt hi -n 4 --verbose");
   EXPECT_NE(verbose.second.find("expertd:"), std::string::npos) << verbose.second;
   EXPECT_NE(verbose.second.find("misses/token"), std::string::npos) << verbose.second;
-  auto bench = run(run_bin() + " bench --model " + p.core + " --socket " + p.dir / "s.sock" + " -p 16 -n 8 --json");
+  auto bench = run(run_bin() + " bench --model " + p.core + " --socket " + p.dir / "s.sock" +
+                   " -p 16 -n 8 --json");
   ASSERT_EQ(bench.first, 0) << bench.second;
   EXPECT_NE(bench.second.find("\"decode_hit_rate\""), std::string::npos) << bench.second;
   // Logits through the CLI: n_tokens x n_vocab float32.
-  auto lg = run(run_bin() + " logits --model " + p.core + " --socket " + p.dir / "s.sock" + " --tokens 1,2,3 --out " + p.dir / "l.bin");
+  auto lg = run(run_bin() + " logits --model " + p.core + " --socket " + p.dir / "s.sock" +
+                " --tokens 1,2,3 --out " + p.dir / "l.bin");
   ASSERT_EQ(lg.first, 0) << lg.second;
   EXPECT_EQ(std::filesystem::file_size(p.dir / "l.bin"), 3u * 512 * 4);
 }
 
 TEST(ExpertRun, TokenizeHasLlamaTokenizeSemantics) {
-  std::string vocab = std::string(EXPERTD_SOURCE_DIR) + "/tests/data/tokenizer/ggml-vocab-synth-qwen2.gguf";
+  std::string vocab =
+      std::string(EXPERTD_SOURCE_DIR) + "/tests/data/tokenizer/ggml-vocab-synth-qwen2.gguf";
   auto special = run(run_bin() + " tokenize --model " + vocab + " --text '<|im_start|>hello'");
   ASSERT_EQ(special.first, 0) << special.second;
   EXPECT_EQ(special.second.substr(0, 4), "509 ");
-  auto plain = run(run_bin() + " tokenize --model " + vocab + " --text '<|im_start|>hello' --no-parse-special");
+  auto plain = run(run_bin() + " tokenize --model " + vocab +
+                   " --text '<|im_start|>hello' --no-parse-special");
   EXPECT_NE(plain.second.substr(0, 4), "509 ");
   auto bos = run(run_bin() + " tokenize --model " + vocab + " --text hello --add-bos");
   EXPECT_EQ(bos.second.substr(0, 4), "508 ");
@@ -83,7 +95,8 @@ TEST(ExpertRun, HostileModelsGetClearErrors) {
   auto m = gguf::Model::open(golden_model("olmoe-A-s1-q8_0"));
   ASSERT_TRUE(m);
   // A copy without tensor `drop`, with one tensor retyped, or declaring another architecture.
-  auto rewrite = [&](const std::string& out, const std::string& drop, bool retype, const std::string& arch = "") {
+  auto rewrite = [&](const std::string& out, const std::string& drop, bool retype,
+                     const std::string& arch = "") {
     gguf::Writer w(m->alignment());
     for (const auto& kv : m->kvs())
       if (arch.empty() || kv.key != "general.architecture") w.add_raw_kv(kv.raw);
@@ -99,7 +112,8 @@ TEST(ExpertRun, HostileModelsGetClearErrors) {
     auto h = w.header();
     std::memcpy(data.data(), h.data(), h.size());
     for (size_t i = 0; i < kept.size(); ++i)
-      std::memcpy(data.data() + w.tensor_offset(i), kept[i]->data, std::min<uint64_t>(kept[i]->nbytes, w.tensor_bytes(i)));
+      std::memcpy(data.data() + w.tensor_offset(i), kept[i]->data,
+                  std::min<uint64_t>(kept[i]->nbytes, w.tensor_bytes(i)));
     write_file(out, data);
   };
   rewrite(d / "missing.gguf", "blk.0.attn_q.weight", false);
@@ -114,7 +128,8 @@ TEST(ExpertRun, HostileModelsGetClearErrors) {
 TEST(ExpertRun, ADaemonThatDiesMidGenerationIsAnErrorNotAHang) {
   REQUIRE_GOLDEN();
   Packed p("llama-A-s1-f32");
-  Daemon d(p.manifest, p.dir / "s.sock", {"--cache-slots", "16", "--clients-max", "1", "--max-experts-per-request", "8"});
+  Daemon d(p.manifest, p.dir / "s.sock",
+           {"--cache-slots", "16", "--clients-max", "1", "--max-experts-per-request", "8"});
   ASSERT_TRUE(d.start());
   std::string out = p.dir / "out.txt";
   pid_t pid = ::fork();
@@ -123,8 +138,9 @@ TEST(ExpertRun, ADaemonThatDiesMidGenerationIsAnErrorNotAHang) {
     ::dup2(fileno(f), 1);
     ::dup2(fileno(f), 2);
     std::string sock = p.dir / "s.sock";
-    ::execl(run_bin().c_str(), "expert-run", "generate", "--model", p.core.c_str(), "--socket", sock.c_str(), "--prompt",
-            "hello", "-n", "100000", "--ctx", "100000", "--threads", "1", nullptr);
+    ::execl(run_bin().c_str(), "expert-run", "generate", "--model", p.core.c_str(), "--socket",
+            sock.c_str(), "--prompt", "hello", "-n", "100000", "--ctx", "100000", "--threads", "1",
+            nullptr);
     ::_exit(127);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -132,13 +148,15 @@ TEST(ExpertRun, ADaemonThatDiesMidGenerationIsAnErrorNotAHang) {
   auto start = std::chrono::steady_clock::now();
   int st = 0;
   while (::waitpid(pid, &st, WNOHANG) == 0) {
-    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << "expert-run hangs";
+    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20))
+        << "expert-run hangs";
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 1);
   std::string text = read_file(out);
-  EXPECT_NE(text.find("expertd closed the connection"), std::string::npos) << text.substr(text.size() > 300 ? text.size() - 300 : 0);
+  EXPECT_NE(text.find("expertd closed the connection"), std::string::npos)
+      << text.substr(text.size() > 300 ? text.size() - 300 : 0);
 }
 
 TEST(ExpertRun, ChatWrapsThePromptInTheModelsFormatOrSaysWhyNot) {
@@ -162,17 +180,20 @@ TEST(ExpertRun, SynthGlm45AndDeepseekV2LiteRunLocallyAndThroughExpertd) {
     SCOPED_TRACE(preset);
     TempDir d;
     const std::string model = d / "m.gguf";
-    auto s = run(bin("pack/expert-pack") + " -q synth --preset " + preset + " --dims 256,3,16,4,256,4,2,512 --type Q8_0 --out " + model);
+    auto s = run(bin("pack/expert-pack") + " -q synth --preset " + preset +
+                 " --dims 256,3,16,4,256,4,2,512 --type Q8_0 --out " + model);
     ASSERT_EQ(s.first, 0) << s.second;
     auto b = run(bin("pack/expert-pack") + " -q build " + model);
     ASSERT_EQ(b.first, 0) << b.second;
     // 12 of 32 experts cached: misses, evictions and chunked acquires.
-    Daemon daemon(d / "m.manifest.json", d / "s.sock", {"--cache-slots", "12", "--clients-max", "3", "--max-experts-per-request", "4"});
+    Daemon daemon(d / "m.manifest.json", d / "s.sock",
+                  {"--cache-slots", "12", "--clients-max", "3", "--max-experts-per-request", "4"});
     std::string log;
     ASSERT_TRUE(daemon.start(&log)) << log;
     const std::string tokens = " --tokens 11,250,100,77,500,42,9,300 --threads 2";
     auto a = run(run_bin() + " logits --model " + model + " --local --out " + d / "a.bin" + tokens);
-    auto r = run(run_bin() + " logits --model " + d / "m.core.gguf" + " --socket " + d / "s.sock" + " --out " + d / "r.bin" + tokens);
+    auto r = run(run_bin() + " logits --model " + d / "m.core.gguf" + " --socket " + d / "s.sock" +
+                 " --out " + d / "r.bin" + tokens);
     ASSERT_EQ(a.first, 0) << a.second;
     ASSERT_EQ(r.first, 0) << r.second;
     const std::string la = read_file(d / "a.bin"), lr = read_file(d / "r.bin");

@@ -27,7 +27,8 @@ TEST(Golden, LocalLogitsRoutingAndGreedyMatchLlamaCpp) {
     std::vector<std::vector<std::vector<uint32_t>>> routes;
     auto logits = teacher_forced(eng, c, &routes);
     double median = check_against_golden(c, logits);
-    if (!c.id.ends_with("f32") && !c.id.ends_with("f16")) ++quantized, emulated_exactly += median <= 1e-3;
+    if (!c.id.ends_with("f32") && !c.id.ends_with("f16"))
+      ++quantized, emulated_exactly += median <= 1e-3;
     // Routing: the selected sets agree with llama.cpp's everywhere for f32 (and ≥ 90% otherwise).
     auto rj = nlohmann::json::parse(read_file(golden_dir() + "/cases/" + c.id + "/routing.json"));
     size_t same = 0, total = 0;
@@ -39,8 +40,10 @@ TEST(Golden, LocalLogitsRoutingAndGreedyMatchLlamaCpp) {
         ++total;
       }
     }
-    if (c.id.ends_with("f32")) EXPECT_EQ(same, total);
-    else EXPECT_GE(same * 10, total * 9);
+    if (c.id.ends_with("f32"))
+      EXPECT_EQ(same, total);
+    else
+      EXPECT_GE(same * 10, total * 9);
     // Free-running greedy decoding reproduces llama.cpp's tokens (quantized: up to the first
     // step whose top1-top2 margin is below 0.3).
     auto margins = c.j["greedy_top1_top2_margins"].get<std::vector<double>>();
@@ -52,7 +55,8 @@ TEST(Golden, LocalLogitsRoutingAndGreedyMatchLlamaCpp) {
           break;
         }
     auto g = greedy(eng, c, c.greedy.size());
-    EXPECT_EQ(std::vector<int32_t>(g.begin(), g.begin() + n), std::vector<int32_t>(c.greedy.begin(), c.greedy.begin() + n));
+    EXPECT_EQ(std::vector<int32_t>(g.begin(), g.begin() + n),
+              std::vector<int32_t>(c.greedy.begin(), c.greedy.begin() + n));
   }
   // Emulating llama.cpp's activation quantization matches it to ~1e-6, except where one
   // activation sits on a rounding boundary and the flip cascades: ≥ 2/3 of the cases.
@@ -63,8 +67,8 @@ TEST(Golden, LocalLogitsRoutingAndGreedyMatchLlamaCpp) {
 // layer's unique experts (so prefill is chunked): bit-identical to the local path.
 TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
   REQUIRE_GOLDEN();
-  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16", "olmoe-A-s1-f32",
-                         "deepseek2-B-s11-q4_k_m", "gpt-oss-B-s11-mxfp4_moe"}) {
+  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16",
+                         "olmoe-A-s1-f32", "deepseek2-B-s11-q4_k_m", "gpt-oss-B-s11-mxfp4_moe"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     TempDir d;
@@ -75,7 +79,8 @@ TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
     auto rep = expertd::pack::build_pack(bo);
     ASSERT_TRUE(rep) << rep.error().message;
     Daemon daemon(rep->manifest_path, d / "s.sock",
-                  {"--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4", "--policy", "lru"});
+                  {"--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4",
+                   "--policy", "lru"});
     std::string log;
     ASSERT_TRUE(daemon.start(&log)) << log;
 
@@ -114,12 +119,14 @@ TEST(Golden, CoreGgufRefusesADaemonServingAnotherModel) {
   bo.progress = false;
   auto rep = expertd::pack::build_pack(bo);
   ASSERT_TRUE(rep);
-  Daemon daemon(rep->manifest_path, d / "s.sock", {"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"});
+  Daemon daemon(rep->manifest_path, d / "s.sock",
+                {"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"});
   ASSERT_TRUE(daemon.start());
   auto other = gguf::Model::open(golden_model("olmoe-A-s1-f16"));  // same shapes, other model
   auto m = engine::Model::load(*other);
   ASSERT_TRUE(m);
   auto src = engine::make_daemon_source(*m, d / "s.sock");
   ASSERT_FALSE(src);
-  EXPECT_NE(src.error().message.find("expertd serves model"), std::string::npos) << src.error().message;
+  EXPECT_NE(src.error().message.find("expertd serves model"), std::string::npos)
+      << src.error().message;
 }

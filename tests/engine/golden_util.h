@@ -15,8 +15,10 @@
 namespace expertd::test {
 
 // The architectures the engine implements and the golden variants of each.
-inline constexpr const char* kGoldenArchs[] = {"qwen3moe", "olmoe", "llama", "qwen2moe", "deepseek2", "gpt-oss"};
-inline constexpr const char* kGoldenVariants[] = {"A-s1-f32", "A-s1-f16", "A-s1-q8_0", "B-s11-q4_k_m"};
+inline constexpr const char* kGoldenArchs[] = {"qwen3moe", "olmoe",     "llama",
+                                               "qwen2moe", "deepseek2", "gpt-oss"};
+inline constexpr const char* kGoldenVariants[] = {"A-s1-f32", "A-s1-f16", "A-s1-q8_0",
+                                                  "B-s11-q4_k_m"};
 
 // Every golden case: each architecture in each variant, and gpt-oss's two MXFP4 ones.
 inline std::vector<std::string> golden_case_ids() {
@@ -52,7 +54,8 @@ inline Case load_case(const std::string& id) {
 
 // Teacher-forced as llama.cpp ran it: the prompt in one batch, then one token at a time.
 template <typename Eng>
-std::vector<float> teacher_forced(Eng& eng, const Case& c, std::vector<std::vector<std::vector<uint32_t>>>* routes) {
+std::vector<float> teacher_forced(Eng& eng, const Case& c,
+                                  std::vector<std::vector<std::vector<uint32_t>>>* routes) {
   std::vector<float> all, step;
   eng.reset();
   auto st = eng.eval({c.prompt.data(), c.prompt.size()}, true, all);
@@ -88,7 +91,8 @@ std::vector<int32_t> greedy(Eng& eng, const Case& c, size_t n) {
   auto st = eng.eval({c.prompt.data(), c.prompt.size()}, false, logits);
   EXPECT_TRUE(st);
   for (size_t i = 0; i < n; ++i) {
-    int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    int32_t best =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     out.push_back(best);
     if (!eng.eval({&best, 1}, false, logits)) break;
   }
@@ -102,7 +106,8 @@ inline double check_against_golden(const Case& c, const std::vector<float>& mine
   const size_t rows = c.all.size(), V = c.n_vocab;
   std::vector<double> rowmax(rows);
   for (size_t r = 0; r < rows; ++r)
-    for (size_t v = 0; v < V; ++v) rowmax[r] = std::max(rowmax[r], std::fabs(double(mine[r * V + v]) - c.logits[r * V + v]));
+    for (size_t v = 0; v < V; ++v)
+      rowmax[r] = std::max(rowmax[r], std::fabs(double(mine[r * V + v]) - c.logits[r * V + v]));
   double mx = *std::max_element(rowmax.begin(), rowmax.end());
   std::string variant = c.id.substr(c.id.rfind('-') + 1);
   if (variant == "f32") {

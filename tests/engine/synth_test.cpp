@@ -1,10 +1,11 @@
+#include "engine/synth.h"
+
 #include <cmath>
 #include <cstring>
 
 #include "gguf/gguf_reader.h"
 #include "pack/builder.h"
 #include "pack/quantize.h"
-#include "engine/synth.h"
 #include "pack/verify.h"
 #include "test_util.h"
 
@@ -16,9 +17,12 @@ namespace {
 float fp16_to_fp32(uint16_t h) {
   uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
   float f;
-  if (exp == 0) f = std::ldexp(static_cast<float>(mant), -24);
-  else if (exp == 31) f = mant ? NAN : INFINITY;
-  else f = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  if (exp == 0)
+    f = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31)
+    f = mant ? NAN : INFINITY;
+  else
+    f = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
   bits |= sign;
@@ -48,8 +52,10 @@ std::vector<float> dequant_q4_k(const uint8_t* p, size_t n) {
     const uint8_t* qs = p + 16;
     for (int j = 0; j < 8; ++j) {
       uint8_t sc, m;
-      if (j < 4) sc = q[j] & 63, m = q[j + 4] & 63;
-      else sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+      if (j < 4)
+        sc = q[j] & 63, m = q[j + 4] & 63;
+      else
+        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
       for (int l = 0; l < 32; ++l) {
         int idx = j * 32 + l;
         uint8_t byte = qs[(idx / 64) * 32 + l];
@@ -72,7 +78,8 @@ TEST(Quantize, RoundTripsWithinTheTypesPrecision) {
   pack::quantize_row(gguf::GgmlType::Q4_K, x, q4.data());
   auto y8 = dequant_q8_0(q8.data(), 512), y4 = dequant_q4_k(q4.data(), 512);
   double e8 = 0, e4 = 0, s = 0;
-  for (size_t i = 0; i < x.size(); ++i) e8 += std::pow(x[i] - y8[i], 2), e4 += std::pow(x[i] - y4[i], 2), s += x[i] * x[i];
+  for (size_t i = 0; i < x.size(); ++i)
+    e8 += std::pow(x[i] - y8[i], 2), e4 += std::pow(x[i] - y4[i], 2), s += x[i] * x[i];
   EXPECT_LT(e8 / s, 1e-4);  // 8-bit: NMSE ~ 1e-5
   EXPECT_LT(e4 / s, 2e-2);  // 4-bit with 6-bit scales: NMSE ~ 1e-2
   EXPECT_EQ(pack::fp32_to_fp16(1.0f), 0x3C00);
@@ -132,7 +139,8 @@ TEST(Synth, WritesALoadableSkewedMoeModelThatPacks) {
     for (int k = 0; k < 4; ++k) ++picks[logits[k].second];
   }
   int top = *std::max_element(picks.begin(), picks.end());
-  int used = static_cast<int>(std::count_if(picks.begin(), picks.end(), [](int c) { return c > 0; }));
+  int used =
+      static_cast<int>(std::count_if(picks.begin(), picks.end(), [](int c) { return c > 0; }));
   EXPECT_GT(top, 2 * n_tokens * 4 / 16) << "no popularity skew";
   EXPECT_LT(top, n_tokens) << "one expert takes every token";
   EXPECT_GE(used, 12) << "routing collapses onto a few experts";

@@ -11,7 +11,9 @@ using namespace expertd::test;
 
 namespace {
 
-std::string data_dir() { return std::string(EXPERTD_SOURCE_DIR) + "/tests/data/tokenizer/"; }
+std::string data_dir() {
+  return std::string(EXPERTD_SOURCE_DIR) + "/tests/data/tokenizer/";
+}
 
 void check_vocab(const std::string& name) {
   SCOPED_TRACE(name);
@@ -19,7 +21,8 @@ void check_vocab(const std::string& name) {
   ASSERT_TRUE(f) << f.error().message;
   auto tok = engine::Tokenizer::load(*f);
   ASSERT_TRUE(tok) << tok.error().message;
-  std::string inp = read_file(data_dir() + name + ".gguf.inp"), outp = read_file(data_dir() + name + ".gguf.out");
+  std::string inp = read_file(data_dir() + name + ".gguf.inp"),
+              outp = read_file(data_dir() + name + ".gguf.out");
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<std::string> texts;
   for (size_t at = 0;;) {
@@ -36,9 +39,12 @@ void check_vocab(const std::string& name) {
   for (size_t i = 0; i < texts.size(); ++i) {
     auto ids = tok->encode(texts[i], false, false);
     std::string got;
-    for (int32_t id : ids) got.append(" ").append(std::to_string(id));  // not " " + s: GCC 12 -O3 -Wrestrict false positive
+    for (int32_t id : ids)
+      got.append(" ").append(
+          std::to_string(id));  // not " " + s: GCC 12 -O3 -Wrestrict false positive
     if (got != lines[i] && failures++ < 5)
-      ADD_FAILURE() << "text #" << i << " '" << texts[i] << "'\n  want:" << lines[i] << "\n  got: " << got;
+      ADD_FAILURE() << "text #" << i << " '" << texts[i] << "'\n  want:" << lines[i]
+                    << "\n  got: " << got;
     // Detokenizing gives the text back (byte-level BPE is lossless; SPM adds one leading space).
     std::string back;
     for (int32_t id : ids) back += tok->piece(id);
@@ -51,11 +57,21 @@ void check_vocab(const std::string& name) {
 
 }  // namespace
 
-TEST(Tokenizer, Gpt2Vectors) { check_vocab("ggml-vocab-gpt-2"); }
-TEST(Tokenizer, DeepseekLlmVectors) { check_vocab("ggml-vocab-deepseek-llm"); }
-TEST(Tokenizer, DeepseekCoderVectors) { check_vocab("ggml-vocab-deepseek-coder"); }
-TEST(Tokenizer, LlamaSpmVectors) { check_vocab("ggml-vocab-llama-spm"); }
-TEST(Tokenizer, Phi3SpmVectors) { check_vocab("ggml-vocab-phi-3"); }
+TEST(Tokenizer, Gpt2Vectors) {
+  check_vocab("ggml-vocab-gpt-2");
+}
+TEST(Tokenizer, DeepseekLlmVectors) {
+  check_vocab("ggml-vocab-deepseek-llm");
+}
+TEST(Tokenizer, DeepseekCoderVectors) {
+  check_vocab("ggml-vocab-deepseek-coder");
+}
+TEST(Tokenizer, LlamaSpmVectors) {
+  check_vocab("ggml-vocab-llama-spm");
+}
+TEST(Tokenizer, Phi3SpmVectors) {
+  check_vocab("ggml-vocab-phi-3");
+}
 TEST(Tokenizer, SyntheticPreTokenizers) {
   for (const char* pre : {"qwen2", "olmo", "llama-bpe", "deepseek-v3", "gpt-4o"})
     check_vocab(std::string("ggml-vocab-synth-") + pre);

@@ -10,19 +10,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 using namespace expertd::test;
 
 TEST(GgufFuzz, SeededMutationsNeverCrash) {
-  std::vector<std::string> seeds = {read_file(std::string(EXPERTD_SOURCE_DIR) + "/tests/data/tokenizer/ggml-vocab-synth-qwen2.gguf")};
-  if (std::filesystem::exists(golden_model("qwen3moe-A-s1-q8_0"))) seeds.push_back(read_file(golden_model("qwen3moe-A-s1-q8_0")));
+  std::vector<std::string> seeds = {read_file(std::string(EXPERTD_SOURCE_DIR) +
+                                              "/tests/data/tokenizer/ggml-vocab-synth-qwen2.gguf")};
+  if (std::filesystem::exists(golden_model("qwen3moe-A-s1-q8_0")))
+    seeds.push_back(read_file(golden_model("qwen3moe-A-s1-q8_0")));
   std::mt19937_64 rng(20261201);
   int runs = 0;
   for (const auto& seed : seeds) {
     ASSERT_GT(seed.size(), 1000u);
-    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(seed.data()), seed.size());  // the valid file itself
+    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(seed.data()),
+                           seed.size());  // the valid file itself
     for (int i = 0; i < 600; ++i, ++runs) {
       std::string m = seed;
       size_t header = std::min<size_t>(m.size(), 64 * 1024);  // where the structure lives
       switch (rng() % 4) {
         case 0:  // flip bits in the header region
-          for (int k = 0; k < 1 + int(rng() % 8); ++k) m[rng() % header] ^= static_cast<char>(1u << (rng() % 8));
+          for (int k = 0; k < 1 + int(rng() % 8); ++k)
+            m[rng() % header] ^= static_cast<char>(1u << (rng() % 8));
           break;
         case 1:  // truncate
           m.resize(rng() % m.size());
@@ -34,7 +38,8 @@ TEST(GgufFuzz, SeededMutationsNeverCrash) {
           break;
         }
         default:  // overwrite a run with random bytes
-          for (size_t at = rng() % header, n = 1 + rng() % 64; n-- && at < m.size(); ++at) m[at] = static_cast<char>(rng());
+          for (size_t at = rng() % header, n = 1 + rng() % 64; n-- && at < m.size(); ++at)
+            m[at] = static_cast<char>(rng());
       }
       LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(m.data()), m.size());
     }

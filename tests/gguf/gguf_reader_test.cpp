@@ -54,7 +54,8 @@ TEST(GgufReader, ReadsWhatTheWriterWrote) {
   EXPECT_FALSE(m->get_uint("test.i32").has_value());  // negative is not a uint
   auto toks = m->get_string_array("tokenizer.ggml.tokens");
   ASSERT_TRUE(toks);
-  EXPECT_EQ((std::vector<std::string>(toks->begin(), toks->end())), (std::vector<std::string>{"a", "bc", ""}));
+  EXPECT_EQ((std::vector<std::string>(toks->begin(), toks->end())),
+            (std::vector<std::string>{"a", "bc", ""}));
   EXPECT_EQ(*m->get_number_array("test.f32s"), (std::vector<double>{1.5, -2.0}));
   const auto* b = m->tensor("b.weight");
   ASSERT_NE(b, nullptr);
@@ -73,7 +74,8 @@ TEST(GgufReader, OpensEveryGoldenModel) {
     EXPECT_GT(m->tensors().size(), 10u) << c;
     std::string a = m->arch();
     EXPECT_TRUE(m->get_uint(a + ".expert_count").has_value()) << c;
-    for (const auto& t : m->tensors()) EXPECT_LE(t.file_offset + t.nbytes, m->shards()[0].size) << c << " " << t.name;
+    for (const auto& t : m->tensors())
+      EXPECT_LE(t.file_offset + t.nbytes, m->shards()[0].size) << c << " " << t.name;
   }
 }
 

@@ -26,11 +26,12 @@ class GpuArenaTest : public DaemonTest {
 };
 
 TEST_F(GpuArenaTest, TwoEngineProcessesReadTheSameIpcArena) {
-  auto d = start({"--backend", "cuda", "--cache-slots", "64", "--clients-max", "3", "--stage-slots", "4"});
+  auto d = start(
+      {"--backend", "cuda", "--cache-slots", "64", "--clients-max", "3", "--stage-slots", "4"});
   ASSERT_TRUE(d->alive());
   // Two engine processes at once, one per layer, each checking every byte it reads from VRAM.
-  auto [rc, out] = run("(" + probe(0, 2, 4) + " > " + local_ / "a.out" + " 2>&1 & " + probe(1, 2, 4) + " > " +
-                       local_ / "b.out" + " 2>&1 & wait %1 && wait %2)");
+  auto [rc, out] = run("(" + probe(0, 2, 4) + " > " + local_ / "a.out" + " 2>&1 & " +
+                       probe(1, 2, 4) + " > " + local_ / "b.out" + " 2>&1 & wait %1 && wait %2)");
   const std::string a = read_file(local_ / "a.out"), b = read_file(local_ / "b.out");
   EXPECT_EQ(rc, 0) << a << b << d->log();
   EXPECT_EQ(a, "ok " + std::to_string(2 * kExperts) + "\n") << a;
@@ -47,8 +48,8 @@ TEST_F(GpuArenaTest, TwoEngineProcessesReadTheSameIpcArena) {
 TEST_F(GpuArenaTest, EventsOrderCopiesUnderAFloodOfMisses) {
   // 8 slots for 64 experts, 2 staging buffers: every acquire misses, slots and staging buffers
   // are reused constantly; a slot read before its copy landed would fail the checksum.
-  auto d = start({"--backend", "cuda", "--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4",
-                  "--stage-slots", "2"});
+  auto d = start({"--backend", "cuda", "--cache-slots", "8", "--clients-max", "2",
+                  "--max-experts-per-request", "4", "--stage-slots", "2"});
   ASSERT_TRUE(d->alive());
   auto [rc, out] = run(probe(0, 6, 4) + " 2>&1");
   EXPECT_EQ(rc, 0) << out << d->log();
@@ -61,7 +62,8 @@ TEST_F(GpuArenaTest, EventsOrderCopiesUnderAFloodOfMisses) {
 }
 
 TEST_F(GpuArenaTest, ClientDyingWithLeasesFreesThemForOthers) {
-  auto d = start({"--backend", "cuda", "--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4"});
+  auto d = start({"--backend", "cuda", "--cache-slots", "8", "--clients-max", "2",
+                  "--max-experts-per-request", "4"});
   ASSERT_TRUE(d->alive());
   {
     auto c = connect();
@@ -76,7 +78,9 @@ TEST_F(GpuArenaTest, ClientDyingWithLeasesFreesThemForOthers) {
 }
 
 TEST_F(GpuArenaTest, ArenaTooSmallForOneWorkingSetPerClientIsAClearStartupError) {
-  Daemon d(manifest_path(), socket(), {"--backend", "cuda", "--cache-slots", "3", "--clients-max", "2", "--max-experts-per-request", "4"});
+  Daemon d(manifest_path(), socket(),
+           {"--backend", "cuda", "--cache-slots", "3", "--clients-max", "2",
+            "--max-experts-per-request", "4"});
   std::string log;
   EXPECT_FALSE(d.start(&log));
   EXPECT_NE(log.find("needed for one working set per client"), std::string::npos) << log;
@@ -86,7 +90,8 @@ TEST_F(GpuArenaTest, ArenaTooSmallForOneWorkingSetPerClientIsAClearStartupError)
 // Faults that only the emulation can inject (tests/cuda_emu/include/cuda_runtime.h).
 TEST_F(GpuArenaTest, ACopyErrorIsReportedCountedAndTheExpertLoadsOnTheNextAcquire) {
   ::setenv("CUDA_EMU_FAIL_H2D", "3", 1);  // the daemon's third copy into the arena fails
-  auto d = start({"--backend", "cuda", "--cache-slots", "16", "--clients-max", "2", "--max-experts-per-request", "4"});
+  auto d = start({"--backend", "cuda", "--cache-slots", "16", "--clients-max", "2",
+                  "--max-experts-per-request", "4"});
   ::unsetenv("CUDA_EMU_FAIL_H2D");
   ASSERT_TRUE(d->alive());
   auto c = connect();
@@ -120,7 +125,8 @@ TEST_F(GpuArenaTest, ACopyErrorIsReportedCountedAndTheExpertLoadsOnTheNextAcquir
 }
 
 TEST_F(GpuArenaTest, AnIpcOpenThatIsRefusedIsAClearErrorAndOthersAreServed) {
-  auto d = start({"--backend", "cuda", "--cache-slots", "16", "--clients-max", "3", "--max-experts-per-request", "4"});
+  auto d = start({"--backend", "cuda", "--cache-slots", "16", "--clients-max", "3",
+                  "--max-experts-per-request", "4"});
   ASSERT_TRUE(d->alive());
   ::setenv("CUDA_EMU_DENY_IPC", "1", 1);  // as in a container without the rights
   auto [rc, out] = run(probe(0, 1, 4) + " 2>&1");

@@ -11,12 +11,16 @@
 namespace expertd::test {
 namespace {
 
-std::string prog(const std::string& rel) { return bin(rel + kEmuSuffix); }
+std::string prog(const std::string& rel) {
+  return bin(rel + kEmuSuffix);
+}
 
 // A Qwen3-MoE-shaped model at test size, packed: its manifest and core GGUF beside it in d.
 std::string packed_synth_model(const TempDir& d) {
   const std::string model = d / "m.gguf";
-  auto s = run(bin("pack/expert-pack") + " -q synth --preset qwen3-30b-a3b --dims 256,2,16,4,256,4,2,512 --type Q8_0 --out " + model);
+  auto s = run(bin("pack/expert-pack") +
+               " -q synth --preset qwen3-30b-a3b --dims 256,2,16,4,256,4,2,512 --type Q8_0 --out " +
+               model);
   EXPECT_EQ(s.first, 0) << s.second;
   auto b = run(bin("pack/expert-pack") + " -q build " + model);
   EXPECT_EQ(b.first, 0) << b.second;
@@ -30,19 +34,23 @@ TEST(CudaCli, ExpertRunThroughACudaExpertdMatchesLocalAndExpertctlCountsTheCopie
   ASSERT_FALSE(::testing::Test::HasFailure());
   // 8 of 32 experts cached: most acquires miss and every miss is copied into the arena.
   Daemon daemon(d / "m.manifest.json", d / "s.sock",
-                {"--backend", "cuda", "--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4"});
+                {"--backend", "cuda", "--cache-slots", "8", "--clients-max", "2",
+                 "--max-experts-per-request", "4"});
   std::string log;
   ASSERT_TRUE(daemon.start(&log)) << log;
-  const std::string er = prog("engine/expert-run"), tokens = " --tokens 5,99,300,7,250,11 --decode-from 3";
-  auto g = run(er + " logits --model " + model + " --local --device cuda --out " + d / "g.bin" + tokens + " 2>&1");
-  auto r = run(er + " logits --model " + d / "m.core.gguf" + " --socket " + d / "s.sock" + " --device cuda --out " + d / "r.bin" +
+  const std::string er = prog("engine/expert-run"),
+                    tokens = " --tokens 5,99,300,7,250,11 --decode-from 3";
+  auto g = run(er + " logits --model " + model + " --local --device cuda --out " + d / "g.bin" +
                tokens + " 2>&1");
+  auto r = run(er + " logits --model " + d / "m.core.gguf" + " --socket " + d / "s.sock" +
+               " --device cuda --out " + d / "r.bin" + tokens + " 2>&1");
   ASSERT_EQ(g.first, 0) << g.second;
   ASSERT_EQ(r.first, 0) << r.second;
   const std::string lg = read_file(d / "g.bin"), lr = read_file(d / "r.bin");
   EXPECT_EQ(lg.size(), 6u * 512 * 4);
   EXPECT_TRUE(lg == lr) << "the cuda expertd's slots and uploaded experts give different logits";
-  auto bench = run(er + " bench --model " + d / "m.core.gguf" + " --socket " + d / "s.sock" + " --device cuda -p 8 -n 4 --ctx 64 --json");
+  auto bench = run(er + " bench --model " + d / "m.core.gguf" + " --socket " + d / "s.sock" +
+                   " --device cuda -p 8 -n 4 --ctx 64 --json");
   ASSERT_EQ(bench.first, 0) << bench.second;
   auto bj = nlohmann::json::parse(bench.second.substr(bench.second.find('{')));
   EXPECT_GT(bj["decode_tok_s"].get<double>(), 0.0) << bench.second;
@@ -57,7 +65,8 @@ TEST(CudaCli, ExpertRunThroughACudaExpertdMatchesLocalAndExpertctlCountsTheCopie
 
 TEST(CudaCli, ExpertBenchStagingAndMissDeliveryRunAndPrintTheirRatio) {
   EXPERTD_REQUIRE_GPU();
-  auto h = run(prog("bench/expert-bench") + " h2d --slot-kib 256 --slots 16 --stage-slots 4 --seconds 0.2 2>&1");
+  auto h = run(prog("bench/expert-bench") +
+               " h2d --slot-kib 256 --slots 16 --stage-slots 4 --seconds 0.2 2>&1");
   ASSERT_EQ(h.first, 0) << h.second;
   EXPECT_NE(h.second.find("ratio="), std::string::npos) << h.second;
   EXPECT_NE(h.second.find(" 0 copy errors"), std::string::npos) << h.second;

@@ -4,6 +4,7 @@
 // emulation of the CUDA runtime (tests/cuda_emu, EXPERTD_CUDA_EMULATION), with expertd built
 // against it too; there the golden test keeps to one case per architecture.
 #include "engine/cuda_engine.h"
+
 #include "engine/golden_util.h"
 #include "gpu_util.h"
 
@@ -17,7 +18,9 @@ TEST(CudaEngine, GoldenLogitsAndTheCpuEnginesGreedyTokens) {
 #ifdef EXPERTD_CUDA_EMULATION
   // The emulation runs a kernel's threads one after another: each architecture's f32 case (the
   // tightest limit) and gpt-oss's MXFP4 one keep it to a minute.
-  std::erase_if(ids, [](const std::string& id) { return !id.ends_with("-A-s1-f32") && id != "gpt-oss-A-s1-mxfp4py"; });
+  std::erase_if(ids, [](const std::string& id) {
+    return !id.ends_with("-A-s1-f32") && id != "gpt-oss-A-s1-mxfp4py";
+  });
 #endif
   int ran = 0;
   for (const std::string& id : ids) {
@@ -54,15 +57,17 @@ TEST(CudaEngine, GoldenLogitsAndTheCpuEnginesGreedyTokens) {
 TEST(CudaEngine, DaemonSlotsAreBitIdenticalToUploadedExperts) {
   EXPERTD_REQUIRE_GPU();
   REQUIRE_GOLDEN();
-  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16", "deepseek2-A-s1-q8_0",
-                         "gpt-oss-A-s1-mxfp4py"}) {
+  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16",
+                         "deepseek2-A-s1-q8_0", "gpt-oss-A-s1-mxfp4py"}) {
     SCOPED_TRACE(id);
-    ASSERT_TRUE(std::filesystem::exists(golden_model(id))) << "scripts/gpu-carry.sh carries this case";
+    ASSERT_TRUE(std::filesystem::exists(golden_model(id)))
+        << "scripts/gpu-carry.sh carries this case";
     Case c = load_case(id);
     Packed p(id);
     ASSERT_FALSE(p.core.empty());
     Daemon daemon(p.manifest, p.dir / "s.sock",
-                  {"--backend", "cuda", "--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4"});
+                  {"--backend", "cuda", "--cache-slots", "8", "--clients-max", "2",
+                   "--max-experts-per-request", "4"});
     std::string log;
     ASSERT_TRUE(daemon.start(&log)) << log;
     auto full = gguf::Model::open(p.model);
@@ -78,7 +83,8 @@ TEST(CudaEngine, DaemonSlotsAreBitIdenticalToUploadedExperts) {
     auto a = teacher_forced(**local, c, nullptr);
     auto b = teacher_forced(**remote, c, nullptr);
     ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "daemon and uploaded experts differ";
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4))
+        << "daemon and uploaded experts differ";
     auto ctl = run(bin("client/expertctl") + " --socket " + p.dir / "s.sock" + " stats --json");
     auto s = nlohmann::json::parse(ctl.second);
     EXPECT_GT(s["cache_evictions"].get<int>(), 0);
@@ -92,14 +98,16 @@ TEST(CudaEngine, ACpuOnlyDaemonIsAClearError) {
   REQUIRE_GOLDEN();
   Packed p("olmoe-A-s1-q8_0");  // carried by scripts/gpu-carry.sh
   ASSERT_FALSE(p.core.empty());
-  Daemon daemon(p.manifest, p.dir / "s.sock", {"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"});
+  Daemon daemon(p.manifest, p.dir / "s.sock",
+                {"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4"});
   ASSERT_TRUE(daemon.start());
   auto core = gguf::Model::open(p.core);
   auto m = engine::Model::load(*core);
   ASSERT_TRUE(m);
   auto f = engine::make_cuda_forward(*m, p.dir / "s.sock", 64);
   ASSERT_FALSE(f);
-  EXPECT_NE(f.error().message.find("expertd --backend cuda"), std::string::npos) << f.error().message;
+  EXPECT_NE(f.error().message.find("expertd --backend cuda"), std::string::npos)
+      << f.error().message;
 }
 
 // Architectures without golden data (glm4moe: sigmoid routing with selection bias, partial RoPE,
@@ -108,7 +116,8 @@ TEST(CudaEngine, ACpuOnlyDaemonIsAClearError) {
 // activations to F16 for its dots): the GPU's logits against the CPU engine's.
 std::string synth_model(const TempDir& d, const std::string& preset) {
   const std::string model = d / "m.gguf";
-  auto s = run(bin("pack/expert-pack") + " -q synth --preset " + preset + " --dims 256,3,16,4,256,4,2,512 --type F16 --out " + model);
+  auto s = run(bin("pack/expert-pack") + " -q synth --preset " + preset +
+               " --dims 256,3,16,4,256,4,2,512 --type F16 --out " + model);
   EXPECT_EQ(s.first, 0) << s.second;
   return model;
 }
@@ -140,7 +149,9 @@ TEST(CudaEngine, SynthGlm45AndDeepseekV2LiteMatchTheCpuEngine) {
     ASSERT_EQ(fc.size(), tokens.size() * 512);
     ASSERT_EQ(fg.size(), fc.size());
     double mx = 0, mag = 0;
-    for (size_t i = 0; i < fc.size(); ++i) mx = std::max(mx, std::fabs(double(fc[i]) - fg[i])), mag = std::max(mag, std::fabs(double(fc[i])));
+    for (size_t i = 0; i < fc.size(); ++i)
+      mx = std::max(mx, std::fabs(double(fc[i]) - fg[i])),
+      mag = std::max(mag, std::fabs(double(fc[i])));
     EXPECT_GT(mag, 0.1) << "logits all near zero: the comparison would say nothing";
     EXPECT_LE(mx, 1.5e-2) << "GPU and CPU logits differ beyond F16 rounding";
   }
@@ -158,7 +169,8 @@ TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts)
     auto b = run(bin("pack/expert-pack") + " -q build " + model);
     ASSERT_EQ(b.first, 0) << b.second;
     Daemon daemon(d / "m.manifest.json", d / "s.sock",
-                  {"--backend", "cuda", "--cache-slots", "12", "--clients-max", "3", "--max-experts-per-request", "4"});
+                  {"--backend", "cuda", "--cache-slots", "12", "--clients-max", "3",
+                   "--max-experts-per-request", "4"});
     std::string log;
     ASSERT_TRUE(daemon.start(&log)) << log;
     auto full = gguf::Model::open(model);
@@ -184,7 +196,8 @@ TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts)
     }
     ASSERT_EQ(a.size(), tokens.size() * 512);
     ASSERT_EQ(a.size(), r.size());
-    EXPECT_EQ(0, std::memcmp(a.data(), r.data(), a.size() * 4)) << "the cuda expertd's slots and uploaded experts differ";
+    EXPECT_EQ(0, std::memcmp(a.data(), r.data(), a.size() * 4))
+        << "the cuda expertd's slots and uploaded experts differ";
     // The hinted run is a prefill of 5 then single tokens: the reference with uploaded experts
     // evaluates the same way.
     std::vector<float> a2;
@@ -195,11 +208,14 @@ TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts)
       a2.insert(a2.end(), step.begin(), step.end());
     }
     ASSERT_EQ(a2.size(), h.size());
-    EXPECT_EQ(0, std::memcmp(a2.data(), h.data(), h.size() * 4)) << "prefetch hints changed the logits";
+    EXPECT_EQ(0, std::memcmp(a2.data(), h.data(), h.size() * 4))
+        << "prefetch hints changed the logits";
     auto metrics = (*hinted)->daemon_metrics();
     double hints = 0;  // hinted experts the daemon read, declined or dropped
     for (const auto& m : metrics)
-      if (m.name == "prefetch_issued" || m.name == "prefetch_rejected" || m.name == "prefetch_dropped") hints += m.value;
+      if (m.name == "prefetch_issued" || m.name == "prefetch_rejected" ||
+          m.name == "prefetch_dropped")
+        hints += m.value;
     EXPECT_GT(hints, 0) << "the GPU engine sent no prefetch hints";
   }
 }

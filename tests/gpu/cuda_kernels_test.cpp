@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "gpu_util.h"
-#include "kernels/random_weights.h"
 #include "kernels/fp16.h"
 #include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
+#include "kernels/random_weights.h"
 
 using namespace kernels;
 
@@ -22,8 +22,12 @@ namespace {
 template <typename T>
 struct Dev {
   T* p = nullptr;
-  explicit Dev(size_t n) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
-  Dev(const std::vector<T>& v) : Dev(v.size()) { EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
+  explicit Dev(size_t n) {
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+  }
+  Dev(const std::vector<T>& v) : Dev(v.size()) {
+    EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
   ~Dev() { cudaFree(p); }
   std::vector<T> get(size_t n) const {
     std::vector<T> v(n);
@@ -61,7 +65,9 @@ TEST(CudaKernels, MatmulOfEveryTypeMatchesTheDequantizedReference) {
         dequantize_row(t, w.data() + r * row_size(t, cols), wf.data(), cols);
         for (int64_t k = 0; k < n_tok; ++k) {
           double ref = 0, mag = 0;
-          for (int64_t c = 0; c < cols; ++c) ref += double(wf[c]) * x[k * cols + c], mag += std::fabs(double(wf[c]) * x[k * cols + c]);
+          for (int64_t c = 0; c < cols; ++c)
+            ref += double(wf[c]) * x[k * cols + c],
+                mag += std::fabs(double(wf[c]) * x[k * cols + c]);
           ASSERT_NEAR(y[k * rows + r], ref, 1e-5 * mag + 1e-6) << "row " << r << " token " << k;
         }
       }
@@ -80,7 +86,8 @@ TEST(CudaKernels, RmsNormRopeSwigluWeightedSum) {
   std::vector<float> ref(n);
   for (int64_t r = 0; r < rows; ++r) {
     rms_norm(&x[r * n], w.data(), ref.data(), n, 1e-6f);
-    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[r * n + i], ref[i], 1e-5f * (1 + std::fabs(ref[i])));
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(y[r * n + i], ref[i], 1e-5f * (1 + std::fabs(ref[i])));
   }
   // RoPE: 3 tokens x 4 heads of 64, both pairings, 48 rotated dims, from position 7.
   for (bool neox : {true, false}) {
@@ -90,13 +97,15 @@ TEST(CudaKernels, RmsNormRopeSwigluWeightedSum) {
     auto got = dq.get(q.size());
     for (int t = 0; t < 3; ++t)
       for (int h = 0; h < 4; ++h) rope(&q[(t * 4 + h) * 64], 64, 48, 7 + t, 10000.f, neox);
-    for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(got[i], q[i], 2e-4f * (1 + std::fabs(q[i]))) << i << " neox " << neox;
+    for (size_t i = 0; i < q.size(); ++i)
+      ASSERT_NEAR(got[i], q[i], 2e-4f * (1 + std::fabs(q[i]))) << i << " neox " << neox;
   }
   auto g = randn(1000, rng, 3.f), u = randn(1000, rng);
   Dev<float> dg(g), du(u), dout(1000);
   CUDA_OK(cuda::swiglu(dg.p, du.p, dout.p, 1000, nullptr));
   auto sw = dout.get(1000);
-  for (int i = 0; i < 1000; ++i) ASSERT_NEAR(sw[i], silu(g[i]) * u[i], 1e-5f * (1 + std::fabs(g[i] * u[i])));
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_NEAR(sw[i], silu(g[i]) * u[i], 1e-5f * (1 + std::fabs(g[i] * u[i])));
   // Weighted sum of 2 tokens x 3 experts of 100.
   auto eo = randn(2 * 3 * 100, rng), wt = randn(2 * 3, rng);
   Dev<float> deo(eo), dwt(wt), dsum(200);
@@ -123,8 +132,10 @@ TEST(CudaKernels, YarnRopeOnStridedHeadsStridedNormAndClampedSwiglu) {
     CUDA_OK(cuda::rope(dq.p + nope, T, H, stride, R, 11, 10000.f, neox, &yarn, nullptr));
     auto got = dq.get(q.size());
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < H; ++h) rope(&q[(t * H + h) * stride + nope], R, R, 11 + t, 10000.f, neox, &yarn);
-    for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(got[i], q[i], 2e-4f * (1 + std::fabs(q[i]))) << i << " neox " << neox;
+      for (int64_t h = 0; h < H; ++h)
+        rope(&q[(t * H + h) * stride + nope], R, R, 11 + t, 10000.f, neox, &yarn);
+    for (size_t i = 0; i < q.size(); ++i)
+      ASSERT_NEAR(got[i], q[i], 2e-4f * (1 + std::fabs(q[i]))) << i << " neox " << neox;
   }
   auto x = randn(T * stride, rng), w = randn(nope, rng);
   Dev<float> dx(x), dw(w);
@@ -133,8 +144,10 @@ TEST(CudaKernels, YarnRopeOnStridedHeadsStridedNormAndClampedSwiglu) {
   std::vector<float> ref(nope);
   for (int64_t t = 0; t < T; ++t) {
     rms_norm(&x[t * stride], w.data(), ref.data(), nope, 1e-6f);
-    for (int64_t i = 0; i < nope; ++i) ASSERT_NEAR(y[t * stride + i], ref[i], 1e-5f * (1 + std::fabs(ref[i])));
-    for (int64_t i = nope; i < stride; ++i) ASSERT_EQ(y[t * stride + i], x[t * stride + i]) << "the rest of a row stays";
+    for (int64_t i = 0; i < nope; ++i)
+      ASSERT_NEAR(y[t * stride + i], ref[i], 1e-5f * (1 + std::fabs(ref[i])));
+    for (int64_t i = nope; i < stride; ++i)
+      ASSERT_EQ(y[t * stride + i], x[t * stride + i]) << "the rest of a row stays";
   }
   auto g = randn(1000, rng, 6.f), u = randn(1000, rng, 6.f);
   Dev<float> dg(g), du(u), dout(1000);
@@ -184,7 +197,8 @@ TEST(CudaKernels, CausalAttentionWithAKvCache) {
   Dev<float> dq(q), dk(k), dv(v), dout(T * H * D);
   const float scale = 1.0f / std::sqrt(float(D));
   cuda::Attention a;
-  a.q = dq.p, a.k = dk.p, a.v = dv.p, a.out = dout.p, a.n_tokens = T, a.n_past = past, a.n_head = H, a.n_head_kv = HKV;
+  a.q = dq.p, a.k = dk.p, a.v = dv.p, a.out = dout.p, a.n_tokens = T, a.n_past = past, a.n_head = H,
+  a.n_head_kv = HKV;
   a.dk = a.dv = D, a.k_row = a.v_row = KV, a.scale = scale;
   CUDA_OK(cuda::attention(a, nullptr));
   auto out = dout.get(T * H * D);
@@ -195,14 +209,16 @@ TEST(CudaKernels, CausalAttentionWithAKvCache) {
       double mx = -1e300, sum = 0;
       for (int64_t j = 0; j < n_keys; ++j) {
         double d = 0;
-        for (int64_t i = 0; i < D; ++i) d += double(q[(t * H + h) * D + i]) * k[j * KV + kvh * D + i];
+        for (int64_t i = 0; i < D; ++i)
+          d += double(q[(t * H + h) * D + i]) * k[j * KV + kvh * D + i];
         s[j] = d * scale, mx = std::max(mx, s[j]);
       }
       for (auto& x : s) x = std::exp(x - mx), sum += x;
       for (int64_t i = 0; i < D; ++i) {
         double r = 0;
         for (int64_t j = 0; j < n_keys; ++j) r += s[j] / sum * v[j * KV + kvh * D + i];
-        ASSERT_NEAR(out[(t * H + h) * D + i], r, 1e-4) << "token " << t << " head " << h << " dim " << i;
+        ASSERT_NEAR(out[(t * H + h) * D + i], r, 1e-4)
+            << "token " << t << " head " << h << " dim " << i;
       }
     }
 }
@@ -217,26 +233,35 @@ TEST(CudaKernels, AttentionOfMlaShapeSlidingWindowWithSinksAndALongContext) {
     SCOPED_TRACE(which == 0 ? "mla" : which == 1 ? "window + sinks" : "long context");
     const bool mla = which == 0, long_ctx = which == 2;
     const int64_t T = long_ctx ? 3 : 5, past = long_ctx ? 2500 : 6;
-    const int64_t H = 4, HKV = mla ? 1 : 2, dk = mla ? 96 : 64, dv = 64, k_row = mla ? 96 : HKV * 64,
-                  v_row = mla ? 96 : HKV * 64, window = mla ? 0 : long_ctx ? 2100 : 4;
-    auto q = randn(T * H * dk, rng), k = randn((past + T) * k_row, rng), v = randn((past + T) * v_row, rng);
+    const int64_t H = 4, HKV = mla ? 1 : 2, dk = mla ? 96 : 64, dv = 64,
+                  k_row = mla ? 96 : HKV * 64, v_row = mla ? 96 : HKV * 64,
+                  window = mla        ? 0
+                           : long_ctx ? 2100
+                                      : 4;
+    auto q = randn(T * H * dk, rng), k = randn((past + T) * k_row, rng),
+         v = randn((past + T) * v_row, rng);
     auto sinks = randn(H, rng, 2.f);
     Dev<float> dq(q), dk_(k), dv_(v), dsinks(sinks), dout(T * H * dv);
     cuda::Attention a;
-    a.q = dq.p, a.k = dk_.p, a.v = mla ? dk_.p : dv_.p, a.out = dout.p, a.n_tokens = T, a.n_past = past, a.n_head = H;
-    a.n_head_kv = HKV, a.dk = dk, a.dv = dv, a.k_row = k_row, a.v_row = v_row, a.scale = 0.125f, a.window = window;
+    a.q = dq.p, a.k = dk_.p, a.v = mla ? dk_.p : dv_.p, a.out = dout.p, a.n_tokens = T,
+    a.n_past = past, a.n_head = H;
+    a.n_head_kv = HKV, a.dk = dk, a.dv = dv, a.k_row = k_row, a.v_row = v_row, a.scale = 0.125f,
+    a.window = window;
     a.sinks = mla ? nullptr : dsinks.p;
     CUDA_OK(cuda::attention(a, nullptr));
     auto out = dout.get(T * H * dv);
     std::vector<float> s(past + T), ref(dv);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < H; ++h) {
-        const int64_t kvh = h / (H / HKV), n_keys = past + t + 1, first = window ? std::max<int64_t>(0, n_keys - window) : 0;
+        const int64_t kvh = h / (H / HKV), n_keys = past + t + 1,
+                      first = window ? std::max<int64_t>(0, n_keys - window) : 0;
         const float* vv = mla ? k.data() : v.data();
-        attend(&q[(t * H + h) * dk], &k[first * k_row + kvh * dk], vv + first * v_row + kvh * dv, n_keys - first, k_row,
-               v_row, dk, dv, 0.125f, mla ? -INFINITY : sinks[h], s.data(), ref.data(), Backend::Scalar);
+        attend(&q[(t * H + h) * dk], &k[first * k_row + kvh * dk], vv + first * v_row + kvh * dv,
+               n_keys - first, k_row, v_row, dk, dv, 0.125f, mla ? -INFINITY : sinks[h], s.data(),
+               ref.data(), Backend::Scalar);
         for (int64_t i = 0; i < dv; ++i)
-          ASSERT_NEAR(out[(t * H + h) * dv + i], ref[i], 1e-4) << "token " << t << " head " << h << " dim " << i;
+          ASSERT_NEAR(out[(t * H + h) * dv + i], ref[i], 1e-4)
+              << "token " << t << " head " << h << " dim " << i;
       }
   }
 }
@@ -255,7 +280,8 @@ TEST(CudaKernels, AddGatherScatterAndGatedAdd) {
   auto got = dy.get(n * rows);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < n; ++i) {
-      float want = y[r * n + i] + x[r * n + i] + b[i] + 1.0f / (1.0f + std::exp(-g[r])) * x[r * n + i];
+      float want =
+          y[r * n + i] + x[r * n + i] + b[i] + 1.0f / (1.0f + std::exp(-g[r])) * x[r * n + i];
       ASSERT_NEAR(got[r * n + i], want, 1e-5f * (1 + std::fabs(want)));
     }
   CUDA_OK(cuda::gather_rows(dx.p, di.p, dout.p, 4, n, nullptr));

@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string socket = argv[1], manifest_path = argv[2];
-  const uint32_t layer = std::atoi(argv[3]), rounds = std::atoi(argv[4]), chunk = std::atoi(argv[5]);
+  const uint32_t layer = std::atoi(argv[3]), rounds = std::atoi(argv[4]),
+                 chunk = std::atoi(argv[5]);
   auto m = pack::load_manifest(manifest_path);
   if (!m) return std::fprintf(stderr, "%s\n", m.error().message.c_str()), 1;
   auto c = client::Client::connect(socket, {"gpu_probe", 20000});
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
   auto slots = client::CudaSlots::open((*c)->info());
   if (!slots) return std::fprintf(stderr, "%s\n", slots.error().message.c_str()), 1;
   cudaStream_t stream;
-  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return std::fprintf(stderr, "stream\n"), 1;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+    return std::fprintf(stderr, "stream\n"), 1;
   const uint64_t stride = m->layers[layer].stride;
   std::vector<uint8_t> host(stride * chunk);
   uint64_t checked = 0;
@@ -42,20 +44,25 @@ int main(int argc, char** argv) {
       for (uint32_t e = e0; e < std::min(m->n_experts, e0 + chunk); ++e) ids.push_back(e);
       auto l = (*c)->acquire(layer, ids);
       if (!l) return std::fprintf(stderr, "acquire: %s\n", l.error().message.c_str()), 1;
-      if (auto st = (*c)->wait_ready(*l); !st) return std::fprintf(stderr, "ready: %s\n", st.error().message.c_str()), 1;
+      if (auto st = (*c)->wait_ready(*l); !st)
+        return std::fprintf(stderr, "ready: %s\n", st.error().message.c_str()), 1;
       // No host wait on the copies: the stream waits on the slots' events, then reads them.
-      if (auto st = (*slots)->wait(stream, *l); !st) return std::fprintf(stderr, "%s\n", st.error().message.c_str()), 1;
+      if (auto st = (*slots)->wait(stream, *l); !st)
+        return std::fprintf(stderr, "%s\n", st.error().message.c_str()), 1;
       for (size_t i = 0; i < ids.size(); ++i)
-        if (cudaMemcpyAsync(host.data() + i * stride, (*slots)->slot_ptr(l->slots[i]), stride, cudaMemcpyDeviceToHost, stream) != cudaSuccess)
+        if (cudaMemcpyAsync(host.data() + i * stride, (*slots)->slot_ptr(l->slots[i]), stride,
+                            cudaMemcpyDeviceToHost, stream) != cudaSuccess)
           return std::fprintf(stderr, "copy back failed\n"), 1;
       if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
         return std::fprintf(stderr, "stream: %s\n", cudaGetErrorString(e)), 1;
       for (size_t i = 0; i < ids.size(); ++i) {
         if (XXH3_64bits(host.data() + i * stride, stride) != m->layers[layer].checksums[ids[i]])
-          return std::printf("mismatch layer %u expert %u slot %u\n", layer, ids[i], l->slots[i]), 1;
+          return std::printf("mismatch layer %u expert %u slot %u\n", layer, ids[i], l->slots[i]),
+                 1;
         ++checked;
       }
-      if (auto st = (*c)->release(*l); !st) return std::fprintf(stderr, "release: %s\n", st.error().message.c_str()), 1;
+      if (auto st = (*c)->release(*l); !st)
+        return std::fprintf(stderr, "release: %s\n", st.error().message.c_str()), 1;
     }
   }
   std::printf("ok %llu\n", static_cast<unsigned long long>(checked));

@@ -15,10 +15,10 @@ inline bool have_cuda_device() {
 #define EXPERTD_REQUIRE_GPU() \
   if (!::expertd::test::have_cuda_device()) GTEST_SKIP() << "no CUDA device on this machine"
 
-#define CUDA_OK(expr)                                                        \
-  do {                                                                       \
-    cudaError_t _e = (expr);                                                 \
-    ASSERT_EQ(_e, cudaSuccess) << #expr << ": " << cudaGetErrorString(_e);   \
+#define CUDA_OK(expr)                                                      \
+  do {                                                                     \
+    cudaError_t _e = (expr);                                               \
+    ASSERT_EQ(_e, cudaSuccess) << #expr << ": " << cudaGetErrorString(_e); \
   } while (0)
 
 }  // namespace expertd::test

@@ -35,7 +35,8 @@ TEST(CudaDequantOnTheHost, EveryGpuWeightTypeMatchesTheCpuReferenceBitForBit) {
 TEST(CudaDequantOnTheHost, RejectsWhatTheGpuCannotTake) {
   std::vector<uint8_t> row(4096);
   std::vector<float> y(256);
-  EXPECT_FALSE(cuda::dequantize_row_host(Q4_K, row.data(), y.data(), 128)) << "not a multiple of 256";
+  EXPECT_FALSE(cuda::dequantize_row_host(Q4_K, row.data(), y.data(), 128))
+      << "not a multiple of 256";
   EXPECT_FALSE(cuda::dequantize_row_host(Q8_0, row.data(), y.data(), 48)) << "not a multiple of 32";
   EXPECT_FALSE(cuda::dequantize_row_host(2 /* Q4_0 */, row.data(), y.data(), 256));
 }

@@ -1,5 +1,6 @@
-// Every kernel against the scalar reference: the AVX2 and AVX-512 builds of each dot product and tile, matmul across
-// threads, and each quantized dot against the dequantized weights in double precision.
+// Every kernel against the scalar reference: the AVX2 and AVX-512 builds of each dot product and
+// tile, matmul across threads, and each quantized dot against the dequantized weights in double
+// precision.
 #include "kernels/kernels.h"
 
 #include <cmath>
@@ -48,22 +49,24 @@ TEST(Kernels, DotMatchesDequantizedReferenceOnEveryBackend) {
       dequantize_row(vec_dot_type(t), xq.data(), xf.data(), n);
     }
     double ref = 0, mag = 0;
-    for (int64_t i = 0; i < n; ++i) ref += double(wf[i]) * xf[i], mag += std::fabs(double(wf[i]) * xf[i]);
+    for (int64_t i = 0; i < n; ++i)
+      ref += double(wf[i]) * xf[i], mag += std::fabs(double(wf[i]) * xf[i]);
     float scalar = dot(t, w.data(), xq.data(), n, Backend::Scalar);
     EXPECT_NEAR(scalar, ref, 1e-5 * mag + 1e-6);
     for (Backend be : runnable_backends()) {
       SCOPED_TRACE(backend_name(be));
       std::vector<uint8_t> xq2(xq.size());
       quantize_activations(t, x.data(), xq2.data(), n, be);
-      EXPECT_EQ(0, std::memcmp(xq.data(), xq2.data(), xq.size())) << "activation quantization differs";
+      EXPECT_EQ(0, std::memcmp(xq.data(), xq2.data(), xq.size()))
+          << "activation quantization differs";
       // Integer block sums are exact; the float accumulation may round differently (FMA, lanes).
       EXPECT_NEAR(dot(t, w.data(), xq.data(), n, be), scalar, 1e-5 * mag + 1e-6);
     }
   }
 }
 
-// A tile of one row x n tokens gives each token exactly what a single dot gives it, on every backend
-// and for every tile width, so results never depend on how tokens are grouped.
+// A tile of one row x n tokens gives each token exactly what a single dot gives it, on every
+// backend and for every tile width, so results never depend on how tokens are grouped.
 TEST(Kernels, TileEqualsSingleDotsOnEveryBackend) {
   std::mt19937_64 rng(11);
   std::normal_distribution<float> g(0.f, 1.f);
@@ -85,7 +88,8 @@ TEST(Kernels, TileEqualsSingleDotsOnEveryBackend) {
       for (int nt = 1; nt <= kMaxTile; ++nt) {
         float out[kMaxTile] = {};
         dot_tile(t, w.data(), xs, nt, n, out, be);
-        for (int k = 0; k < nt; ++k) EXPECT_EQ(out[k], dot(t, w.data(), xs[k], n, be)) << "width " << nt << " token " << k;
+        for (int k = 0; k < nt; ++k)
+          EXPECT_EQ(out[k], dot(t, w.data(), xs[k], n, be)) << "width " << nt << " token " << k;
       }
     }
   }

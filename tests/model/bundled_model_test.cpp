@@ -11,7 +11,9 @@
 using namespace expertd::test;
 
 namespace {
-std::string model_dir() { return std::string(EXPERTD_SOURCE_DIR) + "/model"; }
+std::string model_dir() {
+  return std::string(EXPERTD_SOURCE_DIR) + "/model";
+}
 }  // namespace
 
 TEST(BundledModel, WritesKjvWordsThroughExpertdAndMatchesLocal) {
@@ -25,12 +27,14 @@ TEST(BundledModel, WritesKjvWordsThroughExpertdAndMatchesLocal) {
   auto rep = expertd::pack::build_pack(o);
   ASSERT_TRUE(rep) << rep.error().message;
   // 40 slots for 4 layers x 32 experts: the cache is smaller than the model.
-  Daemon daemon(rep->manifest_path, d / "s.sock", {"--cache-slots", "40", "--clients-max", "2", "--max-experts-per-request", "8"});
+  Daemon daemon(rep->manifest_path, d / "s.sock",
+                {"--cache-slots", "40", "--clients-max", "2", "--max-experts-per-request", "8"});
   std::string log;
   ASSERT_TRUE(daemon.start(&log)) << log;
   std::string run_bin = bin("engine/expert-run");
   std::string args = " --prompt 'And God said' -n 120 --temp 0 --threads 2 2>/dev/null";
-  auto remote = run(run_bin + " generate --model " + rep->core_path + " --socket " + d / "s.sock" + args);
+  auto remote =
+      run(run_bin + " generate --model " + rep->core_path + " --socket " + d / "s.sock" + args);
   auto local = run(run_bin + " generate --model " + d / "kjv.gguf" + " --local" + args);
   ASSERT_EQ(remote.first, 0) << remote.second;
   ASSERT_EQ(local.first, 0) << local.second;
@@ -50,11 +54,16 @@ TEST(BundledModel, WritesKjvWordsThroughExpertdAndMatchesLocal) {
     }
   }
   ASSERT_GE(words.size(), 40u) << remote.second;
-  size_t known = std::count_if(words.begin(), words.end(), [&](const std::string& w) { return vocab.count(w); });
-  EXPECT_GE(known * 10, words.size() * 9) << known << " of " << words.size() << " words known:\n" << remote.second;
+  size_t known = std::count_if(words.begin(), words.end(),
+                               [&](const std::string& w) { return vocab.count(w); });
+  EXPECT_GE(known * 10, words.size() * 9) << known << " of " << words.size() << " words known:\n"
+                                          << remote.second;
   // Without --model, expert-run uses the bundled model.
-  auto implicit = run(run_bin + " generate --local --prompt 'And God said' -n 120 --temp 0 --threads 2 2>/dev/null");
+  auto implicit =
+      run(run_bin +
+          " generate --local --prompt 'And God said' -n 120 --temp 0 --threads 2 2>/dev/null");
   EXPECT_EQ(implicit.second, local.second);
   auto stats = run(bin("client/expertctl") + " --socket " + d / "s.sock" + " stats --json");
-  EXPECT_EQ(stats.second.find("\"cache_misses\":0,"), std::string::npos) << stats.second;  // misses really happen
+  EXPECT_EQ(stats.second.find("\"cache_misses\":0,"), std::string::npos)
+      << stats.second;  // misses really happen
 }

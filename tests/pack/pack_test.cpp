@@ -29,7 +29,8 @@ pack::Manifest build_ok(const std::string& model, const std::string& out_dir) {
 }
 
 // Writes `model`'s KVs and tensors into a GGUF, choosing which tensors by `keep`.
-void copy_gguf(const gguf::Model& src, const std::string& out, const std::function<bool(const gguf::TensorInfo&)>& keep,
+void copy_gguf(const gguf::Model& src, const std::string& out,
+               const std::function<bool(const gguf::TensorInfo&)>& keep,
                const std::function<void(gguf::Writer&)>& extra_kv = {}, bool skip_kvs = false) {
   gguf::Writer w(src.alignment());
   if (!skip_kvs)
@@ -44,11 +45,14 @@ void copy_gguf(const gguf::Model& src, const std::string& out, const std::functi
   std::string data(w.file_bytes(), '\0');
   auto h = w.header();
   std::memcpy(data.data(), h.data(), h.size());
-  for (size_t i = 0; i < kept.size(); ++i) std::memcpy(data.data() + w.tensor_offset(i), kept[i]->data, kept[i]->nbytes);
+  for (size_t i = 0; i < kept.size(); ++i)
+    std::memcpy(data.data() + w.tensor_offset(i), kept[i]->data, kept[i]->nbytes);
   write_file(out, data);
 }
 
-bool is_expert(const std::string& name) { return name.find("_exps.") != std::string::npos; }
+bool is_expert(const std::string& name) {
+  return name.find("_exps.") != std::string::npos;
+}
 
 }  // namespace
 
@@ -82,13 +86,15 @@ TEST(ExpertPack, GoldenModelsRoundTrip) {
           const auto* t = src->tensor(r.tensor);
           ASSERT_NE(t, nullptr) << r.tensor;
           EXPECT_EQ(t->nbytes, r.bytes * m.n_experts);
-          EXPECT_EQ(0, std::memcmp(pack_bytes.data() + off + r.offset, t->data + e * r.bytes, r.bytes))
+          EXPECT_EQ(0,
+                    std::memcmp(pack_bytes.data() + off + r.offset, t->data + e * r.bytes, r.bytes))
               << r.tensor << " expert " << e;
         }
       }
     }
     // The binary header agrees with the manifest.
-    EXPECT_TRUE(pack::check_header({reinterpret_cast<const uint8_t*>(pack_bytes.data()), m.data_start}, m));
+    EXPECT_TRUE(
+        pack::check_header({reinterpret_cast<const uint8_t*>(pack_bytes.data()), m.data_start}, m));
     // verify (O_DIRECT, against the source) agrees.
     pack::VerifyOptions vo{d / (pack::model_stem(golden_model(c)) + ".manifest.json"), "", false};
     auto v = pack::verify_pack(vo);
@@ -114,7 +120,8 @@ TEST(ExpertPack, GoldenModelsRoundTrip) {
     for (const auto& kv : src->kvs()) {
       const auto* ckv = core->find(kv.key);
       ASSERT_NE(ckv, nullptr) << kv.key;
-      EXPECT_TRUE(std::equal(kv.raw.begin(), kv.raw.end(), ckv->raw.begin(), ckv->raw.end())) << kv.key;
+      EXPECT_TRUE(std::equal(kv.raw.begin(), kv.raw.end(), ckv->raw.begin(), ckv->raw.end()))
+          << kv.key;
     }
     EXPECT_EQ(core->get_string("expertpack.model_id"), pack::hex64(m.model_id));
   }
@@ -129,7 +136,9 @@ TEST(ExpertPack, SplitGgufGivesTheSamePack) {
   size_t n = src->tensors().size(), half = n / 2;
   std::vector<std::string> first;
   for (size_t i = 0; i < half; ++i) first.push_back(src->tensors()[i].name);
-  auto in_first = [&](const gguf::TensorInfo& t) { return std::find(first.begin(), first.end(), t.name) != first.end(); };
+  auto in_first = [&](const gguf::TensorInfo& t) {
+    return std::find(first.begin(), first.end(), t.name) != first.end();
+  };
   auto split_kv = [&](uint16_t no) {
     return [&, no](gguf::Writer& w) {
       w.add_u32("split.no", no);  // llama.cpp writes u16; any integer is read
@@ -138,12 +147,15 @@ TEST(ExpertPack, SplitGgufGivesTheSamePack) {
     };
   };
   copy_gguf(*src, d / "m-00001-of-00002.gguf", in_first, split_kv(0));
-  copy_gguf(*src, d / "m-00002-of-00002.gguf", [&](const auto& t) { return !in_first(t); }, split_kv(1), true);
+  copy_gguf(
+      *src, d / "m-00002-of-00002.gguf", [&](const auto& t) { return !in_first(t); }, split_kv(1),
+      true);
   TempDir d2;
   pack::Manifest split = build_ok(d / "m-00001-of-00002.gguf", d.path());
   pack::Manifest whole = build_ok(model, d2.path());
   ASSERT_EQ(split.layers.size(), whole.layers.size());
-  for (size_t l = 0; l < split.layers.size(); ++l) EXPECT_EQ(split.layers[l].checksums, whole.layers[l].checksums);
+  for (size_t l = 0; l < split.layers.size(); ++l)
+    EXPECT_EQ(split.layers[l].checksums, whole.layers[l].checksums);
   EXPECT_EQ(split.source_files.size(), 2u);
   EXPECT_TRUE(fs::exists(d / "m.core.gguf"));
   auto core = gguf::Model::open(d / "m.core.gguf");
@@ -163,7 +175,8 @@ TEST(ExpertPack, BadInputsFailClearlyAndLeaveNothing) {
     auto [rc, out] = run(tool + model + " --out " + d.path());
     EXPECT_NE(rc, 0) << model;
     EXPECT_NE(out.find(needle), std::string::npos) << out;
-    EXPECT_NE(out.find(fs::path(model).filename().string()), std::string::npos) << "error must name the file: " << out;
+    EXPECT_NE(out.find(fs::path(model).filename().string()), std::string::npos)
+        << "error must name the file: " << out;
     for (const auto& e : fs::directory_iterator(d.path())) {
       std::string n = e.path().filename().string();
       EXPECT_EQ(n.find(".tmp"), std::string::npos) << "left behind: " << n;
@@ -188,7 +201,8 @@ TEST(ExpertPack, BadInputsFailClearlyAndLeaveNothing) {
   std::memcpy(bad.data() + pos, &t, 4);
   write_file(d / "badtype.gguf", bad);
   expect_fail(d / "badtype.gguf", "unknown ggml type 250");
-  EXPECT_EQ(std::distance(fs::directory_iterator(d.path()), fs::directory_iterator()), 5);  // only the inputs
+  EXPECT_EQ(std::distance(fs::directory_iterator(d.path()), fs::directory_iterator()),
+            5);  // only the inputs
 }
 
 // A full disk (here: the file size limit, which fails writes the same way) leaves no pack.
@@ -204,7 +218,8 @@ TEST(ExpertPack, WriteFailureLeavesNoPack) {
     FILE* f = std::fopen(out.c_str(), "w");
     ::dup2(fileno(f), 2);
     std::string model = golden_model("qwen3moe-A-s1-f32");
-    ::execl(bin("pack/expert-pack").c_str(), "expert-pack", "-q", "build", model.c_str(), "--out", d.path().c_str(), nullptr);
+    ::execl(bin("pack/expert-pack").c_str(), "expert-pack", "-q", "build", model.c_str(), "--out",
+            d.path().c_str(), nullptr);
     ::_exit(127);
   }
   int st;
@@ -230,7 +245,8 @@ TEST(ExpertPack, VerifyDetectsCorruptionAndTruncation) {
   write_file(d / m.pack_file, p);
   r = run(bin("pack/expert-pack") + " -q verify " + mf);
   EXPECT_NE(r.first, 0);
-  EXPECT_NE(r.second.find("layer 1 (model layer 1) expert 3: checksum mismatch"), std::string::npos) << r.second;
+  EXPECT_NE(r.second.find("layer 1 (model layer 1) expert 3: checksum mismatch"), std::string::npos)
+      << r.second;
   write_file(d / m.pack_file, orig.substr(0, orig.size() - 4096));
   r = run(bin("pack/expert-pack") + " -q verify " + mf);
   EXPECT_NE(r.first, 0);

@@ -57,8 +57,12 @@ enum cudaMemcpyKind {
 };
 using cudaStream_t = struct CUstream_emu*;
 using cudaEvent_t = struct CUevent_emu*;
-struct cudaIpcMemHandle_t { char reserved[64]; };
-struct cudaIpcEventHandle_t { char reserved[64]; };
+struct cudaIpcMemHandle_t {
+  char reserved[64];
+};
+struct cudaIpcEventHandle_t {
+  char reserved[64];
+};
 struct cudaDeviceProp {
   char name[256];
   size_t totalGlobalMem;
@@ -88,9 +92,11 @@ cudaError_t cudaMalloc(T** p, size_t bytes) {
 cudaError_t cudaFree(void* p);
 cudaError_t cudaMemset(void* p, int v, size_t bytes);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = nullptr);
-cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                              cudaMemcpyKind kind, cudaStream_t s = nullptr);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s = nullptr);
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind,
+                              cudaStream_t s = nullptr);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
@@ -110,7 +116,9 @@ cudaError_t cudaIpcCloseMemHandle(void* p);
 cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t* h, cudaEvent_t e);
 cudaError_t cudaIpcOpenEventHandle(cudaEvent_t* e, cudaIpcEventHandle_t h);
 
-inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float rsqrtf(float x) {
+  return 1.0f / std::sqrt(x);
+}
 inline float __uint_as_float(unsigned u) {
   float f;
   __builtin_memcpy(&f, &u, 4);
@@ -153,10 +161,13 @@ struct Launch {
         void (*k)(P...);
         std::tuple<P...>* args;
       } call{k, args.get()};
-      run_grid(g, b, sh, [](void* p) {
-        auto* c = static_cast<Call*>(p);
-        std::apply(c->k, *c->args);
-      }, &call);
+      run_grid(
+          g, b, sh,
+          [](void* p) {
+            auto* c = static_cast<Call*>(p);
+            std::apply(c->k, *c->args);
+          },
+          &call);
     });
   }
 };
@@ -171,7 +182,10 @@ Launch<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t shared, cudaS
 #define blockIdx (::cuda_emu::block_idx())
 #define blockDim (::cuda_emu::block_dim())
 #define gridDim (::cuda_emu::grid_dim())
-inline void __syncthreads() { ::cuda_emu::syncthreads(); }
-inline float __shfl_xor_sync(unsigned /*mask: every lane of the warp takes part*/, float v, int lane_mask) {
+inline void __syncthreads() {
+  ::cuda_emu::syncthreads();
+}
+inline float __shfl_xor_sync(unsigned /*mask: every lane of the warp takes part*/, float v,
+                             int lane_mask) {
   return ::cuda_emu::shfl_xor(v, lane_mask);
 }

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# What a packager or a new user types: a plain Release build with the compiler's default flags
+# (no -Werror, no project settings), then the CPU test suite on it. CI runs this next to the
+# RelWithDebInfo build of scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-release}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DEXPERTD_REQUIRE_GOLDEN=${EXPERTD_REQUIRE_GOLDEN:-OFF}
+cmake --build "$BUILD" -j"$(nproc)"
+ctest --test-dir "$BUILD" -j"$(nproc)" -LE 'gpu|cuda-emu' --output-on-failure
