@@ -59,8 +59,11 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
   uint64_t rid = c->next_request_++;
   // A daemon that refuses us (too many clients) writes its Error and closes at once; our Hello
   // may then fail, but the Error is still there to read and names the cause.
-  Status sent = c->send(proto::make_frame(
-      fbb, rid, wire::CreateHelloDirect(fbb, proto::kProtocolVersion, opts.name.c_str())));
+  Status sent = c->send(
+      proto::make_frame(fbb, rid,
+                        wire::CreateHelloDirect(
+                            fbb, proto::kProtocolVersion, opts.name.c_str(),
+                            opts.monitor ? wire::ClientKind::Monitor : wire::ClientKind::Engine)));
   pollfd p{c->fd_, POLLIN, 0};
   if (!sent) {
     std::vector<uint8_t> body;
@@ -105,7 +108,7 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
                               r->offset(), r->bytes()});
       i.layers.push_back(std::move(lv));
     }
-  if (i.arena_kind == "host") {
+  if (i.arena_kind == "host" && !opts.monitor) {
     if (arena_fd < 0) return make_error("expertd did not pass the arena descriptor");
     struct stat st {};
     if (::fstat(arena_fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < i.arena_bytes)

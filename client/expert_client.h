@@ -65,6 +65,9 @@ class Client {
   struct Options {
     std::string name = "expertclient";
     int timeout_ms = 120000;  // a reply that does not come in this time is an error, never a hang
+    // A monitor (expertctl): stats, status and admin verbs only; it takes no engine place, maps
+    // no arena and cannot acquire.
+    bool monitor = false;
   };
   static Result<std::unique_ptr<Client>> connect(const std::string& socket_path, Options opts);
   static Result<std::unique_ptr<Client>> connect(const std::string& socket_path) {

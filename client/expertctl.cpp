@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& v : verbs()) {
     if (verb != v.name) continue;
-    auto c = client::Client::connect(a.socket, {"expertctl", 10000});
+    auto c = client::Client::connect(a.socket, {"expertctl", 10000, /*monitor=*/true});
     if (!c) return fail(c.error().message);
     return v.run(**c, a);
   }

@@ -20,6 +20,10 @@ Status Config::validate() const {
   if (queue_depth < 1 || queue_depth > 4096) return make_error("--queue-depth must be 1..4096");
   if (read_splits < 1 || read_splits > 64) return make_error("--read-splits must be 1..64");
   if (clients_max < 1 || clients_max > 1024) return make_error("--clients-max must be 1..1024");
+  if (monitors_max < 1 || monitors_max > 64) return make_error("--monitors-max must be 1..64");
+  if (pending_max < 1 || pending_max > 1024) return make_error("--pending-max must be 1..1024");
+  if (hello_timeout_ms < 10 || hello_timeout_ms > 600000)
+    return make_error("--hello-timeout-ms must be 10..600000");
   if (stage_slots < 1 || stage_slots > 1024) return make_error("--stage-slots must be 1..1024");
   if (device < 0) return make_error("--device must be a GPU ordinal (0, 1, ...)");
   if (frame_bytes_max < 4096 || frame_bytes_max > (64u << 20))
@@ -44,6 +48,12 @@ std::string Config::to_json() const {
                               {"inflight_mib", inflight_mib},
                               {"policy", policy},
                               {"clients_max", clients_max},
+                              {"monitors_max", monitors_max},
+                              {"pending_max", pending_max},
+                              {"hello_timeout_ms", hello_timeout_ms},
+                              {"uid_connections_max", uid_connections_max},
+                              {"allow_uid", allow_uid},
+                              {"allow_gid", allow_gid},
                               {"max_experts_per_request", max_experts_per_request},
                               {"frame_bytes_max", frame_bytes_max},
                               {"acquire_wait_ms_max", acquire_wait_ms_max},
@@ -84,6 +94,22 @@ Result<Config> parse_config(int argc, char** argv, int* exit_code) {
   app.add_option("--policy", c.policy, "eviction policy: " + policy_names())->capture_default_str();
   app.add_option("--clients-max", c.clients_max, "engine connections at once")
       ->capture_default_str();
+  app.add_option("--monitors-max", c.monitors_max,
+                 "expertctl (monitor) connections at once; they take no engine place")
+      ->capture_default_str();
+  app.add_option("--pending-max", c.pending_max, "connections that have not said Hello yet")
+      ->capture_default_str();
+  app.add_option("--hello-timeout-ms", c.hello_timeout_ms,
+                 "close a connection that has not said Hello in this time")
+      ->capture_default_str();
+  app.add_option("--uid-connections-max", c.uid_connections_max,
+                 "connections one uid may hold (0: clients + monitors + pending)")
+      ->capture_default_str();
+  app.add_option("--allow-uid", c.allow_uid,
+                 "serve only peers with these uids (SO_PEERCRED; with --allow-gid: either)")
+      ->delimiter(',');
+  app.add_option("--allow-gid", c.allow_gid, "serve only peers with these primary gids")
+      ->delimiter(',');
   app.add_option("--max-experts-per-request", c.max_experts_per_request,
                  "experts one acquire may pin (0 = 2 x experts used per token, at least 8)")
       ->capture_default_str();

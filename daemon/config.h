@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 
@@ -23,7 +24,14 @@ struct Config {
   uint32_t queue_depth = 64;     // io_uring submission queue entries
   uint64_t inflight_mib = 256;   // bytes in flight bound
   std::string policy = "lfru";
-  uint32_t clients_max = 8;
+  uint32_t clients_max = 8;          // engines at once
+  uint32_t monitors_max = 4;         // expertctl connections at once (they pin no slot)
+  uint32_t pending_max = 16;         // connections that have not said Hello yet
+  uint32_t hello_timeout_ms = 3000;  // a connection silent this long before its Hello is closed
+  uint32_t uid_connections_max =
+      0;  // connections of one uid in any state (0: clients + monitors + pending)
+  std::vector<uint32_t> allow_uid,
+      allow_gid;                         // non-empty: only these peers (SO_PEERCRED) are served
   uint32_t max_experts_per_request = 0;  // 0 = auto: 2 x experts used per token, at least 8
   uint32_t frame_bytes_max = 1u << 20;
   uint32_t acquire_wait_ms_max = 30000;

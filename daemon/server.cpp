@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <deque>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -20,15 +21,22 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 struct Server::Session {
-  explicit Session(asio::io_context& ctx) : sock(ctx) {}
+  explicit Session(asio::io_context& ctx) : sock(ctx), hello_timer(ctx) {}
   asio::local::stream_protocol::socket sock;
+  asio::steady_timer hello_timer;  // closes a connection that does not say Hello in time
   ClientId id = 0;
   pid_t pid = 0;
   uid_t uid = 0;
+  gid_t gid = 0;
   bool hello = false, closed = false, close_after_write = false, writing = false;
+  bool monitor = false, counted = false;  // counted: in per_uid_ (and pending_ until Hello)
   uint8_t header[4];
   std::vector<uint8_t> body;
-  std::deque<std::vector<uint8_t>> out;
+  struct Out {
+    std::vector<uint8_t> bytes;
+    int fd = -1;  // passed with the first bytes
+  };
+  std::deque<Out> out;
 };
 
 Server::Server(asio::io_context& ctx, const Config& cfg, const pack::Manifest& m, SlotArena& arena,
@@ -84,6 +92,22 @@ void Server::start() {
   tick();
 }
 
+bool Server::peer_allowed(const Session& s) const {
+  if (cfg_.allow_uid.empty() && cfg_.allow_gid.empty()) return true;
+  auto in = [](const std::vector<uint32_t>& v, uint32_t x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  return in(cfg_.allow_uid, s.uid) || in(cfg_.allow_gid, s.gid);
+}
+
+// An error frame, then the connection closes (after the frame is written).
+void Server::refuse(const std::shared_ptr<Session>& s, ErrorCode code, const std::string& why) {
+  ++cache_.stats().c.clients_refused;
+  spdlog::warn("refusing pid {} (uid {}): {}", s->pid, s->uid, why);
+  send(s->id, proto::make_error_frame(0, code, why));
+  s->close_after_write = true;
+}
+
 void Server::accept() {
   auto s = std::make_shared<Session>(ctx_);
   acceptor_.async_accept(s->sock, [this, s](boost::system::error_code ec) {
@@ -97,21 +121,38 @@ void Server::accept() {
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(s->sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
-      s->pid = cred.pid, s->uid = cred.uid;
-    if (sessions_.size() >= cfg_.clients_max) {
-      spdlog::warn("refusing pid {}: {} clients already connected (--clients-max)", s->pid,
-                   sessions_.size());
-      auto f = proto::make_error_frame(
-          0, ErrorCode::TooManyClients,
-          "expertd serves at most " + std::to_string(cfg_.clients_max) + " clients");
-      (void)proto::send_all(s->sock.native_handle(), f);
-      boost::system::error_code ignored;
-      s->sock.close(ignored);
+      s->pid = cred.pid, s->uid = cred.uid, s->gid = cred.gid;
+    s->id = next_client_++;
+    sessions_[s->id] = s;
+    const uint32_t uid_max = cfg_.uid_connections_max
+                                 ? cfg_.uid_connections_max
+                                 : cfg_.clients_max + cfg_.monitors_max + cfg_.pending_max;
+    if (!peer_allowed(*s)) {
+      refuse(s, ErrorCode::TooManyClients,
+             "uid " + std::to_string(s->uid) + " (gid " + std::to_string(s->gid) +
+                 ") is not allowed by --allow-uid/--allow-gid");
+    } else if (pending_ >= cfg_.pending_max) {
+      refuse(s, ErrorCode::TooManyClients,
+             "expertd has " + std::to_string(pending_) +
+                 " connections waiting to say Hello (--pending-max)");
+    } else if (per_uid_[s->uid] >= uid_max) {
+      refuse(s, ErrorCode::TooManyClients,
+             "uid " + std::to_string(s->uid) + " holds " + std::to_string(per_uid_[s->uid]) +
+                 " connections (--uid-connections-max " + std::to_string(uid_max) + ")");
     } else {
-      s->id = next_client_++;
-      sessions_[s->id] = s;
+      s->counted = true;
+      ++pending_;
+      ++per_uid_[s->uid];
       ++cache_.stats().c.clients_connected_total;
-      spdlog::debug("client {} connected (pid {}, uid {})", s->id, s->pid, s->uid);
+      spdlog::debug("connection {} (pid {}, uid {})", s->id, s->pid, s->uid);
+      s->hello_timer.expires_after(std::chrono::milliseconds(cfg_.hello_timeout_ms));
+      s->hello_timer.async_wait([this, s](boost::system::error_code tec) {
+        if (tec || s->hello || s->closed) return;
+        ++cache_.stats().c.hello_timeouts;
+        spdlog::warn("connection {} (pid {}, uid {}) did not say Hello within {} ms; closing",
+                     s->id, s->pid, s->uid, cfg_.hello_timeout_ms);
+        close(s);
+      });
       read_header(s);
     }
     accept();
@@ -167,7 +208,14 @@ void Server::handle(const std::shared_ptr<Session>& s) {
   auto ids = [](const flatbuffers::Vector<uint32_t>* v) {
     return v ? std::span<const uint32_t>(v->data(), v->size()) : std::span<const uint32_t>();
   };
-  switch (e->msg_type()) {
+  const auto type = e->msg_type();
+  if (s->monitor && (type == wire::Message::Acquire || type == wire::Message::Release ||
+                     type == wire::Message::Prefetch)) {
+    ++cache_.stats().c.client_errors;
+    return request_failed(s->id, rid, ErrorCode::BadRequest,
+                          "a monitor connection does not acquire, release or prefetch experts");
+  }
+  switch (type) {
     case wire::Message::Acquire: {
       auto* a = e->msg_as_Acquire();
       if (trace_.enabled())
@@ -222,6 +270,7 @@ void Server::handle(const std::shared_ptr<Session>& s) {
 
 void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const wire::Hello* h) {
   if (s->hello) return request_failed(s->id, rid, ErrorCode::BadRequest, "Hello sent twice");
+  s->hello_timer.cancel();
   if (h->protocol_version() != proto::kProtocolVersion) {
     send(s->id,
          proto::make_error_frame(rid, ErrorCode::VersionMismatch,
@@ -231,6 +280,17 @@ void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const
     s->close_after_write = true;
     return;
   }
+  const bool monitor = h->kind() == wire::ClientKind::Monitor;
+  if (!monitor && engines_ >= cfg_.clients_max)
+    return refuse(s, ErrorCode::TooManyClients,
+                  "expertd serves at most " + std::to_string(cfg_.clients_max) + " clients");
+  if (monitor && monitors_ >= cfg_.monitors_max)
+    return refuse(s, ErrorCode::TooManyClients,
+                  "expertd serves at most " + std::to_string(cfg_.monitors_max) +
+                      " monitor connections (--monitors-max)");
+  s->monitor = monitor;
+  --pending_;
+  ++(monitor ? monitors_ : engines_);
   flatbuffers::FlatBufferBuilder fbb(16384);
   std::vector<flatbuffers::Offset<wire::LayerInfo>> layers;
   for (const auto& l : m_.layers) {
@@ -249,58 +309,79 @@ void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const
       arena_.slot_count(), cache_.max_experts_per_request(), arena_.arena_bytes(),
       mem_handle.empty() ? nullptr : &mem_handle, event_handles.empty() ? nullptr : &event_handles,
       arena_.cuda_pci_bus_id().empty() ? nullptr : arena_.cuda_pci_bus_id().c_str());
-  auto frame = proto::make_frame(fbb, rid, reply);
   s->hello = true;
-  // The memfd rides along with the reply (SCM_RIGHTS); Hello is the first exchange, so nothing
-  // else is queued and a direct send keeps the order.
-  int fd = s->sock.native_handle();
-  size_t sent = 0;
-  while (sent < frame.size()) {
-    Status st =
-        proto::send_all(fd, std::span(frame).subspan(sent), sent == 0 ? arena_.share_fd() : -1);
-    if (st) break;
-    if (st.error().errno_value != EAGAIN) {
-      spdlog::warn("client {}: hello reply: {}", s->id, st.error().message);
-      return close(s);
-    }
-    pollfd p{fd, POLLOUT, 0};
-    ::poll(&p, 1, 1000);
-  }
+  spdlog::debug("client {} is {} '{}'", s->id, monitor ? "a monitor" : "an engine",
+                h->client_name() ? h->client_name()->str() : "");
+  // An engine's reply carries the arena's memfd (SCM_RIGHTS); a monitor maps nothing.
+  send(s->id, proto::make_frame(fbb, rid, reply), monitor ? -1 : arena_.share_fd());
 }
 
-void Server::send(ClientId c, std::vector<uint8_t> frame) {
+void Server::send(ClientId c, std::vector<uint8_t> frame, int pass_fd) {
   auto it = sessions_.find(c);
   if (it == sessions_.end()) return;
   auto s = it->second;
+  if (s->closed) return;
   if (s->out.size() >= kWriteQueueMax) {
     spdlog::warn("client {} does not read its replies; closing", c);
     return close(s);
   }
-  s->out.push_back(std::move(frame));
+  s->out.push_back({std::move(frame), pass_fd});
   if (s->writing) return;
   s->writing = true;
-  auto write_next = std::make_shared<std::function<void()>>();
-  *write_next = [this, s, write_next]() {
-    asio::async_write(s->sock, asio::buffer(s->out.front()),
-                      [this, s, write_next](boost::system::error_code ec, size_t) {
-                        if (ec) {
-                          s->writing = false;
-                          return close(s);
-                        }
-                        s->out.pop_front();
-                        if (!s->out.empty()) return (*write_next)();
-                        s->writing = false;
-                        if (s->close_after_write) close(s);
-                      });
-  };
-  (*write_next)();
+  write_front(s);
+}
+
+void Server::write_front(const std::shared_ptr<Session>& s) {
+  if (s->closed) return;
+  if (s->out.empty()) {
+    s->writing = false;
+    if (s->close_after_write) close(s);
+    return;
+  }
+  Session::Out& o = s->out.front();
+  if (o.fd >= 0) {
+    // The descriptor must ride on the frame's first bytes: a non-blocking sendmsg, and when the
+    // client's buffer is full, wait until it is writable (never block the control thread).
+    auto n = proto::send_some(s->sock.native_handle(), o.bytes, o.fd);
+    if (!n) {
+      spdlog::warn("client {}: {}", s->id, n.error().message);
+      return close(s);
+    }
+    if (*n == 0) {
+      s->sock.async_wait(asio::socket_base::wait_write, [this, s](boost::system::error_code ec) {
+        if (ec) return close(s);
+        write_front(s);
+      });
+      return;
+    }
+    o.bytes.erase(o.bytes.begin(), o.bytes.begin() + static_cast<std::ptrdiff_t>(*n));
+    o.fd = -1;
+    if (o.bytes.empty()) {
+      s->out.pop_front();
+      return write_front(s);
+    }
+  }
+  asio::async_write(s->sock, asio::buffer(o.bytes),
+                    [this, s](boost::system::error_code ec, size_t) {
+                      if (ec) return close(s);
+                      s->out.pop_front();
+                      write_front(s);
+                    });
 }
 
 void Server::close(const std::shared_ptr<Session>& s) {
   if (s->closed) return;
   s->closed = true;
   boost::system::error_code ec;
+  s->hello_timer.cancel();
   s->sock.close(ec);
+  if (s->counted) {
+    if (!s->hello)
+      --pending_;
+    else
+      --(s->monitor ? monitors_ : engines_);
+    if (--per_uid_[s->uid] == 0) per_uid_.erase(s->uid);
+  }
   if (s->id) {
     sessions_.erase(s->id);
     cache_.disconnect(s->id);  // its leases are released, its waiting acquire dropped
@@ -340,7 +421,7 @@ void Server::watch_io() {
 
 std::vector<proto::Metric> Server::metrics() const {
   Gauges g = cache_.gauges();
-  g.clients = sessions_.size();
+  g.clients = engines_, g.monitors = monitors_, g.pending = pending_;
   g.uptime_s = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start_).count());
   return cache_.stats().to_metrics(g);
@@ -417,7 +498,9 @@ std::string Server::status_json() const {
                 {"slots_used", g.slots_used},
                 {"slots_pinned", g.slots_pinned},
                 {"max_experts_per_request", cache_.max_experts_per_request()}};
-  j["clients"] = sessions_.size();
+  j["clients"] = engines_;
+  j["monitors"] = monitors_;
+  j["pending"] = pending_;
   j["policy"] = cfg_.policy;
   return j.dump();
 }

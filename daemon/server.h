@@ -44,7 +44,12 @@ class Server final : public CacheSink {
   void watch_io();
   void tick();
   void write_stats_file();
-  void send(ClientId c, std::vector<uint8_t> frame);
+  // Queues a frame (pass_fd rides on its first bytes: SCM_RIGHTS); frames go out in order
+  // without blocking the control thread on a client that does not read.
+  void send(ClientId c, std::vector<uint8_t> frame, int pass_fd = -1);
+  void write_front(const std::shared_ptr<Session>& s);
+  void refuse(const std::shared_ptr<Session>& s, ErrorCode code, const std::string& why);
+  bool peer_allowed(const Session& s) const;
   void handle(const std::shared_ptr<Session>& s);
   void handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const wire::Hello* h);
   void close(const std::shared_ptr<Session>& s);
@@ -62,6 +67,8 @@ class Server final : public CacheSink {
   asio::steady_timer timer_;
   std::unordered_map<ClientId, std::shared_ptr<Session>> sessions_;
   ClientId next_client_ = 1;
+  uint32_t engines_ = 0, monitors_ = 0, pending_ = 0;
+  std::unordered_map<uid_t, uint32_t> per_uid_;  // connections of each uid, in any state
   bool stopping_ = false;
   std::chrono::steady_clock::time_point start_, last_stats_, stop_deadline_;
 };

@@ -81,7 +81,13 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
   counter("releases", c.releases, "", "leases released");
   counter("client_errors", c.client_errors, "", "malformed frames or bad requests");
   counter("clients_connected_total", c.clients_connected_total, "", "connections accepted");
-  gauge("clients", static_cast<double>(g.clients), "", "clients connected");
+  counter("clients_refused", c.clients_refused, "",
+          "connections refused: over a limit, or not an allowed peer");
+  counter("hello_timeouts", c.hello_timeouts, "",
+          "connections closed for not saying Hello in time");
+  gauge("clients", static_cast<double>(g.clients), "", "engines connected");
+  gauge("monitors", static_cast<double>(g.monitors), "", "monitor (expertctl) connections");
+  gauge("pending", static_cast<double>(g.pending), "", "connections that have not said Hello yet");
   gauge("leases", static_cast<double>(g.leases), "", "leases held");
   gauge("slot_count", static_cast<double>(g.slot_count), "", "slots in the arena");
   gauge("slots_used", static_cast<double>(g.slots_used), "", "slots holding or loading an expert");

@@ -49,10 +49,14 @@ struct Counters {
   uint64_t releases = 0;
   uint64_t client_errors = 0;  // malformed frames, bad requests
   uint64_t clients_connected_total = 0;
+  uint64_t clients_refused = 0;  // over a limit, or not an allowed peer
+  uint64_t hello_timeouts = 0;   // closed for not saying Hello in time
 };
 
 struct Gauges {
-  uint64_t clients = 0;
+  uint64_t clients = 0;   // engines
+  uint64_t monitors = 0;  // expertctl connections
+  uint64_t pending = 0;   // connections that have not said Hello yet
   uint64_t leases = 0;
   uint64_t slot_count = 0;
   uint64_t slots_used = 0;

@@ -11,7 +11,8 @@ namespace expertd::proto {
 Result<const wire::Envelope*> verify_envelope(std::span<const uint8_t> body) {
   flatbuffers::Verifier::Options opts;
   opts.max_depth = 16;
-  opts.max_tables = 4096;
+  opts.max_tables =
+      1 << 16;  // a HelloReply holds a table per layer and role (frames are size-bounded)
   flatbuffers::Verifier v(body.data(), body.size(), opts);
   if (!wire::VerifyEnvelopeBuffer(v)) return make_error("frame is not a valid Envelope");
   const auto* env = wire::GetEnvelope(body.data());
@@ -64,6 +65,31 @@ Status send_all(int fd, std::span<const uint8_t> bytes, int pass_fd) {
     sent += static_cast<size_t>(n);
   }
   return {};
+}
+
+Result<size_t> send_some(int fd, std::span<const uint8_t> bytes, int pass_fd) {
+  iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+  if (pass_fd >= 0) {
+    std::memset(ctrl, 0, sizeof ctrl);
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  for (;;) {
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
+    return errno_error("send");
+  }
 }
 
 namespace {

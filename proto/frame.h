@@ -38,6 +38,9 @@ std::vector<uint8_t> make_error_frame(uint64_t request_id, wire::ErrorCode code,
 
 // Blocking I/O on a stream socket. send_frame may pass one file descriptor (SCM_RIGHTS).
 Status send_all(int fd, std::span<const uint8_t> bytes, int pass_fd = -1);
+// One non-blocking sendmsg (the daemon's write queue): the bytes sent (0 when the socket buffer
+// is full), pass_fd riding on the first of them.
+Result<size_t> send_some(int fd, std::span<const uint8_t> bytes, int pass_fd);
 // Reads one frame into `body` (resized); receives a passed fd into *got_fd when given.
 Status recv_frame(int fd, std::vector<uint8_t>& body, uint32_t frame_bytes_max,
                   int* got_fd = nullptr);

@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-release}
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DEXPERTD_REQUIRE_GOLDEN=${EXPERTD_REQUIRE_GOLDEN:-OFF}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DEXPERTD_REQUIRE_GOLDEN=${EXPERTD_REQUIRE_GOLDEN:-OFF} \
+  -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO}
 cmake --build "$BUILD" -j"$(nproc)"
 ctest --test-dir "$BUILD" -j"$(nproc)" -LE 'gpu|cuda-emu' --output-on-failure

@@ -56,30 +56,35 @@ class Deepseek2 final : public Arch {
 
   void plan(const Hparams& hp, Plan& p) override {
     hp_ = hp;
-    const int64_t E = hp.n_embd, H = hp.n_head, R = hp.n_rot, nope = k_mla_ - R;
+    const int64_t n_embd = hp.n_embd, n_head = hp.n_head, n_rot = hp.n_rot,
+                  qk_nope = k_mla_ - n_rot;
     layers_.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; ++il) {
       Layer& w = layers_[il];
       p.blk(il);
-      p.add(w.attn_norm, "attn_norm.weight", {E}, Role::Norm);
+      p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);
       if (q_lora_ > 0) {
-        p.add(w.wq_a, "attn_q_a.weight", {E, q_lora_});  // (n_embd) -> (q_lora)
+        p.add(w.wq_a, "attn_q_a.weight", {n_embd, q_lora_});  // (n_embd) -> (q_lora)
         p.add(w.q_a_norm, "attn_q_a_norm.weight", {q_lora_}, Role::Norm);
-        p.add(w.wq_b, "attn_q_b.weight", {q_lora_, H * k_mla_});  // (q_lora) -> (n_head * k_mla)
+        // (q_lora) -> (n_head * k_mla)
+        p.add(w.wq_b, "attn_q_b.weight", {q_lora_, n_head * k_mla_});
       } else {
-        p.add(w.wq, "attn_q.weight", {E, H * k_mla_});
+        p.add(w.wq, "attn_q.weight", {n_embd, n_head * k_mla_});
       }
-      p.add(w.wkv_a, "attn_kv_a_mqa.weight", {E, kv_lora_ + R});  // (n_embd) -> (kv_lora + n_rot)
+      // (n_embd) -> (kv_lora + n_rot)
+      p.add(w.wkv_a, "attn_kv_a_mqa.weight", {n_embd, kv_lora_ + n_rot});
       p.add(w.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora_}, Role::Norm);
-      p.add(w.wk_b, "attn_k_b.weight", {nope, kv_lora_, H});    // per head: (qk_nope) -> (kv_lora)
-      p.add(w.wv_b, "attn_v_b.weight", {kv_lora_, v_mla_, H});  // per head: (kv_lora) -> (v_mla)
-      p.add(w.wo, "attn_output.weight", {H * v_mla_, E}, Role::AttnOut);
+      // per head: (qk_nope) -> (kv_lora)
+      p.add(w.wk_b, "attn_k_b.weight", {qk_nope, kv_lora_, n_head});
+      // per head: (kv_lora) -> (v_mla)
+      p.add(w.wv_b, "attn_v_b.weight", {kv_lora_, v_mla_, n_head});
+      p.add(w.wo, "attn_output.weight", {n_head * v_mla_, n_embd}, Role::AttnOut);
       if (il < n_dense_lead_) {
-        p.add(w.ffn_norm, "ffn_norm.weight", {E}, Role::Norm);
+        p.add(w.ffn_norm, "ffn_norm.weight", {n_embd}, Role::Norm);
         archs::plan_ffn(p, w.ffn, hp, n_ff_);
         continue;
       }
-      p.add(w.moe.norm, "ffn_norm.weight", {E}, Role::Norm);
+      p.add(w.moe.norm, "ffn_norm.weight", {n_embd}, Role::Norm);
       w.moe.route = route_;
       p.moe(w.moe, hp);
       if (n_ff_shexp_ > 0) archs::plan_shared_expert(p, w.moe, hp, n_ff_shexp_, /*gated=*/false);
@@ -97,7 +102,7 @@ class Deepseek2 final : public Arch {
     Ops& ops = e.ops();
     const Layer& w = layers_[il];
     const Hparams& hp = hp_;
-    const int64_t R = hp.n_rot, KL = kv_lora_ + R;
+    const int64_t n_rot = hp.n_rot, latent_row = kv_lora_ + n_rot;
     const RopeOpts rope{hp.rope_base, /*neox=*/false, yarn_ ? &*yarn_ : nullptr};
     Act h = ops.rms_norm(x, w.attn_norm, hp.eps);
     Act q;
@@ -108,13 +113,13 @@ class Deepseek2 final : public Arch {
     } else {
       q = ops.matmul(w.wq, h);
     }
-    Act kv = ops.matmul(w.wkv_a,
-                        h);  // per token: the latent (normalised) and the shared rotary key part
+    // per token: the latent (normalised) and the shared rotary key part
+    Act kv = ops.matmul(w.wkv_a, h);
     ops.rms_norm_part(kv, w.kv_a_norm, kv_lora_, hp.eps);
-    ops.rope(kv, KL, kv_lora_, R, e.pos0(), rope);
-    ops.rope(q, k_mla_, k_mla_ - R, R, e.pos0(), rope);
-    const MlaOpts mla{hp.n_head,  kv_lora_, R,
-                      k_mla_ - R, v_mla_,   mscale_ * mscale_ / std::sqrt(float(k_mla_))};
+    ops.rope(kv, latent_row, kv_lora_, n_rot, e.pos0(), rope);
+    ops.rope(q, k_mla_, k_mla_ - n_rot, n_rot, e.pos0(), rope);
+    const MlaOpts mla{hp.n_head,      kv_lora_, n_rot,
+                      k_mla_ - n_rot, v_mla_,   mscale_ * mscale_ / std::sqrt(float(k_mla_))};
     Act att = ops.alloc(x.rows, int64_t{hp.n_head} * v_mla_);
     ops.attention_mla(il, q, kv, w.wk_b, w.wv_b, e.pos0(), mla, att);
     ops.add(x, ops.matmul(w.wo, att));
@@ -132,10 +137,10 @@ class Deepseek2 final : public Arch {
   std::vector<std::string> synth_presets() const override { return {"deepseek-v2-lite"}; }
   expertd::Result<SynthModel> synth(const std::string&, const SynthDims& d) const override {
     archs::SynthSizes s{2048, 27, 64, 6, 1408, 16, 16, 192, 102400};
-    int kv_lora = 512, nope = 128, rope = 64, v_head = 128, n_ff = 10944;
+    int kv_lora = 512, qk_nope = 128, rope = 64, v_head = 128, n_ff = 10944;
     EXPERTD_TRY(archs::apply_dims(s, d));
     if (d.given())
-      kv_lora = s.n_embd, nope = s.head_dim, rope = s.head_dim / 2, v_head = s.head_dim,
+      kv_lora = s.n_embd, qk_nope = s.head_dim, rope = s.head_dim / 2, v_head = s.head_dim,
       n_ff = 2 * s.n_ff_exp;
     auto m = archs::synth_base(s, "deepseek-llm");
     if (!m) return m;
@@ -150,7 +155,7 @@ class Deepseek2 final : public Arch {
     m->u32["attention.kv_lora_rank"] = kv_lora;
     m->u32["attention.key_length"] = kv_lora + rope;
     m->u32["attention.value_length"] = kv_lora;
-    m->u32["attention.key_length_mla"] = nope + rope;
+    m->u32["attention.key_length_mla"] = qk_nope + rope;
     m->u32["attention.value_length_mla"] = v_head;
     m->u32["rope.dimension_count"] = rope;
     m->f32["expert_weights_scale"] = 1.0f;

@@ -34,28 +34,29 @@ class Glm4Moe final : public Arch {
 
   void plan(const Hparams& hp, Plan& p) override {
     hp_ = hp;
-    const int64_t E = hp.n_embd, D = hp.head_dim, Q = archs::q_width(hp), KV = archs::kv_width(hp);
+    const int64_t n_embd = hp.n_embd, head_dim = hp.head_dim, n_q = archs::q_width(hp),
+                  n_kv = archs::kv_width(hp);
     layers_.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; ++il) {
       Layer& w = layers_[il];
       p.blk(il);
-      p.add(w.attn_norm, "attn_norm.weight", {E}, Role::Norm);
-      p.add(w.wq, "attn_q.weight", {E, Q});
-      p.add(w.wk, "attn_k.weight", {E, KV});
-      p.add(w.wv, "attn_v.weight", {E, KV});
-      p.add(w.bq, "attn_q.bias", {Q}, Role::Bias);
-      p.add(w.bk, "attn_k.bias", {KV}, Role::Bias);
-      p.add(w.bv, "attn_v.bias", {KV}, Role::Bias);
-      p.optional(w.q_norm, "attn_q_norm.weight", {D},
-                 Role::Norm);  // per head, where the model has them
-      p.optional(w.k_norm, "attn_k_norm.weight", {D}, Role::Norm);
-      p.add(w.wo, "attn_output.weight", {Q, E}, Role::AttnOut);
+      p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);
+      p.add(w.wq, "attn_q.weight", {n_embd, n_q});
+      p.add(w.wk, "attn_k.weight", {n_embd, n_kv});
+      p.add(w.wv, "attn_v.weight", {n_embd, n_kv});
+      p.add(w.bq, "attn_q.bias", {n_q}, Role::Bias);
+      p.add(w.bk, "attn_k.bias", {n_kv}, Role::Bias);
+      p.add(w.bv, "attn_v.bias", {n_kv}, Role::Bias);
+      // per head, where the model has them
+      p.optional(w.q_norm, "attn_q_norm.weight", {head_dim}, Role::Norm);
+      p.optional(w.k_norm, "attn_k_norm.weight", {head_dim}, Role::Norm);
+      p.add(w.wo, "attn_output.weight", {n_q, n_embd}, Role::AttnOut);
       if (il < n_dense_lead_) {
-        p.add(w.ffn_norm, "post_attention_norm.weight", {E}, Role::Norm);
+        p.add(w.ffn_norm, "post_attention_norm.weight", {n_embd}, Role::Norm);
         archs::plan_ffn(p, w.ffn, hp, n_ff_);
         continue;
       }
-      p.add(w.moe.norm, "post_attention_norm.weight", {E}, Role::Norm);
+      p.add(w.moe.norm, "post_attention_norm.weight", {n_embd}, Role::Norm);
       w.moe.route = route_;
       p.moe(w.moe, hp);
       if (n_ff_shexp_ > 0) archs::plan_shared_expert(p, w.moe, hp, n_ff_shexp_, /*gated=*/false);

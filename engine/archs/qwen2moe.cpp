@@ -18,20 +18,22 @@ class Qwen2Moe final : public Arch {
 
   void plan(const Hparams& hp, Plan& p) override {
     hp_ = hp;
-    const int64_t E = hp.n_embd;
+    const int64_t n_embd = hp.n_embd;
     layers_.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; ++il) {
       Layer& w = layers_[il];
       p.blk(il);
-      p.add(w.attn_norm, "attn_norm.weight", {E}, Role::Norm);
-      p.add(w.wq, "attn_q.weight", {E, archs::q_width(hp)});   // (n_embd) -> (n_head * head_dim)
-      p.add(w.wk, "attn_k.weight", {E, archs::kv_width(hp)});  // (n_embd) -> (n_head_kv * head_dim)
-      p.add(w.wv, "attn_v.weight", {E, archs::kv_width(hp)});
+      p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);
+      // (n_embd) -> (n_head * head_dim)
+      p.add(w.wq, "attn_q.weight", {n_embd, archs::q_width(hp)});
+      // (n_embd) -> (n_head_kv * head_dim)
+      p.add(w.wk, "attn_k.weight", {n_embd, archs::kv_width(hp)});
+      p.add(w.wv, "attn_v.weight", {n_embd, archs::kv_width(hp)});
       p.add(w.bq, "attn_q.bias", {archs::q_width(hp)}, Role::Bias);
       p.add(w.bk, "attn_k.bias", {archs::kv_width(hp)}, Role::Bias);
       p.add(w.bv, "attn_v.bias", {archs::kv_width(hp)}, Role::Bias);
-      p.add(w.wo, "attn_output.weight", {archs::q_width(hp), E}, Role::AttnOut);
-      p.add(w.moe.norm, "ffn_norm.weight", {E}, Role::Norm);
+      p.add(w.wo, "attn_output.weight", {archs::q_width(hp), n_embd}, Role::AttnOut);
+      p.add(w.moe.norm, "ffn_norm.weight", {n_embd}, Role::Norm);
       w.moe.route = route_;
       p.moe(w.moe, hp);
       archs::plan_shared_expert(p, w.moe, hp, n_ff_shexp_, /*gated=*/true);

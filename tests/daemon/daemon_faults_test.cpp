@@ -281,3 +281,115 @@ TEST_F(DaemonTest, CudaBackendWithoutAUsableGpuIsAClearStartupError) {
   EXPECT_TRUE(no_device || no_tier) << log;
   EXPECT_EQ(log.find("serving"), std::string::npos) << "it must not serve from host memory instead";
 }
+
+// Monitoring answers while engines fill --clients-max, and a monitor pins nothing.
+TEST_F(DaemonTest, MonitorsTakeNoEnginePlaceAndCannotAcquire) {
+  auto d = start({"--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4"});
+  auto a = connect(), b = connect();
+  ASSERT_TRUE(a && b);
+  auto third = client::Client::connect(socket(), {"third", 5000});
+  ASSERT_FALSE(third);
+  EXPECT_NE(third.error().message.find("TooManyClients"), std::string::npos);
+  auto [rc, out] = run(bin("client/expertctl") + " --socket " + socket() + " stats");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("hits"), std::string::npos) << out;
+  auto mon = client::Client::connect(socket(), {"monitor", 5000, /*monitor=*/true});
+  ASSERT_TRUE(mon) << mon.error().message;
+  EXPECT_EQ(mon->get()->arena(), nullptr);  // maps no arena
+  uint32_t id = 1;
+  auto l = (*mon)->acquire(0, std::span(&id, 1));
+  ASSERT_FALSE(l);
+  EXPECT_NE(l.error().message.find("monitor"), std::string::npos) << l.error().message;
+  EXPECT_EQ(stat(**mon, "clients"), 2);
+  EXPECT_EQ(stat(**mon, "monitors"), 1);
+  EXPECT_GE(stat(**mon, "clients_refused"), 1);
+  use(*a, 0, {1});
+  use(*b, 1, {2});
+}
+
+// A connection that never says Hello is closed and counted; connections that say nothing cannot
+// lock engines out (they wait in --pending-max, not in --clients-max), and over --pending-max a
+// new connection gets a clear refusal.
+TEST_F(DaemonTest, SilentConnectionsAreClosedAfterTheHelloTimeout) {
+  auto d = start({"--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4",
+                  "--hello-timeout-ms", "300", "--pending-max", "6"});
+  std::vector<int> silent;
+  for (int i = 0; i < 4; ++i) silent.push_back(raw_connect(socket()));
+  auto a = connect(), b = connect();  // both engine places are still free
+  ASSERT_TRUE(a && b);
+  for (int i = 0; i < 2; ++i) silent.push_back(raw_connect(socket()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  int over = raw_connect(socket());  // a seventh silent one is over --pending-max
+  EXPECT_EQ(read_error(over), wire::ErrorCode::TooManyClients);
+  ::close(over);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int fd : silent) {
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    EXPECT_TRUE(closed_by_peer(fd));
+    ::close(fd);
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+  EXPECT_EQ(stat(*a, "hello_timeouts"), 6);
+  EXPECT_EQ(stat(*a, "pending"), 0);
+  EXPECT_GE(stat(*a, "clients_refused"), 1);
+  use(*a, 0, {3});
+  use(*b, 1, {4});
+  EXPECT_TRUE(d->alive());
+}
+
+// The Hello reply goes through the write queue: a client that says Hello and never reads does
+// not stall the control thread for the others. The model has so many layers that its Hello
+// reply (~0.4 MB) exceeds a socket's send buffer (212 KB by default): a blocking send would wait
+// for the reader forever.
+TEST_F(DaemonTest, AHelloNobodyReadsDoesNotStallOthers) {
+  TempDir big;
+  engine::SynthOptions o;
+  o.dims = {64, 1500, 2, 1, 32, 2, 1, 300};
+  o.type = gguf::GgmlType::Q8_0;
+  o.out_path = big / "deep.gguf";
+  o.progress = false;
+  ASSERT_TRUE(engine::write_synth(o));
+  pack::BuildOptions bo;
+  bo.model_path = o.out_path;
+  bo.progress = false;
+  auto rep = pack::build_pack(bo);
+  ASSERT_TRUE(rep) << rep.error().message;
+  auto d = start({"--cache-slots", "64", "--clients-max", "4", "--max-experts-per-request", "4"},
+                 rep->manifest_path);
+  int fd = raw_connect(socket());
+  flatbuffers::FlatBufferBuilder fbb(256);
+  ASSERT_TRUE(proto::send_all(
+      fd,
+      proto::make_frame(fbb, 1, wire::CreateHelloDirect(fbb, proto::kProtocolVersion, "mute"))));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto b = client::Client::connect(socket(), {"other", 5000});
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  uint32_t id = 1;
+  auto l = (*b)->acquire(7, std::span(&id, 1));
+  ASSERT_TRUE(l) << l.error().message;
+  ASSERT_TRUE((*b)->wait_ready(*l));
+  ASSERT_TRUE((*b)->release(*l));
+  ::close(fd);
+  EXPECT_TRUE(d->alive());
+}
+
+// --allow-uid / --allow-gid: a second fence after the socket's mode, checked with SO_PEERCRED.
+TEST_F(DaemonTest, OnlyAllowedPeersAreServed) {
+  const std::string me = std::to_string(::getuid());
+  {
+    auto d = start({"--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4",
+                    "--allow-uid", "4242424", "--allow-gid", "4242424"});
+    auto c = client::Client::connect(socket(), {"stranger", 5000});
+    ASSERT_FALSE(c);
+    EXPECT_NE(c.error().message.find("is not allowed"), std::string::npos) << c.error().message;
+    EXPECT_TRUE(d->alive());
+  }
+  auto d = start({"--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4",
+                  "--allow-uid", "4242424," + me});
+  auto c = connect();
+  ASSERT_TRUE(c);
+  use(*c, 0, {1});
+}
