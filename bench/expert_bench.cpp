@@ -549,6 +549,103 @@ int bench_h2d(uint64_t slot_kib, uint32_t slots, uint32_t stages, double seconds
 #endif
 }
 
+// A million acquires (by default) from 8 clients over a cache a third of the pack's experts:
+// expertd's memory beyond its arena, its open descriptors and the acquire latency (acquire until
+// every expert is ready, then release) in the first and the last tenth of the run. Flat = pass:
+// ratio = last tenth's p99 / first tenth's p99, with the RSS and descriptor counts beside it.
+int bench_soak(const std::string& manifest_path, uint64_t acquires, uint32_t n_clients) {
+  auto m = pack::load_manifest(manifest_path);
+  if (!m) die(m.error().message);
+  const uint32_t k = std::min(4u, m->n_experts), per_request = std::max(8u, k);
+  const uint64_t all = uint64_t{m->n_experts} * m->layers.size();
+  const uint64_t slots = std::max<uint64_t>(all / 3, uint64_t{n_clients} * per_request);
+  std::string sock = "/tmp/expert-bench-soak.sock";
+  DaemonProc d(manifest_path, sock,
+               {"--cache-slots", std::to_string(slots), "--clients-max", std::to_string(n_clients),
+                "--max-experts-per-request", std::to_string(per_request), "--reserve-mib", "256"});
+  auto fds = [&] {
+    uint64_t n = 0;
+    for ([[maybe_unused]] const auto& e :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(d.pid) + "/fd"))
+      ++n;
+    return n;
+  };
+  auto beyond_mib = [&] {
+    return (status_kb(d.pid, "VmRSS") - status_kb(d.pid, "RssShmem")) / 1024.0;
+  };
+  std::atomic<uint64_t> done{0};
+  std::atomic<bool> failed{false};
+  const uint64_t tenth = acquires / 10;
+  std::vector<std::vector<float>> first(n_clients), last(n_clients);  // latencies, us
+  std::vector<std::thread> ts;
+  const auto t0 = Clock::now();
+  for (uint32_t c = 0; c < n_clients; ++c)
+    ts.emplace_back([&, c] {
+      auto cl = client::Client::connect(sock, {"soak", 30000});
+      if (!cl) return failed = true, void();
+      std::mt19937_64 rng(c + 1);
+      std::vector<uint32_t> ids;
+      for (;;) {
+        const uint64_t i = done.fetch_add(1);
+        if (i >= acquires) return;
+        const uint32_t layer = static_cast<uint32_t>(rng() % m->layers.size());
+        ids.clear();
+        while (ids.size() < k) {  // skewed toward low ids (popular experts), distinct
+          const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+          const uint32_t e = static_cast<uint32_t>(std::pow(u, 2.0) * m->n_experts) % m->n_experts;
+          if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+        }
+        const auto a = Clock::now();
+        auto l = (*cl)->acquire(layer, ids);
+        if (!l || !(*cl)->wait_ready(*l) || !(*cl)->release(*l)) return failed = true, void();
+        const float us = static_cast<float>(secs(a, Clock::now()) * 1e6);
+        if (i < tenth)
+          first[c].push_back(us);
+        else if (i >= acquires - tenth)
+          last[c].push_back(us);
+      }
+    });
+  // Memory and descriptors once the first tenth is done, and at the end.
+  while (done.load() < tenth && !failed) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const double rss_start = beyond_mib();
+  const uint64_t fds_start = fds();
+  for (auto& t : ts) t.join();
+  if (failed) die("a soak client failed");
+  const double wall = secs(t0, Clock::now());
+  const double rss_end = beyond_mib();
+  const uint64_t fds_end = fds();
+  auto pct = [](std::vector<std::vector<float>>& per, double q) {
+    std::vector<float> v;
+    for (auto& x : per) v.insert(v.end(), x.begin(), x.end());
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return double(v[std::min(v.size() - 1, size_t(q * double(v.size())))]);
+  };
+  auto probe = client::Client::connect(sock, {"soak-stats", 5000, /*monitor=*/true});
+  if (!probe) die(probe.error().message);
+  std::printf(
+      "%llu acquires of %u experts by %u clients in %.1f s (%.0f/s); cache %llu of %llu experts\n",
+      (unsigned long long)acquires, k, n_clients, wall, acquires / wall, (unsigned long long)slots,
+      (unsigned long long)all);
+  std::printf("hit rate %.3f, io_errors %.0f, leases left %.0f\n",
+              metric(**probe, "cache_hits") /
+                  std::max(1.0, metric(**probe, "cache_hits") + metric(**probe, "cache_misses")),
+              metric(**probe, "io_errors"), metric(**probe, "leases"));
+  std::printf(
+      "first tenth: RSS beyond arena %.1f MiB, %llu fds, latency p50 %.0f us p99 %.0f us p99.9 "
+      "%.0f us\n",
+      rss_start, (unsigned long long)fds_start, pct(first, 0.5), pct(first, 0.99),
+      pct(first, 0.999));
+  std::printf(
+      "last tenth:  RSS beyond arena %.1f MiB, %llu fds, latency p50 %.0f us p99 %.0f us p99.9 "
+      "%.0f us\n",
+      rss_end, (unsigned long long)fds_end, pct(last, 0.5), pct(last, 0.99), pct(last, 0.999));
+  std::printf("rss_growth_mib=%.1f fd_growth=%lld\n", rss_end - rss_start,
+              (long long)fds_end - (long long)fds_start);
+  std::printf("ratio=%.3f\n", pct(last, 0.99) / std::max(1.0, pct(first, 0.99)));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"expert-bench: storage-tier benchmarks; each prints ratio=<x> last"};
   app.require_subcommand(1);
@@ -588,6 +685,15 @@ int main(int argc, char** argv) {
   mem->add_option("--manifest", manifest)->required();
   mem->add_option("--model", model, "also measure expert-pack build of this GGUF");
   mem->add_option("--out", out_dir)->capture_default_str();
+  uint64_t soak_acquires = 1000000;
+  uint32_t soak_clients = 8;
+  auto* soak = app.add_subcommand(
+      "soak",
+      "a million acquires from 8 clients, cache a third of the pack: RSS, fds, latency "
+      "at start and end (ratio = end p99 / start p99; flat = pass)");
+  soak->add_option("--manifest", manifest)->required();
+  soak->add_option("--acquires", soak_acquires)->capture_default_str();
+  soak->add_option("--clients", soak_clients)->capture_default_str();
   std::string sock;
   uint32_t tokens = 200, top_k = 8;
   double zipf_s = 1.0;
@@ -613,5 +719,6 @@ int main(int argc, char** argv) {
   if (io->parsed()) return bench_io(manifest, qd, clients, seconds, backend);
   if (rtt->parsed()) return bench_rtt(manifest, iters);
   if (build->parsed()) return bench_build(model, out_dir);
+  if (soak->parsed()) return bench_soak(manifest, soak_acquires, soak_clients);
   return bench_mem(manifest, model, out_dir);
 }

@@ -442,8 +442,8 @@ int main(int argc, char** argv) {
   tokz->add_option(
       "--model", tmodel,
       "GGUF with a tokenizer, a vocab-only GGUF is enough (default: the bundled model)");
-  tokz->add_option("--text", ttext, "text to tokenize");
-  tokz->add_option("--file", tfile, "file to tokenize");
+  auto* text_opt = tokz->add_option("--text", ttext, "text to tokenize (may be empty)");
+  auto* file_opt = tokz->add_option("--file", tfile, "file to tokenize");
   tokz->add_flag("--no-parse-special", no_parse_special, "treat special-token text as plain text");
   tokz->add_flag("--add-bos", add_bos, "prepend BOS");
 
@@ -465,7 +465,9 @@ int main(int argc, char** argv) {
   }
   if (bench->parsed()) return cmd_bench(co, n_prompt, n_gen, json);
   if (tokz->parsed()) {
-    if (ttext.empty() == tfile.empty()) die("tokenize needs exactly one of --text and --file");
+    // An empty --text is a text like any other (it tokenizes to nothing, as llama-tokenize's).
+    if ((text_opt->count() > 0) == (file_opt->count() > 0))
+      die("tokenize needs exactly one of --text and --file");
     return cmd_tokenize(tmodel, ttext, tfile, no_parse_special, add_bos);
   }
   return 0;

@@ -112,8 +112,12 @@ Status check_header(std::span<const uint8_t> h, const Manifest& m) {
                       " is not supported (this build reads " + std::to_string(kFormatVersion) +
                       ")");
   uint64_t data_start = get<uint64_t>(h, 16);
-  if (data_start != h.size() && data_start > h.size())
-    return make_error("pack header is truncated");
+  if (data_start > h.size()) return make_error("pack header is truncated");
+  // Found by fuzzing: a data_start below the fixed header made the checksum step write past
+  // the copy of the header.
+  if (data_start < kHeaderFixedBytes)
+    return make_error("pack header: data_start " + std::to_string(data_start) +
+                      " is inside the fixed header");
   std::vector<uint8_t> copy(h.begin(), h.begin() + static_cast<long>(data_start));
   uint64_t sum = get<uint64_t>(h, 56);
   std::memset(copy.data() + 56, 0, 8);

@@ -78,6 +78,10 @@ TEST(ExpertRun, TokenizeHasLlamaTokenizeSemantics) {
   auto bos = run(run_bin() + " tokenize --model " + vocab + " --text hello --add-bos");
   EXPECT_EQ(bos.second.substr(0, 4), "508 ");
   EXPECT_EQ(std::count(special.second.begin(), special.second.end(), '\n'), 1);
+  // The empty text is one of llama.cpp's vocab vectors: no tokens, an empty line.
+  auto empty = run(run_bin() + " tokenize --model " + vocab + " --text ''");
+  ASSERT_EQ(empty.first, 0) << empty.second;
+  EXPECT_EQ(empty.second, "\n");
 }
 
 TEST(ExpertRun, HostileModelsGetClearErrors) {
