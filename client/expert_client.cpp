@@ -126,17 +126,25 @@ Client::~Client() {
 }
 
 Status Client::send(const std::vector<uint8_t>& frame) {
-  return proto::send_all(fd_, frame);
+  if (broken_) return make_error("the connection to expertd is broken");
+  Status st = proto::send_all(fd_, frame);
+  if (!st) broken_ = true;
+  return st;
 }
 
 Status Client::read_frame(std::vector<uint8_t>& body) {
+  if (broken_) return make_error("the connection to expertd is broken");
   pollfd p{fd_, POLLIN, 0};
   int rc;
   do rc = ::poll(&p, 1, opts_.timeout_ms);
   while (rc < 0 && errno == EINTR);
-  if (rc == 0)
+  if (rc == 0) {
+    broken_ = true;
     return make_error("expertd did not answer within " + std::to_string(opts_.timeout_ms) + " ms");
-  return proto::recv_frame(fd_, body, 64u << 20);
+  }
+  Status st = proto::recv_frame(fd_, body, 64u << 20);
+  if (!st) broken_ = true;
+  return st;
 }
 
 // Reads one frame. Ready messages of the current lease are applied (or kept for later); replies

@@ -90,6 +90,9 @@ class Client {
   Status admin(AdminOp op, uint32_t layer = 0, std::span<const uint32_t> experts = {});
   // An error the daemon sent for a fire-and-forget message (release, prefetch), if any.
   std::optional<std::string> take_async_error();
+  // The connection failed (the daemon closed it, died or stopped answering): every later call
+  // fails; an engine reconnects with a new Client.
+  bool broken() const { return broken_; }
 
  private:
   Client() = default;
@@ -110,6 +113,7 @@ class Client {
   std::vector<std::vector<uint8_t>> stashed_;  // replies read while waiting for something else
   std::vector<std::pair<uint32_t, std::string>> early_ready_;  // Ready of current lease seen early
   std::optional<std::string> async_error_;
+  bool broken_ = false;
 };
 
 }  // namespace expertd::client

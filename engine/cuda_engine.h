@@ -12,6 +12,7 @@ namespace engine {
 
 // socket empty: experts from the model file, uploaded to VRAM; else from the cuda expertd there.
 expertd::Result<std::unique_ptr<Forward>> make_cuda_forward(const Model& m,
-                                                            const std::string& socket, int n_ctx);
+                                                            const std::string& socket, int n_ctx,
+                                                            int reconnect_ms = 0);
 
 }  // namespace engine

@@ -410,6 +410,13 @@ class CudaSlotMemory final : public SlotMemory {
       return make_error(cuda_error("cudaStreamSynchronize", e));
     return {};
   }
+  Status reopen(const expertd::client::ModelInfo& info) override {
+    s_.reset();  // the old daemon's arena is gone
+    auto s = expertd::client::CudaSlots::open(info);
+    if (!s) return s.error();
+    s_ = std::move(*s);
+    return {};
+  }
 
  private:
   std::unique_ptr<expertd::client::CudaSlots> s_;
@@ -419,7 +426,8 @@ class CudaSlotMemory final : public SlotMemory {
 }  // namespace
 
 expertd::Result<std::unique_ptr<Engine>> make_cuda_forward(const Model& m,
-                                                           const std::string& socket, int n_ctx) {
+                                                           const std::string& socket, int n_ctx,
+                                                           int reconnect_ms) {
   auto fail = [](const expertd::Error& e) { return make_error("--device cuda: " + e.message); };
   std::unique_ptr<expertd::client::Client> client;
   std::unique_ptr<expertd::client::CudaSlots> slots;
@@ -437,7 +445,8 @@ expertd::Result<std::unique_ptr<Engine>> make_cuda_forward(const Model& m,
   const cudaStream_t stream = ops->stream();
   std::unique_ptr<ExpertSource> source =
       client ? make_daemon_source(m, std::move(client),
-                                  std::make_unique<CudaSlotMemory>(std::move(slots), stream))
+                                  std::make_unique<CudaSlotMemory>(std::move(slots), stream),
+                                  {socket, "cuda", reconnect_ms})
              : make_local_source(m);
   auto e = std::make_unique<Engine>(m, std::move(ops), std::move(source), n_ctx);
   if (auto st = e->ops().status(); !st) return fail(st.error());

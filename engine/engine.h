@@ -42,6 +42,7 @@ class Engine {
   void set_prefetch(bool on) { prefetch_ = on; }
   std::string experts_name() const { return experts_.name(); }
   std::vector<expertd::proto::Metric> daemon_metrics() { return experts_.daemon_metrics(); }
+  const SourceStats& source_stats() const { return experts_.stats(); }
   std::string device_name() const { return ops_->name(); }
   // Routing of the last eval: [layer][token] (empty for dense layers).
   const std::vector<std::vector<Route>>& routes() const { return routes_; }

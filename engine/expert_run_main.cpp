@@ -36,6 +36,10 @@ struct Common {
   int ctx = 4096;
   bool prefetch = false;
   std::string device = "cpu";
+  bool reconnect = false;  // the subcommand's default (generate: on) unless given
+  int reconnect_s = 30;
+  std::vector<CLI::Option*> reconnect_opts;
+  int reconnect_ms() const { return reconnect ? reconnect_s * 1000 : 0; }
 };
 
 void add_common(CLI::App* c, Common& o) {
@@ -51,6 +55,12 @@ void add_common(CLI::App* c, Common& o) {
                 "cpu, or cuda: weights, KV cache and MoE kernels on the GPU, experts from a cuda "
                 "expertd's VRAM slots (or uploaded whole with --local)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  o.reconnect_opts.push_back(c->add_flag(
+      "--reconnect,!--no-reconnect", o.reconnect,
+      "when expertd goes away mid-run (a restart, a crash), wait for it to come back serving the "
+      "same model and go on with the same numbers (default: on for generate, off otherwise)"));
+  c->add_option("--reconnect-s", o.reconnect_s, "how long --reconnect waits for expertd")
       ->capture_default_str();
 }
 
@@ -105,7 +115,7 @@ Loaded load(Common o) {
     return l;  // the CUDA engine opens its own expert access (engine/cuda_engine.h)
   }
   if (!o.socket.empty()) {
-    auto s = make_daemon_source(*l.model, o.socket);
+    auto s = make_daemon_source(*l.model, o.socket, o.reconnect_ms());
     if (!s) die(s.error().message);
     l.source = std::move(*s);
   } else {
@@ -120,7 +130,7 @@ Loaded load(Common o) {
 std::unique_ptr<Forward> forward(Loaded& l, const Common& o, int n_ctx) {
   if (o.device == "cuda") {
 #ifdef EXPERTD_HAVE_CUDA_ENGINE
-    auto f = make_cuda_forward(*l.model, o.socket, n_ctx);
+    auto f = make_cuda_forward(*l.model, o.socket, n_ctx, o.reconnect_ms());
     if (!f) die(f.error().message);
     return std::move(*f);
 #else
@@ -272,6 +282,9 @@ int cmd_generate(const Common& o, GenOptions g) {
   std::fputs(out.flush().c_str(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
+  if (uint64_t n = eng->source_stats().reconnects)
+    std::fprintf(stderr, "expertd went away and came back %llu time(s); the generation went on\n",
+                 static_cast<unsigned long long>(n));
   if (g.verbose) {
     double decode_s = secs(t1);
     std::fprintf(
@@ -460,6 +473,9 @@ int main(int argc, char** argv) {
   if (ppl->parsed()) return cmd_perplexity(co, ppl_file, window, ppl_json);
   if (logits->parsed()) return cmd_logits(co, tokens, out, decode_from);
   if (gen->parsed()) {
+    if (std::none_of(co.reconnect_opts.begin(), co.reconnect_opts.end(),
+                     [](CLI::Option* o) { return o->count() > 0; }))
+      co.reconnect = true;
     if (g.prompt.empty() && g.prompt_file.empty()) die("generate needs --prompt or --prompt-file");
     return cmd_generate(co, g);
   }

@@ -1,6 +1,8 @@
 #include "engine/expert_source.h"
 
 #include <array>
+#include <chrono>
+#include <thread>
 
 #include "kernels/kernels.h"
 #include "pack/builder.h"
@@ -44,83 +46,23 @@ class LocalSource final : public ExpertSource {
 class DaemonSource final : public ExpertSource {
  public:
   DaemonSource(const Model& m, std::unique_ptr<expertd::client::Client> c,
-               std::unique_ptr<SlotMemory> slots)
-      : c_(std::move(c)), slots_(std::move(slots)) {
-    const auto& info = c_->info();
-    pack_layer_.assign(m.hp.n_layer, -1);
-    for (int il = 0; il < m.hp.n_layer; ++il)
-      pack_layer_[il] = info.pack_layer_of(static_cast<uint32_t>(il));
-    // Role layouts resolved once (make_daemon_source checked they exist), not per expert.
-    for (const auto& l : info.layers)
-      roles_.push_back({l.find("gate"), l.find("up"), l.find("down"), l.find("gate_bias"),
-                        l.find("up_bias"), l.find("down_bias")});
+               std::unique_ptr<SlotMemory> slots, DaemonOptions o)
+      : m_(m), c_(std::move(c)), slots_(std::move(slots)), o_(std::move(o)) {
+    bind();
   }
   std::string name() const override { return "daemon"; }
 
-  Tensor role(const expertd::client::Lease& l, size_t i, const expertd::client::RoleView* r) {
-    Tensor t;
-    if (!r) return t;  // an optional role (bias) this pack does not have
-    t.type = r->ggml_type;
-    t.ne = {static_cast<int64_t>(r->ne0), static_cast<int64_t>(r->ne1), 1};
-    t.data = slots_->slot(l, i) + r->offset;
-    t.on_device = slots_->on_device();
-    return t;
-  }
-
+  // A daemon that goes away mid-layer (a restart, a crash): with reconnection on, the layer's
+  // experts not yet handed to the backend are fetched again from the daemon that comes back
+  // (same manifest identity, checked), so the eval goes on with the same numbers.
   expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts,
                                  const BatchFn& fn) override {
-    int pl = pack_layer_[layer];
-    if (pl < 0)
-      return make_error("expertd's pack has no experts for model layer " + std::to_string(layer));
-    const auto& r = roles_[pl];
-    // A layer's unique experts may exceed what one acquire may pin: split them into chunks.
-    size_t max = c_->info().max_experts_per_request;
-    std::vector<size_t> idx;
-    std::vector<ExpertWeights> ws;
-    for (size_t base = 0; base < experts.size(); base += max) {
-      auto chunk = experts.subspan(base, std::min(max, experts.size() - base));
-      auto lease = c_->acquire(static_cast<uint32_t>(pl), chunk);
-      if (!lease) return lease.error();
-      ++stats_.acquires;
-      ++stats_.chunks;
-      // Every way out of the chunk finishes the backend's reads of its slots before the release.
-      auto fail = [&](expertd::Error e) {
-        (void)slots_->finish();
-        (void)c_->release(*lease);
-        return e;
-      };
-      auto add = [&](size_t i) -> expertd::Status {
-        EXPERTD_TRY(slots_->ready(lease->slots[i]));
-        idx.push_back(base + i);
-        ws.push_back({role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2]),
-                      role(*lease, i, r[3]), role(*lease, i, r[4]), role(*lease, i, r[5])});
-        return {};
-      };
-      // Hits first, in one batch, while the misses are still being read.
-      idx.clear(), ws.clear();
-      for (size_t i = 0; i < chunk.size(); ++i)
-        if (lease->ready[i]) {
-          if (auto st = add(i); !st) return fail(st.error());
-          ++stats_.ready_at_once;
-        }
-      if (!idx.empty()) fn(idx, ws);
-      for (;;) {
-        auto next = c_->next_ready(*lease);
-        if (!next) return fail(next.error());
-        if (!next->has_value()) break;
-        size_t i = **next;
-        if (!lease->errors[i].empty())
-          return fail(make_error("expert " + std::to_string(chunk[i]) + " of layer " +
-                                 std::to_string(layer) + ": " + lease->errors[i]));
-        idx.clear(), ws.clear();
-        if (auto st = add(i); !st) return fail(st.error());
-        fn(idx, ws);
-      }
-      stats_.experts += chunk.size();
-      EXPERTD_TRY(slots_->finish());
-      if (auto st = c_->release(*lease); !st) return st;
+    std::vector<bool> delivered(experts.size(), false);
+    for (;;) {
+      auto st = fetch(layer, experts, fn, delivered);
+      if (st || !c_->broken() || o_.reconnect_ms == 0) return st;
+      EXPERTD_TRY(reconnect(st.error()));
     }
-    return {};
   }
 
   std::vector<expertd::proto::Metric> daemon_metrics() override {
@@ -135,8 +77,122 @@ class DaemonSource final : public ExpertSource {
   }
 
  private:
+  void bind() {
+    const auto& info = c_->info();
+    pack_layer_.assign(m_.hp.n_layer, -1);
+    for (int il = 0; il < m_.hp.n_layer; ++il)
+      pack_layer_[il] = info.pack_layer_of(static_cast<uint32_t>(il));
+    // Role layouts resolved once (check_daemon checked they exist), not per expert.
+    roles_.clear();
+    for (const auto& l : info.layers)
+      roles_.push_back({l.find("gate"), l.find("up"), l.find("down"), l.find("gate_bias"),
+                        l.find("up_bias"), l.find("down_bias")});
+  }
+
+  expertd::Status reconnect(const expertd::Error& why) {
+    (void)slots_->finish();  // the backend reads nothing of the old arena any more
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(o_.reconnect_ms);
+    std::string last = why.message;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      auto c = expertd::client::Client::connect(o_.socket, {"expert-run", 120000});
+      if (!c) {
+        last = c.error().message;
+        continue;  // not back yet
+      }
+      EXPERTD_TRY(check_daemon(m_, **c, o_.arena_kind));  // another model: an error at once
+      EXPERTD_TRY(slots_->reopen((*c)->info()));
+      c_ = std::move(*c);
+      bind();
+      ++stats_.reconnects;
+      return {};
+    }
+    return make_error("expertd at " + o_.socket + " went away (" + why.message +
+                      ") and was not back within " + std::to_string(o_.reconnect_ms) +
+                      " ms (last: " + last + ")");
+  }
+
+  Tensor role(const expertd::client::Lease& l, size_t i, const expertd::client::RoleView* r) {
+    Tensor t;
+    if (!r) return t;  // an optional role (bias) this pack does not have
+    t.type = r->ggml_type;
+    t.ne = {static_cast<int64_t>(r->ne0), static_cast<int64_t>(r->ne1), 1};
+    t.data = slots_->slot(l, i) + r->offset;
+    t.on_device = slots_->on_device();
+    return t;
+  }
+
+  // The experts not yet delivered, in chunks of what one acquire may pin; hits first.
+  expertd::Status fetch(int layer, std::span<const uint32_t> experts, const BatchFn& fn,
+                        std::vector<bool>& delivered) {
+    int pl = pack_layer_[layer];
+    if (pl < 0)
+      return make_error("expertd's pack has no experts for model layer " + std::to_string(layer));
+    const auto& r = roles_[pl];
+    std::vector<size_t> todo;
+    for (size_t i = 0; i < experts.size(); ++i)
+      if (!delivered[i]) todo.push_back(i);
+    const size_t max = c_->info().max_experts_per_request;
+    std::vector<size_t> idx;
+    std::vector<ExpertWeights> ws;
+    std::vector<uint32_t> chunk;
+    for (size_t base = 0; base < todo.size(); base += max) {
+      chunk.clear();
+      for (size_t j = base; j < std::min(todo.size(), base + max); ++j)
+        chunk.push_back(experts[todo[j]]);
+      auto lease = c_->acquire(static_cast<uint32_t>(pl), chunk);
+      if (!lease) return lease.error();
+      ++stats_.acquires;
+      ++stats_.chunks;
+      // Every way out of the chunk finishes the backend's reads of its slots before the release.
+      auto fail = [&](expertd::Error e) {
+        (void)slots_->finish();
+        (void)c_->release(*lease);
+        return e;
+      };
+      auto add = [&](size_t i) -> expertd::Status {
+        EXPERTD_TRY(slots_->ready(lease->slots[i]));
+        idx.push_back(todo[base + i]);
+        ws.push_back({role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2]),
+                      role(*lease, i, r[3]), role(*lease, i, r[4]), role(*lease, i, r[5])});
+        return {};
+      };
+      auto deliver = [&] {
+        fn(idx, ws);
+        for (size_t k : idx) delivered[k] = true;
+      };
+      // Hits first, in one batch, while the misses are still being read.
+      idx.clear(), ws.clear();
+      for (size_t i = 0; i < chunk.size(); ++i)
+        if (lease->ready[i]) {
+          if (auto st = add(i); !st) return fail(st.error());
+          ++stats_.ready_at_once;
+        }
+      if (!idx.empty()) deliver();
+      for (;;) {
+        auto next = c_->next_ready(*lease);
+        if (!next) return fail(next.error());
+        if (!next->has_value()) break;
+        size_t i = **next;
+        if (!lease->errors[i].empty())
+          return fail(make_error("expert " + std::to_string(chunk[i]) + " of layer " +
+                                 std::to_string(layer) + ": " + lease->errors[i]));
+        idx.clear(), ws.clear();
+        if (auto st = add(i); !st) return fail(st.error());
+        deliver();
+      }
+      stats_.experts += chunk.size();
+      EXPERTD_TRY(slots_->finish());
+      if (auto st = c_->release(*lease); !st) return st;
+    }
+    return {};
+  }
+
+  const Model& m_;
   std::unique_ptr<expertd::client::Client> c_;
   std::unique_ptr<SlotMemory> slots_;
+  DaemonOptions o_;
   std::vector<int> pack_layer_;
   // gate, up, down and their biases (null when absent) per pack layer
   std::vector<std::array<const expertd::client::RoleView*, 6>> roles_;
@@ -149,23 +205,32 @@ std::unique_ptr<ExpertSource> make_local_source(const Model& m) {
 }
 
 expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m,
-                                                                  const std::string& socket) {
+                                                                  const std::string& socket,
+                                                                  int reconnect_ms) {
   auto c = connect_daemon(m, socket, "host");
   if (!c) return c.error();
-  return make_daemon_source(m, std::move(*c), std::make_unique<SlotMemory>());
+  return make_daemon_source(m, std::move(*c), std::make_unique<SlotMemory>(),
+                            {socket, "host", reconnect_ms});
 }
 
 std::unique_ptr<ExpertSource> make_daemon_source(const Model& m,
                                                  std::unique_ptr<expertd::client::Client> c,
-                                                 std::unique_ptr<SlotMemory> slots) {
-  return std::make_unique<DaemonSource>(m, std::move(c), std::move(slots));
+                                                 std::unique_ptr<SlotMemory> slots,
+                                                 DaemonOptions o) {
+  return std::make_unique<DaemonSource>(m, std::move(c), std::move(slots), std::move(o));
 }
 
 expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(
     const Model& m, const std::string& socket, const std::string& arena_kind) {
   auto c = expertd::client::Client::connect(socket, {"expert-run", 120000});
   if (!c) return c.error();
-  const auto& info = (*c)->info();
+  EXPERTD_TRY(check_daemon(m, **c, arena_kind));
+  return std::move(*c);
+}
+
+expertd::Status check_daemon(const Model& m, const expertd::client::Client& c,
+                             const std::string& arena_kind) {
+  const auto& info = c.info();
   if (info.arena_kind != arena_kind)
     return make_error("expertd serves a " + info.arena_kind + " arena; this engine needs a " +
                       arena_kind + " one (" +
@@ -216,7 +281,7 @@ expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(
                             std::to_string(il));
       }
   }
-  return std::move(*c);
+  return {};
 }
 
 }  // namespace engine

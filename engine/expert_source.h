@@ -21,7 +21,7 @@
 namespace engine {
 
 struct SourceStats {
-  uint64_t acquires = 0, experts = 0, ready_at_once = 0, chunks = 0;
+  uint64_t acquires = 0, experts = 0, ready_at_once = 0, chunks = 0, reconnects = 0;
 };
 
 class ExpertSource {
@@ -56,28 +56,47 @@ class SlotMemory {
     return lease.slot_data(i);
   }
   virtual bool on_device() const { return false; }
+  // Before the backend reads a slot (CUDA: its stream waits on the slot's event).
   virtual expertd::Status ready(uint32_t slot) {
     (void)slot;
     return {};
-  }                                                // before the backend reads it
-  virtual expertd::Status finish() { return {}; }  // before a lease is released
+  }
+  // Before a lease is released: the backend has finished reading its slots.
+  virtual expertd::Status finish() { return {}; }
+  // A new connection after the daemon came back: a new arena.
+  virtual expertd::Status reopen(const expertd::client::ModelInfo& info) {
+    (void)info;
+    return {};
+  }
 };
 
 // Experts from the model's own tensors (on a backend that placed them elsewhere, the backend
 // resolves the host addresses).
 std::unique_ptr<ExpertSource> make_local_source(const Model& m);
 
+// Reconnection: when the daemon goes away mid-eval (a restart, a crash), wait up to
+// reconnect_ms for it to come back at `socket`, check it serves the same model, and go on with
+// the same numbers (0: the eval fails at once with the connection's error).
+struct DaemonOptions {
+  std::string socket, arena_kind = "host";
+  int reconnect_ms = 0;
+};
+
 // Connects to expertd and checks that it serves this model (manifest identity and shapes).
 expertd::Result<std::unique_ptr<ExpertSource>> make_daemon_source(const Model& m,
-                                                                  const std::string& socket);
+                                                                  const std::string& socket,
+                                                                  int reconnect_ms = 0);
 // The same over an existing connection, for a backend with its own slot memory.
 std::unique_ptr<ExpertSource> make_daemon_source(const Model& m,
                                                  std::unique_ptr<expertd::client::Client> c,
-                                                 std::unique_ptr<SlotMemory> slots);
+                                                 std::unique_ptr<SlotMemory> slots,
+                                                 DaemonOptions o);
 
 // The connection and checks, for an engine that needs an arena of kind `arena_kind` ("host"
 // for the CPU backend, "cuda" for the CUDA one).
 expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(
     const Model& m, const std::string& socket, const std::string& arena_kind);
+expertd::Status check_daemon(const Model& m, const expertd::client::Client& c,
+                             const std::string& arena_kind);
 
 }  // namespace engine

@@ -144,7 +144,7 @@ TEST(ExpertRun, ADaemonThatDiesMidGenerationIsAnErrorNotAHang) {
     std::string sock = p.dir / "s.sock";
     ::execl(run_bin().c_str(), "expert-run", "generate", "--model", p.core.c_str(), "--socket",
             sock.c_str(), "--prompt", "hello", "-n", "100000", "--ctx", "100000", "--threads", "1",
-            nullptr);
+            "--no-reconnect", nullptr);
     ::_exit(127);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -161,6 +161,51 @@ TEST(ExpertRun, ADaemonThatDiesMidGenerationIsAnErrorNotAHang) {
   std::string text = read_file(out);
   EXPECT_NE(text.find("expertd closed the connection"), std::string::npos)
       << text.substr(text.size() > 300 ? text.size() - 300 : 0);
+}
+
+// A daemon restart (SIGKILL, then a new expertd on the same socket) mid-generation: expert-run
+// reconnects (generate's default), checks the model again and finishes with the text an
+// uninterrupted run gives.
+TEST(ExpertRun, GenerationSurvivesADaemonRestartWithIdenticalText) {
+  REQUIRE_GOLDEN();
+  Packed p("llama-A-s1-f32");
+  const std::string args = " --prompt hello -n 3000 --temp 0 --threads 1";
+  auto ref = run(run_bin() + " generate --model " + p.model + " --local" + args + " 2>/dev/null");
+  ASSERT_EQ(ref.first, 0) << ref.second;
+  const std::string sock = p.dir / "s.sock";
+  const std::vector<std::string> flags = {
+      "--cache-slots", "16", "--clients-max", "2", "--max-experts-per-request", "8"};
+  auto d = std::make_unique<Daemon>(p.manifest, sock, flags);
+  ASSERT_TRUE(d->start());
+  const std::string out = p.dir / "out.txt", err = p.dir / "err.txt";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    FILE* o = std::fopen(out.c_str(), "w");
+    FILE* e = std::fopen(err.c_str(), "w");
+    ::dup2(fileno(o), 1);
+    ::dup2(fileno(e), 2);
+    ::execl(run_bin().c_str(), "expert-run", "generate", "--model", p.core.c_str(), "--socket",
+            sock.c_str(), "--prompt", "hello", "-n", "3000", "--temp", "0", "--threads", "1",
+            "--reconnect-s", "20", nullptr);
+    ::_exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  ::kill(d->pid(), SIGKILL);  // mid-generation (3000 tokens take seconds)
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  d = std::make_unique<Daemon>(p.manifest, sock, flags);
+  ASSERT_TRUE(d->start());
+  auto start = std::chrono::steady_clock::now();
+  int st = 0;
+  while (::waitpid(pid, &st, WNOHANG) == 0) {
+    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60))
+        << "expert-run hangs";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(WIFEXITED(st));
+  const std::string e = read_file(err);
+  ASSERT_EQ(WEXITSTATUS(st), 0) << e;
+  EXPECT_NE(e.find("came back 1 time"), std::string::npos) << e;
+  EXPECT_EQ(read_file(out), ref.second);
 }
 
 TEST(ExpertRun, ChatWrapsThePromptInTheModelsFormatOrSaysWhyNot) {

@@ -17,7 +17,8 @@ std::string mutate(std::string m, std::mt19937_64& rng) {
   if (m.empty()) return m;
   switch (rng() % 5) {
     case 0:  // flip bits
-      for (int k = 0; k < 1 + int(rng() % 8); ++k) m[rng() % m.size()] ^= static_cast<char>(1u << (rng() % 8));
+      for (int k = 0; k < 1 + int(rng() % 8); ++k)
+        m[rng() % m.size()] ^= static_cast<char>(1u << (rng() % 8));
       break;
     case 1:  // truncate
       m.resize(rng() % m.size());
@@ -40,12 +41,13 @@ std::string mutate(std::string m, std::mt19937_64& rng) {
   return m;
 }
 
-void run(const char* what, int (*entry)(const uint8_t*, size_t), const std::vector<std::string>& seeds,
-         uint64_t seed, int per_seed) {
+void run(const char* what, int (*entry)(const uint8_t*, size_t),
+         const std::vector<std::string>& seeds, uint64_t seed, int per_seed) {
   if (const char* dir = std::getenv("EXPERTD_WRITE_FUZZ_CORPUS")) {
     std::filesystem::create_directories(std::string(dir) + "/" + what);
     for (size_t i = 0; i < seeds.size(); ++i)
-      std::ofstream(std::string(dir) + "/" + what + "/seed-" + std::to_string(i), std::ios::binary) << seeds[i];
+      std::ofstream(std::string(dir) + "/" + what + "/seed-" + std::to_string(i), std::ios::binary)
+          << seeds[i];
   }
   std::mt19937_64 rng(seed);
   int runs = 0;
@@ -63,7 +65,9 @@ void run(const char* what, int (*entry)(const uint8_t*, size_t), const std::vect
 
 }  // namespace
 
-TEST(ProtoFuzz, SeededFrameMutationsNeverCrash) { run("frames", fuzz::frames, fuzz::frame_seeds(), 20261201, 1500); }
+TEST(ProtoFuzz, SeededFrameMutationsNeverCrash) {
+  run("frames", fuzz::frames, fuzz::frame_seeds(), 20261201, 1500);
+}
 
 TEST(ProtoFuzz, SeededManifestMutationsNeverCrash) {
   run("manifest", fuzz::manifest, fuzz::manifest_seeds(), 20261202, 3000);

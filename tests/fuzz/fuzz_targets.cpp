@@ -31,7 +31,9 @@ pack::Manifest small_manifest() {
   return m;
 }
 
-std::string bytes(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+std::string bytes(const std::vector<uint8_t>& v) {
+  return std::string(v.begin(), v.end());
+}
 
 // What the daemon's handlers read of each request (daemon/server.cpp, daemon/cache.cpp): ids
 // checked as Cache::check_ids checks them, against a 2-layer, 4-expert pack.
@@ -57,7 +59,8 @@ void read_message(const wire::Envelope* e) {
       if (auto* p = e->msg_as_Prefetch()) sink = sink + (p->layer() < 2) + ids(p->experts());
       break;
     case wire::Message::Admin:
-      if (auto* a = e->msg_as_Admin()) sink = sink + static_cast<uint8_t>(a->op()) + ids(a->experts());
+      if (auto* a = e->msg_as_Admin())
+        sink = sink + static_cast<uint8_t>(a->op()) + ids(a->experts());
       break;
     case wire::Message::Release:
       if (auto* r = e->msg_as_Release()) sink = sink + r->lease_id();
@@ -66,7 +69,8 @@ void read_message(const wire::Envelope* e) {
       if (auto* h = e->msg_as_HelloReply(); h && h->layers())
         for (const auto* l : *h->layers())
           if (l->roles())
-            for (const auto* r : *l->roles()) sink = sink + r->offset() + (r->role() ? r->role()->size() : 0);
+            for (const auto* r : *l->roles())
+              sink = sink + r->offset() + (r->role() ? r->role()->size() : 0);
       break;
     case wire::Message::AcquireReply:
       if (auto* a = e->msg_as_AcquireReply(); a && a->slots() && a->ready())
@@ -108,7 +112,8 @@ int frames(const uint8_t* data, size_t size) {
 // The manifest loader; a manifest that loads and validates must round-trip through its own
 // header (encode_header, then check_header accepts it) and through to_json.
 int manifest(const uint8_t* data, size_t size) {
-  auto m = pack::parse_manifest(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
+  auto m =
+      pack::parse_manifest(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
   if (!m || !pack::validate(*m)) return 0;
   if (m->data_start > (64u << 20)) return 0;  // a header that large is refused when the pack opens
   auto h = pack::encode_header(*m);
@@ -130,25 +135,34 @@ std::vector<std::string> frame_seeds() {
   auto add = [&](std::vector<uint8_t> f) { v.push_back(bytes(f)); };
   flatbuffers::FlatBufferBuilder a(256), b(256), c(256), d(256), e(256), f(256), g(256);
   std::vector<uint32_t> ids = {0, 3, 1};
-  add(proto::make_frame(a, 1, wire::CreateHelloDirect(a, proto::kProtocolVersion, "seed", wire::ClientKind::Engine)));
+  add(proto::make_frame(
+      a, 1, wire::CreateHelloDirect(a, proto::kProtocolVersion, "seed", wire::ClientKind::Engine)));
   add(proto::make_frame(b, 2, wire::CreateAcquireDirect(b, 1, &ids)));
   add(proto::make_frame(c, 3, wire::CreateRelease(c, 7)));
   add(proto::make_frame(d, 4, wire::CreatePrefetchDirect(d, 0, &ids)));
   add(proto::make_frame(e, 5, wire::CreateAdminDirect(e, wire::AdminOp::Warmup, 1, &ids)));
   add(proto::make_frame(f, 6, wire::CreateStatsRequest(f)));
   add(proto::make_error_frame(7, wire::ErrorCode::Busy, "seed"));
-  std::vector<flatbuffers::Offset<wire::RoleInfo>> roles = {wire::CreateRoleInfoDirect(g, "gate", 8, 256, 64, 0, 17408)};
-  std::vector<flatbuffers::Offset<wire::LayerInfo>> layers = {wire::CreateLayerInfoDirect(g, 0, 20480, &roles)};
-  add(proto::make_frame(g, 8, wire::CreateHelloReplyDirect(g, proto::kProtocolVersion, 1, 2, "qwen3moe", 4, 2, &layers)));
+  std::vector<flatbuffers::Offset<wire::RoleInfo>> roles = {
+      wire::CreateRoleInfoDirect(g, "gate", 8, 256, 64, 0, 17408)};
+  std::vector<flatbuffers::Offset<wire::LayerInfo>> layers = {
+      wire::CreateLayerInfoDirect(g, 0, 20480, &roles)};
+  add(proto::make_frame(
+      g, 8,
+      wire::CreateHelloReplyDirect(g, proto::kProtocolVersion, 1, 2, "qwen3moe", 4, 2, &layers)));
   std::string stream;
   for (const auto& s : v) stream += s;  // a connection's worth: every kind back to back
   v.push_back(stream);
   return v;
 }
 
-std::vector<std::string> manifest_seeds() { return {pack::to_json(small_manifest())}; }
+std::vector<std::string> manifest_seeds() {
+  return {pack::to_json(small_manifest())};
+}
 
-std::vector<std::string> pack_header_seeds() { return {bytes(pack::encode_header(small_manifest()))}; }
+std::vector<std::string> pack_header_seeds() {
+  return {bytes(pack::encode_header(small_manifest()))};
+}
 
 }  // namespace expertd::fuzz
 
