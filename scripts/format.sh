@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CF=${CLANG_FORMAT:-clang-format}
-mapfile -t files < <(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.cpp' '*.h' '*.cu' '*.cuh')
 if [ "${1:-}" = "--check" ]; then
   bad=()
   for f in "${files[@]}"; do
