@@ -84,12 +84,23 @@ float dot(uint32_t wtype, const void* w, const void* x, int64_t n, Backend be) {
   return dot_fn(*type_traits(wtype), be)(w, x, n);
 }
 
+namespace {
+// One weight row against n_tok activation rows with the functions the table gives this backend.
+struct TileOp {
+  TileFn tile;
+  DotFn dot;
+  TileOp(const TypeTraits& tr, Backend be)
+      : tile(tr.tile[static_cast<int>(be)]), dot(dot_fn(tr, be)) {}
+  void operator()(const void* w, const void* const* xs, int n_tok, int64_t n, float* out) const {
+    if (tile) return tile(w, xs, n_tok, n, out);
+    for (int t = 0; t < n_tok; ++t) out[t] = dot(w, xs[t], n);
+  }
+};
+}  // namespace
+
 void dot_tile(uint32_t wtype, const void* w, const void* const* xs, int n_tok, int64_t n,
               float* out, Backend be) {
-  const TypeTraits& tr = *type_traits(wtype);
-  if (TileFn tile = tr.tile[static_cast<int>(be)]) return tile(w, xs, n_tok, n, out);
-  const DotFn d = dot_fn(tr, be);
-  for (int t = 0; t < n_tok; ++t) out[t] = d(w, xs[t], n);
+  TileOp(*type_traits(wtype), be)(w, xs, n_tok, n, out);
 }
 
 Scratch::~Scratch() {
@@ -136,6 +147,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backen
       const MatmulJob& m = jobs[j];
       const int64_t r_end = std::min(e, first[j + 1]) - first[j];
       const size_t w_row = row_size(m.wtype, m.cols);
+      const TileOp op(*type_traits(m.wtype), be);  // once per job, not per row
       for (int64_t rb = g - first[j]; rb < r_end; rb += kRowBlock)
         for (int64_t tb = 0; tb < m.n_tokens; tb += kTokenBlock)
           for (int64_t r = rb; r < std::min(rb + kRowBlock, r_end); ++r) {
@@ -143,7 +155,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backen
             for (int64_t t = tb; t < std::min(tb + kTokenBlock, m.n_tokens); t += kMaxTile) {
               const int nt = static_cast<int>(std::min<int64_t>(kMaxTile, m.n_tokens - t));
               for (int i = 0; i < nt; ++i) xs[i] = m.xq + (m.tok ? m.tok[t + i] : t + i) * m.xq_row;
-              dot_tile(m.wtype, wr, xs, nt, m.cols, out, be);
+              op(wr, xs, nt, m.cols, out);
               for (int i = 0; i < nt; ++i) m.y[(t + i) * m.rows + r] = out[i];
             }
           }

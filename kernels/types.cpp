@@ -71,6 +71,7 @@ const std::array kTypes = {
 };
 // clang-format on
 
+static_assert(MXFP4 < 64, "type_traits indexes an array of 64 ids");
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ5_0) == 22 && sizeof(BlockMxfp4) == 17 &&
               sizeof(BlockQ4K) == 144 && sizeof(BlockQ5K) == 176 && sizeof(BlockQ6K) == 210 &&
               sizeof(BlockQ8K) == 292);
@@ -84,10 +85,14 @@ std::string names(bool (*pick)(const TypeTraits&)) {
 
 }  // namespace
 
+// Looked up on every matmul and row conversion: an array indexed by id, built once.
 const TypeTraits* type_traits(uint32_t id) {
-  for (const TypeTraits& t : kTypes)
-    if (t.id == id) return &t;
-  return nullptr;
+  static const auto by_id = [] {
+    std::array<const TypeTraits*, 64> a{};
+    for (const TypeTraits& t : kTypes) a[t.id] = &t;
+    return a;
+  }();
+  return id < by_id.size() ? by_id[id] : nullptr;
 }
 
 const TypeTraits* type_by_name(std::string_view name) {
