@@ -9,6 +9,7 @@
 #include "engine/arch.h"
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
+#include "kernels/kernels.h"
 #include "pack/progress.h"
 #include "pack/quantize.h"
 
@@ -95,6 +96,65 @@ std::vector<Preset> presets() {
   return v;
 }
 
+// llama.cpp's llama_ftype for a file mostly of `type` (it only reports it); 1024 = guessed.
+uint32_t file_type(gguf::GgmlType t) {
+  using G = gguf::GgmlType;
+  switch (t) {
+    case G::F32:
+      return 0;
+    case G::F16:
+      return 1;
+    case G::Q4_0:
+      return 2;
+    case G::Q4_1:
+      return 3;
+    case G::Q8_0:
+      return 7;
+    case G::Q5_0:
+      return 8;
+    case G::Q5_1:
+      return 9;
+    case G::Q2_K:
+      return 10;
+    case G::Q3_K:
+      return 12;
+    case G::Q4_K:
+      return 15;
+    case G::Q5_K:
+      return 17;
+    case G::Q6_K:
+      return 18;
+    case G::IQ2_XXS:
+      return 19;
+    case G::IQ2_XS:
+      return 20;
+    case G::IQ3_XXS:
+      return 23;
+    case G::IQ1_S:
+      return 24;
+    case G::IQ4_NL:
+      return 25;
+    case G::IQ3_S:
+      return 26;
+    case G::IQ2_S:
+      return 28;
+    case G::IQ4_XS:
+      return 30;
+    case G::IQ1_M:
+      return 31;
+    case G::BF16:
+      return 32;
+    case G::TQ1_0:
+      return 36;
+    case G::TQ2_0:
+      return 37;
+    case G::MXFP4:
+      return 38;
+    default:
+      return 1024;
+  }
+}
+
 void add_metadata(gguf::Writer& w, const std::string& arch, const std::string& name,
                   const SynthModel& m, gguf::GgmlType type) {
   w.add_string("general.architecture", arch);
@@ -103,8 +163,7 @@ void add_metadata(gguf::Writer& w, const std::string& arch, const std::string& n
   for (const auto& [k, v] : m.u32) w.add_u32(arch + "." + k, v);
   for (const auto& [k, v] : m.f32) w.add_f32(arch + "." + k, v);
   for (const auto& [k, v] : m.flags) w.add_bool(arch + "." + k, v);
-  using G = gguf::GgmlType;
-  w.add_u32("general.file_type", type == G::Q4_K ? 15 : type == G::Q8_0 ? 7 : 1);
+  w.add_u32("general.file_type", file_type(type));
   add_tokenizer(w, m);
 }
 
@@ -132,8 +191,12 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
         "synth needs --preset NAME or --dims n_embd,n_layer,n_expert,n_expert_used,n_ff_exp");
   }
   using G = gguf::GgmlType;
-  if (o.type != G::Q4_K && o.type != G::Q8_0 && o.type != G::F16)
-    return make_error("synth: --type must be Q4_K, Q8_0 or F16");
+  for (G t : {o.type, o.gate_type.value_or(o.type), o.up_type.value_or(o.type),
+              o.down_type.value_or(o.type)})
+    if (!kernels::weight_type_supported(t))
+      return make_error(
+          "synth: weight type " + std::string(gguf::type_traits(t)->name) +
+          " is not one the kernels run (they run: " + kernels::supported_type_names() + ")");
   auto arch = make_arch(p.arch);
   auto sm = arch->synth(p.name, {o.dims});
   if (!sm) return sm.error();
@@ -165,7 +228,14 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
   std::vector<gguf::GgmlType> types;
   for (const TensorSpec& t : plan) {
     std::vector<uint64_t> ne(t.ne.begin(), t.ne.end());
-    types.push_back(f32_role(t.role) ? G::F32 : fit(o.type, ne[0]));
+    G want = o.type;
+    if (t.role == Role::ExpertGate) want = o.gate_type.value_or(want);
+    if (t.role == Role::ExpertUp) want = o.up_type.value_or(want);
+    if (t.role == Role::ExpertDown) want = o.down_type.value_or(want);
+    // Embeddings are quantized from float rows (a shared direction in them steers routing):
+    // types without a quantizer here keep them in Q8_0.
+    if (t.role == Role::Embedding && !pack::has_quantizer(want)) want = G::Q8_0;
+    types.push_back(f32_role(t.role) ? G::F32 : fit(want, ne[0]));
     w.add_tensor(t.name, types.back(), ne);
   }
 

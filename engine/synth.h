@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,10 @@ struct SynthOptions {
   std::string preset;  // a preset of some architecture (engine/archs/): synth_preset_names()
   std::vector<uint64_t>
       dims;  // custom: n_embd,n_layer,n_expert,n_expert_used,n_ff_exp[,n_head,n_head_kv,n_vocab]
-  gguf::GgmlType type = gguf::GgmlType::Q4_K;
+  gguf::GgmlType type = gguf::GgmlType::Q4_K;  // any weight type the kernels run
+  // Per-role overrides for the routed experts, to reproduce
+  // real mixes: Kimi-K3's Q2_K gate/up with Q3_K down.
+  std::optional<gguf::GgmlType> gate_type, up_type, down_type;
   uint32_t layers = 0;  // 0 = the preset's depth
   uint64_t seed = 1;
   std::string out_path;

@@ -250,3 +250,369 @@ void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n) {
 }
 
 }  // namespace kernels::avx2
+
+// --- The types of the weight-types issue ---
+// The 32-element blocks accumulate in eight float lanes as llama.cpp's AVX2 code does (its
+// rounding); the K and IQ types sum each super-block's integers exactly and scale them in the
+// reference's scalar order, so they are bit-identical to the reference.
+
+#include "kernels/dequant.h"
+
+namespace kernels::avx2 {
+namespace {
+inline __m256i nibbles(const uint8_t* p) {  // 16 bytes -> low nibbles (0..15), high (16..31)
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF));
+}
+inline __m256i madd_u8(__m256i u, __m256i s) {  // unsigned x signed bytes, summed in i32 lanes
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+// Signed weights w x activations q, pairs in i16 (|w| * |q| pairs < 2^15), then times two scales
+// (elements 0..15 and 16..31) in i32 lanes.
+inline __m256i mul_scaled(__m256i w, __m256i q, int s0, int s1) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+  return _mm256_madd_epi16(p, _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)),
+                                                _mm_set1_epi16(static_cast<int16_t>(s1))));
+}
+inline int hsum_i32(__m256i a) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+inline __m256i grid4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  return _mm256_set_epi64x(static_cast<int64_t>(d), static_cast<int64_t>(c),
+                           static_cast<int64_t>(b), static_cast<int64_t>(a));
+}
+// ksigns_iq2xs as bytes of +1 / -1 (llama.cpp's ksigns64): one u64 per 7-bit sign index.
+struct Signs64 {
+  uint64_t v[128];
+  Signs64() {
+    for (int i = 0; i < 128; ++i) {
+      v[i] = 0;
+      for (int j = 0; j < 8; ++j)
+        v[i] |= uint64_t(iq::ksigns_iq2xs[i] >> j & 1 ? 0xFF : 0x01) << (8 * j);
+    }
+  }
+};
+const Signs64 kSigns;
+// Four bytes of sign bits (bit j of byte l: element 8l + j negative) -> +1 / -1 bytes.
+inline __m256i signs32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(
+      _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(v)), shuf), bits),
+      bits);
+  return _mm256_or_si256(set, _mm256_set1_epi8(1));
+}
+inline float hsum8(__m256 v) {
+  return hsum(v);
+}
+}  // namespace
+
+float dot_q4_0(const BlockQ4_0* x, const BlockQ8_0* y, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const __m256i w = _mm256_sub_epi8(nibbles(x[b].qs), _mm256_set1_epi8(8));
+    const __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(w, load(y[b].qs))), acc);
+  }
+  return hsum8(acc);
+}
+
+// Q4_1 / Q5_1: unsigned quants against Q8_1; the mins meet the activations' sums s.
+template <bool kFive>
+float dot_q51(const uint8_t* blocks, size_t stride, const BlockQ8_1* y, int64_t n) {
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  __m256 acc = _mm256_setzero_ps();
+  float summs = 0, sum = 0;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* blk = blocks + b * stride;
+    uint16_t hd, hm;
+    std::memcpy(&hd, blk, 2);
+    std::memcpy(&hm, blk + 2, 2);
+    const float d0 = fp16_to_fp32(hd), d1 = fp16_to_fp32(y[b].d);
+    __m256i w = nibbles(blk + (kFive ? 8 : 4));
+    if (kFive) {
+      uint32_t qh;
+      std::memcpy(&qh, blk + 4, 4);
+      const __m256i hb = _mm256_cmpeq_epi8(
+          _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuf),
+                           bits),
+          bits);
+      w = _mm256_or_si256(w, _mm256_and_si256(hb, _mm256_set1_epi8(16)));
+    }
+    if (kFive) {  // Q5_1: the reference's order, one exact sum per block (as llama.cpp rounds it)
+      sum += (d0 * d1) * static_cast<float>(hsum_i32(madd_u8(w, load(y[b].qs)))) +
+             fp16_to_fp32(hm) * fp16_to_fp32(y[b].s);
+      continue;
+    }
+    summs += fp16_to_fp32(hm) * fp16_to_fp32(y[b].s);
+    const __m256 xy = _mm256_cvtepi32_ps(madd_u8(w, load(y[b].qs)));
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d0), _mm256_set1_ps(d1)), xy, acc);
+  }
+  return kFive ? sum : hsum8(acc) + summs;
+}
+float dot_q4_1(const BlockQ4_1* x, const BlockQ8_1* y, int64_t n) {
+  return dot_q51<false>(reinterpret_cast<const uint8_t*>(x), sizeof(BlockQ4_1), y, n);
+}
+float dot_q5_1(const BlockQ5_1* x, const BlockQ8_1* y, int64_t n) {
+  return dot_q51<true>(reinterpret_cast<const uint8_t*>(x), sizeof(BlockQ5_1), y, n);
+}
+
+float dot_iq4_nl(const BlockIq4Nl* x, const BlockQ8_0* y, int64_t n) {
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl)));
+  float s = 0;  // the reference's order, one exact sum per block (as llama.cpp rounds it)
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const __m256i w = _mm256_shuffle_epi8(table, nibbles(x[b].qs));
+    s += (fp16_to_fp32(y[b].d) * fp16_to_fp32(x[b].d)) *
+         static_cast<float>(hsum_i32(mul_sum_i8(w, load(y[b].qs))));
+  }
+  return s;
+}
+
+float dot_q2_k(const BlockQ2K* x, const BlockQ8K* y, int64_t n) {
+  float s = 0;
+  const __m256i m3 = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const uint8_t* sc = x[b].scales;
+    // Mins against the 16-element sums of the activations: 16 products in one madd.
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
+    const __m256i mins =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0xF)));
+    const int summs = hsum_i32(_mm256_madd_epi16(mins, load(y[b].bsums)));
+    __m256i isum = _mm256_setzero_si256();
+    const __m256i q0 = load(x[b].qs), q1 = load(x[b].qs + 32);
+    for (int k = 0; k < 8; ++k) {
+      const __m256i q = _mm256_and_si256(_mm256_srli_epi16(k < 4 ? q0 : q1, 2 * (k % 4)), m3);
+      const __m256i p = _mm256_maddubs_epi16(q, load(y[b].qs + 32 * k));
+      isum = _mm256_add_epi32(
+          isum, _mm256_madd_epi16(p, _mm256_setr_m128i(_mm_set1_epi16(sc[2 * k] & 0xF),
+                                                       _mm_set1_epi16(sc[2 * k + 1] & 0xF))));
+    }
+    const float dall = y[b].d * fp16_to_fp32(x[b].d), dmin = y[b].d * fp16_to_fp32(x[b].dmin);
+    s += dall * static_cast<float>(hsum_i32(isum)) - dmin * static_cast<float>(summs);
+  }
+  return s;
+}
+
+float dot_q3_k(const BlockQ3K* x, const BlockQ8K* y, int64_t n) {
+  float s = 0;
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    int8_t scales[16];
+    q3k_scales(x[b].scales, scales);
+    const __m256i hm = load(x[b].hmask), q0 = load(x[b].qs), q1 = load(x[b].qs + 32);
+    __m256i isum = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i q = _mm256_and_si256(_mm256_srli_epi16(k < 4 ? q0 : q1, 2 * (k % 4)), m3);
+      const __m256i hbit = _mm256_and_si256(_mm256_srli_epi16(hm, k), one);
+      const __m256i w = _mm256_sub_epi8(_mm256_add_epi8(q, _mm256_slli_epi16(hbit, 2)), four);
+      isum = _mm256_add_epi32(
+          isum, mul_scaled(w, load(y[b].qs + 32 * k), scales[2 * k] - 32, scales[2 * k + 1] - 32));
+    }
+    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+  }
+  return s;
+}
+
+float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
+    __m256i isum = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib, q += 8) {
+      uint32_t aux;
+      std::memcpy(&aux, q + 4, 4);
+      const __m256i g = grid4(iq::iq2xxs_grid[q[0]], iq::iq2xxs_grid[q[1]], iq::iq2xxs_grid[q[2]],
+                              iq::iq2xxs_grid[q[3]]);
+      const __m256i sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127],
+                               kSigns.v[(aux >> 14) & 127], kSigns.v[(aux >> 21) & 127]);
+      const __m256i q8 = _mm256_sign_epi8(load(y[b].qs + 32 * ib), sg);
+      const int ls = int(2 * (aux >> 28) + 1);
+      isum = _mm256_add_epi32(
+          isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), _mm256_set1_epi16(ls)));
+    }
+    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+  }
+  return 0.125f * s;
+}
+
+float dot_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* y, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    __m256i isum = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint16_t* q = x[b].qs + 4 * ib;
+      const __m256i g = grid4(iq::iq2xs_grid[q[0] & 511], iq::iq2xs_grid[q[1] & 511],
+                              iq::iq2xs_grid[q[2] & 511], iq::iq2xs_grid[q[3] & 511]);
+      const __m256i sg =
+          grid4(kSigns.v[q[0] >> 9], kSigns.v[q[1] >> 9], kSigns.v[q[2] >> 9], kSigns.v[q[3] >> 9]);
+      const __m256i q8 = _mm256_sign_epi8(load(y[b].qs + 32 * ib), sg);
+      const int s0 = 2 * (x[b].scales[ib] & 0xf) + 1, s1 = 2 * (x[b].scales[ib] >> 4) + 1;
+      isum = _mm256_add_epi32(
+          isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
+                                  _mm256_setr_m128i(_mm_set1_epi16(s0), _mm_set1_epi16(s1))));
+    }
+    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+  }
+  return 0.125f * s;
+}
+
+float dot_iq2_s(const BlockIq2S* x, const BlockQ8K* y, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    __m256i isum = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* qs = x[b].qs + 4 * ib;
+      const uint8_t* sb = x[b].qs + 32 + 4 * ib;
+      const int qh = x[b].qh[ib];
+      const __m256i g = grid4(
+          iq::iq2s_grid[qs[0] | ((qh << 8) & 0x300)], iq::iq2s_grid[qs[1] | ((qh << 6) & 0x300)],
+          iq::iq2s_grid[qs[2] | ((qh << 4) & 0x300)], iq::iq2s_grid[qs[3] | ((qh << 2) & 0x300)]);
+      const __m256i sg = signs32(sb);
+      const __m256i q8 = _mm256_sign_epi8(load(y[b].qs + 32 * ib), sg);
+      const int s0 = 2 * (x[b].scales[ib] & 0xf) + 1, s1 = 2 * (x[b].scales[ib] >> 4) + 1;
+      isum = _mm256_add_epi32(
+          isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
+                                  _mm256_setr_m128i(_mm_set1_epi16(s0), _mm_set1_epi16(s1))));
+    }
+    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+  }
+  return 0.125f * s;
+}
+
+float dot_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* y, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    __m256i isum = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* q3 = x[b].qs + 8 * ib;
+      uint32_t aux;
+      std::memcpy(&aux, x[b].qs + 64 + 4 * ib, 4);
+      const __m256i g = _mm256_setr_epi32(int(iq::iq3xxs_grid[q3[0]]), int(iq::iq3xxs_grid[q3[1]]),
+                                          int(iq::iq3xxs_grid[q3[2]]), int(iq::iq3xxs_grid[q3[3]]),
+                                          int(iq::iq3xxs_grid[q3[4]]), int(iq::iq3xxs_grid[q3[5]]),
+                                          int(iq::iq3xxs_grid[q3[6]]), int(iq::iq3xxs_grid[q3[7]]));
+      const __m256i sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127],
+                               kSigns.v[(aux >> 14) & 127], kSigns.v[(aux >> 21) & 127]);
+      const __m256i q8 = _mm256_sign_epi8(load(y[b].qs + 32 * ib), sg);
+      isum = _mm256_add_epi32(isum,
+                              _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
+                                                _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1))));
+    }
+    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+  }
+  return 0.25f * s;
+}
+
+float dot_iq3_s(const BlockIq3S* x, const BlockQ8K* y, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    __m256i isum = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* qs = x[b].qs + 8 * ib;
+      const uint8_t* sb = x[b].signs + 4 * ib;
+      const int qh = x[b].qh[ib];
+      int idx[8];
+      for (int l = 0; l < 4; ++l) {
+        idx[2 * l] = qs[2 * l] | ((qh << (8 - 2 * l)) & 256);
+        idx[2 * l + 1] = qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
+      }
+      const __m256i g = _mm256_setr_epi32(int(iq::iq3s_grid[idx[0]]), int(iq::iq3s_grid[idx[1]]),
+                                          int(iq::iq3s_grid[idx[2]]), int(iq::iq3s_grid[idx[3]]),
+                                          int(iq::iq3s_grid[idx[4]]), int(iq::iq3s_grid[idx[5]]),
+                                          int(iq::iq3s_grid[idx[6]]), int(iq::iq3s_grid[idx[7]]));
+      const __m256i sg = signs32(sb);
+      const __m256i q8 = _mm256_sign_epi8(load(y[b].qs + 32 * ib), sg);
+      const int ls = ib % 2 ? x[b].scales[ib / 2] >> 4 : x[b].scales[ib / 2] & 0xf;
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
+                                                      _mm256_set1_epi16(int16_t(2 * ls + 1))));
+    }
+    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+  }
+  return s;
+}
+
+float dot_iq1_s(const BlockIq1S* x, const BlockQ8K* y, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    __m256i isum = _mm256_setzero_si256();
+    int sumi1 = 0;
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint16_t qh = x[b].qh[ib];
+      const uint8_t* qs = x[b].qs + 4 * ib;
+      const __m256i g = grid4(
+          iq::iq1s_grid[qs[0] | ((qh << 8) & 0x700)], iq::iq1s_grid[qs[1] | ((qh << 5) & 0x700)],
+          iq::iq1s_grid[qs[2] | ((qh << 2) & 0x700)], iq::iq1s_grid[qs[3] | ((qh >> 1) & 0x700)]);
+      const int ls = 2 * ((qh >> 12) & 7) + 1;
+      isum = _mm256_add_epi32(
+          isum,
+          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(g, g),
+                                                 _mm256_sign_epi8(load(y[b].qs + 32 * ib), g)),
+                            _mm256_set1_epi16(int16_t(ls))));
+      sumi1 += ls * (qh & 0x8000 ? -1 : 1) * (y[b].bsums[2 * ib] + y[b].bsums[2 * ib + 1]);
+    }
+    s += fp16_to_fp32(x[b].d) * y[b].d *
+         (static_cast<float>(hsum_i32(isum)) + kIq1Delta * static_cast<float>(sumi1));
+  }
+  return s;
+}
+
+float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    __m256i isum = _mm256_setzero_si256();
+    int sumi2 = 0;
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* qs = x[b].qs + 4 * ib;
+      const uint8_t* qh = x[b].qh + 2 * ib;
+      const uint16_t sc = uint16_t(x[b].scales[2 * (ib / 2)] | x[b].scales[2 * (ib / 2) + 1] << 8);
+      const int ls1 = 2 * ((sc >> (6 * (ib % 2) + 0)) & 0x7) + 1;
+      const int ls2 = 2 * ((sc >> (6 * (ib % 2) + 3)) & 0x7) + 1;
+      const __m256i g = grid4(iq::iq1s_grid[qs[0] | ((qh[0] << 8) & 0x700)],
+                              iq::iq1s_grid[qs[1] | ((qh[0] << 4) & 0x700)],
+                              iq::iq1s_grid[qs[2] | ((qh[1] << 8) & 0x700)],
+                              iq::iq1s_grid[qs[3] | ((qh[1] << 4) & 0x700)]);
+      isum = _mm256_add_epi32(isum, mul_scaled(g, load(y[b].qs + 32 * ib), ls1, ls2));
+      const int8_t* q8 = y[b].qs + 32 * ib;  // each group of 8's sum of activations, signed by
+      int g8[4];                             // its delta bit
+      for (int l = 0; l < 4; ++l) {
+        int t = 0;
+        for (int j = 0; j < 8; ++j) t += q8[8 * l + j];
+        g8[l] = t;
+      }
+      const int d0 = qh[0] & 0x08 ? -1 : 1, d1 = qh[0] & 0x80 ? -1 : 1;
+      const int d2 = qh[1] & 0x08 ? -1 : 1, d3 = qh[1] & 0x80 ? -1 : 1;
+      sumi2 += (g8[0] * d0 + g8[1] * d1) * ls1 + (g8[2] * d2 + g8[3] * d3) * ls2;
+    }
+    s += fp16_to_fp32(iq1m_scale_bits(x[b].scales)) * y[b].d *
+         (static_cast<float>(hsum_i32(isum)) + kIq1Delta * static_cast<float>(sumi2));
+  }
+  return s;
+}
+
+float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n) {
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl)));
+  float s = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    __m256i isum = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+      const int ls = ((x[b].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) |
+                     (((x[b].scales_h >> (2 * ib)) & 3) << 4);
+      const __m256i w = _mm256_shuffle_epi8(table, nibbles(x[b].qs + 16 * ib));
+      isum = _mm256_add_epi32(isum, mul_scaled(w, load(y[b].qs + 32 * ib), ls - 32, ls - 32));
+    }
+    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+  }
+  return s;
+}
+
+}  // namespace kernels::avx2

@@ -11,15 +11,6 @@
 namespace kernels {
 
 namespace ref {
-void dequantize_f32(const float* x, float* y, int64_t n);
-void dequantize_f16(const uint16_t* x, float* y, int64_t n);
-void dequantize_bf16(const uint16_t* x, float* y, int64_t n);
-void dequantize_q8_0(const BlockQ8_0* x, float* y, int64_t n);
-void dequantize_q5_0(const BlockQ5_0* x, float* y, int64_t n);
-void dequantize_mxfp4(const BlockMxfp4* x, float* y, int64_t n);
-void dequantize_q4_k(const BlockQ4K* x, float* y, int64_t n);
-void dequantize_q5_k(const BlockQ5K* x, float* y, int64_t n);
-void dequantize_q6_k(const BlockQ6K* x, float* y, int64_t n);
 void quantize_f32(const float* x, float* y, int64_t n);
 void quantize_f16(const float* x, uint16_t* y, int64_t n);
 void quantize_bf16(const float* x, uint16_t* y, int64_t n);
@@ -38,6 +29,26 @@ float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n);
 float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n);
 float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n);
 float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n);
+void quantize_q8_1(const float* x, BlockQ8_1* y, int64_t n);
+float dot_q4_0(const BlockQ4_0* x, const BlockQ8_0* y, int64_t n);
+float dot_q4_1(const BlockQ4_1* x, const BlockQ8_1* y, int64_t n);
+float dot_q5_1(const BlockQ5_1* x, const BlockQ8_1* y, int64_t n);
+float dot_iq4_nl(const BlockIq4Nl* x, const BlockQ8_0* y, int64_t n);
+float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n);
+float dot_q1_0(const BlockQ1_0* x, const BlockQ8_0* y, int64_t n);
+float dot_q2_0(const BlockQ2_0* x, const BlockQ8_0* y, int64_t n);
+float dot_q2_k(const BlockQ2K* x, const BlockQ8K* y, int64_t n);
+float dot_q3_k(const BlockQ3K* x, const BlockQ8K* y, int64_t n);
+float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n);
+float dot_tq2_0(const BlockTq2_0* x, const BlockQ8K* y, int64_t n);
+float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n);
+float dot_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* y, int64_t n);
+float dot_iq2_s(const BlockIq2S* x, const BlockQ8K* y, int64_t n);
+float dot_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* y, int64_t n);
+float dot_iq3_s(const BlockIq3S* x, const BlockQ8K* y, int64_t n);
+float dot_iq1_s(const BlockIq1S* x, const BlockQ8K* y, int64_t n);
+float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n);
+float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n);
 }  // namespace ref
 
 namespace avx2 {
@@ -56,6 +67,20 @@ float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n);
 float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n);
 float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n);
 float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n);
+float dot_q4_0(const BlockQ4_0* x, const BlockQ8_0* y, int64_t n);
+float dot_q4_1(const BlockQ4_1* x, const BlockQ8_1* y, int64_t n);
+float dot_q5_1(const BlockQ5_1* x, const BlockQ8_1* y, int64_t n);
+float dot_iq4_nl(const BlockIq4Nl* x, const BlockQ8_0* y, int64_t n);
+float dot_q2_k(const BlockQ2K* x, const BlockQ8K* y, int64_t n);
+float dot_q3_k(const BlockQ3K* x, const BlockQ8K* y, int64_t n);
+float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n);
+float dot_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* y, int64_t n);
+float dot_iq2_s(const BlockIq2S* x, const BlockQ8K* y, int64_t n);
+float dot_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* y, int64_t n);
+float dot_iq3_s(const BlockIq3S* x, const BlockQ8K* y, int64_t n);
+float dot_iq1_s(const BlockIq1S* x, const BlockQ8K* y, int64_t n);
+float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n);
+float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n);
 }  // namespace avx2
 
 namespace avx512 {

@@ -100,4 +100,158 @@ inline void k_scales_mins(const uint8_t* scales, uint8_t* sm) {
   std::memcpy(sm, u, 16);
 }
 
+// --- The legacy 32-element blocks ---
+
+struct BlockQ4_0 {  // value = d * (q - 8)
+  uint16_t d;
+  uint8_t qs[16];  // element j in the low nibble of qs[j], j + 16 in the high nibble
+};
+struct BlockQ4_1 {  // value = d * q + m
+  uint16_t d, m;
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {  // value = d * q + m, q of 5 bits (fifth bits in qh)
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+// Activations of the Q4_1 / Q5_1 dots: s = d * sum(qs), both fp16.
+struct BlockQ8_1 {
+  uint16_t d, s;
+  int8_t qs[32];
+};
+struct BlockIq4Nl {  // value = d * kvalues_iq4nl[nibble]
+  uint16_t d;
+  uint8_t qs[16];
+};
+
+// --- Low-bit blocks of other sizes ---
+
+struct BlockQ1_0 {  // 128 elements: value = bit ? d : -d (element j: bit j % 8 of qs[j / 8])
+  uint16_t d;
+  uint8_t qs[16];
+};
+struct BlockQ2_0 {  // 64 elements: value = d * (q - 1), q of 2 bits (element j: qs[j / 4])
+  uint16_t d;
+  uint8_t qs[16];
+};
+// NVFP4: 64 FP4 E2M1 values in four sub-blocks of 16, each with a UE4M3 scale; sub-block s:
+// qs[8s + j] holds its value j (low nibble) and j + 8 (high nibble).
+struct BlockNvfp4 {
+  uint8_t d[4];
+  uint8_t qs[32];
+};
+
+// --- Super-blocks of 256 ---
+
+// 16 sub-blocks of 16: 4-bit scale (low) and min (high) per sub-block, 2-bit quants.
+struct BlockQ2K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d, dmin;
+};
+// 16 sub-blocks of 16 with 6-bit scales packed in 12 bytes; 2 low bits in qs, the high bit in
+// hmask (value = d * (scale - 32) * (q - (high bit ? 0 : 4))).
+struct BlockQ3K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+};
+struct BlockTq1_0 {  // ternary: 5 values per byte in qs (base 3), 4 per byte in qh
+  uint8_t qs[48];
+  uint8_t qh[4];
+  uint16_t d;
+};
+struct BlockTq2_0 {  // ternary in 2 bits: value = d * (q - 1)
+  uint8_t qs[64];
+  uint16_t d;
+};
+// IQ types: groups of 8 (or 4) values from a grid of magnitudes, signs from a 7-bit index into
+// ksigns_iq2xs (the eighth sign is the parity), a 4-bit (or 3-bit) scale per sub-block.
+struct BlockIq2Xxs {
+  uint16_t d;
+  uint16_t qs[32];
+};
+struct BlockIq2Xs {
+  uint16_t d;
+  uint16_t qs[32];
+  uint8_t scales[8];
+};
+struct BlockIq2S {
+  uint16_t d;
+  uint8_t qs[64];  // 32 grid indices (low 8 bits), then 32 sign bytes
+  uint8_t qh[8];
+  uint8_t scales[8];
+};
+struct BlockIq3Xxs {
+  uint16_t d;
+  uint8_t qs[96];  // 64 grid indices, then 8 x 32 bits of signs and scale
+};
+struct BlockIq3S {
+  uint16_t d;
+  uint8_t qs[64];
+  uint8_t qh[8];
+  uint8_t signs[32];
+  uint8_t scales[4];
+};
+struct BlockIq1S {
+  uint16_t d;
+  uint8_t qs[32];
+  uint16_t qh[8];
+};
+struct BlockIq1M {  // no d field: its fp16 scale is spread over the top nibbles of `scales`
+  uint8_t qs[32];
+  uint8_t qh[16];
+  uint8_t scales[8];
+};
+struct BlockIq4Xs {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[4];
+  uint8_t qs[128];
+};
+
+inline constexpr float kIq1Delta = 0.125f;  // IQ1S_DELTA, IQ1M_DELTA
+
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_1) == 24 &&
+              sizeof(BlockQ8_1) == 36 && sizeof(BlockIq4Nl) == 18 && sizeof(BlockQ1_0) == 18 &&
+              sizeof(BlockQ2_0) == 18 && sizeof(BlockNvfp4) == 36 && sizeof(BlockQ2K) == 84 &&
+              sizeof(BlockQ3K) == 110 && sizeof(BlockTq1_0) == 54 && sizeof(BlockTq2_0) == 66 &&
+              sizeof(BlockIq2Xxs) == 66 && sizeof(BlockIq2Xs) == 74 && sizeof(BlockIq2S) == 82 &&
+              sizeof(BlockIq3Xxs) == 98 && sizeof(BlockIq3S) == 110 && sizeof(BlockIq1S) == 50 &&
+              sizeof(BlockIq1M) == 56 && sizeof(BlockIq4Xs) == 136);
+
+// Q3_K: the 16 6-bit scales (still offset by 32) from the 12 packed bytes.
+KERNELS_HD inline void q3k_scales(const uint8_t* packed, int8_t* out) {
+  uint32_t a[4];
+  for (int i = 0; i < 3; ++i)
+    a[i] = uint32_t(packed[4 * i]) | uint32_t(packed[4 * i + 1]) << 8 |
+           uint32_t(packed[4 * i + 2]) << 16 | uint32_t(packed[4 * i + 3]) << 24;
+  const uint32_t m1 = 0x03030303, m2 = 0x0f0f0f0f, tmp = a[2];
+  a[2] = ((a[0] >> 4) & m2) | (((tmp >> 4) & m1) << 4);
+  a[3] = ((a[1] >> 4) & m2) | (((tmp >> 6) & m1) << 4);
+  a[0] = (a[0] & m2) | (((tmp >> 0) & m1) << 4);
+  a[1] = (a[1] & m2) | (((tmp >> 2) & m1) << 4);
+  for (int i = 0; i < 16; ++i) out[i] = static_cast<int8_t>((a[i / 4] >> (8 * (i % 4))) & 0xFF);
+}
+
+// IQ1_M: the fp16 bits of its block scale, from the top nibbles of the four 16-bit scale words.
+KERNELS_HD inline uint16_t iq1m_scale_bits(const uint8_t* scales) {
+  uint16_t sc[4];
+  for (int i = 0; i < 4; ++i) sc[i] = uint16_t(scales[2 * i] | scales[2 * i + 1] << 8);
+  return uint16_t((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
+                  (sc[3] & 0xf000));
+}
+
+// UE4M3 (NVFP4's sub-block scale), halved as ggml keeps it (its FP4 values are doubled).
+KERNELS_HD inline float ue4m3_half(uint8_t x) {
+  if (x == 0 || x == 0x7F) return 0.0f;
+  const int e = (x >> 3) & 0xF, m = x & 7;
+  // 2^(e-7) * (1 + m/8), or m * 2^-9 when subnormal; exact in float.
+  const float raw = e == 0 ? float(m) * (1.0f / 512.0f)
+                           : (1.0f + float(m) / 8.0f) * float(1u << e) * (1.0f / 128.0f);
+  return raw * 0.5f;
+}
+
 }  // namespace kernels

@@ -31,6 +31,24 @@ inline void quantize_q8_0_body(const float* x, BlockQ8_0* y, int64_t n) {
   }
 }
 
+// Q8_1 (the Q4_1 / Q5_1 dots): Q8_0's quants plus s = d * sum(qs), d unrounded (llama.cpp's x86
+// quantize_row_q8_1).
+inline void quantize_q8_1_body(const float* x, BlockQ8_1* y, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[b * 32 + i]));
+    const float d = amax / 127.f;
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    y[b].d = fp32_to_fp16(d);
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      y[b].qs[i] = static_cast<int8_t>(std::nearbyint(x[b * 32 + i] * id));
+      sum += y[b].qs[i];
+    }
+    y[b].s = fp32_to_fp16(d * static_cast<float>(sum));
+  }
+}
+
 inline void quantize_q8_k_body(const float* x, BlockQ8K* y, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
     float max = 0, amax = 0;

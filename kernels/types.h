@@ -45,6 +45,9 @@ enum Type : uint32_t {
   TQ1_0 = 34,
   TQ2_0 = 35,
   MXFP4 = 39,
+  NVFP4 = 40,
+  Q1_0 = 41,
+  Q2_0 = 42,
 };
 
 enum class Backend { Scalar, Avx2, Avx512 };  // Avx512: F, BW, VL and VNNI

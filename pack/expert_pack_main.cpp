@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "engine/synth.h"
+#include "kernels/kernels.h"
 #include "pack/builder.h"
 #include "pack/verify.h"
 
@@ -55,7 +56,18 @@ int main(int argc, char** argv) {
           "custom shape: n_embd,n_layer,n_expert,n_expert_used,n_ff_exp[,n_head,n_head_kv,n_vocab] "
           "(with --preset: that architecture at this size)")
       ->delimiter(',');
-  synth->add_option("--type", type_name, "weight type: Q4_K, Q8_0 or F16")->capture_default_str();
+  std::string gate_type, up_type, down_type;
+  synth
+      ->add_option("--type", type_name,
+                   "weight type of the quantized tensors, any the kernels run: " +
+                       kernels::supported_type_names() +
+                       " (token embeddings of a type without a quantizer here are Q8_0)")
+      ->capture_default_str();
+  synth->add_option("--gate-type", gate_type, "weight type of the routed experts' gate tensors");
+  synth->add_option("--up-type", up_type, "weight type of the routed experts' up tensors");
+  synth->add_option("--down-type", down_type,
+                    "weight type of the routed experts' down tensors: --type Q2_K --down-type Q3_K "
+                    "is Kimi-K3's mix");
   synth->add_option("--layers", sopt.layers, "cut the depth to this many layers");
   synth->add_option("--seed", sopt.seed, "random seed")->capture_default_str();
   synth->add_option("--out", sopt.out_path, "output GGUF")->required();
@@ -105,6 +117,14 @@ int main(int argc, char** argv) {
   auto t = gguf::type_from_name(type_name);
   if (!t) return fail(make_error("unknown --type " + type_name));
   sopt.type = *t;
+  for (auto [name, opt, field] : {std::tuple{&gate_type, "--gate-type", &sopt.gate_type},
+                                  std::tuple{&up_type, "--up-type", &sopt.up_type},
+                                  std::tuple{&down_type, "--down-type", &sopt.down_type}}) {
+    if (name->empty()) continue;
+    auto rt = gguf::type_from_name(*name);
+    if (!rt) return fail(make_error(std::string("unknown ") + opt + " " + *name));
+    *field = *rt;
+  }
   auto rep = engine::write_synth(sopt);
   if (!rep) return fail(rep.error());
   std::printf("wrote %s (%llu bytes)\n", sopt.out_path.c_str(), (unsigned long long)*rep);

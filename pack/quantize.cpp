@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/fp16.h"
+#include "kernels/random_blocks.h"
 
 namespace expertd::pack {
 
@@ -76,6 +77,11 @@ void quantize_q4_k(std::span<const float> x, uint8_t* dst) {
 
 }  // namespace
 
+bool has_quantizer(gguf::GgmlType type) {
+  using G = gguf::GgmlType;
+  return type == G::F32 || type == G::F16 || type == G::Q8_0 || type == G::Q4_K;
+}
+
 void quantize_row(gguf::GgmlType type, std::span<const float> src, uint8_t* dst) {
   switch (type) {
     case gguf::GgmlType::F32:
@@ -128,7 +134,7 @@ void random_blocks(gguf::GgmlType type, uint8_t* dst, uint64_t bytes, float std_
       break;
     }
     default:
-      assert(!"random_blocks: unsupported type");
+      kernels::random_blocks(static_cast<uint32_t>(type), dst, bytes, std_dev, rng);
   }
 }
 

@@ -12,10 +12,14 @@ namespace expertd::pack {
 
 uint16_t fp32_to_fp16(float f);
 
+// Whether quantize_row takes `type` (F32, F16, Q8_0, Q4_K).
+bool has_quantizer(gguf::GgmlType type);
+
 // Quantizes one row of `src.size()` floats (a multiple of the type's block) into `dst`.
 void quantize_row(gguf::GgmlType type, std::span<const float> src, uint8_t* dst);
 
-// Fills `bytes` of `type` blocks with random values whose dequantized std is about `std_dev`.
+// Fills `bytes` of `type` blocks with random values whose dequantized std is about `std_dev`
+// (any weight type the kernels run: kernels/random_blocks.h for the types without a case here).
 void random_blocks(gguf::GgmlType type, uint8_t* dst, uint64_t bytes, float std_dev, uint64_t& rng);
 
 inline uint64_t splitmix64(uint64_t& s) {

@@ -28,8 +28,13 @@ inline std::string bin(const std::string& rel) {
   return std::string(EXPERTD_BIN_DIR) + "/" + rel;
 }
 
+// A case's folder: "quant/<id>" names one of the weight-type cases (golden/quant/), any other
+// id one of golden/cases/.
+inline std::string golden_case_dir(const std::string& case_id) {
+  return golden_dir() + (case_id.starts_with("quant/") ? "/" : "/cases/") + case_id;
+}
 inline std::string golden_model(const std::string& case_id) {
-  return golden_dir() + "/cases/" + case_id + "/model.gguf";
+  return golden_case_dir(case_id) + "/model.gguf";
 }
 
 inline std::vector<std::string> golden_cases() {

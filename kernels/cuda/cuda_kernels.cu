@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/dequant.h"
 #include "kernels/fp16.h"
 #include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
@@ -24,123 +25,15 @@
 namespace kernels::cuda {
 namespace {
 
-// The types the kernels below instantiate (kernels/types.h ids; the table's `cuda` marks them).
-enum : uint32_t {
-  kF32 = kernels::F32,
-  kF16 = kernels::F16,
-  kQ5_0 = kernels::Q5_0,
-  kQ8_0 = kernels::Q8_0,
-  kQ4_K = kernels::Q4_K,
-  kQ5_K = kernels::Q5_K,
-  kQ6_K = kernels::Q6_K,
-  kBF16 = kernels::BF16,
-  kMXFP4 = kernels::MXFP4
-};
-
-// The dequantization below is compiled for the device and the host (dequantize_row_host).
-#define HD __host__ __device__ __forceinline__
-
-HD float h2f(uint16_t h) {
-#ifdef __CUDA_ARCH__
-  return __half2float(__ushort_as_half(h));
-#else
-  return kernels::fp16_to_fp32(h);
-#endif
-}
-HD float bf2f(uint16_t h) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(uint32_t(h) << 16);
-#else
-  const uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
-
-HD void k4_scale_min(int j, const uint8_t* q, float* d,
-                     float* m) {  // kernels::k4_scale_min, as floats
-  uint8_t sc, mn;
-  kernels::k4_scale_min(j, q, &sc, &mn);
-  *d = sc, *m = mn;
-}
-
-// The 32 weights of chunk c (elements 32c .. 32c + 31) of a row, dequantized.
+// Every weight type the table marks `cuda` runs through one decoder shared with the CPU reference
+// (kernels/dequant.h); each instantiates the matmul below.
 template <uint32_t T>
-HD void chunk32(const uint8_t* row, int64_t c, float* w) {
-  if constexpr (T == kF32) {
-    const float* r = reinterpret_cast<const float*>(row) + c * 32;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) w[i] = r[i];
-  } else if constexpr (T == kF16 || T == kBF16) {
-    const uint16_t* r = reinterpret_cast<const uint16_t*>(row) + c * 32;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) w[i] = T == kF16 ? h2f(r[i]) : bf2f(r[i]);
-  } else if constexpr (T == kQ8_0) {
-    const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[c];
-    const float d = h2f(b.d);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) w[i] = d * b.qs[i];
-  } else if constexpr (T == kQ5_0) {
-    const BlockQ5_0& b = reinterpret_cast<const BlockQ5_0*>(row)[c];
-    const float d = h2f(b.d);
-    const uint32_t qh = uint32_t(b.qh[0]) | uint32_t(b.qh[1]) << 8 | uint32_t(b.qh[2]) << 16 |
-                        uint32_t(b.qh[3]) << 24;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      w[i] = d * (static_cast<int>((b.qs[i] & 0xF) | (((qh >> i) & 1) << 4)) - 16);
-      w[i + 16] = d * (static_cast<int>((b.qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4)) - 16);
-    }
-  } else if constexpr (T == kQ4_K || T == kQ5_K) {
-    const int j = static_cast<int>(c % 8);
-    const uint8_t *scales, *qs, *qh = nullptr;
-    uint16_t hd, hm;
-    if constexpr (T == kQ4_K) {
-      const BlockQ4K& b = reinterpret_cast<const BlockQ4K*>(row)[c / 8];
-      scales = b.scales, qs = b.qs, hd = b.d, hm = b.dmin;
-    } else {
-      const BlockQ5K& b = reinterpret_cast<const BlockQ5K*>(row)[c / 8];
-      scales = b.scales, qs = b.qs, qh = b.qh, hd = b.d, hm = b.dmin;
-    }
-    float sc, m;
-    k4_scale_min(j, scales, &sc, &m);
-    const float d = h2f(hd) * sc, mn = h2f(hm) * m;
-    const uint8_t* q = qs + (j / 2) * 32;
-    const int shift = (j & 1) * 4;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      int v = (q[i] >> shift) & 0xF;
-      if constexpr (T == kQ5_K) v |= ((qh[i] >> j) & 1) << 4;
-      w[i] = d * v - mn;
-    }
-  } else if constexpr (T == kQ6_K) {
-    const BlockQ6K& b = reinterpret_cast<const BlockQ6K*>(row)[c / 8];
-    const int j = static_cast<int>(c % 8), h = j / 4, g = j % 4;
-    const uint8_t* ql = b.ql + 64 * h + (g & 1) * 32;
-    const uint8_t* qh = b.qh + 32 * h;
-    const int8_t* sc = b.scales + 8 * h + 2 * g;
-    const float d = h2f(b.d);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int q = ((ql[i] >> (4 * (g >> 1))) & 0xF) | (((qh[i] >> (2 * g)) & 3) << 4);
-      w[i] = d * sc[i / 16] * (q - 32);
-    }
-  } else if constexpr (T == kMXFP4) {
-    const BlockMxfp4& b = reinterpret_cast<const BlockMxfp4*>(row)[c];
-    const int8_t doubled[16] = {0, 1,  2,  3,  4,  6,  8,  12,
-                                0, -1, -2, -3, -4, -6, -8, -12};  // kMxfp4Doubled
-    const float d = ldexpf(1.0f, int(b.e) - 128);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      w[i] = d * doubled[b.qs[i] & 0xF];
-      w[i + 16] = d * doubled[b.qs[i] >> 4];
-    }
-  }
+__host__ __device__ __forceinline__ void chunk32(const uint8_t* row, int64_t c, float* w) {
+  kernels::dequant32<T>(row, c, w);
 }
 
-// Elements per row unit of each type: a row's length must be a multiple of it.
-HD int64_t block_elems(uint32_t t) {
-  return t == kQ4_K || t == kQ5_K || t == kQ6_K ? kQK_K : 32;
+int64_t block_elems(uint32_t t) {
+  return kernels::type_traits(t)->block_elems;
 }
 
 template <uint32_t T>
@@ -402,33 +295,12 @@ bool weight_type_supported(uint32_t t) {
 bool dequantize_row_host(uint32_t type, const void* row, float* y, int64_t n) {
   if (!weight_type_supported(type) || n % block_elems(type) != 0) return false;
   switch (type) {
-    case kF32:
-      dequantize_host<kF32>(row, y, n);
-      break;
-    case kF16:
-      dequantize_host<kF16>(row, y, n);
-      break;
-    case kBF16:
-      dequantize_host<kBF16>(row, y, n);
-      break;
-    case kQ8_0:
-      dequantize_host<kQ8_0>(row, y, n);
-      break;
-    case kQ5_0:
-      dequantize_host<kQ5_0>(row, y, n);
-      break;
-    case kQ4_K:
-      dequantize_host<kQ4_K>(row, y, n);
-      break;
-    case kQ5_K:
-      dequantize_host<kQ5_K>(row, y, n);
-      break;
-    case kQ6_K:
-      dequantize_host<kQ6_K>(row, y, n);
-      break;
-    case kMXFP4:
-      dequantize_host<kMXFP4>(row, y, n);
-      break;
+#define EXPERTD_CASE(T)                     \
+  case kernels::T:                          \
+    dequantize_host<kernels::T>(row, y, n); \
+    break;
+    KERNELS_WEIGHT_TYPES(EXPERTD_CASE)
+#undef EXPERTD_CASE
     default:
       return false;
   }
@@ -445,42 +317,13 @@ cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, co
   const dim3 block(32 * kWarpsPerBlock);
   auto* wb = static_cast<const uint8_t*>(w);
   switch (wtype) {
-    case kF32:
-      EXPERTD_LAUNCH(matmul_kernel<kF32>, grid, block, 0, stream)
-      (wb, rows, cols, rb, x, n_tokens, y);
-      break;
-    case kF16:
-      EXPERTD_LAUNCH(matmul_kernel<kF16>, grid, block, 0, stream)
-      (wb, rows, cols, rb, x, n_tokens, y);
-      break;
-    case kBF16:
-      EXPERTD_LAUNCH(matmul_kernel<kBF16>, grid, block, 0, stream)
-      (wb, rows, cols, rb, x, n_tokens, y);
-      break;
-    case kQ8_0:
-      EXPERTD_LAUNCH(matmul_kernel<kQ8_0>, grid, block, 0, stream)
-      (wb, rows, cols, rb, x, n_tokens, y);
-      break;
-    case kQ5_0:
-      EXPERTD_LAUNCH(matmul_kernel<kQ5_0>, grid, block, 0, stream)
-      (wb, rows, cols, rb, x, n_tokens, y);
-      break;
-    case kQ4_K:
-      EXPERTD_LAUNCH(matmul_kernel<kQ4_K>, grid, block, 0, stream)
-      (wb, rows, cols, rb, x, n_tokens, y);
-      break;
-    case kQ5_K:
-      EXPERTD_LAUNCH(matmul_kernel<kQ5_K>, grid, block, 0, stream)
-      (wb, rows, cols, rb, x, n_tokens, y);
-      break;
-    case kQ6_K:
-      EXPERTD_LAUNCH(matmul_kernel<kQ6_K>, grid, block, 0, stream)
-      (wb, rows, cols, rb, x, n_tokens, y);
-      break;
-    case kMXFP4:
-      EXPERTD_LAUNCH(matmul_kernel<kMXFP4>, grid, block, 0, stream)
-      (wb, rows, cols, rb, x, n_tokens, y);
-      break;
+#define EXPERTD_CASE(T)                                               \
+  case kernels::T:                                                    \
+    EXPERTD_LAUNCH(matmul_kernel<kernels::T>, grid, block, 0, stream) \
+    (wb, rows, cols, rb, x, n_tokens, y);                             \
+    break;
+    KERNELS_WEIGHT_TYPES(EXPERTD_CASE)
+#undef EXPERTD_CASE
     default:
       return cudaErrorInvalidValue;
   }

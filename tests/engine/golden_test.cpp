@@ -63,12 +63,38 @@ TEST(Golden, LocalLogitsRoutingAndGreedyMatchLlamaCpp) {
   EXPECT_GE(emulated_exactly * 3, quantized * 2) << emulated_exactly << " of " << quantized;
 }
 
+// Every llama.cpp weight type (golden/quant/: Q2_K ... IQ4_XS as llama-quantize mixes them):
+// within the quantized limits of the golden README on every case, and as close as the other
+// quantized cases (median row-max <= 1e-3, activation quantization emulated) on >= 2/3 of them.
+TEST(Golden, EveryLlamaCppWeightTypeMatchesLlamaCpp) {
+  REQUIRE_GOLDEN();
+  int n = 0, emulated_exactly = 0;
+  for (const std::string& id : golden_quant_case_ids()) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    auto file = gguf::Model::open(golden_model(id));
+    ASSERT_TRUE(file) << file.error().message;
+    auto model = engine::Model::load(*file);
+    ASSERT_TRUE(model) << model.error().message;
+    auto src = engine::make_local_source(*model);
+    engine::Engine eng(*model, *src, 2, 256);
+    auto logits = teacher_forced(eng, c, nullptr);
+    const double median = check_against_golden(c, logits);
+    ++n, emulated_exactly += median <= 1e-3;
+    std::printf("%-28s median row-max |d| %.3g\n", id.c_str(), median);
+  }
+  EXPECT_GE(emulated_exactly * 3, n * 2) << emulated_exactly << " of " << n;
+}
+
 // Through a real expertd with a cache smaller than the model and acquires smaller than a
 // layer's unique experts (so prefill is chunked): bit-identical to the local path.
 TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
   REQUIRE_GOLDEN();
-  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16",
-                         "olmoe-A-s1-f32", "deepseek2-B-s11-q4_k_m", "gpt-oss-B-s11-mxfp4_moe"}) {
+  for (const char* id :
+       {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16", "olmoe-A-s1-f32",
+        "deepseek2-B-s11-q4_k_m", "gpt-oss-B-s11-mxfp4_moe", "quant/qwen3moe-q2_k",
+        "quant/qwen3moe-q4_1", "quant/qwen3moe-iq1_m", "quant/qwen3moe-iq2_xxs",
+        "quant/qwen3moe-iq3_s", "quant/qwen3moe-iq4_xs"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     TempDir d;

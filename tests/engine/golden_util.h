@@ -30,6 +30,16 @@ inline std::vector<std::string> golden_case_ids() {
   return ids;
 }
 
+// The weight-type cases (golden/quant/): a qwen3moe quantized by llama-quantize to each type.
+inline constexpr const char* kGoldenQuantTypes[] = {
+    "q2_k",  "q2_k_s",  "q3_k_s", "q3_k_m", "q4_0",    "q4_1",  "q5_1",   "iq1_s",
+    "iq1_m", "iq2_xxs", "iq2_xs", "iq2_m",  "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs"};
+inline std::vector<std::string> golden_quant_case_ids() {
+  std::vector<std::string> ids;
+  for (const char* t : kGoldenQuantTypes) ids.push_back(std::string("quant/qwen3moe-") + t);
+  return ids;
+}
+
 struct Case {
   std::string id;
   nlohmann::json j;
@@ -41,12 +51,12 @@ struct Case {
 inline Case load_case(const std::string& id) {
   Case c;
   c.id = id;
-  c.j = nlohmann::json::parse(read_file(golden_dir() + "/cases/" + id + "/case.json"));
+  c.j = nlohmann::json::parse(read_file(golden_case_dir(id) + "/case.json"));
   c.prompt = c.j["prompt_tokens"].get<std::vector<int32_t>>();
   c.all = c.j["all_tokens"].get<std::vector<int32_t>>();
   c.greedy = c.j["greedy_tokens"].get<std::vector<int32_t>>();
   c.n_vocab = c.j["logits"]["shape"][1].get<int>();
-  std::string raw = read_file(golden_dir() + "/cases/" + id + "/logits.bin");
+  std::string raw = read_file(golden_case_dir(id) + "/logits.bin");
   c.logits.resize(raw.size() / 4);
   std::memcpy(c.logits.data(), raw.data(), raw.size());
   return c;

@@ -3,7 +3,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/engine.h"
+#include "engine/expert_source.h"
 #include "gguf/gguf_reader.h"
+#include "kernels/kernels.h"
 #include "pack/builder.h"
 #include "pack/quantize.h"
 #include "pack/verify.h"
@@ -158,4 +161,60 @@ TEST(Synth, WritesALoadableSkewedMoeModelThatPacks) {
   auto bad = engine::write_synth(o);
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("unknown preset"), std::string::npos);
+}
+
+// `--type T` for every weight type the kernels run: a model that loads, whose experts dequantize
+// to finite values of about the asked-for size, and that generates finite logits; and the
+// per-role overrides give the seed's Kimi-K3 mix (Q2_K gate and up, Q3_K down).
+TEST(Synth, EveryWeightTypeAndThePerRoleMix) {
+  TempDir d;
+  int n_types = 0;
+  for (uint32_t t = 0; t < 64; ++t) {
+    if (!kernels::weight_type_supported(t)) continue;
+    SCOPED_TRACE(kernels::type_traits(t)->name);
+    ++n_types;
+    engine::SynthOptions o;
+    o.dims = {256, 2, 8, 2, 256, 4, 2, 512};
+    o.type = static_cast<gguf::GgmlType>(t);
+    if (t == kernels::Q2_K) o.down_type = gguf::GgmlType::Q3_K;
+    o.out_path = d / (std::string(kernels::type_traits(t)->name) + ".gguf");
+    o.progress = false;
+    auto bytes = engine::write_synth(o);
+    ASSERT_TRUE(bytes) << bytes.error().message;
+    auto m = gguf::Model::open(o.out_path);
+    ASSERT_TRUE(m) << m.error().message;
+    const auto* up = m->tensor("blk.1.ffn_up_exps.weight");
+    const auto* down = m->tensor("blk.1.ffn_down_exps.weight");
+    ASSERT_TRUE(up && down);
+    EXPECT_EQ(up->type, t);
+    EXPECT_EQ(down->type, t == kernels::Q2_K ? kernels::Q3_K : t);
+    std::vector<float> w(up->n_elements);
+    kernels::dequantize_row(t, up->data, w.data(), static_cast<int64_t>(w.size()));
+    double ss = 0;
+    for (float v : w) {
+      ASSERT_TRUE(std::isfinite(v));
+      ss += double(v) * v;
+    }
+    const double std_dev = std::sqrt(ss / double(w.size()));
+    EXPECT_GT(std_dev, 0.25 / 16);  // asked: 1 / sqrt(256)
+    EXPECT_LT(std_dev, 4.0 / 16);
+    auto model = engine::Model::load(*m);
+    ASSERT_TRUE(model) << model.error().message;
+    auto src = engine::make_local_source(*model);
+    engine::Engine eng(*model, *src, 1, 64);
+    std::vector<float> logits;
+    const int32_t toks[] = {5, 17, 300, 42};
+    ASSERT_TRUE(eng.eval({toks, 4}, false, logits));
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  }
+  EXPECT_EQ(n_types, 28);
+  engine::SynthOptions bad;
+  bad.dims = {256, 2, 8, 2, 256, 4, 2, 512};
+  bad.type = gguf::GgmlType::Q8_K;  // activations only
+  bad.out_path = d / "bad.gguf";
+  bad.progress = false;
+  auto r = engine::write_synth(bad);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("Q8_K is not one the kernels run"), std::string::npos)
+      << r.error().message;
 }

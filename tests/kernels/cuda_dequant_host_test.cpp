@@ -17,7 +17,10 @@ using namespace kernels;
 TEST(CudaDequantOnTheHost, EveryGpuWeightTypeMatchesTheCpuReferenceBitForBit) {
   std::mt19937_64 rng(11);
   const int64_t n = 1024;  // four super-blocks of the K types, 32 blocks of the others
-  for (uint32_t t : {F32, F16, BF16, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4}) {
+  int n_types = 0;
+  for (uint32_t t = 0; t < 64; ++t) {
+    if (!weight_type_supported(t)) continue;
+    ++n_types;
     SCOPED_TRACE(::testing::Message() << "type " << t);
     ASSERT_TRUE(cuda::weight_type_supported(t));
     auto w = random_weights(t, n, rng);
@@ -30,6 +33,7 @@ TEST(CudaDequantOnTheHost, EveryGpuWeightTypeMatchesTheCpuReferenceBitForBit) {
     ASSERT_TRUE(cuda::dequantize_row_host(t, w.data(), got.data(), n));
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], ref[i]) << "element " << i;
   }
+  EXPECT_EQ(n_types, 28) << "every weight type of ggml-cpu's type_traits";
 }
 
 TEST(CudaDequantOnTheHost, RejectsWhatTheGpuCannotTake) {
@@ -38,5 +42,6 @@ TEST(CudaDequantOnTheHost, RejectsWhatTheGpuCannotTake) {
   EXPECT_FALSE(cuda::dequantize_row_host(Q4_K, row.data(), y.data(), 128))
       << "not a multiple of 256";
   EXPECT_FALSE(cuda::dequantize_row_host(Q8_0, row.data(), y.data(), 48)) << "not a multiple of 32";
-  EXPECT_FALSE(cuda::dequantize_row_host(2 /* Q4_0 */, row.data(), y.data(), 256));
+  EXPECT_FALSE(cuda::dequantize_row_host(Q8_K, row.data(), y.data(), 256)) << "activations only";
+  EXPECT_FALSE(cuda::dequantize_row_host(I32, row.data(), y.data(), 256));
 }

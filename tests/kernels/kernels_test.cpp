@@ -3,6 +3,7 @@
 // precision.
 #include "kernels/kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -17,7 +18,18 @@ using namespace kernels;
 
 namespace {
 
-const uint32_t kTypes[] = {F32, F16, BF16, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4};
+// Every weight type the table says the kernels run.
+std::vector<uint32_t> all_types() {
+  std::vector<uint32_t> v;
+  for (uint32_t t = 0; t < 64; ++t)
+    if (weight_type_supported(t)) v.push_back(t);
+  return v;
+}
+const std::vector<uint32_t> kTypes = all_types();
+// The kernels whose every instruction set gives the reference's bits.
+const uint32_t kBitIdentical[] = {Q2_K,  Q3_K,  IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+                                  IQ3_S, IQ1_S, IQ1_M,   IQ4_XS, TQ1_0, TQ2_0,
+                                  NVFP4, Q1_0,  Q2_0,    Q5_1,   IQ4_NL};
 
 // Every backend this CPU can run, the scalar reference included.
 std::vector<Backend> runnable_backends() {
@@ -51,6 +63,19 @@ TEST(Kernels, DotMatchesDequantizedReferenceOnEveryBackend) {
     double ref = 0, mag = 0;
     for (int64_t i = 0; i < n; ++i)
       ref += double(wf[i]) * xf[i], mag += std::fabs(double(wf[i]) * xf[i]);
+    if (vec_dot_type(t) == Q8_1) {
+      // Q4_1 / Q5_1: the weights' min m (fp16 at byte 2 of each block) meets the activations
+      // through Q8_1's fp16 s = d * sum(q), as in llama.cpp: m * s replaces m * sum(x).
+      const size_t wb = row_size(t, 32);
+      auto* yb = reinterpret_cast<const BlockQ8_1*>(xq.data());
+      for (int64_t b = 0; b < n / 32; ++b) {
+        uint16_t m;
+        std::memcpy(&m, w.data() + b * wb + 2, 2);
+        double sum_x = 0;
+        for (int i = 0; i < 32; ++i) sum_x += xf[b * 32 + i];
+        ref += double(fp16_to_fp32(m)) * (double(fp16_to_fp32(yb[b].s)) - sum_x);
+      }
+    }
     float scalar = dot(t, w.data(), xq.data(), n, Backend::Scalar);
     EXPECT_NEAR(scalar, ref, 1e-5 * mag + 1e-6);
     for (Backend be : runnable_backends()) {
@@ -59,8 +84,14 @@ TEST(Kernels, DotMatchesDequantizedReferenceOnEveryBackend) {
       quantize_activations(t, x.data(), xq2.data(), n, be);
       EXPECT_EQ(0, std::memcmp(xq.data(), xq2.data(), xq.size()))
           << "activation quantization differs";
-      // Integer block sums are exact; the float accumulation may round differently (FMA, lanes).
-      EXPECT_NEAR(dot(t, w.data(), xq.data(), n, be), scalar, 1e-5 * mag + 1e-6);
+      // Integer block sums are exact; the float accumulation may round differently (FMA, lanes)
+      // except in the kernels that scale each super-block's exact sum in the reference's order.
+      const float got = dot(t, w.data(), xq.data(), n, be);
+      EXPECT_NEAR(got, scalar, 1e-5 * mag + 1e-6);
+      if (std::find(std::begin(kBitIdentical), std::end(kBitIdentical), t) !=
+          std::end(kBitIdentical)) {
+        EXPECT_EQ(got, scalar) << "not bit-identical to the reference";
+      }
     }
   }
 }
