@@ -616,3 +616,99 @@ float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n) {
 }
 
 }  // namespace kernels::avx2
+
+namespace kernels::avx2 {
+namespace {
+// Byte -> four 2-bit fields minus one, as int8 (Q2_0), and byte -> eight bits as +1 / -1 (Q1_0).
+struct LowBitTables {
+  uint32_t q2[256];
+  uint64_t q1[256];
+  LowBitTables() {
+    for (int b = 0; b < 256; ++b) {
+      q2[b] = 0;
+      q1[b] = 0;
+      for (int i = 0; i < 4; ++i) q2[b] |= uint32_t(uint8_t(((b >> (2 * i)) & 3) - 1)) << (8 * i);
+      for (int i = 0; i < 8; ++i) q1[b] |= uint64_t(b >> i & 1 ? 0x01 : 0xFF) << (8 * i);
+    }
+  }
+};
+const LowBitTables kLow;
+}  // namespace
+
+// The reference's order: one exact integer sum per Q8_0 block, scaled in scalar.
+float dot_q2_0(const BlockQ2_0* x, const BlockQ8_0* y, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / 64; ++b) {
+    float sumi = 0;
+    for (int k = 0; k < 2; ++k) {
+      const uint8_t* q = x[b].qs + 8 * k;
+      const __m256i w = _mm256_setr_epi32(
+          int(kLow.q2[q[0]]), int(kLow.q2[q[1]]), int(kLow.q2[q[2]]), int(kLow.q2[q[3]]),
+          int(kLow.q2[q[4]]), int(kLow.q2[q[5]]), int(kLow.q2[q[6]]), int(kLow.q2[q[7]]));
+      const BlockQ8_0& yb = y[2 * b + k];
+      sumi += fp16_to_fp32(yb.d) * static_cast<float>(hsum_i32(mul_sum_i8(w, load(yb.qs))));
+    }
+    s += fp16_to_fp32(x[b].d) * sumi;
+  }
+  return s;
+}
+
+float dot_q1_0(const BlockQ1_0* x, const BlockQ8_0* y, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / 128; ++b) {
+    float sumi = 0;
+    for (int k = 0; k < 4; ++k) {
+      const uint8_t* q = x[b].qs + 4 * k;
+      const __m256i sg = grid4(kLow.q1[q[0]], kLow.q1[q[1]], kLow.q1[q[2]], kLow.q1[q[3]]);
+      const BlockQ8_0& yb = y[4 * b + k];
+      // sum of +-q8: sign_epi8 applies the signs, madd with ones sums them.
+      const __m256i v = _mm256_sign_epi8(load(yb.qs), sg);
+      const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
+      sumi += fp16_to_fp32(yb.d) *
+              static_cast<float>(hsum_i32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1))));
+    }
+    s += fp16_to_fp32(x[b].d) * sumi;
+  }
+  return s;
+}
+
+float dot_tq2_0(const BlockTq2_0* x, const BlockQ8K* y, int64_t n) {
+  float s = 0;
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const __m256i q0 = load(x[b].qs), q1 = load(x[b].qs + 32);
+    __m256i isum = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i q = _mm256_and_si256(_mm256_srli_epi16(k < 4 ? q0 : q1, 2 * (k % 4)), m3);
+      isum = _mm256_add_epi32(isum, mul_sum_i8(_mm256_sub_epi8(q, one), load(y[b].qs + 32 * k)));
+    }
+    s += static_cast<float>(hsum_i32(isum)) * (y[b].d * fp16_to_fp32(x[b].d));
+  }
+  return s;
+}
+
+float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  float s = 0;
+  for (int64_t b = 0; b < n / 64; ++b)
+    for (int k = 0; k < 2; ++k) {  // sub-blocks 2k and 2k + 1 against Q8_0 block 2b + k
+      const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 16 * k));
+      const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(t, m4));
+      const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(t, 4), m4));
+      const __m256i w = _mm256_setr_m128i(_mm_unpacklo_epi64(lo, hi), _mm_unpackhi_epi64(lo, hi));
+      const BlockQ8_0& yb = y[2 * b + k];
+      const __m256i p = mul_sum_i8(w, load(yb.qs));  // lanes 0-3: sub-block 2k, 4-7: 2k + 1
+      const __m128i a = _mm256_castsi256_si128(p), c = _mm256_extracti128_si256(p, 1);
+      auto hsum4 = [](__m128i v) {
+        v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+        return _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, 0xB1)));
+      };
+      const float dy = fp16_to_fp32(yb.d);
+      s += (dy * ue4m3_half(x[b].d[2 * k])) * static_cast<float>(hsum4(a));
+      s += (dy * ue4m3_half(x[b].d[2 * k + 1])) * static_cast<float>(hsum4(c));
+    }
+  return s;
+}
+
+}  // namespace kernels::avx2

@@ -81,6 +81,10 @@ float dot_iq3_s(const BlockIq3S* x, const BlockQ8K* y, int64_t n);
 float dot_iq1_s(const BlockIq1S* x, const BlockQ8K* y, int64_t n);
 float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n);
 float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n);
+float dot_q2_0(const BlockQ2_0* x, const BlockQ8_0* y, int64_t n);
+float dot_q1_0(const BlockQ1_0* x, const BlockQ8_0* y, int64_t n);
+float dot_tq2_0(const BlockTq2_0* x, const BlockQ8K* y, int64_t n);
+float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n);
 }  // namespace avx2
 
 namespace avx512 {
