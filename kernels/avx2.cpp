@@ -712,3 +712,49 @@ float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n) {
 }
 
 }  // namespace kernels::avx2
+
+namespace kernels::avx2 {
+namespace {
+// TQ1_0's base-3 digits: digit = ((uint8_t)(byte * 3^n) * 3) >> 8, for 16 bytes at once with
+// a multiplier per byte; returned as int8 digit - 1.
+inline __m128i tq1_digits(__m128i bytes, __m256i pow) {
+  const __m256i b = _mm256_cvtepu8_epi16(bytes);
+  const __m256i q = _mm256_and_si256(_mm256_mullo_epi16(b, pow), _mm256_set1_epi16(0xFF));
+  const __m256i xi = _mm256_srli_epi16(_mm256_mullo_epi16(q, _mm256_set1_epi16(3)), 8);
+  const __m256i d = _mm256_sub_epi16(xi, _mm256_set1_epi16(1));
+  return _mm_packs_epi16(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
+}
+}  // namespace
+
+float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n) {
+  static const int16_t pw[5] = {1, 3, 9, 27, 81};
+  const __m256i qh_pow = _mm256_setr_epi16(1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27);
+  float s = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
+    const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 16));
+    const __m128i a2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 32));
+    uint32_t qh;
+    std::memcpy(&qh, x[b].qh, 4);
+    const __m128i hq = _mm_set1_epi32(static_cast<int>(qh));  // qh[0..3] four times
+    __m256i isum = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+      __m128i lo, hi;
+      if (c < 5) {  // elements 32c..: digit c of qs[0..32)
+        lo = tq1_digits(a0, _mm256_set1_epi16(pw[c])),
+        hi = tq1_digits(a1, _mm256_set1_epi16(pw[c]));
+      } else if (c < 7) {  // digits 2(c-5) and 2(c-5)+1 of qs[32..48)
+        lo = tq1_digits(a2, _mm256_set1_epi16(pw[2 * (c - 5)]));
+        hi = tq1_digits(a2, _mm256_set1_epi16(pw[2 * (c - 5) + 1]));
+      } else {  // digit 4 of qs[32..48), then qh's four digits of four bytes
+        lo = tq1_digits(a2, _mm256_set1_epi16(pw[4]));
+        hi = tq1_digits(hq, qh_pow);
+      }
+      isum = _mm256_add_epi32(isum, mul_sum_i8(_mm256_setr_m128i(lo, hi), load(y[b].qs + 32 * c)));
+    }
+    s += static_cast<float>(hsum_i32(isum)) * (fp16_to_fp32(x[b].d) * y[b].d);
+  }
+  return s;
+}
+
+}  // namespace kernels::avx2

@@ -85,6 +85,7 @@ float dot_q2_0(const BlockQ2_0* x, const BlockQ8_0* y, int64_t n);
 float dot_q1_0(const BlockQ1_0* x, const BlockQ8_0* y, int64_t n);
 float dot_tq2_0(const BlockTq2_0* x, const BlockQ8K* y, int64_t n);
 float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n);
+float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n);
 }  // namespace avx2
 
 namespace avx512 {

@@ -82,7 +82,7 @@ const std::array kTypes = {
                {dot<BlockQ2K, BlockQ8K, ref::dot_q2_k>, dot<BlockQ2K, BlockQ8K, avx2::dot_q2_k>}, {}, true},
     TypeTraits{Q3_K, "Q3_K", 256, 110, Q8_K, rows<Q3_K>, {},
                {dot<BlockQ3K, BlockQ8K, ref::dot_q3_k>, dot<BlockQ3K, BlockQ8K, avx2::dot_q3_k>}, {}, true},
-    TypeTraits{TQ1_0, "TQ1_0", 256, 54, Q8_K, rows<TQ1_0>, {}, {dot<BlockTq1_0, BlockQ8K, ref::dot_tq1_0>}, {}, true},
+    TypeTraits{TQ1_0, "TQ1_0", 256, 54, Q8_K, rows<TQ1_0>, {}, {dot<BlockTq1_0, BlockQ8K, ref::dot_tq1_0>, dot<BlockTq1_0, BlockQ8K, avx2::dot_tq1_0>}, {}, true},
     TypeTraits{TQ2_0, "TQ2_0", 256, 66, Q8_K, rows<TQ2_0>, {}, {dot<BlockTq2_0, BlockQ8K, ref::dot_tq2_0>, dot<BlockTq2_0, BlockQ8K, avx2::dot_tq2_0>}, {}, true},
     TypeTraits{IQ2_XXS, "IQ2_XXS", 256, 66, Q8_K, rows<IQ2_XXS>, {},
                {dot<BlockIq2Xxs, BlockQ8K, ref::dot_iq2_xxs>, dot<BlockIq2Xxs, BlockQ8K, avx2::dot_iq2_xxs>}, {}, true},
