@@ -26,7 +26,9 @@ for name in q2_k q3_k_m iq2_xxs iq4_xs; do
   m="$DIR/qwen3-30b-a3b-4l-$name.gguf"
   [ -f "$m" ] || "$B/pack/expert-pack" synth --preset qwen3-30b-a3b --layers 4 ${MIX[$name]} --out "$m"
 done
-for kernels in avx2 best; do
+passes=avx2
+grep -q avx512_vnni /proc/cpuinfo && passes="avx2 best"  # the best ISA is AVX2 otherwise
+for kernels in $passes; do
   for name in q2_k q3_k_m iq2_xxs iq4_xs; do
     m="$DIR/qwen3-30b-a3b-4l-$name.gguf"
     echo "== $name, EXPERTD_KERNELS=${kernels}"

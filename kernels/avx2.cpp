@@ -35,95 +35,67 @@ float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n) {
   return hsum(acc);
 }
 
-// Q4_K and Q5_K share everything but the fifth bit.
+// Q4_K and Q5_K share everything but the fifth bit. llama.cpp's structure: the scales as i16
+// madd multipliers from one shuffle, the mins against the activations' pair sums in four float
+// lanes, the rest in eight.
 template <bool kFive>
 float dot_k45(const uint8_t* blocks, size_t stride, const BlockQ8K* y, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
-  float mins = 0;
+  __m128 acc_m = _mm_setzero_ps();
   const __m256i low4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+  // Group k's scale (i16 word k of each lane, words 0..7 = the 8 scales) in every word.
+  alignas(32) static const uint8_t kShuf[8][32] = {
+#define EXPERTD_W(k) 2 * k, 2 * k + 1
+#define EXPERTD_ROW(k)                                                                 \
+  {EXPERTD_W(k), EXPERTD_W(k), EXPERTD_W(k), EXPERTD_W(k), EXPERTD_W(k), EXPERTD_W(k), \
+   EXPERTD_W(k), EXPERTD_W(k), EXPERTD_W(k), EXPERTD_W(k), EXPERTD_W(k), EXPERTD_W(k), \
+   EXPERTD_W(k), EXPERTD_W(k), EXPERTD_W(k), EXPERTD_W(k)}
+      EXPERTD_ROW(0), EXPERTD_ROW(1), EXPERTD_ROW(2), EXPERTD_ROW(3),
+      EXPERTD_ROW(4), EXPERTD_ROW(5), EXPERTD_ROW(6), EXPERTD_ROW(7)};
+#undef EXPERTD_ROW
+#undef EXPERTD_W
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const uint8_t* blk = blocks + b * stride;
     uint16_t hd, hm;
     std::memcpy(&hd, blk, 2);
     std::memcpy(&hm, blk + 2, 2);
-    const uint8_t* scales = blk + 4;
     const uint8_t* qh = kFive ? blk + 16 : nullptr;
     const uint8_t* q4 = kFive ? blk + 48 : blk + 16;
     const int8_t* q8 = y[b].qs;
-    __m256i hbits = kFive ? load(qh) : _mm256_setzero_si256();
+    const float d = y[b].d * fp16_to_fp32(hd), dmin = -y[b].d * fp16_to_fp32(hm);
     uint8_t sm[16];
-    k_scales_mins(scales, sm);
-    // Mins against the activations' pair sums: 8 products in one madd.
-    const __m128i bs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[b].bsums));
-    const __m128i bs2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[b].bsums + 8));
-    const __m128i pairs = _mm_hadd_epi16(bs, bs2);  // bsums[2j] + bsums[2j+1], j = 0..7
-    const __m128i mins16 =
-        _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
-    __m128i pm = _mm_madd_epi16(mins16, pairs);
-    pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
-    pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
-    const int summ = _mm_cvtsi128_si32(pm);
-    __m256i isum = _mm256_setzero_si256();
-    for (int j = 0; j < 8; j += 2) {
-      __m256i q = load(q4);
+    k_scales_mins(blk + 4, sm);
+    const __m256i mins_scales =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sm)));
+    const __m256i q8sums = load(y[b].bsums);
+    const __m128i q8s =
+        _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
+    const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), q8s);
+    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+    const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
+    const __m256i scales = _mm256_set_m128i(sc128, sc128);
+    const __m256i hbits = kFive ? load(qh) : _mm256_setzero_si256();
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i sl = _mm256_shuffle_epi8(scales, load(kShuf[2 * j]));
+      const __m256i sh = _mm256_shuffle_epi8(scales, load(kShuf[2 * j + 1]));
+      const __m256i q = load(q4 + 32 * j);
       __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
       if (kFive) {
         lo = _mm256_or_si256(
-            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, j), one), 4));
+            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
         hi = _mm256_or_si256(
-            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, j + 1), one), 4));
+            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
       }
-      isum = _mm256_add_epi32(
-          isum, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load(q8)), _mm256_set1_epi16(sm[j])));
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load(q8 + 32)),
-                                                      _mm256_set1_epi16(sm[j + 1])));
-      q4 += 32;
-      q8 += 64;
+      const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, load(q8 + 64 * j)));
+      const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, load(q8 + 64 * j + 32)));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(hd) * y[b].d), _mm256_cvtepi32_ps(isum), acc);
-    mins += fp16_to_fp32(hm) * y[b].d * static_cast<float>(summ);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }
-  return hsum(acc) - mins;
-}
-
-float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const uint8_t* ql = x[b].ql;
-    const uint8_t* qh = x[b].qh;
-    const int8_t* sc = x[b].scales;
-    const int8_t* q8 = y[b].qs;
-    // sum (q - 32) * q8 = sum q * q8 - 32 * sum q8: q in 0..63 suits maddubs; the offset comes
-    // from the 16-element sums of the activations.
-    __m256i isum = _mm256_setzero_si256();
-    for (int half = 0; half < 2; ++half) {
-      __m256i l0 = load(ql), l1 = load(ql + 32), h = load(qh);
-      __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(l1, m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
-      for (int g = 0; g < 4; ++g) {
-        __m256i scale = _mm256_setr_m128i(_mm_set1_epi16(sc[2 * g]), _mm_set1_epi16(sc[2 * g + 1]));
-        isum = _mm256_add_epi32(
-            isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], load(q8 + 32 * g)), scale));
-      }
-      ql += 64;
-      qh += 32;
-      sc += 8;
-      q8 += 128;
-    }
-    int offset = 0;
-    for (int g = 0; g < 16; ++g) offset += x[b].scales[g] * y[b].bsums[g];
-    isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
-                          acc);
-  }
-  return hsum(acc);
+  acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+  acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+  return hsum(acc) + _mm_cvtss_f32(acc_m);
 }
 
 float dot_f32(const float* a, const float* b, int64_t n) {
@@ -222,7 +194,7 @@ float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n) {
     const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(q, m4));
     const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
     const __m256i w = _mm256_set_m128i(hi, lo);  // values 0..15 then 16..31
-    const __m256 d = _mm256_set1_ps(std::ldexp(1.0f, int(x[b].e) - 128) * fp16_to_fp32(y[b].d));
+    const __m256 d = _mm256_set1_ps(e8m0_half(x[b].e) * fp16_to_fp32(y[b].d));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(w, load(y[b].qs))), acc);
   }
   return hsum(acc);
@@ -273,6 +245,35 @@ inline __m256i mul_scaled(__m256i w, __m256i q, int s0, int s1) {
   const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
   return _mm256_madd_epi16(p, _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)),
                                                 _mm_set1_epi16(static_cast<int16_t>(s1))));
+}
+// The 16 sub-block scales of a super-block (int8, one per 16 elements) as i16 madd multipliers:
+// pairs(k) is group k's (elements 32k .. 32k + 31: scale 2k in the low lane, 2k + 1 in the high).
+struct ScalePairs {
+  __m256i half[2];
+  explicit ScalePairs(__m128i s8) {
+    const __m256i all = _mm256_cvtepi8_epi16(s8);
+    const __m128i l = _mm256_castsi256_si128(all), h = _mm256_extracti128_si256(all, 1);
+    half[0] = _mm256_set_m128i(l, l);
+    half[1] = _mm256_set_m128i(h, h);
+  }
+  __m256i operator()(int k) const {
+    alignas(32) static const uint8_t kShuf[4][32] = {
+        {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+        {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,
+         6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+        {8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,
+         10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+        {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13,
+         14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
+    const __m256i shuf = _mm256_load_si256(reinterpret_cast<const __m256i*>(kShuf[k % 4]));
+    return _mm256_shuffle_epi8(half[k / 4], shuf);
+  }
+};
+// Signed weights x activations in i16 pairs, times the i16 multipliers `scale`, in i32 lanes.
+inline __m256i mul_by(__m256i w, __m256i q, __m256i scale) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w)),
+                           scale);
 }
 inline int hsum_i32(__m256i a) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
@@ -378,52 +379,77 @@ float dot_iq4_nl(const BlockIq4Nl* x, const BlockQ8_0* y, int64_t n) {
 }
 
 float dot_q2_k(const BlockQ2K* x, const BlockQ8K* y, int64_t n) {
-  float s = 0;
+  __m256 acc = _mm256_setzero_ps();
   const __m256i m3 = _mm256_set1_epi8(3);
+  const __m128i m4 = _mm_set1_epi8(0xF);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const uint8_t* sc = x[b].scales;
     // Mins against the 16-element sums of the activations: 16 products in one madd.
-    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
-    const __m256i mins =
-        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0xF)));
-    const int summs = hsum_i32(_mm256_madd_epi16(mins, load(y[b].bsums)));
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+    const __m256i prod = _mm256_madd_epi16(mins, load(y[b].bsums));
+    const ScalePairs sc(_mm_and_si128(sc8, m4));
+    const int8_t* q8 = y[b].qs;
     __m256i isum = _mm256_setzero_si256();
-    const __m256i q0 = load(x[b].qs), q1 = load(x[b].qs + 32);
-    for (int k = 0; k < 8; ++k) {
-      const __m256i q = _mm256_and_si256(_mm256_srli_epi16(k < 4 ? q0 : q1, 2 * (k % 4)), m3);
-      const __m256i p = _mm256_maddubs_epi16(q, load(y[b].qs + 32 * k));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q2 = load(x[b].qs + 32 * h);
+      __m256i p[4];
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * j), m3);
+        p[j] =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(q8 + 32 * (4 * h + j))), sc(4 * h + j));
+      }
       isum = _mm256_add_epi32(
-          isum, _mm256_madd_epi16(p, _mm256_setr_m128i(_mm_set1_epi16(sc[2 * k] & 0xF),
-                                                       _mm_set1_epi16(sc[2 * k + 1] & 0xF))));
+          isum, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
     }
-    const float dall = y[b].d * fp16_to_fp32(x[b].d), dmin = y[b].d * fp16_to_fp32(x[b].dmin);
-    s += dall * static_cast<float>(hsum_i32(isum)) - dmin * static_cast<float>(summs);
+    const float dall = y[b].d * fp16_to_fp32(x[b].d), dmin = -y[b].d * fp16_to_fp32(x[b].dmin);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(isum), acc);
   }
-  return s;
+  return hsum(acc);
 }
 
 float dot_q3_k(const BlockQ3K* x, const BlockQ8K* y, int64_t n) {
-  float s = 0;
-  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
+  // sum (u - 4) q8 with u = q | high bit << 2 in 0..7 (maddubs-ready) = sum u q8 - 4 sum q8, the
+  // second from the activations' 16-element sums: no sign ops in the loop.
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    int8_t scales[16];
-    q3k_scales(x[b].scales, scales);
-    const __m256i hm = load(x[b].hmask), q0 = load(x[b].qs), q1 = load(x[b].qs + 32);
+    uint32_t a[3];  // the 16 6-bit scales (q3k_scales), four words at once
+    std::memcpy(a, x[b].scales, 12);
+    const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f;
+    const __m128i s8 =
+        _mm_sub_epi8(_mm_set_epi32(static_cast<int>(((a[1] >> 4) & k2) | (((a[2] >> 6) & k1) << 4)),
+                                   static_cast<int>(((a[0] >> 4) & k2) | (((a[2] >> 4) & k1) << 4)),
+                                   static_cast<int>((a[1] & k2) | (((a[2] >> 2) & k1) << 4)),
+                                   static_cast<int>((a[0] & k2) | ((a[2] & k1) << 4))),
+                     _mm_set1_epi8(32));
+    const ScalePairs sc(s8);
+    const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(s8), load(y[b].bsums));
+    const __m256i hm = load(x[b].hmask);
+    const int8_t* q8 = y[b].qs;
     __m256i isum = _mm256_setzero_si256();
-    for (int k = 0; k < 8; ++k) {
-      const __m256i q = _mm256_and_si256(_mm256_srli_epi16(k < 4 ? q0 : q1, 2 * (k % 4)), m3);
-      const __m256i hbit = _mm256_and_si256(_mm256_srli_epi16(hm, k), one);
-      const __m256i w = _mm256_sub_epi8(_mm256_add_epi8(q, _mm256_slli_epi16(hbit, 2)), four);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q3 = load(x[b].qs + 32 * h);
+      __m256i p[4];
+      for (int j = 0; j < 4; ++j) {
+        const int k = 4 * h + j;
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q3, 2 * j), m3);
+        const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
+        const __m256i u = _mm256_or_si256(q, _mm256_and_si256(hb, m4));
+        p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(u, load(q8 + 32 * k)), sc(k));
+      }
       isum = _mm256_add_epi32(
-          isum, mul_scaled(w, load(y[b].qs + 32 * k), scales[2 * k] - 32, scales[2 * k + 1] - 32));
+          isum, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
     }
-    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 2));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
+                          acc);
   }
-  return s;
+  return hsum(acc);
 }
 
 float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
-  float s = 0;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
     __m256i isum = _mm256_setzero_si256();
@@ -439,9 +465,10 @@ float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
       isum = _mm256_add_epi32(
           isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), _mm256_set1_epi16(ls)));
     }
-    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
+                          acc);
   }
-  return 0.125f * s;
+  return 0.125f * hsum(acc);
 }
 
 float dot_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* y, int64_t n) {
@@ -601,18 +628,28 @@ float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n) {
 float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n) {
   const __m256i table = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl)));
-  float s = 0;
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 sum = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    __m256i isum = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const int ls = ((x[b].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) |
-                     (((x[b].scales_h >> (2 * ib)) & 3) << 4);
-      const __m256i w = _mm256_shuffle_epi8(table, nibbles(x[b].qs + 16 * ib));
-      isum = _mm256_add_epi32(isum, mul_scaled(w, load(y[b].qs + 32 * ib), ls - 32, ls - 32));
+    uint16_t sh = x[b].scales_h;
+    const uint8_t* qs = x[b].qs;
+    const int8_t* q8 = y[b].qs;
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int ib = 0; ib < 8; ib += 2, qs += 32, q8 += 64, sh >>= 4) {  // two groups of 32
+      const __m256i q = load(qs);  // group ib: bytes 0..15, group ib + 1: 16..31
+      const __m256i lo = _mm256_and_si256(q, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      const __m256i w1 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
+      const __m256i w2 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+      const int ls1 = ((x[b].scales_l[ib / 2] & 0xf) | ((sh << 4) & 0x30)) - 32;
+      const int ls2 = ((x[b].scales_l[ib / 2] >> 4) | ((sh << 2) & 0x30)) - 32;
+      acc[0] = _mm256_add_epi32(acc[0], mul_by(w1, load(q8), _mm256_set1_epi16(int16_t(ls1))));
+      acc[1] = _mm256_add_epi32(acc[1], mul_by(w2, load(q8 + 32), _mm256_set1_epi16(int16_t(ls2))));
     }
-    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+    sum = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d),
+                          _mm256_cvtepi32_ps(_mm256_add_epi32(acc[0], acc[1])), sum);
   }
-  return s;
+  return hsum(sum);
 }
 
 }  // namespace kernels::avx2
@@ -755,6 +792,47 @@ float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n) {
     s += static_cast<float>(hsum_i32(isum)) * (fp16_to_fp32(x[b].d) * y[b].d);
   }
   return s;
+}
+
+}  // namespace kernels::avx2
+
+namespace kernels::avx2 {
+
+// llama.cpp's structure: q in 0..63 suits maddubs; the -32 offset comes off as 32 x the
+// scaled 16-element sums of the activations, in eight i32 lanes.
+float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+    const ScalePairs sc(s8);
+    const __m256i offset =
+        _mm256_slli_epi32(_mm256_madd_epi16(load(y[b].bsums), _mm256_cvtepi8_epi16(s8)), 5);
+    const uint8_t* ql = x[b].ql;
+    const uint8_t* qh = x[b].qh;
+    const int8_t* q8 = y[b].qs;
+    __m256i isum = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half, ql += 64, qh += 32, q8 += 128) {
+      const __m256i l0 = load(ql), l1 = load(ql + 32), h = load(qh);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
+      __m256i p[4];
+      for (int g = 0; g < 4; ++g)
+        p[g] = _mm256_madd_epi16(sc(4 * half + g), _mm256_maddubs_epi16(q[g], load(q8 + 32 * g)));
+      isum = _mm256_add_epi32(
+          isum, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
+    }
+    isum = _mm256_sub_epi32(isum, offset);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * fp16_to_fp32(x[b].d)), _mm256_cvtepi32_ps(isum),
+                          acc);
+  }
+  return hsum(acc);
 }
 
 }  // namespace kernels::avx2

@@ -167,7 +167,7 @@ void tile_mxfp4_avx512(const BlockMxfp4* x, const BlockQ8_0* const* ys, int64_t 
         _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
                          _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));
     const __m256i aw = _mm256_abs_epi8(w);
-    const float e = std::ldexp(1.0f, int(x[b].e) - 128);
+    const float e = e8m0_half(x[b].e);
     for (int t = 0; t < N; ++t) {
       const __m256i sy =
           _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs)), w);

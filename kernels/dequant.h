@@ -37,13 +37,14 @@ namespace iq_dev {
 #endif
 
 // Every weight type the kernels run, for code that instantiates one body per type.
-#define KERNELS_WEIGHT_TYPES(X)                                                                  \
-  X(F32)                                                                                         \
-  X(F16)                                                                                         \
-  X(BF16)                                                                                        \
-  X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(MXFP4) X(NVFP4) X(Q1_0) X(Q2_0) X(IQ4_NL) X(Q2_K)    \
-      X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(TQ1_0) X(TQ2_0) X(IQ2_XXS) X(IQ2_XS) X(IQ2_S) X(IQ3_XXS) \
-          X(IQ3_S) X(IQ1_S) X(IQ1_M) X(IQ4_XS)
+#define KERNELS_WEIGHT_TYPES(X)                                                                   \
+  X(F32)                                                                                          \
+  X(F16)                                                                                          \
+  X(BF16)                                                                                         \
+  X(Q4_0)                                                                                         \
+  X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(MXFP4) X(NVFP4) X(Q1_0) X(Q2_0) X(IQ4_NL) X(Q2_K) X(Q3_K)     \
+      X(Q4_K) X(Q5_K) X(Q6_K) X(TQ1_0) X(TQ2_0) X(IQ2_XXS) X(IQ2_XS) X(IQ2_S) X(IQ3_XXS) X(IQ3_S) \
+          X(IQ1_S) X(IQ1_M) X(IQ4_XS)
 
 namespace dq {
 
@@ -141,7 +142,7 @@ KERNELS_HD inline void dequant32(const uint8_t* row, int64_t c, float* w) {
     }
   } else if constexpr (T == MXFP4) {
     const BlockMxfp4& b = reinterpret_cast<const BlockMxfp4*>(row)[c];
-    const float d = ldexpf(1.0f, int(b.e) - 128);
+    const float d = e8m0_half(b.e);
     for (int i = 0; i < 16; ++i) {
       w[i] = d * fp4(b.qs[i] & 0xF);
       w[i + 16] = d * fp4(b.qs[i] >> 4);

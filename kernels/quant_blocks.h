@@ -244,6 +244,15 @@ KERNELS_HD inline uint16_t iq1m_scale_bits(const uint8_t* scales) {
                   (sc[3] & 0xf000));
 }
 
+// MXFP4's E8M0 scale, halved as ggml keeps it: 2^(e - 128), exact (subnormal for e < 2), without
+// a libm call.
+KERNELS_HD inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e >= 2 ? uint32_t(e - 1) << 23 : 0x00200000u << e;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 // UE4M3 (NVFP4's sub-block scale), halved as ggml keeps it (its FP4 values are doubled).
 KERNELS_HD inline float ue4m3_half(uint8_t x) {
   if (x == 0 || x == 0x7F) return 0.0f;

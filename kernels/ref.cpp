@@ -92,7 +92,7 @@ float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n) {
     for (int j = 0; j < 16; ++j)
       sumi += kMxfp4Doubled[x[b].qs[j] & 0xF] * y[b].qs[j] +
               kMxfp4Doubled[x[b].qs[j] >> 4] * y[b].qs[j + 16];
-    s += static_cast<float>(sumi) * (std::ldexp(1.0f, int(x[b].e) - 128) * fp16_to_fp32(y[b].d));
+    s += static_cast<float>(sumi) * (e8m0_half(x[b].e) * fp16_to_fp32(y[b].d));
   }
   return s;
 }
