@@ -646,6 +646,8 @@ int bench_soak(const std::string& manifest_path, uint64_t acquires, uint32_t n_c
   return 0;
 }
 
+int bench_kernels(const std::string& lib, std::vector<std::string> types, int64_t n, int rounds);
+
 int main(int argc, char** argv) {
   CLI::App app{"expert-bench: storage-tier benchmarks; each prints ratio=<x> last"};
   app.require_subcommand(1);
@@ -711,7 +713,22 @@ int main(int argc, char** argv) {
   pol->add_option("--trace", trace_path, "file written by expertd --trace-path")->required();
   pol->add_option("--fractions", fractions, "cache sizes as fractions of all experts")
       ->delimiter(',');
+  std::string ggml_lib;
+  std::vector<std::string> kernel_types;
+  int64_t kernel_n = 2048;
+  int kernel_rounds = 300;
+  auto* kern = app.add_subcommand(
+      "kernels",
+      "every weight type's CPU dot product against llama.cpp's (--ggml-cpu); ratio = median of "
+      "llama.cpp's time / ours");
+  kern->add_option("--ggml-cpu", ggml_lib,
+                   "llama.cpp's libggml-cpu.so (llama-cpp-python ships one in llama_cpp/lib); "
+                   "without it, ours alone");
+  kern->add_option("--types", kernel_types, "weight types (default: all)")->delimiter(',');
+  kern->add_option("--row", kernel_n, "elements per row")->capture_default_str();
+  kern->add_option("--rounds", kernel_rounds, "timed rounds (best of)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (kern->parsed()) return bench_kernels(ggml_lib, kernel_types, kernel_n, kernel_rounds);
   if (pol->parsed()) return bench_policy(trace_path, fractions);
   if (sim->parsed()) return bench_sim(sock, tokens, top_k, zipf_s, 7);
   ::signal(SIGPIPE, SIG_IGN);

@@ -472,7 +472,7 @@ float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
 }
 
 float dot_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* y, int64_t n) {
-  float s = 0;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     __m256i isum = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
@@ -487,13 +487,14 @@ float dot_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* y, int64_t n) {
           isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
                                   _mm256_setr_m128i(_mm_set1_epi16(s0), _mm_set1_epi16(s1))));
     }
-    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
+                          acc);
   }
-  return 0.125f * s;
+  return 0.125f * hsum(acc);
 }
 
 float dot_iq2_s(const BlockIq2S* x, const BlockQ8K* y, int64_t n) {
-  float s = 0;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     __m256i isum = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
@@ -510,13 +511,14 @@ float dot_iq2_s(const BlockIq2S* x, const BlockQ8K* y, int64_t n) {
           isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
                                   _mm256_setr_m128i(_mm_set1_epi16(s0), _mm_set1_epi16(s1))));
     }
-    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
+                          acc);
   }
-  return 0.125f * s;
+  return 0.125f * hsum(acc);
 }
 
 float dot_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* y, int64_t n) {
-  float s = 0;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     __m256i isum = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
@@ -534,13 +536,14 @@ float dot_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* y, int64_t n) {
                               _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
                                                 _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1))));
     }
-    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
+                          acc);
   }
-  return 0.25f * s;
+  return 0.25f * hsum(acc);
 }
 
 float dot_iq3_s(const BlockIq3S* x, const BlockQ8K* y, int64_t n) {
-  float s = 0;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     __m256i isum = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
@@ -562,13 +565,15 @@ float dot_iq3_s(const BlockIq3S* x, const BlockQ8K* y, int64_t n) {
       isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
                                                       _mm256_set1_epi16(int16_t(2 * ls + 1))));
     }
-    s += (fp16_to_fp32(x[b].d) * y[b].d) * static_cast<float>(hsum_i32(isum));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
+                          acc);
   }
-  return s;
+  return hsum(acc);
 }
 
 float dot_iq1_s(const BlockIq1S* x, const BlockQ8K* y, int64_t n) {
-  float s = 0;
+  __m256 acc = _mm256_setzero_ps();
+  float extra = 0;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     __m256i isum = _mm256_setzero_si256();
     int sumi1 = 0;
@@ -586,43 +591,56 @@ float dot_iq1_s(const BlockIq1S* x, const BlockQ8K* y, int64_t n) {
                             _mm256_set1_epi16(int16_t(ls))));
       sumi1 += ls * (qh & 0x8000 ? -1 : 1) * (y[b].bsums[2 * ib] + y[b].bsums[2 * ib + 1]);
     }
-    s += fp16_to_fp32(x[b].d) * y[b].d *
-         (static_cast<float>(hsum_i32(isum)) + kIq1Delta * static_cast<float>(sumi1));
+    const float d = fp16_to_fp32(x[b].d) * y[b].d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    extra += d * kIq1Delta * static_cast<float>(sumi1);
   }
-  return s;
+  return hsum(acc) + extra;
 }
 
 float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n) {
-  float s = 0;
+  // The delta terms: each group of 8's activations, signed by its delta bit (a table of the 16
+  // sign patterns of a group of 32), summed in i16 pairs and scaled as the grid part is, in a
+  // second accumulator.
+  struct DeltaSigns {
+    alignas(32) uint64_t v[16][4];
+    DeltaSigns() {
+      for (int m = 0; m < 16; ++m)
+        for (int l = 0; l < 4; ++l) v[m][l] = m >> l & 1 ? ~0ull : 0x0101010101010101ull;
+    }
+  };
+  static const DeltaSigns kDelta;
+  __m256 acc = _mm256_setzero_ps(), acc_delta = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi8(1);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    __m256i isum = _mm256_setzero_si256();
-    int sumi2 = 0;
+    int8_t ls[16];  // sub-block scales 2 * s + 1, two per group of 32
+    for (int k = 0; k < 16; ++k) {
+      const uint16_t sc = uint16_t(x[b].scales[2 * (k / 4)] | x[b].scales[2 * (k / 4) + 1] << 8);
+      ls[k] = static_cast<int8_t>(2 * ((sc >> (3 * (k % 4))) & 0x7) + 1);
+    }
+    const ScalePairs scales(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ls)));
+    __m256i isum = _mm256_setzero_si256(), dsum = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
       const uint8_t* qs = x[b].qs + 4 * ib;
       const uint8_t* qh = x[b].qh + 2 * ib;
-      const uint16_t sc = uint16_t(x[b].scales[2 * (ib / 2)] | x[b].scales[2 * (ib / 2) + 1] << 8);
-      const int ls1 = 2 * ((sc >> (6 * (ib % 2) + 0)) & 0x7) + 1;
-      const int ls2 = 2 * ((sc >> (6 * (ib % 2) + 3)) & 0x7) + 1;
       const __m256i g = grid4(iq::iq1s_grid[qs[0] | ((qh[0] << 8) & 0x700)],
                               iq::iq1s_grid[qs[1] | ((qh[0] << 4) & 0x700)],
                               iq::iq1s_grid[qs[2] | ((qh[1] << 8) & 0x700)],
                               iq::iq1s_grid[qs[3] | ((qh[1] << 4) & 0x700)]);
-      isum = _mm256_add_epi32(isum, mul_scaled(g, load(y[b].qs + 32 * ib), ls1, ls2));
-      const int8_t* q8 = y[b].qs + 32 * ib;  // each group of 8's sum of activations, signed by
-      int g8[4];                             // its delta bit
-      for (int l = 0; l < 4; ++l) {
-        int t = 0;
-        for (int j = 0; j < 8; ++j) t += q8[8 * l + j];
-        g8[l] = t;
-      }
-      const int d0 = qh[0] & 0x08 ? -1 : 1, d1 = qh[0] & 0x80 ? -1 : 1;
-      const int d2 = qh[1] & 0x08 ? -1 : 1, d3 = qh[1] & 0x80 ? -1 : 1;
-      sumi2 += (g8[0] * d0 + g8[1] * d1) * ls1 + (g8[2] * d2 + g8[3] * d3) * ls2;
+      const __m256i q8 = load(y[b].qs + 32 * ib);
+      const __m256i scale = scales(ib);
+      isum = _mm256_add_epi32(isum, mul_by(g, q8, scale));
+      const int m =
+          ((qh[0] >> 3) & 1) | ((qh[0] >> 6) & 2) | ((qh[1] >> 1) & 4) | ((qh[1] >> 4) & 8);
+      const __m256i delta = load(kDelta.v[m]);
+      dsum = _mm256_add_epi32(
+          dsum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, delta)), scale));
     }
-    s += fp16_to_fp32(iq1m_scale_bits(x[b].scales)) * y[b].d *
-         (static_cast<float>(hsum_i32(isum)) + kIq1Delta * static_cast<float>(sumi2));
+    const float d = fp16_to_fp32(iq1m_scale_bits(x[b].scales)) * y[b].d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    acc_delta = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(dsum), acc_delta);
   }
-  return s;
+  return hsum(acc) + kIq1Delta * hsum(acc_delta);
 }
 
 float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n) {
