@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/attend.h"
 #include "kernels/fp16.h"
 #include "kernels/isa.h"
+#include "kernels/kernels.h"
 #include "kernels/quantize_acts.h"
 #include "kernels/x86.h"
 
@@ -37,11 +39,14 @@ float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n) {
 
 // Q4_K and Q5_K share everything but the fifth bit. llama.cpp's structure: the scales as i16
 // madd multipliers from one shuffle, the mins against the activations' pair sums in four float
-// lanes, the rest in eight.
-template <bool kFive>
-float dot_k45(const uint8_t* blocks, size_t stride, const BlockQ8K* y, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  __m128 acc_m = _mm_setzero_ps();
+// lanes, the rest in eight. N tokens share each decoded weight block (N = 1: the dot; 2..4: the
+// tile, whose every token gets exactly the dot's arithmetic).
+template <bool kFive, int N>
+void k45_rows(const uint8_t* blocks, size_t stride, const BlockQ8K* const* ys, int64_t n,
+              float* out) {
+  __m256 acc[N];
+  __m128 acc_m[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps(), acc_m[t] = _mm_setzero_ps();
   const __m256i low4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
   // Group k's scale (i16 word k of each lane, words 0..7 = the 8 scales) in every word.
   alignas(32) static const uint8_t kShuf[8][32] = {
@@ -61,21 +66,24 @@ float dot_k45(const uint8_t* blocks, size_t stride, const BlockQ8K* y, int64_t n
     std::memcpy(&hm, blk + 2, 2);
     const uint8_t* qh = kFive ? blk + 16 : nullptr;
     const uint8_t* q4 = kFive ? blk + 48 : blk + 16;
-    const int8_t* q8 = y[b].qs;
-    const float d = y[b].d * fp16_to_fp32(hd), dmin = -y[b].d * fp16_to_fp32(hm);
     uint8_t sm[16];
     k_scales_mins(blk + 4, sm);
     const __m256i mins_scales =
         _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sm)));
-    const __m256i q8sums = load(y[b].bsums);
-    const __m128i q8s =
-        _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
-    const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), q8s);
-    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+    const __m128i mins = _mm256_extracti128_si256(mins_scales, 1);
     const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
     const __m256i scales = _mm256_set_m128i(sc128, sc128);
     const __m256i hbits = kFive ? load(qh) : _mm256_setzero_si256();
-    __m256i sumi = _mm256_setzero_si256();
+    const float fd = fp16_to_fp32(hd), fm = fp16_to_fp32(hm);
+    __m256i sumi[N];
+    for (int t = 0; t < N; ++t) {
+      const __m256i q8sums = load(ys[t][b].bsums);
+      const __m128i q8s =
+          _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
+      acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(-ys[t][b].d * fm),
+                              _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m[t]);
+      sumi[t] = _mm256_setzero_si256();
+    }
     for (int j = 0; j < 4; ++j) {
       const __m256i sl = _mm256_shuffle_epi8(scales, load(kShuf[2 * j]));
       const __m256i sh = _mm256_shuffle_epi8(scales, load(kShuf[2 * j + 1]));
@@ -87,15 +95,28 @@ float dot_k45(const uint8_t* blocks, size_t stride, const BlockQ8K* y, int64_t n
         hi = _mm256_or_si256(
             hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
       }
-      const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, load(q8 + 64 * j)));
-      const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, load(q8 + 64 * j + 32)));
-      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+      for (int t = 0; t < N; ++t) {
+        const int8_t* q8 = ys[t][b].qs + 64 * j;
+        const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, load(q8)));
+        const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, load(q8 + 32)));
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(pl, ph));
+      }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    for (int t = 0; t < N; ++t)
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_set1_ps(ys[t][b].d * fd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
   }
-  acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-  acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-  return hsum(acc) + _mm_cvtss_f32(acc_m);
+  for (int t = 0; t < N; ++t) {
+    __m128 m = _mm_add_ps(acc_m[t], _mm_movehl_ps(acc_m[t], acc_m[t]));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    out[t] = hsum(acc[t]) + _mm_cvtss_f32(m);
+  }
+}
+template <bool kFive>
+float dot_k45(const uint8_t* blocks, size_t stride, const BlockQ8K* y, int64_t n) {
+  float out;
+  k45_rows<kFive, 1>(blocks, stride, &y, n, &out);
+  return out;
 }
 
 float dot_f32(const float* a, const float* b, int64_t n) {
@@ -378,40 +399,52 @@ float dot_iq4_nl(const BlockIq4Nl* x, const BlockQ8_0* y, int64_t n) {
   return s;
 }
 
-float dot_q2_k(const BlockQ2K* x, const BlockQ8K* y, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
+template <int N>
+void q2k_rows(const BlockQ2K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m128i m4 = _mm_set1_epi8(0xF);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     // Mins against the 16-element sums of the activations: 16 products in one madd.
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
-    const __m256i prod = _mm256_madd_epi16(mins, load(y[b].bsums));
     const ScalePairs sc(_mm_and_si128(sc8, m4));
-    const int8_t* q8 = y[b].qs;
-    __m256i isum = _mm256_setzero_si256();
+    const float fd = fp16_to_fp32(x[b].d), fm = fp16_to_fp32(x[b].dmin);
+    __m256i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i q2 = load(x[b].qs + 32 * h);
-      __m256i p[4];
       for (int j = 0; j < 4; ++j) {
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * j), m3);
-        p[j] =
-            _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(q8 + 32 * (4 * h + j))), sc(4 * h + j));
+        const __m256i scale = sc(4 * h + j);
+        for (int t = 0; t < N; ++t)
+          isum[t] = _mm256_add_epi32(
+              isum[t], _mm256_madd_epi16(
+                           _mm256_maddubs_epi16(q, load(ys[t][b].qs + 32 * (4 * h + j))), scale));
       }
-      isum = _mm256_add_epi32(
-          isum, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
     }
-    const float dall = y[b].d * fp16_to_fp32(x[b].d), dmin = -y[b].d * fp16_to_fp32(x[b].dmin);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(isum), acc);
+    for (int t = 0; t < N; ++t) {
+      const __m256i prod = _mm256_madd_epi16(mins, load(ys[t][b].bsums));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-ys[t][b].d * fm), _mm256_cvtepi32_ps(prod), acc[t]);
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_set1_ps(ys[t][b].d * fd), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
   }
-  return hsum(acc);
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+}
+float dot_q2_k(const BlockQ2K* x, const BlockQ8K* y, int64_t n) {
+  float out;
+  q2k_rows<1>(x, &y, n, &out);
+  return out;
 }
 
-float dot_q3_k(const BlockQ3K* x, const BlockQ8K* y, int64_t n) {
+template <int N>
+void q3k_rows(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   // sum (u - 4) q8 with u = q | high bit << 2 in 0..7 (maddubs-ready) = sum u q8 - 4 sum q8, the
   // second from the activations' 16-element sums: no sign ops in the loop.
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     uint32_t a[3];  // the 16 6-bit scales (q3k_scales), four words at once
@@ -424,35 +457,47 @@ float dot_q3_k(const BlockQ3K* x, const BlockQ8K* y, int64_t n) {
                                    static_cast<int>((a[0] & k2) | ((a[2] & k1) << 4))),
                      _mm_set1_epi8(32));
     const ScalePairs sc(s8);
-    const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(s8), load(y[b].bsums));
+    const __m256i s16 = _mm256_cvtepi8_epi16(s8);
     const __m256i hm = load(x[b].hmask);
-    const int8_t* q8 = y[b].qs;
-    __m256i isum = _mm256_setzero_si256();
+    __m256i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i q3 = load(x[b].qs + 32 * h);
-      __m256i p[4];
       for (int j = 0; j < 4; ++j) {
         const int k = 4 * h + j;
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q3, 2 * j), m3);
         const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
         const __m256i u = _mm256_or_si256(q, _mm256_and_si256(hb, m4));
-        p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(u, load(q8 + 32 * k)), sc(k));
+        const __m256i scale = sc(k);
+        for (int t = 0; t < N; ++t)
+          isum[t] = _mm256_add_epi32(
+              isum[t],
+              _mm256_madd_epi16(_mm256_maddubs_epi16(u, load(ys[t][b].qs + 32 * k)), scale));
       }
-      isum = _mm256_add_epi32(
-          isum, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
     }
-    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 2));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
-                          acc);
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t) {
+      const __m256i offset = _mm256_madd_epi16(s16, load(ys[t][b].bsums));
+      const __m256i v = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(offset, 2));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(fd * ys[t][b].d), _mm256_cvtepi32_ps(v), acc[t]);
+    }
   }
-  return hsum(acc);
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+}
+float dot_q3_k(const BlockQ3K* x, const BlockQ8K* y, int64_t n) {
+  float out;
+  q3k_rows<1>(x, &y, n, &out);
+  return out;
 }
 
-float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
+template <int N>
+void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
-    __m256i isum = _mm256_setzero_si256();
+    __m256i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib, q += 8) {
       uint32_t aux;
       std::memcpy(&aux, q + 4, 4);
@@ -460,15 +505,23 @@ float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
                               iq::iq2xxs_grid[q[3]]);
       const __m256i sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127],
                                kSigns.v[(aux >> 14) & 127], kSigns.v[(aux >> 21) & 127]);
-      const __m256i q8 = _mm256_sign_epi8(load(y[b].qs + 32 * ib), sg);
-      const int ls = int(2 * (aux >> 28) + 1);
-      isum = _mm256_add_epi32(
-          isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), _mm256_set1_epi16(ls)));
+      const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
+      for (int t = 0; t < N; ++t) {
+        const __m256i q8 = _mm256_sign_epi8(load(ys[t][b].qs + 32 * ib), sg);
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), ls));
+      }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
-                          acc);
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t)
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_set1_ps(fd * ys[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
   }
-  return 0.125f * hsum(acc);
+  for (int t = 0; t < N; ++t) out[t] = 0.125f * hsum(acc[t]);
+}
+float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
+  float out;
+  iq2xxs_rows<1>(x, &y, n, &out);
+  return out;
 }
 
 float dot_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* y, int64_t n) {
@@ -643,31 +696,49 @@ float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n) {
   return hsum(acc) + kIq1Delta * hsum(acc_delta);
 }
 
-float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n) {
+template <int N>
+void iq4xs_rows(const BlockIq4Xs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   const __m256i table = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl)));
   const __m256i m4 = _mm256_set1_epi8(0xF);
-  __m256 sum = _mm256_setzero_ps();
+  __m256 sum[N];
+  for (int t = 0; t < N; ++t) sum[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     uint16_t sh = x[b].scales_h;
     const uint8_t* qs = x[b].qs;
-    const int8_t* q8 = y[b].qs;
-    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int ib = 0; ib < 8; ib += 2, qs += 32, q8 += 64, sh >>= 4) {  // two groups of 32
+    __m256i acc[N][2];
+    for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ib += 2, qs += 32, sh >>= 4) {  // two groups of 32
       const __m256i q = load(qs);  // group ib: bytes 0..15, group ib + 1: 16..31
       const __m256i lo = _mm256_and_si256(q, m4),
                     hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
       const __m256i w1 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
       const __m256i w2 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+      const __m256i a1 = _mm256_sign_epi8(w1, w1), a2 = _mm256_sign_epi8(w2, w2);
       const int ls1 = ((x[b].scales_l[ib / 2] & 0xf) | ((sh << 4) & 0x30)) - 32;
       const int ls2 = ((x[b].scales_l[ib / 2] >> 4) | ((sh << 2) & 0x30)) - 32;
-      acc[0] = _mm256_add_epi32(acc[0], mul_by(w1, load(q8), _mm256_set1_epi16(int16_t(ls1))));
-      acc[1] = _mm256_add_epi32(acc[1], mul_by(w2, load(q8 + 32), _mm256_set1_epi16(int16_t(ls2))));
+      const __m256i s1 = _mm256_set1_epi16(int16_t(ls1)), s2 = _mm256_set1_epi16(int16_t(ls2));
+      for (int t = 0; t < N; ++t) {
+        const int8_t* q8 = ys[t][b].qs + 32 * ib;
+        acc[t][0] = _mm256_add_epi32(
+            acc[t][0],
+            _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(load(q8), w1)), s1));
+        acc[t][1] = _mm256_add_epi32(
+            acc[t][1],
+            _mm256_madd_epi16(_mm256_maddubs_epi16(a2, _mm256_sign_epi8(load(q8 + 32), w2)), s2));
+      }
     }
-    sum = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d),
-                          _mm256_cvtepi32_ps(_mm256_add_epi32(acc[0], acc[1])), sum);
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t)
+      sum[t] = _mm256_fmadd_ps(_mm256_set1_ps(fd * ys[t][b].d),
+                               _mm256_cvtepi32_ps(_mm256_add_epi32(acc[t][0], acc[t][1])), sum[t]);
   }
-  return hsum(sum);
+  for (int t = 0; t < N; ++t) out[t] = hsum(sum[t]);
+}
+float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n) {
+  float out;
+  iq4xs_rows<1>(x, &y, n, &out);
+  return out;
 }
 
 }  // namespace kernels::avx2
@@ -818,19 +889,20 @@ namespace kernels::avx2 {
 
 // llama.cpp's structure: q in 0..63 suits maddubs; the -32 offset comes off as 32 x the
 // scaled 16-element sums of the activations, in eight i32 lanes.
-float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
+template <int N>
+void q6k_rows(const BlockQ6K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
     const ScalePairs sc(s8);
-    const __m256i offset =
-        _mm256_slli_epi32(_mm256_madd_epi16(load(y[b].bsums), _mm256_cvtepi8_epi16(s8)), 5);
+    const __m256i s16 = _mm256_cvtepi8_epi16(s8);
     const uint8_t* ql = x[b].ql;
     const uint8_t* qh = x[b].qh;
-    const int8_t* q8 = y[b].qs;
-    __m256i isum = _mm256_setzero_si256();
-    for (int half = 0; half < 2; ++half, ql += 64, qh += 32, q8 += 128) {
+    __m256i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half, ql += 64, qh += 32) {
       const __m256i l0 = load(ql), l1 = load(ql + 32), h = load(qh);
       const __m256i q[4] = {
           _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
@@ -840,17 +912,75 @@ float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
-      __m256i p[4];
-      for (int g = 0; g < 4; ++g)
-        p[g] = _mm256_madd_epi16(sc(4 * half + g), _mm256_maddubs_epi16(q[g], load(q8 + 32 * g)));
-      isum = _mm256_add_epi32(
-          isum, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
+      for (int g = 0; g < 4; ++g) {
+        const __m256i scale = sc(4 * half + g);
+        for (int t = 0; t < N; ++t)
+          isum[t] = _mm256_add_epi32(
+              isum[t],
+              _mm256_madd_epi16(
+                  scale, _mm256_maddubs_epi16(q[g], load(ys[t][b].qs + 128 * half + 32 * g))));
+      }
     }
-    isum = _mm256_sub_epi32(isum, offset);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * fp16_to_fp32(x[b].d)), _mm256_cvtepi32_ps(isum),
-                          acc);
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t) {
+      const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load(ys[t][b].bsums), s16), 5);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(ys[t][b].d * fd),
+                               _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], offset)), acc[t]);
+    }
   }
-  return hsum(acc);
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+}
+float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
+  float out;
+  q6k_rows<1>(x, &y, n, &out);
+  return out;
+}
+
+}  // namespace kernels::avx2
+
+namespace kernels::avx2 {
+namespace {
+template <typename F>
+void with_n(int n, F&& f) {
+  static_assert(kMaxTile == 4, "tiles of 1..4 tokens");
+  switch (n) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, 4>{});
+  }
+}
+}  // namespace
+
+void tile_q2_k(const BlockQ2K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  with_n(n_tok, [&](auto N) { q2k_rows<N>(x, ys, n, out); });
+}
+void tile_q3_k(const BlockQ3K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  with_n(n_tok, [&](auto N) { q3k_rows<N>(x, ys, n, out); });
+}
+void tile_q4_k(const BlockQ4K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  with_n(n_tok, [&](auto N) {
+    k45_rows<false, N>(reinterpret_cast<const uint8_t*>(x), sizeof(BlockQ4K), ys, n, out);
+  });
+}
+void tile_q5_k(const BlockQ5K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  with_n(n_tok, [&](auto N) {
+    k45_rows<true, N>(reinterpret_cast<const uint8_t*>(x), sizeof(BlockQ5K), ys, n, out);
+  });
+}
+void tile_q6_k(const BlockQ6K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  with_n(n_tok, [&](auto N) { q6k_rows<N>(x, ys, n, out); });
+}
+void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                  float* out) {
+  with_n(n_tok, [&](auto N) { iq2xxs_rows<N>(x, ys, n, out); });
+}
+void tile_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  with_n(n_tok, [&](auto N) { iq4xs_rows<N>(x, ys, n, out); });
 }
 
 }  // namespace kernels::avx2

@@ -86,6 +86,16 @@ float dot_q1_0(const BlockQ1_0* x, const BlockQ8_0* y, int64_t n);
 float dot_tq2_0(const BlockTq2_0* x, const BlockQ8K* y, int64_t n);
 float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n);
 float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n);
+// One weight row against n_tok (1..kMaxTile) activation rows, each token's result bit-identical
+// to the dot's.
+void tile_q2_k(const BlockQ2K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_q3_k(const BlockQ3K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_q4_k(const BlockQ4K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_q5_k(const BlockQ5K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_q6_k(const BlockQ6K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                  float* out);
+void tile_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 }  // namespace avx2
 
 namespace avx512 {

@@ -86,11 +86,18 @@ float dot(uint32_t wtype, const void* w, const void* x, int64_t n, Backend be) {
 
 namespace {
 // One weight row against n_tok activation rows with the functions the table gives this backend.
+// The tile is the one of the instruction set the dot comes from (a backend without a dot of its
+// own runs the next lower one's dot and tile), so a tile's tokens get exactly the dot's results.
 struct TileOp {
-  TileFn tile;
+  TileFn tile = nullptr;
   DotFn dot;
-  TileOp(const TypeTraits& tr, Backend be)
-      : tile(tr.tile[static_cast<int>(be)]), dot(dot_fn(tr, be)) {}
+  TileOp(const TypeTraits& tr, Backend be) : dot(dot_fn(tr, be)) {
+    for (int b = static_cast<int>(be); b >= 0; --b)
+      if (tr.dot[b]) {
+        tile = tr.tile[b];
+        break;
+      }
+  }
   void operator()(const void* w, const void* const* xs, int n_tok, int64_t n, float* out) const {
     if (tile) return tile(w, xs, n_tok, n, out);
     for (int t = 0; t < n_tok; ++t) out[t] = dot(w, xs[t], n);
