@@ -1,5 +1,7 @@
 #include "engine/tokenizer.h"
 
+#include <cctype>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -15,6 +17,7 @@ namespace {
 
 // Token types (llama.cpp's llama_token_type).
 constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kByte = 6;
+constexpr uint8_t kLstrip = 1, kRstrip = 2;
 
 // GPT-2 byte-level encoding: printable bytes stand for themselves, the others map to U+0100...
 struct ByteCodec {
@@ -111,6 +114,13 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
   }
   if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez")
     return {kQwen2};
+  if (pre == "qwen35")  // Qwen3.5: letters with their combining marks
+    return {
+        R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+  if (pre == "falcon")
+    return {R"([\p{P}\$\+<=>\^~\|`]+)",
+            R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
+            R"([0-9][0-9][0-9])"};
   if (pre == "gpt-2" || pre == "olmo" || pre == "mpt" || pre == "jais" || pre == "phi-2" ||
       pre == "jina-es" || pre == "trillion")
     return {kGpt2};
@@ -212,16 +222,67 @@ expertd::Result<Tokenizer> Tokenizer::load(const gguf::Model& f) {
         t.eot_ = it->second;
         break;
       }
+  // llama.cpp's end-of-generation tokens, found by text: it makes them control tokens whatever
+  // the file says (so without parse_special they are plain text: Phi-3's user-defined </s>), and
+  // generation stops at any of them. gpt-oss's channel markers are always user-defined.
+  for (const char* s : {"<|eot_id|>",
+                        "<|im_end|>",
+                        "<|end|>",
+                        "<|return|>",
+                        "<|call|>",
+                        "<|flush|>",
+                        "<|calls|>",
+                        "<end_of_turn>",
+                        "<|endoftext|>",
+                        "</s>",
+                        "<|eom_id|>",
+                        "<EOT>",
+                        "_<EOT>",
+                        "[EOT]",
+                        "[EOS]",
+                        "<|end_of_text|>",
+                        "<end_of_utterance>",
+                        "<eos>",
+                        "<turn|>",
+                        "<|tool_response>",
+                        "<\xEF\xBD\x9C"
+                        "end\xE2\x96\x81"
+                        "of\xE2\x96\x81"
+                        "sentence\xEF\xBD\x9C>",
+                        "[e~["})
+    if (auto it = t.id_of_.find(s); it != t.id_of_.end()) {
+      t.eog_.insert(it->second);
+      t.type_[it->second] = kControl;
+    }
+  for (const char* s : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
+    if (auto it = t.id_of_.find(s); it != t.id_of_.end()) t.type_[it->second] = kUserDefined;
   for (size_t i = 0; i < t.text_.size(); ++i)
-    if ((t.type_[i] == kControl || t.type_[i] == kUserDefined) && !t.text_[i].empty())
+    if ((t.type_[i] == kControl || t.type_[i] == kUserDefined || t.type_[i] == kUnknown) &&
+        !t.text_[i].empty())
       t.specials_.push_back(static_cast<int32_t>(i));
+  // Strip attributes by model name, as llama.cpp sets them: Phi-3 drops the whitespace after
+  // its special tokens (and </s>), except <unk>, <s> and <|endoftext|>; a few BPE models drop
+  // the whitespace before <mask>.
+  std::string name(f.get_string("general.name").value_or(""));
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto set = [&](const char* text, uint8_t bits, bool on) {
+    if (auto it = t.id_of_.find(text); it != t.id_of_.end())
+      on ? (t.strip_[it->second] |= bits) : (t.strip_[it->second] &= uint8_t(~bits));
+  };
+  if (t.pre_.find("jina-v2-") == 0) {
+    set("<mask>", kLstrip, true);
+  } else if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
+    for (int32_t id : t.specials_) t.strip_[id] |= kRstrip;
+    set("</s>", kRstrip, true);
+    for (const char* s : {"<unk>", "<s>", "<|endoftext|>"}) set(s, kRstrip, false);
+  }
   std::stable_sort(t.specials_.begin(), t.specials_.end(),
                    [&](int32_t a, int32_t b) { return t.text_[a].size() > t.text_[b].size(); });
   return t;
 }
 
 bool Tokenizer::is_end_of_generation(int32_t id) const {
-  return id == eos_ || id == eot_;
+  return id == eos_ || id == eot_ || eog_.count(id) != 0;
 }
 
 int32_t Tokenizer::find(std::string_view text) const {
@@ -315,9 +376,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
     int32_t special;
   };
   std::vector<Frag> frags{{std::string(text), -1}};
+  auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
   for (int32_t sp : specials_) {
-    if (!parse_special && type_[sp] == kControl) continue;
+    // Without parse_special only user-defined tokens split the text (llama.cpp's rule).
+    if (!parse_special && (type_[sp] == kControl || type_[sp] == kUnknown)) continue;
     const std::string& st = text_[sp];
+    auto attr = strip_.find(sp);
+    const uint8_t strip = attr == strip_.end() ? 0 : attr->second;
     std::vector<Frag> next;
     for (auto& f : frags) {
       if (f.special >= 0) {
@@ -325,9 +390,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
         continue;
       }
       size_t at = 0;
-      for (size_t hit; (hit = f.text.find(st, at)) != std::string::npos; at = hit + st.size()) {
-        if (hit > at) next.push_back({f.text.substr(at, hit - at), -1});
+      for (size_t hit; (hit = f.text.find(st, at)) != std::string::npos;) {
+        size_t left = hit - at;
+        if (strip & kLstrip)
+          while (left > 0 && space(f.text[at + left - 1])) --left;
+        if (left > 0) next.push_back({f.text.substr(at, left), -1});
         next.push_back({"", sp});
+        at = hit + st.size();
+        if (strip & kRstrip)
+          while (at < f.text.size() && space(f.text[at])) ++at;
       }
       if (at < f.text.size()) next.push_back({f.text.substr(at), -1});
     }

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/result.h"
@@ -49,6 +50,10 @@ class Tokenizer {
   std::unordered_map<std::string, int32_t> id_of_;
   std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
   std::vector<int32_t> specials_;                        // matched in text, longest first
+  // llama.cpp's token attributes LSTRIP / RSTRIP (set by model name, as llama.cpp does): the
+  // whitespace before / after such a special token in the text is dropped.
+  std::unordered_map<int32_t, uint8_t> strip_;
+  std::unordered_set<int32_t> eog_;  // llama.cpp's end-of-generation tokens, by text
   struct Regexes;
   std::unique_ptr<Regexes> regexes_;
   int32_t bos_ = -1, eos_ = -1, eot_ = -1, unk_ = -1;

@@ -37,16 +37,13 @@ namespace iq_dev {
 #endif
 
 // Every weight type the kernels run, for code that instantiates one body per type.
-#define KERNELS_WEIGHT_TYPES(X)                                                               \
-  X(F32)                                                                                      \
-  X(F16)                                                                                      \
-  X(BF16)                                                                                     \
-  X(Q4_0)                                                                                     \
-  X(Q4_1)                                                                                     \
-  X(Q5_0)                                                                                     \
-  X(Q5_1) X(Q8_0) X(MXFP4) X(NVFP4) X(Q1_0) X(Q2_0) X(IQ4_NL) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) \
-      X(Q6_K) X(TQ1_0) X(TQ2_0) X(IQ2_XXS) X(IQ2_XS) X(IQ2_S) X(IQ3_XXS) X(IQ3_S) X(IQ1_S)    \
-          X(IQ1_M) X(IQ4_XS)
+// clang-format off
+#define KERNELS_WEIGHT_TYPES(X)                                                    \
+  X(F32) X(F16) X(BF16) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(MXFP4) X(NVFP4) \
+  X(Q1_0) X(Q2_0) X(IQ4_NL) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(TQ1_0)      \
+  X(TQ2_0) X(IQ2_XXS) X(IQ2_XS) X(IQ2_S) X(IQ3_XXS) X(IQ3_S) X(IQ1_S) X(IQ1_M)     \
+  X(IQ4_XS)
+// clang-format on
 
 namespace dq {
 
