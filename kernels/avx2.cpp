@@ -207,18 +207,35 @@ float dot_q5_0(const BlockQ5_0* x, const BlockQ8_0* y, int64_t n) {
 // by the half E8M0 scale and the activations' scale (ggml's reference order).
 float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n) {
   // The 16 FP4 codes map to int8 through one byte shuffle; products as for Q8_0 (sign trick).
+  // llama.cpp's structure: two blocks per step in two accumulators (half the FMA latency chain),
+  // an odd last block in scalar.
   const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
   const __m128i m4 = _mm_set1_epi8(0xF);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQK8_0; ++b) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
-    const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(q, m4));
-    const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
-    const __m256i w = _mm256_set_m128i(hi, lo);  // values 0..15 then 16..31
-    const __m256 d = _mm256_set1_ps(e8m0_half(x[b].e) * fp16_to_fp32(y[b].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(w, load(y[b].qs))), acc);
+  auto weights = [&](const BlockMxfp4& b) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
+                            _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));  // 0..15, 16..31
+  };
+  __m256 acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
+  const int64_t nb = n / kQK8_0;
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    const __m256i p1 = mul_sum_i8(weights(x[b]), load(y[b].qs));
+    const __m256i p2 = mul_sum_i8(weights(x[b + 1]), load(y[b + 1].qs));
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(y[b].d) * e8m0_half(x[b].e)),
+                           _mm256_cvtepi32_ps(p1), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(y[b + 1].d) * e8m0_half(x[b + 1].e)),
+                           _mm256_cvtepi32_ps(p2), acc2);
   }
-  return hsum(acc);
+  float s = hsum(_mm256_add_ps(acc1, acc2));
+  for (; b < nb; ++b) {
+    int sumi = 0;
+    for (int j = 0; j < 16; ++j)
+      sumi += y[b].qs[j] * kMxfp4Doubled[x[b].qs[j] & 0xF] +
+              y[b].qs[j + 16] * kMxfp4Doubled[x[b].qs[j] >> 4];
+    s += fp16_to_fp32(y[b].d) * e8m0_half(x[b].e) * static_cast<float>(sumi);
+  }
+  return s;
 }
 
 float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n) {
@@ -524,131 +541,47 @@ float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
   return out;
 }
 
-float dot_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* y, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
+template <int N>
+void iq1s_rows(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  __m256 acc[N];
+  float extra[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps(), extra[t] = 0;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    __m256i isum = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint16_t* q = x[b].qs + 4 * ib;
-      const __m256i g = grid4(iq::iq2xs_grid[q[0] & 511], iq::iq2xs_grid[q[1] & 511],
-                              iq::iq2xs_grid[q[2] & 511], iq::iq2xs_grid[q[3] & 511]);
-      const __m256i sg =
-          grid4(kSigns.v[q[0] >> 9], kSigns.v[q[1] >> 9], kSigns.v[q[2] >> 9], kSigns.v[q[3] >> 9]);
-      const __m256i q8 = _mm256_sign_epi8(load(y[b].qs + 32 * ib), sg);
-      const int s0 = 2 * (x[b].scales[ib] & 0xf) + 1, s1 = 2 * (x[b].scales[ib] >> 4) + 1;
-      isum = _mm256_add_epi32(
-          isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
-                                  _mm256_setr_m128i(_mm_set1_epi16(s0), _mm_set1_epi16(s1))));
-    }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
-                          acc);
-  }
-  return 0.125f * hsum(acc);
-}
-
-float dot_iq2_s(const BlockIq2S* x, const BlockQ8K* y, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    __m256i isum = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* qs = x[b].qs + 4 * ib;
-      const uint8_t* sb = x[b].qs + 32 + 4 * ib;
-      const int qh = x[b].qh[ib];
-      const __m256i g = grid4(
-          iq::iq2s_grid[qs[0] | ((qh << 8) & 0x300)], iq::iq2s_grid[qs[1] | ((qh << 6) & 0x300)],
-          iq::iq2s_grid[qs[2] | ((qh << 4) & 0x300)], iq::iq2s_grid[qs[3] | ((qh << 2) & 0x300)]);
-      const __m256i sg = signs32(sb);
-      const __m256i q8 = _mm256_sign_epi8(load(y[b].qs + 32 * ib), sg);
-      const int s0 = 2 * (x[b].scales[ib] & 0xf) + 1, s1 = 2 * (x[b].scales[ib] >> 4) + 1;
-      isum = _mm256_add_epi32(
-          isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
-                                  _mm256_setr_m128i(_mm_set1_epi16(s0), _mm_set1_epi16(s1))));
-    }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
-                          acc);
-  }
-  return 0.125f * hsum(acc);
-}
-
-float dot_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* y, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    __m256i isum = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* q3 = x[b].qs + 8 * ib;
-      uint32_t aux;
-      std::memcpy(&aux, x[b].qs + 64 + 4 * ib, 4);
-      const __m256i g = _mm256_setr_epi32(int(iq::iq3xxs_grid[q3[0]]), int(iq::iq3xxs_grid[q3[1]]),
-                                          int(iq::iq3xxs_grid[q3[2]]), int(iq::iq3xxs_grid[q3[3]]),
-                                          int(iq::iq3xxs_grid[q3[4]]), int(iq::iq3xxs_grid[q3[5]]),
-                                          int(iq::iq3xxs_grid[q3[6]]), int(iq::iq3xxs_grid[q3[7]]));
-      const __m256i sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127],
-                               kSigns.v[(aux >> 14) & 127], kSigns.v[(aux >> 21) & 127]);
-      const __m256i q8 = _mm256_sign_epi8(load(y[b].qs + 32 * ib), sg);
-      isum = _mm256_add_epi32(isum,
-                              _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
-                                                _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1))));
-    }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
-                          acc);
-  }
-  return 0.25f * hsum(acc);
-}
-
-float dot_iq3_s(const BlockIq3S* x, const BlockQ8K* y, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    __m256i isum = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* qs = x[b].qs + 8 * ib;
-      const uint8_t* sb = x[b].signs + 4 * ib;
-      const int qh = x[b].qh[ib];
-      int idx[8];
-      for (int l = 0; l < 4; ++l) {
-        idx[2 * l] = qs[2 * l] | ((qh << (8 - 2 * l)) & 256);
-        idx[2 * l + 1] = qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
-      }
-      const __m256i g = _mm256_setr_epi32(int(iq::iq3s_grid[idx[0]]), int(iq::iq3s_grid[idx[1]]),
-                                          int(iq::iq3s_grid[idx[2]]), int(iq::iq3s_grid[idx[3]]),
-                                          int(iq::iq3s_grid[idx[4]]), int(iq::iq3s_grid[idx[5]]),
-                                          int(iq::iq3s_grid[idx[6]]), int(iq::iq3s_grid[idx[7]]));
-      const __m256i sg = signs32(sb);
-      const __m256i q8 = _mm256_sign_epi8(load(y[b].qs + 32 * ib), sg);
-      const int ls = ib % 2 ? x[b].scales[ib / 2] >> 4 : x[b].scales[ib / 2] & 0xf;
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8),
-                                                      _mm256_set1_epi16(int16_t(2 * ls + 1))));
-    }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d) * y[b].d), _mm256_cvtepi32_ps(isum),
-                          acc);
-  }
-  return hsum(acc);
-}
-
-float dot_iq1_s(const BlockIq1S* x, const BlockQ8K* y, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  float extra = 0;
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    __m256i isum = _mm256_setzero_si256();
-    int sumi1 = 0;
+    __m256i isum[N];
+    int sumi1[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256(), sumi1[t] = 0;
     for (int ib = 0; ib < 8; ++ib) {
       const uint16_t qh = x[b].qh[ib];
       const uint8_t* qs = x[b].qs + 4 * ib;
       const __m256i g = grid4(
           iq::iq1s_grid[qs[0] | ((qh << 8) & 0x700)], iq::iq1s_grid[qs[1] | ((qh << 5) & 0x700)],
           iq::iq1s_grid[qs[2] | ((qh << 2) & 0x700)], iq::iq1s_grid[qs[3] | ((qh >> 1) & 0x700)]);
+      const __m256i ag = _mm256_sign_epi8(g, g);
       const int ls = 2 * ((qh >> 12) & 7) + 1;
-      isum = _mm256_add_epi32(
-          isum,
-          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(g, g),
-                                                 _mm256_sign_epi8(load(y[b].qs + 32 * ib), g)),
-                            _mm256_set1_epi16(int16_t(ls))));
-      sumi1 += ls * (qh & 0x8000 ? -1 : 1) * (y[b].bsums[2 * ib] + y[b].bsums[2 * ib + 1]);
+      const __m256i scale = _mm256_set1_epi16(int16_t(ls));
+      const int sd = ls * (qh & 0x8000 ? -1 : 1);
+      for (int t = 0; t < N; ++t) {
+        const BlockQ8K& y = ys[t][b];
+        isum[t] = _mm256_add_epi32(
+            isum[t],
+            _mm256_madd_epi16(_mm256_maddubs_epi16(ag, _mm256_sign_epi8(load(y.qs + 32 * ib), g)),
+                              scale));
+        sumi1[t] += sd * (y.bsums[2 * ib] + y.bsums[2 * ib + 1]);
+      }
     }
-    const float d = fp16_to_fp32(x[b].d) * y[b].d;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
-    extra += d * kIq1Delta * static_cast<float>(sumi1);
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t) {
+      const float d = fd * ys[t][b].d;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+      extra[t] += d * kIq1Delta * static_cast<float>(sumi1[t]);
+    }
   }
-  return hsum(acc) + extra;
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]) + extra[t];
+}
+float dot_iq1_s(const BlockIq1S* x, const BlockQ8K* y, int64_t n) {
+  float out;
+  iq1s_rows<1>(x, &y, n, &out);
+  return out;
 }
 
 float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n) {
@@ -981,6 +914,129 @@ void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, in
 }
 void tile_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
   with_n(n_tok, [&](auto N) { iq4xs_rows<N>(x, ys, n, out); });
+}
+
+}  // namespace kernels::avx2
+
+namespace kernels::avx2 {
+namespace {
+// The grid IQ types' common shape: per group of 32 a decoder gives the grid magnitudes g
+// (unsigned), the signs sg to put on the activations and the i16 scale multipliers; the blocks'
+// exact sums are scaled in eight float lanes (llama.cpp's order). N tokens share each decoded
+// group: N = 1 is the dot, 2..4 the tile.
+template <int N, class Decode, class Scale>
+void grid_rows(int64_t nb, const Decode& decode, const Scale& d_of, const BlockQ8K* const* ys,
+               float factor, float* out) {
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+      __m256i g, sg, scale;
+      decode(b, ib, g, sg, scale);
+      for (int t = 0; t < N; ++t) {
+        const __m256i q8 = _mm256_sign_epi8(load(ys[t][b].qs + 32 * ib), sg);
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), scale));
+      }
+    }
+    const float d = d_of(b);
+    for (int t = 0; t < N; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ys[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+  }
+  for (int t = 0; t < N; ++t) out[t] = factor * hsum(acc[t]);
+}
+inline __m256i two_scales(int s0, int s1) {
+  return _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)),
+                           _mm_set1_epi16(static_cast<int16_t>(s1)));
+}
+
+template <int N>
+void iq2xs_rows(const BlockIq2Xs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
+    const uint16_t* q = x[b].qs + 4 * ib;
+    g = grid4(iq::iq2xs_grid[q[0] & 511], iq::iq2xs_grid[q[1] & 511], iq::iq2xs_grid[q[2] & 511],
+              iq::iq2xs_grid[q[3] & 511]);
+    sg = grid4(kSigns.v[q[0] >> 9], kSigns.v[q[1] >> 9], kSigns.v[q[2] >> 9], kSigns.v[q[3] >> 9]);
+    scale = two_scales(2 * (x[b].scales[ib] & 0xf) + 1, 2 * (x[b].scales[ib] >> 4) + 1);
+  };
+  grid_rows<N>(
+      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 0.125f, out);
+}
+
+template <int N>
+void iq2s_rows(const BlockIq2S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
+    const uint8_t* qs = x[b].qs + 4 * ib;
+    const int qh = x[b].qh[ib];
+    g = grid4(
+        iq::iq2s_grid[qs[0] | ((qh << 8) & 0x300)], iq::iq2s_grid[qs[1] | ((qh << 6) & 0x300)],
+        iq::iq2s_grid[qs[2] | ((qh << 4) & 0x300)], iq::iq2s_grid[qs[3] | ((qh << 2) & 0x300)]);
+    sg = signs32(x[b].qs + 32 + 4 * ib);
+    scale = two_scales(2 * (x[b].scales[ib] & 0xf) + 1, 2 * (x[b].scales[ib] >> 4) + 1);
+  };
+  grid_rows<N>(
+      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 0.125f, out);
+}
+
+template <int N>
+void iq3xxs_rows(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
+    const uint8_t* q3 = x[b].qs + 8 * ib;
+    uint32_t aux;
+    std::memcpy(&aux, x[b].qs + 64 + 4 * ib, 4);
+    g = _mm256_setr_epi32(int(iq::iq3xxs_grid[q3[0]]), int(iq::iq3xxs_grid[q3[1]]),
+                          int(iq::iq3xxs_grid[q3[2]]), int(iq::iq3xxs_grid[q3[3]]),
+                          int(iq::iq3xxs_grid[q3[4]]), int(iq::iq3xxs_grid[q3[5]]),
+                          int(iq::iq3xxs_grid[q3[6]]), int(iq::iq3xxs_grid[q3[7]]));
+    sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127], kSigns.v[(aux >> 14) & 127],
+               kSigns.v[(aux >> 21) & 127]);
+    scale = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
+  };
+  grid_rows<N>(
+      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 0.25f, out);
+}
+
+template <int N>
+void iq3s_rows(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
+    const uint8_t* qs = x[b].qs + 8 * ib;
+    const int qh = x[b].qh[ib];
+    int idx[8];
+    for (int l = 0; l < 4; ++l) {
+      idx[2 * l] = qs[2 * l] | ((qh << (8 - 2 * l)) & 256);
+      idx[2 * l + 1] = qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
+    }
+    g = _mm256_setr_epi32(int(iq::iq3s_grid[idx[0]]), int(iq::iq3s_grid[idx[1]]),
+                          int(iq::iq3s_grid[idx[2]]), int(iq::iq3s_grid[idx[3]]),
+                          int(iq::iq3s_grid[idx[4]]), int(iq::iq3s_grid[idx[5]]),
+                          int(iq::iq3s_grid[idx[6]]), int(iq::iq3s_grid[idx[7]]));
+    sg = signs32(x[b].signs + 4 * ib);
+    const int ls = ib % 2 ? x[b].scales[ib / 2] >> 4 : x[b].scales[ib / 2] & 0xf;
+    scale = _mm256_set1_epi16(int16_t(2 * ls + 1));
+  };
+  grid_rows<N>(
+      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 1.0f, out);
+}
+}  // namespace
+
+#define EXPERTD_GRID_TYPE(name, Block, rows)                                                      \
+  float dot_##name(const Block* x, const BlockQ8K* y, int64_t n) {                                \
+    float out;                                                                                    \
+    rows<1>(x, &y, n, &out);                                                                      \
+    return out;                                                                                   \
+  }                                                                                               \
+  void tile_##name(const Block* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) { \
+    with_n(n_tok, [&](auto N) { rows<N>(x, ys, n, out); });                                       \
+  }
+EXPERTD_GRID_TYPE(iq2_xs, BlockIq2Xs, iq2xs_rows)
+EXPERTD_GRID_TYPE(iq2_s, BlockIq2S, iq2s_rows)
+EXPERTD_GRID_TYPE(iq3_xxs, BlockIq3Xxs, iq3xxs_rows)
+EXPERTD_GRID_TYPE(iq3_s, BlockIq3S, iq3s_rows)
+#undef EXPERTD_GRID_TYPE
+
+void tile_iq1_s(const BlockIq1S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  with_n(n_tok, [&](auto N) { iq1s_rows<N>(x, ys, n, out); });
 }
 
 }  // namespace kernels::avx2

@@ -96,6 +96,12 @@ void tile_q6_k(const BlockQ6K* x, const BlockQ8K* const* ys, int n_tok, int64_t 
 void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
                   float* out);
 void tile_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_iq2_s(const BlockIq2S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                  float* out);
+void tile_iq3_s(const BlockIq3S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_iq1_s(const BlockIq1S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 }  // namespace avx2
 
 namespace avx512 {
