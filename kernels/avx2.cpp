@@ -713,61 +713,92 @@ float dot_q2_0(const BlockQ2_0* x, const BlockQ8_0* y, int64_t n) {
 }
 
 float dot_q1_0(const BlockQ1_0* x, const BlockQ8_0* y, int64_t n) {
-  float s = 0;
+  // llama.cpp's structure: each bit picks +q8 or -q8 (xor and subtract with the compare mask),
+  // summed per Q8_0 block, scaled in eight lanes per block of 128, then by the block's d.
+  const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                        2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 128; ++b) {
-    float sumi = 0;
+    __m256 blk = _mm256_setzero_ps();
     for (int k = 0; k < 4; ++k) {
-      const uint8_t* q = x[b].qs + 4 * k;
-      const __m256i sg = grid4(kLow.q1[q[0]], kLow.q1[q[1]], kLow.q1[q[2]], kLow.q1[q[3]]);
-      const BlockQ8_0& yb = y[4 * b + k];
-      // sum of +-q8: sign_epi8 applies the signs, madd with ones sums them.
-      const __m256i v = _mm256_sign_epi8(load(yb.qs), sg);
-      const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
-      sumi += fp16_to_fp32(yb.d) *
-              static_cast<float>(hsum_i32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1))));
+      uint32_t q;
+      std::memcpy(&q, x[b].qs + 4 * k, 4);
+      const __m256i zero_bit = _mm256_cmpeq_epi8(
+          _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(q)), shuf), bits),
+          _mm256_setzero_si256());
+      const __m256i qy = load(y[4 * b + k].qs);
+      const __m256i sy = _mm256_sub_epi8(_mm256_xor_si256(qy, zero_bit), zero_bit);
+      const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, sy), ones16);
+      const __m256 dy = _mm256_set1_ps(fp16_to_fp32(y[4 * b + k].d));
+      blk = k == 0 ? _mm256_mul_ps(dy, _mm256_cvtepi32_ps(s32))
+                   : _mm256_fmadd_ps(dy, _mm256_cvtepi32_ps(s32), blk);
     }
-    s += fp16_to_fp32(x[b].d) * sumi;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d)), blk, acc);
   }
-  return s;
+  return hsum(acc);
 }
 
 float dot_tq2_0(const BlockTq2_0* x, const BlockQ8K* y, int64_t n) {
-  float s = 0;
-  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  // llama.cpp's structure: q in 0..2 (maddubs-ready) summed in i16 (256 x 127 fits), minus the
+  // activations' sums for the -1, then scaled in eight lanes.
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const __m256i q0 = load(x[b].qs), q1 = load(x[b].qs + 32);
-    __m256i isum = _mm256_setzero_si256();
-    for (int k = 0; k < 8; ++k) {
-      const __m256i q = _mm256_and_si256(_mm256_srli_epi16(k < 4 ? q0 : q1, 2 * (k % 4)), m3);
-      isum = _mm256_add_epi32(isum, mul_sum_i8(_mm256_sub_epi8(q, one), load(y[b].qs + 32 * k)));
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    for (int j = 0; j < 2; ++j) {
+      const __m256i q = load(x[b].qs + 32 * j);
+      const int8_t* q8 = y[b].qs + 128 * j;
+      const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(q, m3), load(q8));
+      const __m256i p1 =
+          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 2), m3), load(q8 + 32));
+      const __m256i p2 =
+          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m3), load(q8 + 64));
+      const __m256i p3 =
+          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 6), m3), load(q8 + 96));
+      s0 = _mm256_add_epi16(s0, _mm256_add_epi16(p0, p1));
+      s1 = _mm256_add_epi16(s1, _mm256_add_epi16(p2, p3));
     }
-    s += static_cast<float>(hsum_i32(isum)) * (y[b].d * fp16_to_fp32(x[b].d));
+    const __m256i v = _mm256_sub_epi16(_mm256_add_epi16(s0, s1), load(y[b].bsums));
+    const __m256 d = _mm256_set1_ps(y[b].d * fp16_to_fp32(x[b].d));
+    acc = _mm256_add_ps(
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(v, _mm256_set1_epi16(1))), d), acc);
   }
-  return s;
+  return hsum(acc);
 }
 
 float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n) {
+  // llama.cpp's structure: the four sub-block scales (a table of the 256 UE4M3 values) times the
+  // activations' scales, two sub-blocks per float vector, in eight lanes.
+  struct Ue4m3 {
+    float v[256];
+    Ue4m3() {
+      for (int i = 0; i < 256; ++i) v[i] = ue4m3_half(static_cast<uint8_t>(i));
+    }
+  };
+  static const Ue4m3 kScale;
   const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
   const __m128i m4 = _mm_set1_epi8(0xF);
-  float s = 0;
-  for (int64_t b = 0; b < n / 64; ++b)
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / 64; ++b) {
+    __m256i p[2];
     for (int k = 0; k < 2; ++k) {  // sub-blocks 2k and 2k + 1 against Q8_0 block 2b + k
       const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 16 * k));
       const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(t, m4));
       const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(t, 4), m4));
       const __m256i w = _mm256_setr_m128i(_mm_unpacklo_epi64(lo, hi), _mm_unpackhi_epi64(lo, hi));
-      const BlockQ8_0& yb = y[2 * b + k];
-      const __m256i p = mul_sum_i8(w, load(yb.qs));  // lanes 0-3: sub-block 2k, 4-7: 2k + 1
-      const __m128i a = _mm256_castsi256_si128(p), c = _mm256_extracti128_si256(p, 1);
-      auto hsum4 = [](__m128i v) {
-        v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
-        return _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, 0xB1)));
-      };
-      const float dy = fp16_to_fp32(yb.d);
-      s += (dy * ue4m3_half(x[b].d[2 * k])) * static_cast<float>(hsum4(a));
-      s += (dy * ue4m3_half(x[b].d[2 * k + 1])) * static_cast<float>(hsum4(c));
+      p[k] = mul_sum_i8(w, load(y[2 * b + k].qs));  // lanes 0-3: sub-block 2k, 4-7: 2k + 1
     }
-  return s;
+    const float dy0 = fp16_to_fp32(y[2 * b].d), dy1 = fp16_to_fp32(y[2 * b + 1].d);
+    const __m256 s01 = _mm256_set_m128(_mm_set1_ps(kScale.v[x[b].d[1]] * dy0),
+                                       _mm_set1_ps(kScale.v[x[b].d[0]] * dy0));
+    const __m256 s23 = _mm256_set_m128(_mm_set1_ps(kScale.v[x[b].d[3]] * dy1),
+                                       _mm_set1_ps(kScale.v[x[b].d[2]] * dy1));
+    acc = _mm256_fmadd_ps(s01, _mm256_cvtepi32_ps(p[0]), acc);
+    acc = _mm256_fmadd_ps(s23, _mm256_cvtepi32_ps(p[1]), acc);
+  }
+  return hsum(acc);
 }
 
 }  // namespace kernels::avx2

@@ -27,7 +27,7 @@ std::vector<uint32_t> all_types() {
 }
 const std::vector<uint32_t> kTypes = all_types();
 // The kernels whose every instruction set gives the reference's bits.
-const uint32_t kBitIdentical[] = {TQ1_0, TQ2_0, NVFP4, Q1_0, Q2_0, Q5_1, IQ4_NL};
+const uint32_t kBitIdentical[] = {TQ1_0, Q2_0, Q5_1, IQ4_NL};
 
 // Every backend this CPU can run, the scalar reference included.
 std::vector<Backend> runnable_backends() {
