@@ -17,6 +17,19 @@
 namespace kernels::avx2 {
 
 using x86::hsum;
+using x86::with_n;
+
+// A kernel written as `template <int N> void rows(x, ys, n, out)` (N tokens against one weight
+// row): its dot is rows<1>, its tile rows<n_tok>, so a tile's tokens get exactly the dot's bits.
+#define EXPERTD_ROWS_KERNEL(name, Block, Act, rows)                                          \
+  float dot_##name(const Block* x, const Act* y, int64_t n) {                                \
+    float out;                                                                               \
+    rows<1>(x, &y, n, &out);                                                                 \
+    return out;                                                                              \
+  }                                                                                          \
+  void tile_##name(const Block* x, const Act* const* ys, int n_tok, int64_t n, float* out) { \
+    with_n(n_tok, [&](auto N) { rows<N>(x, ys, n, out); });                                  \
+  }
 
 namespace {
 inline __m256i mul_sum_i8(__m256i x, __m256i y) {  // signed x signed, summed in i32 lanes
@@ -277,13 +290,6 @@ inline __m256i nibbles(const uint8_t* p) {  // 16 bytes -> low nibbles (0..15), 
 inline __m256i madd_u8(__m256i u, __m256i s) {  // unsigned x signed bytes, summed in i32 lanes
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
-// Signed weights w x activations q, pairs in i16 (|w| * |q| pairs < 2^15), then times two scales
-// (elements 0..15 and 16..31) in i32 lanes.
-inline __m256i mul_scaled(__m256i w, __m256i q, int s0, int s1) {
-  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
-  return _mm256_madd_epi16(p, _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)),
-                                                _mm_set1_epi16(static_cast<int16_t>(s1))));
-}
 // The 16 sub-block scales of a super-block (int8, one per 16 elements) as i16 madd multipliers:
 // pairs(k) is group k's (elements 32k .. 32k + 31: scale 2k in the low lane, 2k + 1 in the high).
 struct ScalePairs {
@@ -347,9 +353,6 @@ inline __m256i signs32(const uint8_t* p) {
       bits);
   return _mm256_or_si256(set, _mm256_set1_epi8(1));
 }
-inline float hsum8(__m256 v) {
-  return hsum(v);
-}
 }  // namespace
 
 float dot_q4_0(const BlockQ4_0* x, const BlockQ8_0* y, int64_t n) {
@@ -359,7 +362,7 @@ float dot_q4_0(const BlockQ4_0* x, const BlockQ8_0* y, int64_t n) {
     const __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(w, load(y[b].qs))), acc);
   }
-  return hsum8(acc);
+  return hsum(acc);
 }
 
 // Q4_1 / Q5_1: unsigned quants against Q8_1; the mins meet the activations' sums s.
@@ -395,7 +398,7 @@ float dot_q51(const uint8_t* blocks, size_t stride, const BlockQ8_1* y, int64_t 
     const __m256 xy = _mm256_cvtepi32_ps(madd_u8(w, load(y[b].qs)));
     acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d0), _mm256_set1_ps(d1)), xy, acc);
   }
-  return kFive ? sum : hsum8(acc) + summs;
+  return kFive ? sum : hsum(acc) + summs;
 }
 float dot_q4_1(const BlockQ4_1* x, const BlockQ8_1* y, int64_t n) {
   return dot_q51<false>(reinterpret_cast<const uint8_t*>(x), sizeof(BlockQ4_1), y, n);
@@ -450,11 +453,7 @@ void q2k_rows(const BlockQ2K* x, const BlockQ8K* const* ys, int64_t n, float* ou
   }
   for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
 }
-float dot_q2_k(const BlockQ2K* x, const BlockQ8K* y, int64_t n) {
-  float out;
-  q2k_rows<1>(x, &y, n, &out);
-  return out;
-}
+EXPERTD_ROWS_KERNEL(q2_k, BlockQ2K, BlockQ8K, q2k_rows)
 
 template <int N>
 void q3k_rows(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
@@ -501,11 +500,7 @@ void q3k_rows(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, float* ou
   }
   for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
 }
-float dot_q3_k(const BlockQ3K* x, const BlockQ8K* y, int64_t n) {
-  float out;
-  q3k_rows<1>(x, &y, n, &out);
-  return out;
-}
+EXPERTD_ROWS_KERNEL(q3_k, BlockQ3K, BlockQ8K, q3k_rows)
 
 template <int N>
 void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
@@ -535,11 +530,7 @@ void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, flo
   }
   for (int t = 0; t < N; ++t) out[t] = 0.125f * hsum(acc[t]);
 }
-float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
-  float out;
-  iq2xxs_rows<1>(x, &y, n, &out);
-  return out;
-}
+EXPERTD_ROWS_KERNEL(iq2_xxs, BlockIq2Xxs, BlockQ8K, iq2xxs_rows)
 
 template <int N>
 void iq1s_rows(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
@@ -578,11 +569,7 @@ void iq1s_rows(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* 
   }
   for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]) + extra[t];
 }
-float dot_iq1_s(const BlockIq1S* x, const BlockQ8K* y, int64_t n) {
-  float out;
-  iq1s_rows<1>(x, &y, n, &out);
-  return out;
-}
+EXPERTD_ROWS_KERNEL(iq1_s, BlockIq1S, BlockQ8K, iq1s_rows)
 
 float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n) {
   // The delta terms: each group of 8's activations, signed by its delta bit (a table of the 16
@@ -668,11 +655,7 @@ void iq4xs_rows(const BlockIq4Xs* x, const BlockQ8K* const* ys, int64_t n, float
   }
   for (int t = 0; t < N; ++t) out[t] = hsum(sum[t]);
 }
-float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n) {
-  float out;
-  iq4xs_rows<1>(x, &y, n, &out);
-  return out;
-}
+EXPERTD_ROWS_KERNEL(iq4_xs, BlockIq4Xs, BlockQ8K, iq4xs_rows)
 
 }  // namespace kernels::avx2
 
@@ -894,38 +877,12 @@ void q6k_rows(const BlockQ6K* x, const BlockQ8K* const* ys, int64_t n, float* ou
   }
   for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
 }
-float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
-  float out;
-  q6k_rows<1>(x, &y, n, &out);
-  return out;
-}
+EXPERTD_ROWS_KERNEL(q6_k, BlockQ6K, BlockQ8K, q6k_rows)
 
 }  // namespace kernels::avx2
 
 namespace kernels::avx2 {
-namespace {
-template <typename F>
-void with_n(int n, F&& f) {
-  static_assert(kMaxTile == 4, "tiles of 1..4 tokens");
-  switch (n) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 3:
-      return f(std::integral_constant<int, 3>{});
-    default:
-      return f(std::integral_constant<int, 4>{});
-  }
-}
-}  // namespace
 
-void tile_q2_k(const BlockQ2K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
-  with_n(n_tok, [&](auto N) { q2k_rows<N>(x, ys, n, out); });
-}
-void tile_q3_k(const BlockQ3K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
-  with_n(n_tok, [&](auto N) { q3k_rows<N>(x, ys, n, out); });
-}
 void tile_q4_k(const BlockQ4K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
   with_n(n_tok, [&](auto N) {
     k45_rows<false, N>(reinterpret_cast<const uint8_t*>(x), sizeof(BlockQ4K), ys, n, out);
@@ -935,16 +892,6 @@ void tile_q5_k(const BlockQ5K* x, const BlockQ8K* const* ys, int n_tok, int64_t 
   with_n(n_tok, [&](auto N) {
     k45_rows<true, N>(reinterpret_cast<const uint8_t*>(x), sizeof(BlockQ5K), ys, n, out);
   });
-}
-void tile_q6_k(const BlockQ6K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
-  with_n(n_tok, [&](auto N) { q6k_rows<N>(x, ys, n, out); });
-}
-void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
-                  float* out) {
-  with_n(n_tok, [&](auto N) { iq2xxs_rows<N>(x, ys, n, out); });
-}
-void tile_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
-  with_n(n_tok, [&](auto N) { iq4xs_rows<N>(x, ys, n, out); });
 }
 
 }  // namespace kernels::avx2
@@ -1051,23 +998,9 @@ void iq3s_rows(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* 
 }
 }  // namespace
 
-#define EXPERTD_GRID_TYPE(name, Block, rows)                                                      \
-  float dot_##name(const Block* x, const BlockQ8K* y, int64_t n) {                                \
-    float out;                                                                                    \
-    rows<1>(x, &y, n, &out);                                                                      \
-    return out;                                                                                   \
-  }                                                                                               \
-  void tile_##name(const Block* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) { \
-    with_n(n_tok, [&](auto N) { rows<N>(x, ys, n, out); });                                       \
-  }
-EXPERTD_GRID_TYPE(iq2_xs, BlockIq2Xs, iq2xs_rows)
-EXPERTD_GRID_TYPE(iq2_s, BlockIq2S, iq2s_rows)
-EXPERTD_GRID_TYPE(iq3_xxs, BlockIq3Xxs, iq3xxs_rows)
-EXPERTD_GRID_TYPE(iq3_s, BlockIq3S, iq3s_rows)
-#undef EXPERTD_GRID_TYPE
-
-void tile_iq1_s(const BlockIq1S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
-  with_n(n_tok, [&](auto N) { iq1s_rows<N>(x, ys, n, out); });
-}
+EXPERTD_ROWS_KERNEL(iq2_xs, BlockIq2Xs, BlockQ8K, iq2xs_rows)
+EXPERTD_ROWS_KERNEL(iq2_s, BlockIq2S, BlockQ8K, iq2s_rows)
+EXPERTD_ROWS_KERNEL(iq3_xxs, BlockIq3Xxs, BlockQ8K, iq3xxs_rows)
+EXPERTD_ROWS_KERNEL(iq3_s, BlockIq3S, BlockQ8K, iq3s_rows)
 
 }  // namespace kernels::avx2

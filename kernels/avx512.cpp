@@ -179,21 +179,8 @@ void tile_mxfp4_avx512(const BlockMxfp4* x, const BlockQ8_0* const* ys, int64_t 
   for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
 }
 
-static_assert(kMaxTile == 4,
-              "with_n instantiates tiles of 1..4 tokens");  // 8 spills registers and runs slower
-template <typename F>
-void with_n(int n, F&& f) {
-  switch (n) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 3:
-      return f(std::integral_constant<int, 3>{});
-    default:
-      return f(std::integral_constant<int, 4>{});
-  }
-}
+static_assert(kMaxTile == 4, "x86::with_n instantiates tiles of 1..4 tokens");
+using x86::with_n;
 
 }  // namespace
 

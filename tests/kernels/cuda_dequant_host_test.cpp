@@ -1,6 +1,8 @@
-// The CUDA matmul's dequantization (kernels/cuda: chunk32, compiled for the host as well) against
-// kernels::dequantize_row, for every weight type the GPU takes. It needs no GPU: the block layouts
-// of the device code are checked in CI, where no kernel can run.
+// The CUDA matmul's dispatch (kernels/cuda, compiled for the host as well) against
+// kernels::dequantize_row, for every weight type the GPU takes. Both now run the one decoder of
+// kernels/dequant.h, so what this checks is the CUDA side's wiring: a case for every type the
+// table marks `cuda`, the right template for each, and its refusals. It needs no GPU; the device
+// build of the decoder is checked by the gpu tests and, in CI, by their emulated twins.
 #include <gtest/gtest.h>
 
 #include <cstring>
