@@ -37,25 +37,36 @@ std::vector<uint8_t> make_error_frame(uint64_t request_id, wire::ErrorCode code,
   return make_frame(fbb, request_id, err);
 }
 
+namespace {
+// One sendmsg's header over `bytes`, carrying `pass_fd` (SCM_RIGHTS) when it is >= 0.
+struct SendMsg {
+  iovec iov;
+  msghdr msg{};
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+  SendMsg(std::span<const uint8_t> bytes, int pass_fd)
+      : iov{const_cast<uint8_t*>(bytes.data()), bytes.size()} {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (pass_fd < 0) return;
+    std::memset(ctrl, 0, sizeof ctrl);
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  SendMsg(const SendMsg&) = delete;  // msg points into the object itself
+  SendMsg& operator=(const SendMsg&) = delete;
+};
+}  // namespace
+
 Status send_all(int fd, std::span<const uint8_t> bytes, int pass_fd) {
   size_t sent = 0;
   while (sent < bytes.size()) {
-    iovec iov{const_cast<uint8_t*>(bytes.data() + sent), bytes.size() - sent};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
-    if (pass_fd >= 0 && sent == 0) {
-      std::memset(ctrl, 0, sizeof ctrl);
-      msg.msg_control = ctrl;
-      msg.msg_controllen = sizeof ctrl;
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-    }
-    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    SendMsg m(bytes.subspan(sent), sent == 0 ? pass_fd : -1);
+    ssize_t n = ::sendmsg(fd, &m.msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EPIPE || errno == ECONNRESET)
@@ -68,23 +79,9 @@ Status send_all(int fd, std::span<const uint8_t> bytes, int pass_fd) {
 }
 
 Result<size_t> send_some(int fd, std::span<const uint8_t> bytes, int pass_fd) {
-  iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
-  if (pass_fd >= 0) {
-    std::memset(ctrl, 0, sizeof ctrl);
-    msg.msg_control = ctrl;
-    msg.msg_controllen = sizeof ctrl;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-  }
+  SendMsg m(bytes, pass_fd);
   for (;;) {
-    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = ::sendmsg(fd, &m.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
