@@ -125,26 +125,35 @@ Client::~Client() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Status Client::send(const std::vector<uint8_t>& frame) {
-  if (broken_) return make_error("the connection to expertd is broken");
-  Status st = proto::send_all(fd_, frame);
-  if (!st) broken_ = true;
+// Once the connection breaks, every later call fails with the first cause, so whichever call
+// reports it, the user reads why (a closed daemon, a timeout), not only that it broke.
+Status Client::broken_error() const {
+  return make_error("the connection to expertd is broken: " + broken_why_);
+}
+
+Status Client::fail(Status st) {
+  broken_ = true;
+  broken_why_ = st.error().message;
   return st;
 }
 
+Status Client::send(const std::vector<uint8_t>& frame) {
+  if (broken_) return broken_error();
+  Status st = proto::send_all(fd_, frame);
+  return st ? st : fail(std::move(st));
+}
+
 Status Client::read_frame(std::vector<uint8_t>& body) {
-  if (broken_) return make_error("the connection to expertd is broken");
+  if (broken_) return broken_error();
   pollfd p{fd_, POLLIN, 0};
   int rc;
   do rc = ::poll(&p, 1, opts_.timeout_ms);
   while (rc < 0 && errno == EINTR);
-  if (rc == 0) {
-    broken_ = true;
-    return make_error("expertd did not answer within " + std::to_string(opts_.timeout_ms) + " ms");
-  }
+  if (rc == 0)
+    return fail(
+        make_error("expertd did not answer within " + std::to_string(opts_.timeout_ms) + " ms"));
   Status st = proto::recv_frame(fd_, body, 64u << 20);
-  if (!st) broken_ = true;
-  return st;
+  return st ? st : fail(std::move(st));
 }
 
 // Reads one frame. Ready messages of the current lease are applied (or kept for later); replies

@@ -103,6 +103,8 @@ class Client {
   Result<std::vector<uint8_t>> round_trip(uint64_t request_id, const std::vector<uint8_t>& frame);
   Status pump_one(Lease* lease);  // reads one frame; applies Ready to `lease`
   Status read_frame(std::vector<uint8_t>& body);
+  Status broken_error() const;
+  Status fail(Status st);  // marks the connection broken, keeping why
 
   int fd_ = -1;
   Options opts_;
@@ -114,6 +116,7 @@ class Client {
   std::vector<std::pair<uint32_t, std::string>> early_ready_;  // Ready of current lease seen early
   std::optional<std::string> async_error_;
   bool broken_ = false;
+  std::string broken_why_;  // what broke it, repeated by every later call
 };
 
 }  // namespace expertd::client
