@@ -74,6 +74,8 @@ class Meta {
   void u(const std::string& key, int& v, int fallback);  // optional
   void f(const std::string& key, float& v, float fallback);
   void b(const std::string& key, bool& v, bool fallback);
+  // A per-layer value: an array of n_layer numbers, or one number for every layer (required).
+  void per_layer(const std::string& key, int n_layer, std::vector<int>& v);
   std::string s(const std::string& key, const std::string& fallback) const;
   bool has(const std::string& key) const;
   int64_t tensor_dim(const std::string& tensor, int d) const;  // kAnyDim when the file lacks it
@@ -95,6 +97,7 @@ struct SynthModel {
   std::map<std::string, uint32_t> u32;
   std::map<std::string, float> f32;
   std::map<std::string, bool> flags;
+  std::map<std::string, std::vector<int32_t>> arrays;  // per-layer values
 };
 // --dims: n_embd, n_layer, n_expert, n_expert_used, n_ff_exp[, n_head, n_head_kv[, n_vocab]].
 struct SynthDims {
@@ -114,6 +117,11 @@ class Arch {
   virtual const MoeWeights* moe(int il) const = 0;  // nullptr for a dense layer
   // One block on the residual stream x (n_tokens x n_embd), in place.
   virtual void block(Engine& e, int il, Act x) const = 0;
+  // Before the first block and after the last, on the residual stream: what an architecture
+  // keeps across the blocks of one eval (Kimi-K3's residual checkpoints) is allocated here, in
+  // the engine's carried() activations, which live until the eval ends.
+  virtual void begin_eval(Engine& e, Act x) const { (void)e, (void)x; }
+  virtual void end_eval(Engine& e, Act x) const { (void)e, (void)x; }
   // expert-pack synth: the real models this architecture imitates, and one's metadata (sizes
   // changed by --dims when given).
   virtual std::vector<std::string> synth_presets() const { return {}; }

@@ -11,6 +11,28 @@
 namespace engine {
 namespace {
 
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+
+// act(gate, up) with ggml's expressions (its scale, tanh, sigmoid ops one after another).
+float glu(const Glu& a, float g, float u) {
+  switch (a.kind) {
+    case Activation::SwigluOai: {
+      const float x = std::min(g, 7.0f), y = std::clamp(u, -7.0f, 7.0f);
+      return x / (1.0f + std::exp(-1.702f * x)) * (y + 1.0f);
+    }
+    case Activation::Situ: {
+      const float act = std::tanh(g * (1.0f / a.beta)) * a.beta * sigmoid(g);
+      if (a.linear_beta > 0.0f) u = std::tanh(u * (1.0f / a.linear_beta)) * a.linear_beta;
+      return act * u;
+    }
+    case Activation::Swiglu:
+      break;
+  }
+  return kernels::silu(g) * u;
+}
+
 class CpuOps final : public Ops {
  public:
   explicit CpuOps(int n_threads) : pool_(n_threads), be_(kernels::best_backend()) {}
@@ -32,6 +54,7 @@ class CpuOps final : public Ops {
       cache_[il].rows = rows[il];
       cache_[il].k.assign(size_t(n_ctx) * rows[il].k, 0.0f);
       cache_[il].v.assign(size_t(n_ctx) * rows[il].v, 0.0f);
+      cache_[il].state.assign(size_t(rows[il].state), 0.0f);
     }
   }
 
@@ -150,8 +173,112 @@ class CpuOps final : public Ops {
     Act a = alloc(h.rows, F), b = alloc(h.rows, F);
     matmul(w.gate, h, a);
     matmul(w.up, h, b);
-    for (int64_t i = 0; i < h.rows * F; ++i) a.data[i] = kernels::silu(a.data[i]) * b.data[i];
+    for (int64_t i = 0; i < h.rows * F; ++i) a.data[i] = glu(w.act, a.data[i], b.data[i]);
     matmul(w.down, a, out);
+  }
+
+  void copy(Act dst, Act src) override {
+    std::memcpy(dst.data, src.data, sizeof(float) * src.rows * src.cols);
+  }
+
+  void mul_sigmoid(Act y, Act g) override {
+    for (int64_t i = 0; i < y.rows * y.cols; ++i) y.data[i] *= sigmoid(g.data[i]);
+  }
+
+  void res_mix(Act stack, int n, Act cur, const Tensor& w, float eps, Act out) override {
+    const int64_t T = cur.rows, E = cur.cols;
+    std::vector<float> p(n + 1), normed(E);
+    auto score = [&](const float* x) {
+      kernels::rms_norm(x, w.f32(), normed.data(), E, eps);
+      float s = 0;
+      for (int64_t i = 0; i < E; ++i) s += normed[i];
+      return s;
+    };
+    for (int64_t t = 0; t < T; ++t) {
+      for (int j = 0; j < n; ++j) p[j] = score(stack.row(j * T + t));
+      p[n] = score(cur.row(t));
+      kernels::softmax(p.data(), n + 1);
+      float* o = out.row(t);
+      const float* c = cur.row(t);
+      for (int64_t i = 0; i < E; ++i) {
+        float sum = 0;
+        for (int j = 0; j < n; ++j) sum += stack.row(j * T + t)[i] * p[j];
+        o[i] = sum + c[i] * p[n];
+      }
+    }
+  }
+
+  // Token by token (the recurrence is sequential; heads in parallel): the convolutions with
+  // their state, silu, the L2 norms, the gates, then per head the decay, the delta-rule update
+  // and the read-out, with the state held transposed (value-major) as ggml's gated_delta_net.
+  void kda(int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta, int64_t pos0,
+           Act out) override {
+    const int64_t H = o.n_head, S = o.head_dim, D = H * S, C = o.d_conv - 1, T = q.rows;
+    std::vector<float>& st = cache_[il].state;
+    if (pos0 == 0) std::fill(st.begin(), st.end(), 0.0f);
+    const Tensor* conv_w[3] = {&o.conv_q, &o.conv_k, &o.conv_v};
+    Act xs[3] = {q, k, v};
+    for (int m = 0; m < 3; ++m) {
+      float* window = st.data() + m * C * D;  // [channel][C] oldest first
+      const float* w = conv_w[m]->f32();
+      pool_.parallel_for(D, 64, [&](int64_t b, int64_t e) {
+        for (int64_t c = b; c < e; ++c) {
+          float* win = window + c * C;
+          for (int64_t t = 0; t < T; ++t) {
+            const float x = xs[m].row(t)[c];
+            float sum = 0;
+            for (int64_t j = 0; j < C; ++j) sum += win[j] * w[c * (C + 1) + j];
+            sum += x * w[c * (C + 1) + C];
+            for (int64_t j = 0; j + 1 < C; ++j) win[j] = win[j + 1];
+            if (C > 0) win[C - 1] = x;
+            xs[m].row(t)[c] = kernels::silu(sum);
+          }
+        }
+      });
+    }
+    const float inv_sqrt_s = 1.0f / std::sqrt(float(S));
+    auto l2 = [&](float* x) {
+      float ss = 0;
+      for (int64_t i = 0; i < S; ++i) ss += x[i] * x[i];
+      const float sc = 1.0f / std::sqrt(ss / float(S) + o.eps / float(S));
+      for (int64_t i = 0; i < S; ++i) x[i] = x[i] * sc * inv_sqrt_s;
+    };
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        l2(q.row(t) + h * S), l2(k.row(t) + h * S);
+        const float a = o.a.f32()[h];
+        float* gt = g.row(t) + h * S;
+        for (int64_t i = 0; i < S; ++i)
+          gt[i] = std::isfinite(o.lower_bound)
+                      ? sigmoid(-(gt[i] * a)) * o.lower_bound
+                      : (gt[i] > 20.0f ? gt[i] : std::log(1.0f + std::exp(gt[i]))) * a;
+        beta.row(t)[h] = sigmoid(beta.row(t)[h]);
+      }
+    float* states = st.data() + 3 * C * D;
+    pool_.parallel_for(H, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> decay(S);
+      for (int64_t h = b; h < e; ++h) {
+        float* M = states + h * S * S;  // M[j][i] = S[i][j]: row j is value j's column
+        for (int64_t t = 0; t < T; ++t) {
+          const float *qt = q.row(t) + h * S, *kt = k.row(t) + h * S, *vt = v.row(t) + h * S,
+                      *gt = g.row(t) + h * S;
+          const float bt = beta.row(t)[h];
+          float* ot = out.row(t) + h * S;
+          for (int64_t i = 0; i < S; ++i) decay[i] = std::exp(gt[i]);
+          for (int64_t j = 0; j < S; ++j) {
+            float* row = M + j * S;
+            float sk = 0;
+            for (int64_t i = 0; i < S; ++i) row[i] *= decay[i];
+            for (int64_t i = 0; i < S; ++i) sk += row[i] * kt[i];
+            const float d = (vt[j] - sk) * bt;
+            float sq = 0;
+            for (int64_t i = 0; i < S; ++i) row[i] += kt[i] * d;
+            for (int64_t i = 0; i < S; ++i) sq += row[i] * qt[i];
+            ot[j] = sq * inv_sqrt_s;
+          }
+        }
+      }
+    });
   }
 
   void add_gated(Act y, Act x, const Tensor& gate, Act h) override {
@@ -215,14 +342,7 @@ class CpuOps final : public Ops {
         for (int64_t i = 0; i < n; ++i)
           for (int64_t j = 0; j < F; ++j)
             g[b][i * F + j] += ew.gate_b.f32()[j], u[b][i * F + j] += ew.up_b.f32()[j];
-      if (w.act == Activation::SwigluOai) {
-        for (size_t i = 0; i < g[b].size(); ++i) {
-          const float x = std::min(g[b][i], 7.0f), y = std::clamp(u[b][i], -7.0f, 7.0f);
-          g[b][i] = x / (1.0f + std::exp(-1.702f * x)) * (y + 1.0f);
-        }
-      } else {
-        for (size_t i = 0; i < g[b].size(); ++i) g[b][i] = kernels::silu(g[b][i]) * u[b][i];
-      }
+      for (size_t i = 0; i < g[b].size(); ++i) g[b][i] = glu(w.act, g[b][i], u[b][i]);
       const size_t arow = kernels::row_size(kernels::vec_dot_type(ew.down.type), F);
       aq[b].resize(arow * n);
       for (int64_t i = 0; i < n; ++i)
@@ -263,6 +383,7 @@ class CpuOps final : public Ops {
   struct Cache {
     KvRows rows;
     std::vector<float> k, v;  // [pos][rows]
+    std::vector<float> state;
   };
   struct Quantized {  // a layer's inputs quantized for the gate/up activation type
     uint32_t type = ~0u;

@@ -104,6 +104,10 @@ class CudaOps final : public Ops {
           rows[il].v
               ? static_cast<float*>(device_buffer(size_t(n_ctx) * rows[il].v * sizeof(float)))
               : nullptr;
+      cache_[il].state =
+          rows[il].state
+              ? static_cast<float*>(device_buffer(size_t(rows[il].state) * sizeof(float)))
+              : nullptr;
     }
   }
 
@@ -219,8 +223,39 @@ class CudaOps final : public Ops {
     Act a = alloc(h.rows, F), b = alloc(h.rows, F);
     matmul(w.gate, h, a);
     matmul(w.up, h, b);
-    if (ok()) check("swiglu", kernels::cuda::swiglu(a.data, b.data, a.data, h.rows * F, stream_));
+    glu(w.act, a, b);
     matmul(w.down, a, out);
+  }
+
+  void copy(Act dst, Act src) override {
+    if (ok())
+      check("copy", cudaMemcpyAsync(dst.data, src.data, sizeof(float) * src.rows * src.cols,
+                                    cudaMemcpyDeviceToDevice, stream_));
+  }
+  void mul_sigmoid(Act y, Act g) override {
+    if (ok())
+      check("mul_sigmoid", kernels::cuda::mul_sigmoid(y.data, g.data, y.rows * y.cols, stream_));
+  }
+  void res_mix(Act stack, int n, Act cur, const Tensor& w, float eps, Act out) override {
+    if (const float* d = dev_f32(w))
+      check("res_mix", kernels::cuda::res_mix(stack.data, n, cur.data, d, out.data, cur.rows,
+                                              cur.cols, eps, stream_));
+  }
+  void kda(int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta, int64_t pos0,
+           Act out) override {
+    if (!ok()) return;
+    Cache& c = cache_[il];
+    if (pos0 == 0)
+      check("reset state",
+            cudaMemsetAsync(c.state, 0, sizeof(float) * size_t(c.rows.state), stream_));
+    kernels::cuda::Kda a;
+    a.q = q.data, a.k = k.data, a.v = v.data, a.g = g.data, a.beta = beta.data, a.state = c.state,
+    a.out = out.data;
+    a.conv_q = dev_f32(o.conv_q), a.conv_k = dev_f32(o.conv_k), a.conv_v = dev_f32(o.conv_v),
+    a.a = dev_f32(o.a);
+    a.n_tokens = q.rows, a.n_head = o.n_head, a.head_dim = o.head_dim, a.d_conv = o.d_conv,
+    a.lower_bound = o.lower_bound, a.eps = o.eps;
+    if (ok()) check("kda", kernels::cuda::kda(a, stream_));
   }
 
   void add_gated(Act y, Act x, const Tensor& gate, Act h) override {
@@ -300,7 +335,7 @@ class CudaOps final : public Ops {
  private:
   struct Cache {
     KvRows rows;
-    float *k = nullptr, *v = nullptr;
+    float *k = nullptr, *v = nullptr, *state = nullptr;
   };
   struct Placed {
     size_t bytes;
@@ -325,16 +360,30 @@ class CudaOps final : public Ops {
     matmul(ew.up, xs, u);
     if (ew.gate_b) add_bias(g, ew.gate_b), add_bias(u, ew.up_b);
     if (!ok()) return;
-    if (w.act == Activation::SwigluOai)
-      check("swiglu", kernels::cuda::swiglu_oai(g.data, u.data, g.data, n * F, stream_));
-    else
-      check("swiglu", kernels::cuda::swiglu(g.data, u.data, g.data, n * F, stream_));
+    glu(w.act, g, u);
     matmul(ew.down, g, ys);
     if (ew.down_b) add_bias(ys, ew.down_b);
     if (ok())
       check("scatter",
             kernels::cuda::scatter_rows(ys.data, d_idx + n, moe_out_.data, n, E, stream_));
   }
+
+  void glu(const Glu& a, Act g, Act u) {  // g = act(g, u)
+    if (!ok()) return;
+    const int64_t n = g.rows * g.cols;
+    switch (a.kind) {
+      case Activation::SwigluOai:
+        return check("swiglu", kernels::cuda::swiglu_oai(g.data, u.data, g.data, n, stream_));
+      case Activation::Situ:
+        return check(
+            "situ", kernels::cuda::situ(g.data, u.data, g.data, n, a.beta, a.linear_beta, stream_));
+      case Activation::Swiglu:
+        break;
+    }
+    check("swiglu", kernels::cuda::swiglu(g.data, u.data, g.data, n, stream_));
+  }
+
+  const float* dev_f32(const Tensor& t) { return reinterpret_cast<const float*>(dev(t)); }
 
   // The device address of a tensor: a slot's (already on the device) or the placed copy of its
   // host bytes (a view into an uploaded tensor: an expert, a head).

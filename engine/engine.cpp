@@ -49,6 +49,8 @@ expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits,
   x_ = ops_->alloc(T, hp.n_embd);
   ops_->embed(m_.tok_embd, tokens, x_);
   routes_.assign(hp.n_layer, {});
+  carried_.clear();
+  m_.arch->begin_eval(*this, x_);
   for (int il = 0; il < hp.n_layer; ++il) {
     const size_t mark = ops_->mark();
     m_.arch->block(*this, il, x_);
@@ -56,6 +58,8 @@ expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits,
     if (!failed_) return failed_;
     if (auto st = ops_->status(); !st) return st;
   }
+  m_.arch->end_eval(*this, x_);
+  if (auto st = ops_->status(); !st) return st;
   n_past_ += T;
   const int first = all_logits ? 0 : T - 1;
   Act last = x_.rows_from(first);

@@ -52,7 +52,11 @@ class Engine {
   int64_t pos0() const { return n_past_; }  // position of the first token being evaluated
   // The shared MoE block on the normalised input h: returns the routed experts' weighted sum
   // plus the shared expert. A failed fetch is recorded and ends the eval after the block.
-  Act moe(int il, const MoeWeights& w, Act h);
+  Act moe(int il, const MoeWeights& w, Act h) { return moe(il, w, h, h); }
+  // The same with the router reading h and the experts x (Kimi-K3's latent experts: x is h
+  // projected to w.n_embd; the result has that width).
+  Act moe(int il, const MoeWeights& w, Act h, Act x);
+  std::vector<Act>& carried() { return carried_; }  // see Arch::begin_eval
 
  private:
   void init();
@@ -64,8 +68,9 @@ class Engine {
   ExpertSource& experts_;
   int n_ctx_, n_past_ = 0;
   bool prefetch_ = false;
-  Act x_;                   // the residual stream of the eval in progress
-  expertd::Status failed_;  // the first error of the eval in progress
+  Act x_;                     // the residual stream of the eval in progress
+  std::vector<Act> carried_;  // the architecture's activations across the eval's blocks
+  expertd::Status failed_;    // the first error of the eval in progress
   std::vector<std::vector<Route>> routes_;
   MoeRoutes moe_routes_;  // kept across layers (their buffers)
 };

@@ -250,6 +250,7 @@ expertd::Status check_daemon(const Model& m, const expertd::client::Client& c,
   for (int il = 0; il < m.hp.n_layer; ++il) {
     const MoeWeights* moe = m.moe(il);
     if (!moe) continue;
+    const uint64_t E = static_cast<uint64_t>(moe->n_embd ? moe->n_embd : m.hp.n_embd);
     int pl = info.pack_layer_of(static_cast<uint32_t>(il));
     if (pl < 0) return make_error("expertd's pack lacks MoE layer " + std::to_string(il));
     for (const char* r : {"gate", "up", "down"}) {
@@ -258,10 +259,8 @@ expertd::Status check_daemon(const Model& m, const expertd::client::Client& c,
         return make_error(std::string("expertd's pack lacks the ") + r + " projection of layer " +
                           std::to_string(il));
       bool shape_ok = std::string(r) == "down"
-                          ? role->ne0 == static_cast<uint64_t>(m.hp.n_ff_exp) &&
-                                role->ne1 == static_cast<uint64_t>(m.hp.n_embd)
-                          : role->ne0 == static_cast<uint64_t>(m.hp.n_embd) &&
-                                role->ne1 == static_cast<uint64_t>(m.hp.n_ff_exp);
+                          ? role->ne0 == static_cast<uint64_t>(m.hp.n_ff_exp) && role->ne1 == E
+                          : role->ne0 == E && role->ne1 == static_cast<uint64_t>(m.hp.n_ff_exp);
       if (!shape_ok)
         return make_error(std::string("expertd's ") + r + " projection of layer " +
                           std::to_string(il) + " has another shape than the model's");

@@ -47,7 +47,7 @@ expertd::Status bind(const gguf::Model& f, const TensorSpec& s, const gguf::Tens
     return make_error(f.path() + ": tensor " + s.name + " has type " + type_name +
                       ", which the engine does not support (" + kernels::supported_type_names() +
                       ")");
-  if (ti.n_dims > 3)
+  if (ti.n_dims > 3 && ti.ne[3] != 1)  // a trailing 1 is a 3-D tensor (Kimi's conv filters)
     return make_error(f.path() + ": tensor " + s.name + " has " + std::to_string(ti.n_dims) +
                       " dimensions");
   for (size_t d = 0; d < 3; ++d) {
@@ -153,9 +153,9 @@ void Plan::optional(Tensor& dst, const std::string& name, std::vector<int64_t> n
 }
 
 void Plan::moe(MoeWeights& w, const Hparams& hp, bool expert_biases) {
-  const int64_t E = hp.n_embd, X = hp.n_expert, F = hp.n_ff_exp;
+  const int64_t E = w.n_embd ? w.n_embd : hp.n_embd, X = hp.n_expert, F = hp.n_ff_exp;
   w.expert_biases = expert_biases;
-  add(w.router, "ffn_gate_inp.weight", {E, X}, Role::Router);
+  add(w.router, "ffn_gate_inp.weight", {hp.n_embd, X}, Role::Router);
   optional(w.router_b, "ffn_gate_inp.bias", {X}, Role::Bias);
   optional(w.exp_probs_b, "exp_probs_b.bias", {X}, Role::Bias, /*synth=*/w.route.sigmoid);
   add(w.gate_exps, "ffn_gate_exps.weight", {E, F, X}, Role::ExpertGate);
@@ -182,6 +182,25 @@ void Meta::u(const std::string& key, int& v, int fallback) {
 
 void Meta::f(const std::string& key, float& v, float fallback) {
   v = static_cast<float>(f_.get_float(prefix_ + key).value_or(fallback));
+}
+
+void Meta::per_layer(const std::string& key, int n_layer, std::vector<int>& v) {
+  v.assign(std::max(n_layer, 0), 0);
+  if (auto x = f_.get_uint(prefix_ + key)) {
+    if (*x > (1u << 30)) return fail("implausible " + prefix_ + key + " = " + std::to_string(*x));
+    std::fill(v.begin(), v.end(), static_cast<int>(*x));
+    return;
+  }
+  auto a = f_.get_number_array(prefix_ + key);
+  if (!a) return fail("missing metadata " + prefix_ + key);
+  if (a->size() != v.size())
+    return fail(prefix_ + key + " has " + std::to_string(a->size()) + " values for " +
+                std::to_string(n_layer) + " layers");
+  for (size_t i = 0; i < v.size(); ++i) {
+    if ((*a)[i] < 0 || (*a)[i] > double(1u << 30) || (*a)[i] != std::floor((*a)[i]))
+      return fail("implausible " + prefix_ + key + "[" + std::to_string(i) + "]");
+    v[i] = static_cast<int>((*a)[i]);
+  }
 }
 
 void Meta::b(const std::string& key, bool& v, bool fallback) {

@@ -39,10 +39,14 @@ struct RouteOpts {
   float w_scale = 1.0f;
 };
 
-enum class Activation {
-  Swiglu,
-  SwigluOai
-};  // silu(g) * u; gpt-oss's clamped swiglu (alpha 1.702, limit 7)
+// The gated activation of an FFN or an expert, act(gate, up): silu(g) * u; gpt-oss's clamped
+// swiglu (alpha 1.702, limit 7); Kimi-K3's situ, beta tanh(g / beta) sigmoid(g) times
+// linear_beta tanh(u / linear_beta) (the up side plain when linear_beta <= 0).
+enum class Activation { Swiglu, SwigluOai, Situ };
+struct Glu {
+  Activation kind = Activation::Swiglu;
+  float beta = 1.0f, linear_beta = 0.0f;  // situ
+};
 
 // The FFN of a MoE layer as the shared MoE block runs it (engine/moe.cpp).
 struct MoeWeights {
@@ -57,12 +61,14 @@ struct MoeWeights {
   Tensor down_shexp;              // (n_ff_shexp) -> (n_embd)
   Tensor shexp_gate;              // ffn_gate_inp_shexp: (n_embd) -> 1, sigmoid gate, optional
   RouteOpts route;
-  Activation act = Activation::Swiglu;
+  Glu act;
+  int64_t n_embd = 0;  // the experts' input and output width; 0: the model's (Kimi-K3: latent)
   bool expert_biases = false;  // the experts carry biases (the pack must have them)
 };
 
 struct FfnWeights {
   Tensor gate, up, down;  // (n_embd) -> (n_ff), (n_ff) -> (n_embd)
+  Glu act;
 };
 
 struct Model {

@@ -97,7 +97,7 @@ void Engine::prefetch_next(int il) {
                                            m_.hp.n_expert_used));
 }
 
-Act Engine::moe(int il, const MoeWeights& w, Act h) {
+Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
   const int T = static_cast<int>(h.rows), X = m_.hp.n_expert, K = m_.hp.n_expert_used;
   if (prefetch_) prefetch_next(il);
   Act logits = ops_->matmul(w.router, h);
@@ -127,8 +127,8 @@ Act Engine::moe(int il, const MoeWeights& w, Act h) {
   for (auto [e, row] : uses)
     r.tokens[index_of[e]].push_back(row / K), r.outs[index_of[e]].push_back(row);
 
-  Act out = ops_->alloc(T, m_.hp.n_embd);
-  ops_->moe_begin(h, r);
+  Act out = ops_->alloc(T, x.cols);
+  ops_->moe_begin(x, r);
   auto st = experts_.for_each_batch(
       il, r.experts, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {
         ops_->moe_experts(w, idx, ws);
@@ -137,7 +137,7 @@ Act Engine::moe(int il, const MoeWeights& w, Act h) {
   ops_->moe_end(out);
   if (w.gate_shexp) {
     Act shared = ops_->alloc(T, m_.hp.n_embd);
-    ops_->ffn({w.gate_shexp, w.up_shexp, w.down_shexp}, h, shared);
+    ops_->ffn({w.gate_shexp, w.up_shexp, w.down_shexp, w.act}, h, shared);
     ops_->add_gated(out, shared, w.shexp_gate, h);
   }
   return out;

@@ -9,6 +9,7 @@
 // without error plumbing and the engine checks status() after each block.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -50,9 +51,28 @@ struct MlaOpts {
   float scale = 1.0f;
 };
 
-// The cache a layer keeps per position: floats of keys and of values (0: none).
+// The cache a layer keeps: floats of keys and of values per position (0: none), and a
+// recurrent state of fixed size (Kimi-K3's KDA layers), zeroed when an eval starts at position 0.
 struct KvRows {
   int64_t k = 0, v = 0;
+  int64_t state = 0;
+};
+
+// Kimi Delta Attention (Kimi-Linear, Kimi-K3): per head, a head_dim x head_dim state decayed per
+// key dimension, updated by the delta rule, read by the query. The layer's state holds the last
+// d_conv - 1 inputs of the q, k and v short convolutions, then the heads' states.
+struct KdaOpts {
+  int n_head = 0;
+  int64_t head_dim = 0;
+  int d_conv = 0;
+  Tensor conv_q, conv_k, conv_v;  // F32 {d_conv, n_head * head_dim}: causal depthwise filters
+  Tensor a;                       // F32 {n_head}: -exp(A_log)
+  float lower_bound =
+      -INFINITY;      // finite: gate = lower_bound * sigmoid(-a * g), else softplus(g) a
+  float eps = 1e-6f;  // of the q and k L2 norms
+  static int64_t state_floats(int n_head, int64_t head_dim, int d_conv) {
+    return 3 * (d_conv - 1) * n_head * head_dim + n_head * head_dim * head_dim;
+  }
 };
 
 // One MoE layer's routing as the expert computation needs it.
@@ -121,7 +141,18 @@ class Ops {
   // q: n_head x (qk_nope + n_rot) per row; out: n_head x v_mla per row.
   virtual void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b,
                              int64_t pos0, const MlaOpts& o, Act out) = 0;
-  virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(silu(gate h) * up h)
+  virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(act(gate h, up h))
+  virtual void copy(Act dst, Act src) = 0;                    // same shape
+  virtual void mul_sigmoid(Act y, Act g) = 0;                 // y *= sigmoid(g), elementwise
+  // Kimi-K3's attention residuals: out = softmax over the n checkpoints (rows [j T, (j+1) T) of
+  // `stack`, T = cur.rows) and cur of their scores rmsnorm(x) . w, applied to the raw rows.
+  virtual void res_mix(Act stack, int n, Act cur, const Tensor& w, float eps, Act out) = 0;
+  // Kimi Delta Attention of layer il at positions pos0..: q, k, v (T x n_head * head_dim) before
+  // their convolutions, g the decay gate before its activation (dt bias added), beta the update
+  // strength before its sigmoid (T x n_head); out: T x n_head * head_dim. Overwrites q, k, v, g,
+  // beta.
+  virtual void kda(int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta, int64_t pos0,
+                   Act out) = 0;
   // y += sigmoid(gate . h) * x per row (gate absent: y += x).
   virtual void add_gated(Act y, Act x, const Tensor& gate, Act h) = 0;
 

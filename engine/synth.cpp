@@ -163,6 +163,7 @@ void add_metadata(gguf::Writer& w, const std::string& arch, const std::string& n
   for (const auto& [k, v] : m.u32) w.add_u32(arch + "." + k, v);
   for (const auto& [k, v] : m.f32) w.add_f32(arch + "." + k, v);
   for (const auto& [k, v] : m.flags) w.add_bool(arch + "." + k, v);
+  for (const auto& [k, v] : m.arrays) w.add_i32_array(arch + "." + k, v);
   w.add_u32("general.file_type", file_type(type));
   add_tokenizer(w, m);
 }
@@ -200,7 +201,10 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
   auto arch = make_arch(p.arch);
   auto sm = arch->synth(p.name, {o.dims});
   if (!sm) return sm.error();
-  if (o.layers) sm->u32["block_count"] = std::min<uint32_t>(sm->u32["block_count"], o.layers);
+  if (o.layers) {
+    sm->u32["block_count"] = std::min<uint32_t>(sm->u32["block_count"], o.layers);
+    for (auto& [k, v] : sm->arrays) v.resize(std::min<size_t>(v.size(), sm->u32["block_count"]));
+  }
   const std::string name = o.preset.empty() ? "custom" : p.name;
 
   // The tensors are the architecture's plan for this metadata, read back as from any file: a

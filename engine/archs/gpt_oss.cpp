@@ -38,7 +38,7 @@ class GptOss final : public Arch {
       p.add(w.moe.norm, "post_attention_norm.weight", {n_embd}, Role::Norm);
       w.moe.route = route_;
       p.moe(w.moe, hp, /*expert_biases=*/true);
-      w.moe.act = Activation::SwigluOai;
+      w.moe.act.kind = Activation::SwigluOai;
     }
   }
 

@@ -2,6 +2,7 @@
 // dequantize_row in kernels/kernels.cpp; tests/gpu/cuda_kernels_test.cpp checks every one.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cuda/cuda_kernels.h"
@@ -150,6 +151,121 @@ __global__ void swiglu_oai_kernel(const float* g, const float* u, float* out, in
   if (i >= n) return;
   const float x = fminf(g[i], 7.0f), y = fminf(fmaxf(u[i], -7.0f), 7.0f);
   out[i] = x / (1.0f + expf(-1.702f * x)) * (y + 1.0f);
+}
+
+__global__ void situ_kernel(const float* g, const float* u, float* out, int64_t n, float beta,
+                            float linear_beta) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float a = tanhf(g[i] * (1.0f / beta)) * beta * (1.0f / (1.0f + expf(-g[i])));
+  const float up = linear_beta > 0.0f ? tanhf(u[i] * (1.0f / linear_beta)) * linear_beta : u[i];
+  out[i] = a * up;
+}
+
+__global__ void mul_sigmoid_kernel(float* y, const float* g, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
+
+constexpr int kMaxResidualSources = 64;
+
+// One block per token: the n + 1 scores (rms-normalised rows dotted with w), their softmax, the
+// weighted sum of the raw rows.
+__global__ void res_mix_kernel(const float* stack, int n, const float* cur, const float* w,
+                               float* out, int64_t T, int64_t E, float eps) {
+  __shared__ float red[32];
+  __shared__ float p[kMaxResidualSources + 1];
+  const int64_t t = blockIdx.x;
+  for (int j = 0; j <= n; ++j) {
+    const float* x = j < n ? stack + (j * T + t) * E : cur + t * E;
+    float ss = 0, d = 0;
+    for (int64_t i = threadIdx.x; i < E; i += blockDim.x) ss += x[i] * x[i], d += x[i] * w[i];
+    ss = block_sum(ss, red);
+    d = block_sum(d, red);
+    if (threadIdx.x == 0) p[j] = d * rsqrtf(ss / E + eps);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = -INFINITY, sum = 0;
+    for (int j = 0; j <= n; ++j) m = fmaxf(m, p[j]);
+    for (int j = 0; j <= n; ++j) p[j] = expf(p[j] - m), sum += p[j];
+    for (int j = 0; j <= n; ++j) p[j] /= sum;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < E; i += blockDim.x) {
+    float acc = 0;
+    for (int j = 0; j < n; ++j) acc += stack[(j * T + t) * E + i] * p[j];
+    out[t * E + i] = acc + cur[t * E + i] * p[n];
+  }
+}
+
+// The short causal convolutions, one thread per channel walking the tokens; silu.
+__global__ void kda_conv_kernel(float* x, const float* w, float* window, int64_t D, int64_t T,
+                                int C) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= D) return;
+  float* win = window + c * C;
+  for (int64_t t = 0; t < T; ++t) {
+    const float v = x[t * D + c];
+    float sum = 0;
+    for (int j = 0; j < C; ++j) sum += win[j] * w[c * (C + 1) + j];
+    sum += v * w[c * (C + 1) + C];
+    for (int j = 0; j + 1 < C; ++j) win[j] = win[j + 1];
+    if (C > 0) win[C - 1] = v;
+    x[t * D + c] = sum / (1.0f + expf(-sum));
+  }
+}
+
+// One block per (token, head): the L2 norms of q and k, the decay gate and beta's sigmoid.
+__global__ void kda_prep_kernel(float* q, float* k, float* g, float* beta, const float* a,
+                                int64_t H, int64_t S, float lower_bound, float eps) {
+  __shared__ float red[32];
+  const int64_t th = blockIdx.x, h = th % H;
+  float *qh = q + th * S, *kh = k + th * S, *gh = g + th * S;
+  float sq = 0, sk = 0;
+  for (int64_t i = threadIdx.x; i < S; i += blockDim.x) sq += qh[i] * qh[i], sk += kh[i] * kh[i];
+  sq = block_sum(sq, red);
+  sk = block_sum(sk, red);
+  const float inv = rsqrtf(float(S));
+  const float cq = rsqrtf(sq / S + eps / S) * inv, ck = rsqrtf(sk / S + eps / S) * inv;
+  for (int64_t i = threadIdx.x; i < S; i += blockDim.x) {
+    qh[i] *= cq, kh[i] *= ck;
+    const float x = gh[i];
+    gh[i] = lower_bound > -INFINITY ? lower_bound / (1.0f + expf(x * a[h]))
+                                    : (x > 20.0f ? x : logf(1.0f + expf(x))) * a[h];
+  }
+  if (threadIdx.x == 0) beta[th] = 1.0f / (1.0f + expf(-beta[th]));
+}
+
+constexpr int64_t kMaxKdaHeadDim = 256;
+
+// One block per head, thread j owns value j's column of the state (ggml's transposed layout).
+__global__ void kda_scan_kernel(const float* q, const float* k, const float* v, const float* g,
+                                const float* beta, float* states, float* out, int64_t H, int64_t S,
+                                int64_t T) {
+  __shared__ float sh[3 * kMaxKdaHeadDim];  // decay, k, q of the current token
+  const int64_t h = blockIdx.x;
+  float* M = states + h * S * S;
+  const float inv = rsqrtf(float(S));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t base = (t * H + h) * S;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < S; i += blockDim.x)
+      sh[i] = expf(g[base + i]), sh[S + i] = k[base + i], sh[2 * S + i] = q[base + i];
+    __syncthreads();
+    const float b = beta[t * H + h];
+    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
+      float* row = M + j * S;
+      float sk = 0;
+      for (int64_t i = 0; i < S; ++i) row[i] *= sh[i];
+      for (int64_t i = 0; i < S; ++i) sk += row[i] * sh[S + i];
+      const float d = (v[base + j] - sk) * b;
+      float sq = 0;
+      for (int64_t i = 0; i < S; ++i) row[i] += sh[S + i] * d;
+      for (int64_t i = 0; i < S; ++i) sq += row[i] * sh[2 * S + i];
+      out[base + j] = sq * inv;
+    }
+  }
 }
 
 constexpr int kMaxTopK = 32;
@@ -365,6 +481,49 @@ cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n
                        cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   EXPERTD_LAUNCH(swiglu_oai_kernel, blocks_for(n, 256), 256, 0, stream)(gate, up, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t situ(const float* gate, const float* up, float* out, int64_t n, float beta,
+                 float linear_beta, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  EXPERTD_LAUNCH(situ_kernel, blocks_for(n, 256), 256, 0, stream)
+  (gate, up, out, n, beta, linear_beta);
+  return cudaGetLastError();
+}
+
+cudaError_t mul_sigmoid(float* y, const float* g, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  EXPERTD_LAUNCH(mul_sigmoid_kernel, blocks_for(n, 256), 256, 0, stream)(y, g, n);
+  return cudaGetLastError();
+}
+
+cudaError_t res_mix(const float* stack, int n, const float* cur, const float* w, float* out,
+                    int64_t n_tokens, int64_t n_embd, float eps, cudaStream_t stream) {
+  if (n < 0 || n > kMaxResidualSources) return cudaErrorInvalidValue;
+  if (n_tokens <= 0) return cudaSuccess;
+  EXPERTD_LAUNCH(res_mix_kernel, static_cast<unsigned>(n_tokens), 256, 0, stream)
+  (stack, n, cur, w, out, n_tokens, n_embd, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t kda(const Kda& a, cudaStream_t stream) {
+  const int64_t D = a.n_head * a.head_dim, C = a.d_conv - 1;
+  if (a.head_dim > kMaxKdaHeadDim) return cudaErrorInvalidValue;
+  if (a.n_tokens <= 0) return cudaSuccess;
+  float* xs[3] = {a.q, a.k, a.v};
+  const float* ws[3] = {a.conv_q, a.conv_k, a.conv_v};
+  for (int m = 0; m < 3; ++m) {
+    EXPERTD_LAUNCH(kda_conv_kernel, blocks_for(D, 128), 128, 0, stream)
+    (xs[m], ws[m], a.state + m * C * D, D, a.n_tokens, static_cast<int>(C));
+    if (auto e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  EXPERTD_LAUNCH(kda_prep_kernel, static_cast<unsigned>(a.n_tokens * a.n_head), 128, 0, stream)
+  (a.q, a.k, a.g, a.beta, a.a, a.n_head, a.head_dim, a.lower_bound, a.eps);
+  if (auto e = cudaGetLastError(); e != cudaSuccess) return e;
+  const int threads = static_cast<int>(std::min<int64_t>(a.head_dim, 256));
+  EXPERTD_LAUNCH(kda_scan_kernel, static_cast<unsigned>(a.n_head), threads, 0, stream)
+  (a.q, a.k, a.v, a.g, a.beta, a.state + 3 * C * D, a.out, a.n_head, a.head_dim, a.n_tokens);
   return cudaGetLastError();
 }
 

@@ -47,6 +47,28 @@ cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cu
 cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n,
                        cudaStream_t stream);
 
+// Kimi-K3's situ: beta tanh(g / beta) sigmoid(g) * linear_beta tanh(u / linear_beta) (the up
+// side plain when linear_beta <= 0).
+cudaError_t situ(const float* gate, const float* up, float* out, int64_t n, float beta,
+                 float linear_beta, cudaStream_t stream);
+cudaError_t mul_sigmoid(float* y, const float* g, int64_t n, cudaStream_t stream);  // y *= sig(g)
+// Kimi-K3's attention residuals (engine::Ops::res_mix): per token, the softmax over the n
+// checkpoint rows (stack row j * n_tokens + t) and cur's row of their scores, rmsnorm(x) . w,
+// applied to the raw rows. n <= 64.
+cudaError_t res_mix(const float* stack, int n, const float* cur, const float* w, float* out,
+                    int64_t n_tokens, int64_t n_embd, float eps, cudaStream_t stream);
+// Kimi Delta Attention (engine::Ops::kda): q, k, v convolved in place with the state's windows,
+// then the recurrence over n_tokens; state = 3 (d_conv - 1) D conv floats, then the heads'
+// head_dim x head_dim states. head_dim <= 256.
+struct Kda {
+  float *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
+  float *state = nullptr, *out = nullptr;
+  const float *conv_q = nullptr, *conv_k = nullptr, *conv_v = nullptr, *a = nullptr;
+  int64_t n_tokens = 0, n_head = 0, head_dim = 0;
+  int d_conv = 0;
+  float lower_bound = 0, eps = 0;
+};
+cudaError_t kda(const Kda& a, cudaStream_t stream);
 // Per token: softmax over n_expert router logits, the k largest (ties: lower id first), their
 // probabilities, renormalised to sum 1 when norm_topk. ids and weights are n_tokens x k.
 cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int k,

@@ -579,6 +579,11 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
 // As CUDA: from pageable host memory the source is taken when the copy is issued; into pageable
 // host memory the copy completes before the call returns; pinned and device memory are read and
 // written when the stream reaches the copy.
+cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s) {
+  if (!s || bytes == 0) return cudaMemset(p, v, bytes);
+  s->push([p, v, bytes] { std::memset(p, v, bytes); });
+  return cudaSuccess;
+}
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind k,
                             cudaStream_t s) {
   if (k == cudaMemcpyHostToDevice && is_pinned(src)) {

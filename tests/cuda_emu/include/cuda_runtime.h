@@ -91,6 +91,7 @@ cudaError_t cudaMalloc(T** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p);
 cudaError_t cudaMemset(void* p, int v, size_t bytes);
+cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s = nullptr);
