@@ -188,11 +188,11 @@ class CpuOps final : public Ops {
   void res_mix(Act stack, int n, Act cur, const Tensor& w, float eps, Act out) override {
     const int64_t T = cur.rows, E = cur.cols;
     std::vector<float> p(n + 1), normed(E);
-    auto score = [&](const float* x) {
+    auto score = [&](const float* x) {  // ggml's sum_rows adds in double
       kernels::rms_norm(x, w.f32(), normed.data(), E, eps);
-      float s = 0;
+      double s = 0;
       for (int64_t i = 0; i < E; ++i) s += normed[i];
-      return s;
+      return static_cast<float>(s);
     };
     for (int64_t t = 0; t < T; ++t) {
       for (int j = 0; j < n; ++j) p[j] = score(stack.row(j * T + t));
@@ -237,10 +237,10 @@ class CpuOps final : public Ops {
       });
     }
     const float inv_sqrt_s = 1.0f / std::sqrt(float(S));
-    auto l2 = [&](float* x) {
-      float ss = 0;
-      for (int64_t i = 0; i < S; ++i) ss += x[i] * x[i];
-      const float sc = 1.0f / std::sqrt(ss / float(S) + o.eps / float(S));
+    auto l2 = [&](float* x) {  // ggml: rms_norm with eps / S (a double sum), then 1 / sqrt(S)
+      double ss = 0;
+      for (int64_t i = 0; i < S; ++i) ss += double(x[i] * x[i]);
+      const float sc = 1.0f / std::sqrt(float(ss / double(S)) + o.eps / float(S));
       for (int64_t i = 0; i < S; ++i) x[i] = x[i] * sc * inv_sqrt_s;
     };
     for (int64_t t = 0; t < T; ++t)
@@ -256,7 +256,7 @@ class CpuOps final : public Ops {
       }
     float* states = st.data() + 3 * C * D;
     pool_.parallel_for(H, 1, [&](int64_t b, int64_t e) {
-      std::vector<float> decay(S);
+      std::vector<float> decay(S), delta(S);
       for (int64_t h = b; h < e; ++h) {
         float* M = states + h * S * S;  // M[j][i] = S[i][j]: row j is value j's column
         for (int64_t t = 0; t < T; ++t) {
@@ -264,18 +264,15 @@ class CpuOps final : public Ops {
                       *gt = g.row(t) + h * S;
           const float bt = beta.row(t)[h];
           float* ot = out.row(t) + h * S;
+          // ggml's order of operations, so the state keeps llama.cpp's bits
           for (int64_t i = 0; i < S; ++i) decay[i] = std::exp(gt[i]);
-          for (int64_t j = 0; j < S; ++j) {
-            float* row = M + j * S;
-            float sk = 0;
-            for (int64_t i = 0; i < S; ++i) row[i] *= decay[i];
-            for (int64_t i = 0; i < S; ++i) sk += row[i] * kt[i];
-            const float d = (vt[j] - sk) * bt;
-            float sq = 0;
-            for (int64_t i = 0; i < S; ++i) row[i] += kt[i] * d;
-            for (int64_t i = 0; i < S; ++i) sq += row[i] * qt[i];
-            ot[j] = sq * inv_sqrt_s;
-          }
+          for (int64_t j = 0; j < S; ++j)
+            for (int64_t i = 0; i < S; ++i) M[j * S + i] *= decay[i];
+          for (int64_t j = 0; j < S; ++j)
+            delta[j] = (vt[j] - kernels::dot_f32_ggml(M + j * S, kt, S, be_)) * bt;
+          for (int64_t j = 0; j < S; ++j) kernels::axpy_ggml(delta[j], kt, M + j * S, S, be_);
+          for (int64_t j = 0; j < S; ++j)
+            ot[j] = kernels::dot_f32_ggml(M + j * S, qt, S, be_) * inv_sqrt_s;
         }
       }
     });

@@ -147,6 +147,33 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+float dot_f32_ggml(const float* a, const float* b, int64_t n) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k)
+      acc[k] =
+          _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
+  acc[0] = _mm256_add_ps(acc[0], acc[2]), acc[1] = _mm256_add_ps(acc[1], acc[3]);
+  acc[0] = _mm256_add_ps(acc[0], acc[1]);
+  const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
+  const __m128 t1 = _mm_hadd_ps(t0, t0);
+  float s = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void axpy_ggml(float a, const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  const __m256 va = _mm256_set1_ps(a);
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k)
+      _mm256_storeu_ps(y + i + 8 * k, _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), va,
+                                                      _mm256_loadu_ps(y + i + 8 * k)));
+  for (; i < n; ++i) y[i] += x[i] * a;
+}
+
 void axpy(float a, const float* x, float* y, int64_t n) {
   int64_t i = 0;
   const __m256 va = _mm256_set1_ps(a);

@@ -52,6 +52,10 @@ float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n);
 }  // namespace ref
 
 namespace avx2 {
+// ggml's ggml_vec_dot_f32 and ggml_vec_mad_f32 on AVX2 (its four FMA accumulators of a 32-float
+// step, its reduction; leftovers one at a time).
+float dot_f32_ggml(const float* a, const float* b, int64_t n);
+void axpy_ggml(float a, const float* x, float* y, int64_t n);
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n);
 float dot_f32(const float* a, const float* b, int64_t n);

@@ -179,6 +179,14 @@ float dot_f32(const float* a, const float* b, int64_t n, Backend be) {
   return be == Backend::Scalar ? ref::dot_f32(a, b, n) : avx2::dot_f32(a, b, n);
 }
 
+float dot_f32_ggml(const float* a, const float* b, int64_t n, Backend be) {
+  return be == Backend::Scalar ? ref::dot_f32(a, b, n) : avx2::dot_f32_ggml(a, b, n);
+}
+
+void axpy_ggml(float a, const float* x, float* y, int64_t n, Backend be) {
+  be == Backend::Scalar ? ref::axpy(a, x, y, n) : avx2::axpy_ggml(a, x, y, n);
+}
+
 void axpy(float a, const float* x, float* y, int64_t n, Backend be) {
   be == Backend::Scalar ? ref::axpy(a, x, y, n) : avx2::axpy(a, x, y, n);
 }

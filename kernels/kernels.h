@@ -65,6 +65,10 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool,
 // Elementwise and small ops (float32).
 float dot_f32(const float* a, const float* b, int64_t n, Backend be = best_backend());
 void axpy(float a, const float* x, float* y, int64_t n, Backend be = best_backend());  // y += a * x
+// The same in ggml's order on SIMD backends (ggml_vec_dot_f32 / ggml_vec_mad_f32 as llama.cpp's
+// AVX2 build runs them), for ops whose bits should be llama.cpp's (the KDA recurrence).
+float dot_f32_ggml(const float* a, const float* b, int64_t n, Backend be = best_backend());
+void axpy_ggml(float a, const float* x, float* y, int64_t n, Backend be = best_backend());
 // One attention head for one query: softmax(q . k_j * scale) over n_keys keys (dk floats each,
 // k_j = k + j * k_stride), then the weighted sum of the v_j (dv floats, v + j * v_stride). A finite
 // `sink` is one more logit in the softmax's denominator (gpt-oss); -INFINITY for none. `s` holds

@@ -226,8 +226,8 @@ TEST(ExpertRun, ChatWrapsThePromptInTheModelsFormatOrSaysWhyNot) {
 // Architectures without golden data, as `expert-pack synth` writes them at test size (their
 // numerics were checked against llama.cpp when they were added: bit-identical logits for the
 // Q8_0 models below): they load, run, and through expertd give the same logits as --local.
-TEST(ExpertRun, SynthGlm45AndDeepseekV2LiteRunLocallyAndThroughExpertd) {
-  for (const std::string preset : {"glm-4.5-air", "deepseek-v2-lite"}) {
+TEST(ExpertRun, SynthGlm45DeepseekV2LiteAndKimiK3RunLocallyAndThroughExpertd) {
+  for (const std::string preset : {"glm-4.5-air", "deepseek-v2-lite", "kimi-k3"}) {
     SCOPED_TRACE(preset);
     TempDir d;
     const std::string model = d / "m.gguf";

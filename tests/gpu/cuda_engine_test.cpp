@@ -111,7 +111,8 @@ TEST(CudaEngine, ACpuOnlyDaemonIsAClearError) {
 }
 
 // Architectures without golden data (glm4moe: sigmoid routing with selection bias, partial RoPE,
-// q/k biases; deepseek2 at DeepSeek-V2-Lite's shape: MLA without q_lora), as `expert-pack synth`
+// q/k biases; deepseek2 at DeepSeek-V2-Lite's shape: MLA without q_lora; kimi-k3: KDA with its
+// recurrent state, nope MLA, attention residuals, latent experts, situ), as `expert-pack synth`
 // writes them at test size, F16 weights (both engines widen them exactly; the CPU rounds
 // activations to F16 for its dots): the GPU's logits against the CPU engine's.
 std::string synth_model(const TempDir& d, const std::string& preset) {
@@ -122,10 +123,10 @@ std::string synth_model(const TempDir& d, const std::string& preset) {
   return model;
 }
 
-TEST(CudaEngine, SynthGlm45AndDeepseekV2LiteMatchTheCpuEngine) {
+TEST(CudaEngine, SynthGlm45DeepseekV2LiteAndKimiK3MatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();
   const std::vector<int32_t> tokens = {11, 250, 100, 77, 500, 42, 9, 300};
-  for (const std::string preset : {"glm-4.5-air", "deepseek-v2-lite"}) {
+  for (const std::string preset : {"glm-4.5-air", "deepseek-v2-lite", "kimi-k3"}) {
     SCOPED_TRACE(preset);
     TempDir d;
     auto file = gguf::Model::open(synth_model(d, preset));
@@ -162,7 +163,7 @@ TEST(CudaEngine, SynthGlm45AndDeepseekV2LiteMatchTheCpuEngine) {
 TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts) {
   EXPERTD_REQUIRE_GPU();
   const std::vector<int32_t> tokens = {11, 250, 100, 77, 500, 42, 9, 300};
-  for (const std::string preset : {"glm-4.5-air", "deepseek-v2-lite"}) {
+  for (const std::string preset : {"glm-4.5-air", "deepseek-v2-lite", "kimi-k3"}) {
     SCOPED_TRACE(preset);
     TempDir d;
     const std::string model = synth_model(d, preset);
