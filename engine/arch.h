@@ -98,6 +98,7 @@ struct SynthModel {
   std::map<std::string, float> f32;
   std::map<std::string, bool> flags;
   std::map<std::string, std::vector<int32_t>> arrays;  // per-layer values
+  std::vector<std::string> specials;                   // control tokens of the model's chat format
 };
 // --dims: n_embd, n_layer, n_expert, n_expert_used, n_ff_exp[, n_head, n_head_kv[, n_vocab]].
 struct SynthDims {

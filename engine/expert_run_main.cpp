@@ -225,8 +225,13 @@ struct GenOptions {
 };
 
 // One user turn in the model's own chat format, recognised by its special tokens: ChatML (Qwen,
-// OLMoE and the bundled model), gpt-oss's harmony, DeepSeek-V3 and Mistral/Mixtral [INST].
+// OLMoE and the bundled model), gpt-oss's harmony, DeepSeek-V3, Mistral/Mixtral [INST] and
+// Kimi-K3's tags (its template with thinking off: the answer in the response channel).
 std::string chat_prompt(const engine::Tokenizer& tok, const std::string& user) {
+  if (tok.find("<|open|>") >= 0 && tok.find("<|end_of_msg|>") >= 0)
+    return "<|open|>message role=\"user\"<|sep|>" + user +
+           "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"assistant\"<|sep|>"
+           "<|open|>response<|sep|>";
   if (tok.find("<|im_start|>") >= 0)
     return "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
   if (tok.find("<|start|>") >= 0 && tok.find("<|message|>") >= 0)
@@ -235,7 +240,8 @@ std::string chat_prompt(const engine::Tokenizer& tok, const std::string& user) {
     return "<｜User｜>" + user + "<｜Assistant｜>";
   if (tok.find("[INST]") >= 0) return "[INST] " + user + " [/INST]";
   die("--chat: this model's tokenizer has none of the chat formats expert-run knows "
-      "(ChatML <|im_start|>, harmony <|start|>/<|message|>, DeepSeek <｜User｜>, [INST])");
+      "(ChatML <|im_start|>, harmony <|start|>/<|message|>, DeepSeek <｜User｜>, [INST], Kimi-K3 "
+      "<|open|>)");
 }
 
 int cmd_generate(const Common& o, GenOptions g) {
@@ -394,12 +400,14 @@ int cmd_perplexity(const Common& o, const std::string& file, int window, bool js
 }
 
 int cmd_tokenize(std::string model, const std::string& text, const std::string& file,
-                 bool no_parse_special, bool add_bos) {
+                 bool no_parse_special, bool add_bos, bool chat) {
   if (model.empty()) model = default_model();
   auto f = gguf::Model::open(model);
   if (!f) die(f.error().message);
   engine::Tokenizer tok = load_tokenizer(*f);
-  auto ids = tok.encode(read_text(text, file), add_bos, !no_parse_special);
+  std::string t = read_text(text, file);
+  if (chat) t = chat_prompt(tok, t);
+  auto ids = tok.encode(t, add_bos, !no_parse_special);
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
   std::printf("%s\n", line.c_str());
@@ -436,7 +444,7 @@ int main(int argc, char** argv) {
   gen->add_option("--seed", g.sp.seed, "random seed")->capture_default_str();
   gen->add_flag("--chat", g.chat,
                 "wrap the prompt as one user turn in the model's chat format (ChatML, harmony, "
-                "DeepSeek, [INST])");
+                "DeepSeek, [INST], Kimi-K3 with thinking off)");
   gen->add_flag("--verbose", g.verbose, "timings and the daemon's stats delta on stderr");
 
   auto* bench = app.add_subcommand(
@@ -451,7 +459,7 @@ int main(int argc, char** argv) {
   auto* tokz =
       app.add_subcommand("tokenize", "print token ids (llama-tokenize --ids --no-bos semantics)");
   std::string tmodel, ttext, tfile;
-  bool no_parse_special = false, add_bos = false;
+  bool no_parse_special = false, add_bos = false, tchat = false;
   tokz->add_option(
       "--model", tmodel,
       "GGUF with a tokenizer, a vocab-only GGUF is enough (default: the bundled model)");
@@ -459,6 +467,7 @@ int main(int argc, char** argv) {
   auto* file_opt = tokz->add_option("--file", tfile, "file to tokenize");
   tokz->add_flag("--no-parse-special", no_parse_special, "treat special-token text as plain text");
   tokz->add_flag("--add-bos", add_bos, "prepend BOS");
+  tokz->add_flag("--chat", tchat, "wrap the text as generate --chat does (one user turn)");
 
   auto* ppl = app.add_subcommand("perplexity", "perplexity of a text file");
   add_common(ppl, co);
@@ -484,7 +493,7 @@ int main(int argc, char** argv) {
     // An empty --text is a text like any other (it tokenizes to nothing, as llama-tokenize's).
     if ((text_opt->count() > 0) == (file_opt->count() > 0))
       die("tokenize needs exactly one of --text and --file");
-    return cmd_tokenize(tmodel, ttext, tfile, no_parse_special, add_bos);
+    return cmd_tokenize(tmodel, ttext, tfile, no_parse_special, add_bos, tchat);
   }
   return 0;
 }

@@ -46,12 +46,17 @@ void add_tokenizer(gguf::Writer& w, const SynthModel& s) {
   std::vector<int32_t> types;
   std::vector<std::string> merges;
   for (int b = 0; b < 256; ++b) tokens.push_back(byte_token(b)), types.push_back(1);
-  for (char a = 'a'; a <= 'z' && tokens.size() + 2 < size_t(s.n_vocab); ++a)
-    for (char b = 'a'; b <= 'z' && tokens.size() + 2 < size_t(s.n_vocab); ++b) {
+  const size_t room = size_t(s.n_vocab) - std::min(size_t(s.n_vocab), s.specials.size() + 2);
+  for (char a = 'a'; a <= 'z' && tokens.size() < room; ++a)
+    for (char b = 'a'; b <= 'z' && tokens.size() < room; ++b) {
       tokens.push_back(std::string{a, b});
       types.push_back(1);
       merges.push_back(std::string{a, ' ', b});
     }
+  for (size_t i = 0; i < s.specials.size() && tokens.size() + 2 < size_t(s.n_vocab); ++i) {
+    tokens.push_back(s.specials[i]);
+    types.push_back(3);  // control
+  }
   while (tokens.size() + 1 < size_t(s.n_vocab)) {
     tokens.push_back("<|synth_" + std::to_string(tokens.size()) + "|>");
     types.push_back(4);  // user-defined: never produced by merges

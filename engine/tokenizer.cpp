@@ -143,6 +143,9 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
   if (pre == "gpt-4o" || pre == "llama4")
     return {
         R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+  if (pre == "kimi-k2")  // Kimi-K2/K3: Han runs apart; the letter classes exclude Han
+    return {
+        R"([\p{Han}]+|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
   if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" ||
       pre == "codeshell")
     return {R"(\p{N})", kGpt2};
@@ -188,9 +191,12 @@ expertd::Result<Tokenizer> Tokenizer::load(const gguf::Model& f) {
   };
   if (t.model_ == "gpt2") {
     auto merges = f.get_string_array("tokenizer.ggml.merges");
-    if (!merges) return make_error(f.path() + ": BPE tokenizer without tokenizer.ggml.merges");
-    for (size_t i = 0; i < merges->size(); ++i)
-      t.merge_rank_.emplace(std::string((*merges)[i]), static_cast<int32_t>(i));
+    // Kimi-K2's vocab may come without merges (llama.cpp then keeps every byte-level symbol)
+    if (!merges && t.pre_ != "kimi-k2")
+      return make_error(f.path() + ": BPE tokenizer without tokenizer.ggml.merges");
+    if (merges)
+      for (size_t i = 0; i < merges->size(); ++i)
+        t.merge_rank_.emplace(std::string((*merges)[i]), static_cast<int32_t>(i));
     auto exprs = regexes_for(t.pre_, &t.ignore_merges_);
     if (exprs.empty())
       return make_error(f.path() + ": pre-tokenizer '" + t.pre_ + "' is not supported");

@@ -271,6 +271,7 @@ class KimiK3 final : public Arch {
     m->f32["activation.situ_linear_beta"] = 16.0f;
     m->f32["attention.layer_norm_rms_epsilon"] = 1e-5f;
     m->u32["vocab_size"] = s.n_vocab;
+    m->specials = {"[BOS]", "[EOS]", "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"};
     return m;
   }
 

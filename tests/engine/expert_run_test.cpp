@@ -217,6 +217,25 @@ TEST(ExpertRun, ChatWrapsThePromptInTheModelsFormatOrSaysWhyNot) {
                 " --local --chat --prompt hello -n 4 --temp 0 --verbose 2>&1");
   EXPECT_EQ(ok.first, 0) << ok.second;
   EXPECT_NE(ok.second.find("generated"), std::string::npos) << ok.second;
+  // Kimi-K3's tags (a synthetic kimi-k3 carries its special tokens): the turn as its template
+  // renders it with thinking off (checked with python3-jinja2 on llama.cpp's Kimi-K3.jinja).
+  TempDir d;
+  auto s = run(bin("pack/expert-pack") + " -q synth --preset kimi-k3 --dims 64,2,8,2,32,4,1,512 " +
+               "--type F32 --out " + d / "k3.gguf");
+  ASSERT_EQ(s.first, 0) << s.second;
+  auto ids = [&](const std::string& args) {
+    auto r = run(run_bin() + " tokenize --model " + d / "k3.gguf" + " " + args);
+    EXPECT_EQ(r.first, 0) << r.second;
+    return r.second;
+  };
+  EXPECT_EQ(ids("--chat --text hi"),
+            ids("--text '<|open|>message role=\"user\"<|sep|>hi<|close|>message<|sep|>"
+                "<|end_of_msg|><|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>'"));
+  auto one = ids("--text '<|end_of_msg|>'");
+  EXPECT_EQ(one.find(' '), std::string::npos) << one;  // a special token, one id
+  auto k3 = run(run_bin() + " generate --model " + d / "k3.gguf" +
+                " --local --chat --prompt hello -n 4 --temp 0 --verbose 2>&1");
+  EXPECT_EQ(k3.first, 0) << k3.second;
   // The bundled model was trained on plain text: no chat tokens, a clear refusal.
   auto no = run(run_bin() + " generate --chat --prompt hello -n 4 2>&1");
   EXPECT_EQ(no.first, 1);

@@ -163,6 +163,30 @@ TEST(Tokenizer, SyntheticPreTokenizers) {
     check_vocab(std::string("ggml-vocab-synth-") + pre);
 }
 
+// Kimi-K2/K3's pre-tokenizer: the synthetic vocab with two merges only a split that keeps Han
+// apart from other letters leaves unused, on the golden strings and mixed Latin/Han ones
+// (scripts/gen-kimi-k2-vocab.py, ids from llama.cpp); and the same vocab without merges.
+TEST(Tokenizer, KimiK2PreTokenizer) {
+  check_vocab("ggml-vocab-synth-kimi-k2");
+  auto f = gguf::Model::open(data_dir() + "ggml-vocab-synth-kimi-k2.gguf");
+  ASSERT_TRUE(f);
+  gguf::Writer w(f->alignment());
+  for (const auto& kv : f->kvs())
+    if (kv.key != "tokenizer.ggml.merges") w.add_raw_kv(kv.raw);
+  auto h = w.header();
+  TempDir tmp;
+  write_file(tmp / "no-merges.gguf", std::string(h.begin(), h.end()));
+  auto g = gguf::Model::open(tmp / "no-merges.gguf");
+  ASSERT_TRUE(g) << g.error().message;
+  auto tok = engine::Tokenizer::load(*g);
+  ASSERT_TRUE(tok) << tok.error().message;
+  auto ids = tok->encode("hello世界", false, false);
+  EXPECT_EQ(ids.size(), std::string("hello世界").size());  // one byte-level symbol each
+  std::string back;
+  for (int32_t id : ids) back += tok->piece(id);
+  EXPECT_EQ(back, "hello世界");
+}
+
 TEST(Tokenizer, SpecialTokensAndUtf8Streaming) {
   auto f = gguf::Model::open(data_dir() + "ggml-vocab-synth-qwen2.gguf");
   ASSERT_TRUE(f);
