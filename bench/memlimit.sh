@@ -3,11 +3,16 @@
 # llama.cpp streaming the GGUF through mmap (no repacking), each under a cgroup v1 memory limit
 # of half the model size for every process of the run (page cache included). Needs root, the
 # build, and a Python environment with llama-cpp-python (LLAMA_PY, used for the baseline only).
-#   LAYERS=12 DIR=/data bash bench/memlimit.sh
+#   LAYERS=12 DIR=/data bash bench/memlimit.sh                       (Qwen3-30B-A3B, Q4_K)
+#   PRESET=kimi-k3 TYPE=Q2_K DOWN_TYPE=Q3_K LAYERS=2 bash bench/memlimit.sh   (Kimi-K3's width)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${DIR:-/tmp}/expertd-memlimit
 layers=${LAYERS:-12}
+preset=${PRESET:-qwen3-30b-a3b}
+type=${TYPE:-Q4_K}
+down=$([ -n "${DOWN_TYPE:-}" ] && echo "--down-type $DOWN_TYPE" || true)
+m=$preset-$layers-$type${DOWN_TYPE:+-$DOWN_TYPE}  # the model's file name
 py=${LLAMA_PY:-python3}
 n_gen=${N_GEN:-64}
 # Prefetch hints (--prefetch) are off by default; PREFETCH=1 turns them on. Before the daemon's
@@ -15,10 +20,10 @@ n_gen=${N_GEN:-64}
 # with it they gain a little (13.6 vs 12.9 in one pair of runs, 84% of hinted loads used).
 prefetch=$([ "${PREFETCH:-0}" = 1 ] && echo --prefetch || true)
 mkdir -p "$dir"
-[ -f "$dir/q30b.gguf" ] || build/pack/expert-pack -q synth --preset qwen3-30b-a3b --layers "$layers" --type Q4_K --out "$dir/q30b.gguf"
-[ -f "$dir/q30b.manifest.json" ] || build/pack/expert-pack -q build "$dir/q30b.gguf" >/dev/null
-size=$(stat -c %s "$dir/q30b.gguf")
-core=$(stat -c %s "$dir/q30b.core.gguf")
+[ -f "$dir/$m.gguf" ] || build/pack/expert-pack -q synth --preset "$preset" --layers "$layers" --type "$type" $down --out "$dir/$m.gguf"
+[ -f "$dir/$m.manifest.json" ] || build/pack/expert-pack -q build "$dir/$m.gguf" >/dev/null
+size=$(stat -c %s "$dir/$m.gguf")
+core=$(stat -c %s "$dir/$m.core.gguf")
 limit=$((size / 2))
 # The arena gets what the limit leaves after the core GGUF and 384 MiB for everything else.
 cache_mib=$(((limit - core) / 1048576 - 384))
@@ -27,16 +32,16 @@ cleanup() { [ -n "${dpid:-}" ] && kill -TERM "$dpid" 2>/dev/null; sleep 0.5; rmd
 trap cleanup EXIT
 mkdir -p "$cg"
 echo "$limit" > "$cg/memory.limit_in_bytes"
-echo "model $((size >> 20)) MiB ($layers layers, Q4_K), core $((core >> 20)) MiB; limit $((limit >> 20)) MiB; expertd cache $cache_mib MiB"
+echo "model $preset $((size >> 20)) MiB ($layers layers, $type${DOWN_TYPE:+ with $DOWN_TYPE down}), core $((core >> 20)) MiB; limit $((limit >> 20)) MiB; expertd cache $cache_mib MiB"
 
 # What the drive delivers to O_DIRECT reads of this pack (raw io_uring, queue depth 64), just before.
-drive=$(build/bench/expert-bench io --manifest "$dir/q30b.manifest.json" --seconds 3 | sed -n 's/^raw io_uring O_DIRECT, qd [0-9]*: \([0-9.]*\) GB\/s.*/\1/p')
+drive=$(build/bench/expert-bench io --manifest "$dir/$m.manifest.json" --seconds 3 | sed -n 's/^raw io_uring O_DIRECT, qd [0-9]*: \([0-9.]*\) GB\/s.*/\1/p')
 sync; echo 3 > /proc/sys/vm/drop_caches
-sh -c "echo \$\$ > $cg/cgroup.procs; exec build/daemon/expertd --manifest $dir/q30b.manifest.json --socket $dir/s.sock \
+sh -c "echo \$\$ > $cg/cgroup.procs; exec build/daemon/expertd --manifest $dir/$m.manifest.json --socket $dir/s.sock \
   --config /dev/null --cache-mib $cache_mib --reserve-mib 0 --clients-max 1 --lock-memory false --log-level warn" &
 dpid=$!
 for _ in $(seq 200); do [ -S "$dir/s.sock" ] && break; sleep 0.05; done
-ours=$(sh -c "echo \$\$ > $cg/cgroup.procs; exec build/engine/expert-run bench --model $dir/q30b.core.gguf --socket $dir/s.sock \
+ours=$(sh -c "echo \$\$ > $cg/cgroup.procs; exec build/engine/expert-run bench --model $dir/$m.core.gguf --socket $dir/s.sock \
   -p 16 -n $n_gen --threads 2 $prefetch --json")
 kill -TERM "$dpid"; wait "$dpid" || true; dpid=""
 echo "expertd + expert-run: $ours"
@@ -46,7 +51,7 @@ sync; echo 3 > /proc/sys/vm/drop_caches
 echo 0 > "$cg/memory.max_usage_in_bytes"
 prompt=$(python3 -c "import json,sys; print(','.join(map(str, json.loads(sys.argv[1])['prompt'])))" "$ours")
 stream=$(python3 -c "import json,sys; print(','.join(map(str, json.loads(sys.argv[1])['decode_stream'])))" "$ours")
-ref=$(sh -c "echo \$\$ > $cg/cgroup.procs; exec $py - $dir/q30b.gguf $stream $prompt" <<'PY'
+ref=$(sh -c "echo \$\$ > $cg/cgroup.procs; exec $py - $dir/$m.gguf $stream $prompt" <<'PY'
 import sys, time, json
 import llama_cpp, llama_cpp.llama_cpp as C
 path, stream, prompt = sys.argv[1], [int(t) for t in sys.argv[2].split(",")], [int(t) for t in sys.argv[3].split(",")]

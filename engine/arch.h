@@ -103,6 +103,7 @@ struct SynthModel {
 // --dims: n_embd, n_layer, n_expert, n_expert_used, n_ff_exp[, n_head, n_head_kv[, n_vocab]].
 struct SynthDims {
   std::vector<uint64_t> dims;
+  uint32_t layers = 0;  // --layers: the depth the model is cut to (0: the preset's)
   bool given() const { return !dims.empty(); }
 };
 

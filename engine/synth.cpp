@@ -204,7 +204,7 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
           "synth: weight type " + std::string(gguf::type_traits(t)->name) +
           " is not one the kernels run (they run: " + kernels::supported_type_names() + ")");
   auto arch = make_arch(p.arch);
-  auto sm = arch->synth(p.name, {o.dims});
+  auto sm = arch->synth(p.name, {o.dims, o.layers});
   if (!sm) return sm.error();
   if (o.layers) {
     sm->u32["block_count"] = std::min<uint32_t>(sm->u32["block_count"], o.layers);

@@ -245,7 +245,8 @@ class KimiK3 final : public Arch {
     m->u32.erase("attention.head_count_kv");
     m->u32.erase("attention.value_length");
     // KDA layers (head_count_kv 0) three in four, full attention every fourth and last (as
-    // Kimi-Linear's full_attn_layers).
+    // Kimi-Linear's full_attn_layers), the last of the depth --layers cuts to.
+    if (d.layers > 0) s.n_layer = std::min<int>(s.n_layer, static_cast<int>(d.layers));
     std::vector<int32_t> kv(s.n_layer);
     for (int il = 0; il < s.n_layer; ++il) kv[il] = (il + 1) % 4 == 0 || il == s.n_layer - 1;
     m->arrays["attention.head_count_kv"] = kv;

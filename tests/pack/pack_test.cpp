@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/fd.h"
+#include "engine/model.h"
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
 #include "pack/builder.h"
@@ -127,44 +128,56 @@ TEST(ExpertPack, GoldenModelsRoundTrip) {
   }
 }
 
+// A model split in two shards (as llama.cpp's gguf-split writes them) packs as the whole file:
+// a golden qwen3moe, and a Kimi-K3 with its Q2_K/Q3_K latent experts.
 TEST(ExpertPack, SplitGgufGivesTheSamePack) {
   REQUIRE_GOLDEN();
-  TempDir d;
-  std::string model = golden_model("qwen3moe-A-s1-f32");
-  auto src = gguf::Model::open(model);
-  ASSERT_TRUE(src);
-  size_t n = src->tensors().size(), half = n / 2;
-  std::vector<std::string> first;
-  for (size_t i = 0; i < half; ++i) first.push_back(src->tensors()[i].name);
-  auto in_first = [&](const gguf::TensorInfo& t) {
-    return std::find(first.begin(), first.end(), t.name) != first.end();
-  };
-  auto split_kv = [&](uint16_t no) {
-    return [&, no](gguf::Writer& w) {
-      w.add_u32("split.no", no);  // llama.cpp writes u16; any integer is read
-      w.add_u32("split.count", 2);
-      w.add_u32("split.tensors.count", static_cast<uint32_t>(n));
+  TempDir k3;
+  auto s =
+      run(bin("pack/expert-pack") + " -q synth --preset kimi-k3 --dims 512,3,8,2,256,8,1,512 " +
+          "--type Q2_K --down-type Q3_K --out " + k3 / "k3.gguf");
+  ASSERT_EQ(s.first, 0) << s.second;
+  for (const std::string& model : {golden_model("qwen3moe-A-s1-f32"), k3 / "k3.gguf"}) {
+    SCOPED_TRACE(model);
+    TempDir d;
+    auto src = gguf::Model::open(model);
+    ASSERT_TRUE(src);
+    size_t n = src->tensors().size(), half = n / 2;
+    std::vector<std::string> first;
+    for (size_t i = 0; i < half; ++i) first.push_back(src->tensors()[i].name);
+    auto in_first = [&](const gguf::TensorInfo& t) {
+      return std::find(first.begin(), first.end(), t.name) != first.end();
     };
-  };
-  copy_gguf(*src, d / "m-00001-of-00002.gguf", in_first, split_kv(0));
-  copy_gguf(
-      *src, d / "m-00002-of-00002.gguf", [&](const auto& t) { return !in_first(t); }, split_kv(1),
-      true);
-  TempDir d2;
-  pack::Manifest split = build_ok(d / "m-00001-of-00002.gguf", d.path());
-  pack::Manifest whole = build_ok(model, d2.path());
-  ASSERT_EQ(split.layers.size(), whole.layers.size());
-  for (size_t l = 0; l < split.layers.size(); ++l)
-    EXPECT_EQ(split.layers[l].checksums, whole.layers[l].checksums);
-  EXPECT_EQ(split.source_files.size(), 2u);
-  EXPECT_TRUE(fs::exists(d / "m.core.gguf"));
-  auto core = gguf::Model::open(d / "m.core.gguf");
-  ASSERT_TRUE(core) << core.error().message;
-  EXPECT_FALSE(core->find("split.count"));
-  // Passing a later shard is refused with a clear message.
-  auto r = run(bin("pack/expert-pack") + " -q build " + d / "m-00002-of-00002.gguf");
-  EXPECT_NE(r.first, 0);
-  EXPECT_NE(r.second.find("first shard"), std::string::npos) << r.second;
+    auto split_kv = [&](uint16_t no) {
+      return [&, no](gguf::Writer& w) {
+        w.add_u32("split.no", no);  // llama.cpp writes u16; any integer is read
+        w.add_u32("split.count", 2);
+        w.add_u32("split.tensors.count", static_cast<uint32_t>(n));
+      };
+    };
+    copy_gguf(*src, d / "m-00001-of-00002.gguf", in_first, split_kv(0));
+    copy_gguf(
+        *src, d / "m-00002-of-00002.gguf", [&](const auto& t) { return !in_first(t); }, split_kv(1),
+        true);
+    TempDir d2;
+    pack::Manifest split = build_ok(d / "m-00001-of-00002.gguf", d.path());
+    pack::Manifest whole = build_ok(model, d2.path());
+    ASSERT_EQ(split.layers.size(), whole.layers.size());
+    for (size_t l = 0; l < split.layers.size(); ++l)
+      EXPECT_EQ(split.layers[l].checksums, whole.layers[l].checksums);
+    EXPECT_EQ(split.source_files.size(), 2u);
+    EXPECT_TRUE(fs::exists(d / "m.core.gguf"));
+    auto core = gguf::Model::open(d / "m.core.gguf");
+    ASSERT_TRUE(core) << core.error().message;
+    EXPECT_FALSE(core->find("split.count"));
+    auto loaded = engine::Model::load(*core);  // the core of the split model runs from the pack
+    ASSERT_TRUE(loaded) << loaded.error().message;
+    EXPECT_FALSE(loaded->has_local_experts);
+    // Passing a later shard is refused with a clear message.
+    auto r = run(bin("pack/expert-pack") + " -q build " + d / "m-00002-of-00002.gguf");
+    EXPECT_NE(r.first, 0);
+    EXPECT_NE(r.second.find("first shard"), std::string::npos) << r.second;
+  }
 }
 
 TEST(ExpertPack, BadInputsFailClearlyAndLeaveNothing) {
