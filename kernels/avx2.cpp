@@ -132,29 +132,29 @@ float dot_k45(const uint8_t* blocks, size_t stride, const BlockQ8K* y, int64_t n
   return out;
 }
 
-float dot_f32(const float* a, const float* b, int64_t n) {
-  float s = 0;
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
+// a . b over the 32-float steps into four 8-float FMA accumulators; returns the floats done.
+static int64_t dot_steps(const float* a, const float* b, int64_t n, __m256 acc[4]) {
+  for (int k = 0; k < 4; ++k) acc[k] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
     for (int k = 0; k < 4; ++k)
       acc[k] =
           _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
-  s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return i;
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  __m256 acc[4];
+  const int64_t i = dot_steps(a, b, n, acc);
+  float s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
   a += i, b += i, n -= i;
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 
 float dot_f32_ggml(const float* a, const float* b, int64_t n) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int k = 0; k < 4; ++k)
-      acc[k] =
-          _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
+  __m256 acc[4];
+  int64_t i = dot_steps(a, b, n, acc);
   acc[0] = _mm256_add_ps(acc[0], acc[2]), acc[1] = _mm256_add_ps(acc[1], acc[3]);
   acc[0] = _mm256_add_ps(acc[0], acc[1]);
   const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));

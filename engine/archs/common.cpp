@@ -72,6 +72,20 @@ std::optional<kernels::Yarn> read_yarn(Meta& m, const Hparams& hp, bool yarn_ok)
   return kernels::yarn_params(factor, hp.n_rot, hp.rope_base, n_orig, beta_fast, beta_slow);
 }
 
+MlaQkv mla_project(Ops& ops, const MlaProjections& w, Act h, int64_t kv_lora, float eps) {
+  MlaQkv r;
+  if (w.wq_a) {
+    Act qa = ops.matmul(w.wq_a, h);
+    ops.rms_norm(qa, w.q_a_norm, qa, eps);
+    r.q = ops.matmul(w.wq_b, qa);
+  } else {
+    r.q = ops.matmul(w.wq, h);
+  }
+  r.kv = ops.matmul(w.wkv_a, h);
+  ops.rms_norm_part(r.kv, w.kv_a_norm, kv_lora, eps);
+  return r;
+}
+
 void plan_shared_expert(Plan& p, MoeWeights& w, const Hparams& hp, int64_t n_ff_shexp, bool gated) {
   p.add(w.gate_shexp, "ffn_gate_shexp.weight", {hp.n_embd, n_ff_shexp});
   p.add(w.up_shexp, "ffn_up_shexp.weight", {hp.n_embd, n_ff_shexp});

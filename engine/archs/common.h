@@ -36,6 +36,17 @@ inline KvRows gqa_rows(const Hparams& hp) {
   return {kv_width(hp), kv_width(hp)};
 }
 
+// Multi-head latent attention's projections (DeepSeek-V2/V3, Kimi-K3): the query through the
+// q LoRA (attn_q_a, its norm, attn_q_b) or attn_q when there is none, and the latent rows
+// (attn_kv_a_mqa, its first kv_lora floats normalised).
+struct MlaProjections {
+  Tensor wq, wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm;
+};
+struct MlaQkv {
+  Act q, kv;
+};
+MlaQkv mla_project(Ops& ops, const MlaProjections& w, Act h, int64_t kv_lora, float eps);
+
 // The shared expert of an MoE layer (ffn_*_shexp), and its sigmoid gate when `gated`.
 void plan_shared_expert(Plan& p, MoeWeights& w, const Hparams& hp, int64_t n_ff_shexp, bool gated);
 void plan_ffn(Plan& p, FfnWeights& w, const Hparams& hp, int64_t n_ff);

@@ -10,6 +10,8 @@
 namespace engine {
 namespace {
 
+using archs::MlaProjections;
+
 class Deepseek2 final : public Arch {
  public:
   void read_hparams(Meta& m, Hparams& hp) override {
@@ -63,17 +65,18 @@ class Deepseek2 final : public Arch {
       Layer& w = layers_[il];
       p.blk(il);
       p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);
+      MlaProjections& m = w.mla;
       if (q_lora_ > 0) {
-        p.add(w.wq_a, "attn_q_a.weight", {n_embd, q_lora_});  // (n_embd) -> (q_lora)
-        p.add(w.q_a_norm, "attn_q_a_norm.weight", {q_lora_}, Role::Norm);
+        p.add(m.wq_a, "attn_q_a.weight", {n_embd, q_lora_});  // (n_embd) -> (q_lora)
+        p.add(m.q_a_norm, "attn_q_a_norm.weight", {q_lora_}, Role::Norm);
         // (q_lora) -> (n_head * k_mla)
-        p.add(w.wq_b, "attn_q_b.weight", {q_lora_, n_head * k_mla_});
+        p.add(m.wq_b, "attn_q_b.weight", {q_lora_, n_head * k_mla_});
       } else {
-        p.add(w.wq, "attn_q.weight", {n_embd, n_head * k_mla_});
+        p.add(m.wq, "attn_q.weight", {n_embd, n_head * k_mla_});
       }
       // (n_embd) -> (kv_lora + n_rot)
-      p.add(w.wkv_a, "attn_kv_a_mqa.weight", {n_embd, kv_lora_ + n_rot});
-      p.add(w.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora_}, Role::Norm);
+      p.add(m.wkv_a, "attn_kv_a_mqa.weight", {n_embd, kv_lora_ + n_rot});
+      p.add(m.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora_}, Role::Norm);
       // per head: (qk_nope) -> (kv_lora)
       p.add(w.wk_b, "attn_k_b.weight", {qk_nope, kv_lora_, n_head});
       // per head: (kv_lora) -> (v_mla)
@@ -105,17 +108,8 @@ class Deepseek2 final : public Arch {
     const int64_t n_rot = hp.n_rot, latent_row = kv_lora_ + n_rot;
     const RopeOpts rope{hp.rope_base, /*neox=*/false, yarn_ ? &*yarn_ : nullptr};
     Act h = ops.rms_norm(x, w.attn_norm, hp.eps);
-    Act q;
-    if (q_lora_ > 0) {
-      Act qa = ops.matmul(w.wq_a, h);
-      ops.rms_norm(qa, w.q_a_norm, qa, hp.eps);
-      q = ops.matmul(w.wq_b, qa);
-    } else {
-      q = ops.matmul(w.wq, h);
-    }
-    // per token: the latent (normalised) and the shared rotary key part
-    Act kv = ops.matmul(w.wkv_a, h);
-    ops.rms_norm_part(kv, w.kv_a_norm, kv_lora_, hp.eps);
+    // per token: the query, the latent (normalised) and the shared rotary key part
+    auto [q, kv] = archs::mla_project(ops, w.mla, h, kv_lora_, hp.eps);
     ops.rope(kv, latent_row, kv_lora_, n_rot, e.pos0(), rope);
     ops.rope(q, k_mla_, k_mla_ - n_rot, n_rot, e.pos0(), rope);
     const MlaOpts mla{hp.n_head,      kv_lora_, n_rot,
@@ -164,7 +158,8 @@ class Deepseek2 final : public Arch {
 
  private:
   struct Layer {
-    Tensor attn_norm, wq, wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b, wo;
+    Tensor attn_norm, wk_b, wv_b, wo;
+    archs::MlaProjections mla;
     Tensor ffn_norm;  // dense layers
     FfnWeights ffn;
     MoeWeights moe;

@@ -124,15 +124,16 @@ class KimiK3 final : public Arch {
         p.add(w.o_norm, "ssm_norm.weight", {S}, Role::Norm);
         p.add(w.wo, "attn_output.weight", {D, E}, Role::AttnOut);
       } else {
+        archs::MlaProjections& m = w.mla;
         if (q_lora_ > 0) {
-          p.add(w.wq_a, "attn_q_a.weight", {E, q_lora_});
-          p.add(w.q_a_norm, "attn_q_a_norm.weight", {q_lora_}, Role::Norm);
-          p.add(w.wq_b, "attn_q_b.weight", {q_lora_, H * k_mla_});
+          p.add(m.wq_a, "attn_q_a.weight", {E, q_lora_});
+          p.add(m.q_a_norm, "attn_q_a_norm.weight", {q_lora_}, Role::Norm);
+          p.add(m.wq_b, "attn_q_b.weight", {q_lora_, H * k_mla_});
         } else {
-          p.add(w.wq, "attn_q.weight", {E, H * k_mla_});
+          p.add(m.wq, "attn_q.weight", {E, H * k_mla_});
         }
-        p.add(w.wkv_a, "attn_kv_a_mqa.weight", {E, kv_lora_ + n_rot});
-        p.add(w.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora_}, Role::Norm);
+        p.add(m.wkv_a, "attn_kv_a_mqa.weight", {E, kv_lora_ + n_rot});
+        p.add(m.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora_}, Role::Norm);
         p.add(w.wk_b, "attn_k_b.weight", {qk_nope, kv_lora_, H});
         p.add(w.wv_b, "attn_v_b.weight", {kv_lora_, v_mla_, H});
         p.optional(w.gate, "attn_gate.weight", {E, H * v_mla_}, Role::Weight, /*synth=*/true);
@@ -286,7 +287,8 @@ class KimiK3 final : public Arch {
     KdaOpts kda_opts;
     Tensor wq, wk, wv, f_a, f_b, beta, dt_b, g, o_norm;
     // MLA
-    Tensor wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b, gate;
+    archs::MlaProjections mla;
+    Tensor wk_b, wv_b, gate;
     Tensor wo;
     FfnWeights ffn;  // leading dense layers
     MoeWeights moe;
@@ -313,16 +315,7 @@ class KimiK3 final : public Arch {
   // Nope-only: the rotary parts of the latent rows and queries stay as projected.
   Act mla(Engine& e, int il, const Layer& w, Act h) const {
     Ops& ops = e.ops();
-    Act q;
-    if (q_lora_ > 0) {
-      Act qa = ops.matmul(w.wq_a, h);
-      ops.rms_norm(qa, w.q_a_norm, qa, hp_.eps);
-      q = ops.matmul(w.wq_b, qa);
-    } else {
-      q = ops.matmul(w.wq, h);
-    }
-    Act kv = ops.matmul(w.wkv_a, h);
-    ops.rms_norm_part(kv, w.kv_a_norm, kv_lora_, hp_.eps);
+    auto [q, kv] = archs::mla_project(ops, w.mla, h, kv_lora_, hp_.eps);
     const MlaOpts o{heads_[il],         kv_lora_, hp_.n_rot,
                     k_mla_ - hp_.n_rot, v_mla_,   1.0f / std::sqrt(float(k_mla_))};
     Act att = ops.alloc(h.rows, int64_t{heads_[il]} * v_mla_);

@@ -156,6 +156,34 @@ TEST(Kernels, MatmulIsTheSameOnOneOrManyThreads) {
   }
 }
 
+// ggml's order of the f32 dot and mad (the KDA recurrence): the 32-float steps through four FMA
+// accumulators, then ggml's pairwise reduction; leftovers one at a time. Checked here against
+// the same arithmetic written out in scalar code (std::fma per lane), on a length with leftovers.
+TEST(Kernels, GgmlOrderDotAndMad) {
+  if (best_backend() == Backend::Scalar) GTEST_SKIP() << "no SIMD backend on this CPU";
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g;
+  const int n = 75;  // two steps of 32 and 11 leftovers
+  std::vector<float> a(n), b(n), y(n), want(n);
+  for (int i = 0; i < n; ++i) a[i] = g(rng), b[i] = g(rng), y[i] = want[i] = g(rng);
+  float lane[32] = {};
+  for (int i = 0; i + 32 <= n; i += 32)
+    for (int l = 0; l < 32; ++l) lane[l] = std::fma(a[i + l], b[i + l], lane[l]);
+  float r[8];
+  for (int l = 0; l < 8; ++l)  // (acc0 + acc2) + (acc1 + acc3)
+    r[l] = (lane[l] + lane[16 + l]) + (lane[8 + l] + lane[24 + l]);
+  const float h0 = r[0] + r[4], h1 = r[1] + r[5], h2 = r[2] + r[6], h3 = r[3] + r[7];
+  float dot = (h0 + h1) + (h2 + h3);
+  for (int i = 64; i < n; ++i) dot += a[i] * b[i];
+  EXPECT_EQ(dot_f32_ggml(a.data(), b.data(), n), dot);
+  EXPECT_NEAR(dot_f32_ggml(a.data(), b.data(), n), dot_f32(a.data(), b.data(), n, Backend::Scalar),
+              1e-4);
+  axpy_ggml(0.37f, a.data(), y.data(), n);
+  for (int i = 0; i < n; ++i)
+    want[i] = i < 64 ? std::fma(a[i], 0.37f, want[i]) : want[i] + a[i] * 0.37f;
+  EXPECT_EQ(y, want);
+}
+
 TEST(Kernels, NormsRopeSoftmax) {
   std::vector<float> x = {1, 2, 3, 4}, w = {1, 1, 2, 2}, y(4);
   rms_norm(x.data(), w.data(), y.data(), 4, 0.0f);
