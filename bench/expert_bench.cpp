@@ -455,8 +455,11 @@ int bench_policy(const std::string& path, const std::vector<double>& fractions) 
     std::printf("  | top 10%% of experts: %.1f%% of accesses, %u never used\n", 100.0 * top / total,
                 unused);
   }
+  std::vector<std::string> policies = {"lru", "lfu", "lfru"};
+  for (const auto& p : daemon::lab_policy_names()) policies.push_back(p);
+  policies.push_back("belady");
   std::printf("\n%-8s", "cache");
-  for (const char* p : {"lru", "lfu", "lfru", "belady"}) std::printf(" %8s", p);
+  for (const auto& p : policies) std::printf(" %8s", p.c_str());
   std::printf("\n");
   double last_ratio = 0;
   for (double f : fractions) {
@@ -464,12 +467,12 @@ int bench_policy(const std::string& path, const std::vector<double>& fractions) 
         std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(f * t->n_layers * t->n_experts)));
     std::printf("%5.0f%%  ", f * 100);
     double lfru = 0, opt = 0;
-    for (const char* p : {"lru", "lfu", "lfru", "belady"}) {
+    for (const auto& p : policies) {
       auto r = daemon::simulate(*t, slots, p);
       if (!r) die(r.error().message);
       std::printf(" %8.3f", r->hit_rate());
-      if (std::string(p) == "lfru") lfru = r->hit_rate();
-      if (std::string(p) == "belady") opt = r->hit_rate();
+      if (p == "lfru") lfru = r->hit_rate();
+      if (p == "belady") opt = r->hit_rate();
     }
     std::printf("   (%u slots)\n", slots);
     last_ratio = opt > 0 ? lfru / opt : 0;
@@ -709,7 +712,8 @@ int main(int argc, char** argv) {
   std::vector<double> fractions = {0.10, 0.25, 0.50};
   auto* pol = app.add_subcommand(
       "policy",
-      "replay an expertd trace: popularity, hit rate per policy and Belady; ratio = lfru/belady");
+      "replay an expertd trace: popularity, hit rate of the daemon's policies, the lab's (sieve, "
+      "s3fifo, arc, 2q, lecar: simulation only) and Belady; ratio = lfru/belady");
   pol->add_option("--trace", trace_path, "file written by expertd --trace-path")->required();
   pol->add_option("--fractions", fractions, "cache sizes as fractions of all experts")
       ->delimiter(',');

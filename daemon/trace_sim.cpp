@@ -1,8 +1,13 @@
 #include "daemon/trace_sim.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <list>
+#include <random>
+#include <unordered_map>
 
 #include "daemon/policy.h"
 
@@ -48,7 +53,315 @@ Result<Trace> read_trace(const std::string& path) {
   return t;
 }
 
+namespace {
+
+// Policies the daemon's comparator interface cannot express, each with its own queues: the
+// simulator's lab (expert-bench policy). A policy sees hits and inserts and names a victim that
+// is not pinned (the request's own experts), which it forgets.
+class QueuePolicy {
+ public:
+  virtual ~QueuePolicy() = default;
+  virtual void hit(size_t key) = 0;
+  virtual void miss(size_t key) { (void)key; }  // before the eviction it may cause
+  virtual void insert(size_t key) = 0;
+  virtual size_t evict(const std::function<bool(size_t)>& pinned) = 0;
+};
+
+// A list with O(1) removal by key.
+struct Lru {
+  std::list<size_t> l;  // front: most recent
+  std::unordered_map<size_t, std::list<size_t>::iterator> at;
+  bool has(size_t k) const { return at.count(k) != 0; }
+  void push_front(size_t k) { l.push_front(k), at[k] = l.begin(); }
+  void erase(size_t k) {
+    auto it = at.find(k);
+    if (it == at.end()) return;
+    l.erase(it->second), at.erase(it);
+  }
+  void to_front(size_t k) { erase(k), push_front(k); }
+  size_t size() const { return l.size(); }
+  // The least recent key not pinned, or SIZE_MAX.
+  size_t last(const std::function<bool(size_t)>& pinned) const {
+    for (auto it = l.rbegin(); it != l.rend(); ++it)
+      if (!pinned(*it)) return *it;
+    return SIZE_MAX;
+  }
+  size_t pop_back() {
+    size_t k = l.back();
+    erase(k);
+    return k;
+  }
+};
+
+// SIEVE (Zhang et al., NSDI '24): one FIFO, a visited bit, a hand that walks from the oldest
+// entry clearing bits and evicts the first unvisited one; hits only set the bit.
+class Sieve final : public QueuePolicy {
+ public:
+  void hit(size_t k) override { visited_[k] = true; }
+  void insert(size_t k) override { q_.push_front(k), visited_[k] = false; }
+  size_t evict(const std::function<bool(size_t)>& pinned) override {
+    for (size_t steps = 0; steps < 2 * q_.size() + 2; ++steps) {
+      if (hand_ == q_.l.end()) hand_ = std::prev(q_.l.end());
+      size_t k = *hand_;
+      auto next = hand_ == q_.l.begin() ? q_.l.end() : std::prev(hand_);
+      if (!pinned(k) && !visited_[k]) {
+        hand_ = next;
+        q_.erase(k), visited_.erase(k);
+        return k;
+      }
+      if (!pinned(k)) visited_[k] = false;
+      hand_ = next;
+    }
+    return SIZE_MAX;
+  }
+
+ private:
+  Lru q_;  // front: newest
+  std::list<size_t>::iterator hand_ = q_.l.end();
+  std::unordered_map<size_t, bool> visited_;
+};
+
+// S3-FIFO (Yang et al., SOSP '23): a small FIFO (10%) for new entries, a main FIFO with lazy
+// promotion (a counter up to 3, reinsertion while it is positive), a ghost FIFO of keys
+// evicted from the small one; an entry hit while small moves to main.
+class S3Fifo final : public QueuePolicy {
+ public:
+  explicit S3Fifo(uint32_t slots)
+      : small_cap_(std::max<uint32_t>(1, slots / 10)), ghost_cap_(slots) {}
+  void hit(size_t k) override { freq_[k] = std::min(freq_[k] + 1, 3); }
+  void insert(size_t k) override {
+    freq_[k] = 0;
+    if (ghost_.has(k))
+      ghost_.erase(k), main_.push_front(k);
+    else
+      small_.push_front(k);
+  }
+  size_t evict(const std::function<bool(size_t)>& pinned) override {
+    for (size_t steps = 0; steps < 4 * (small_.size() + main_.size()) + 4; ++steps) {
+      if (small_.size() >= small_cap_ || main_.size() == 0) {
+        size_t k = small_.last(pinned);
+        if (k != SIZE_MAX) {
+          small_.erase(k);
+          if (freq_[k] > 0) {
+            main_.push_front(k), freq_[k] = 0;
+            continue;
+          }
+          ghost_.push_front(k);
+          if (ghost_.size() > ghost_cap_) ghost_.pop_back();
+          freq_.erase(k);
+          return k;
+        }
+      }
+      size_t k = main_.last(pinned);
+      if (k == SIZE_MAX) return small_.last(pinned) == SIZE_MAX ? SIZE_MAX : evict_small(pinned);
+      if (freq_[k] > 0) {
+        --freq_[k], main_.to_front(k);
+        continue;
+      }
+      main_.erase(k), freq_.erase(k);
+      return k;
+    }
+    return SIZE_MAX;
+  }
+
+ private:
+  size_t evict_small(const std::function<bool(size_t)>& pinned) {
+    size_t k = small_.last(pinned);
+    small_.erase(k), freq_.erase(k);
+    ghost_.push_front(k);
+    if (ghost_.size() > ghost_cap_) ghost_.pop_back();
+    return k;
+  }
+  uint32_t small_cap_, ghost_cap_;
+  Lru small_, main_, ghost_;
+  std::unordered_map<size_t, int> freq_;
+};
+
+// ARC (Megiddo and Modha, FAST '03): recency (T1) and frequency (T2) lists with ghosts (B1, B2)
+// steering the target size p of T1.
+class Arc final : public QueuePolicy {
+ public:
+  explicit Arc(uint32_t slots) : c_(slots) {}
+  void hit(size_t k) override {
+    t1_.erase(k);
+    t2_.to_front(k);
+  }
+  void miss(size_t k) override {  // a ghost hit moves the target before the replacement
+    if (b1_.has(k))
+      p_ = std::min<double>(
+          c_, p_ + std::max(1.0, double(b2_.size()) / std::max<size_t>(1, b1_.size())));
+    else if (b2_.has(k))
+      p_ = std::max(0.0, p_ - std::max(1.0, double(b1_.size()) / std::max<size_t>(1, b2_.size())));
+  }
+  void insert(size_t k) override {
+    if (b1_.has(k)) {
+      b1_.erase(k), t2_.push_front(k);
+    } else if (b2_.has(k)) {
+      b2_.erase(k), t2_.push_front(k);
+    } else {
+      t1_.push_front(k);
+    }
+    while (b1_.size() + t1_.size() > c_ && b1_.size()) b1_.pop_back();
+    while (b1_.size() + b2_.size() + t1_.size() + t2_.size() > 2 * size_t{c_} && b2_.size())
+      b2_.pop_back();
+  }
+  size_t evict(const std::function<bool(size_t)>& pinned) override {
+    const bool from_t1 =
+        t1_.size() > 0 && (double(t1_.size()) > p_ || t2_.last(pinned) == SIZE_MAX);
+    size_t k = from_t1 ? t1_.last(pinned) : t2_.last(pinned);
+    if (k == SIZE_MAX) k = from_t1 ? t2_.last(pinned) : t1_.last(pinned);
+    if (k == SIZE_MAX) return k;
+    if (t1_.has(k))
+      t1_.erase(k), b1_.push_front(k);
+    else
+      t2_.erase(k), b2_.push_front(k);
+    return k;
+  }
+
+ private:
+  uint32_t c_;
+  double p_ = 0;
+  Lru t1_, t2_, b1_, b2_;
+};
+
+// 2Q (Johnson and Shasha, VLDB '94), the full version: new entries in a FIFO (A1in, 25%), keys
+// evicted from it remembered (A1out, 50%), an entry seen again while remembered goes to an LRU
+// (Am).
+class TwoQ final : public QueuePolicy {
+ public:
+  explicit TwoQ(uint32_t slots)
+      : kin_(std::max<uint32_t>(1, slots / 4)), kout_(std::max<uint32_t>(1, slots / 2)) {}
+  void hit(size_t k) override {
+    if (am_.has(k)) am_.to_front(k);
+  }
+  void insert(size_t k) override {
+    if (a1out_.has(k))
+      a1out_.erase(k), am_.push_front(k);
+    else
+      a1in_.push_front(k);
+  }
+  size_t evict(const std::function<bool(size_t)>& pinned) override {
+    size_t k = SIZE_MAX;
+    if (a1in_.size() > kin_ || am_.last(pinned) == SIZE_MAX) k = a1in_.last(pinned);
+    if (k != SIZE_MAX) {
+      a1in_.erase(k), a1out_.push_front(k);
+      if (a1out_.size() > kout_) a1out_.pop_back();
+      return k;
+    }
+    k = am_.last(pinned);
+    if (k != SIZE_MAX) am_.erase(k);
+    return k;
+  }
+
+ private:
+  uint32_t kin_, kout_;
+  Lru a1in_, a1out_, am_;
+};
+
+// LeCaR (Vietri et al., HotStorage '18): LRU and LFU as experts, weights learned from regret (an
+// entry missed while in an expert's eviction history costs that expert), a random choice by
+// weight (seeded: replays are reproducible).
+class LeCaR final : public QueuePolicy {
+ public:
+  explicit LeCaR(uint32_t slots)
+      : slots_(slots), discount_(std::pow(0.005, 1.0 / std::max<uint32_t>(1, slots))) {}
+  void hit(size_t k) override { ++freq_[k], lru_.to_front(k), ++time_; }
+  void insert(size_t k) override {
+    ++time_;
+    for (int e = 0; e < 2; ++e) {
+      auto it = evicted_at_[e].find(k);
+      if (it == evicted_at_[e].end()) continue;
+      const double r = std::pow(discount_, double(time_ - it->second));
+      w_[e] *= std::exp(-kRate * r);  // expert e evicted what was wanted again
+      hist_[e].erase(k), evicted_at_[e].erase(it);
+    }
+    const double sum = w_[0] + w_[1];
+    w_[0] /= sum, w_[1] /= sum;
+    freq_[k] += 1;
+    lru_.push_front(k);
+  }
+  size_t evict(const std::function<bool(size_t)>& pinned) override {
+    const int e = std::uniform_real_distribution<double>(0, 1)(rng_) < w_[0] ? 0 : 1;
+    size_t k = e == 0 ? lru_.last(pinned) : least_frequent(pinned);
+    if (k == SIZE_MAX) return k;
+    lru_.erase(k);
+    hist_[e].push_front(k), evicted_at_[e][k] = time_;
+    if (hist_[e].size() > slots_) evicted_at_[e].erase(hist_[e].pop_back());
+    return k;
+  }
+
+ private:
+  static constexpr double kRate = 0.45;
+  size_t least_frequent(const std::function<bool(size_t)>& pinned) const {
+    size_t best = SIZE_MAX;
+    uint64_t bf = UINT64_MAX;
+    for (auto it = lru_.l.rbegin(); it != lru_.l.rend(); ++it)  // ties: the least recent
+      if (!pinned(*it) && freq_.at(*it) < bf) bf = freq_.at(*it), best = *it;
+    return best;
+  }
+  uint32_t slots_;
+  double discount_, w_[2] = {0.5, 0.5};
+  uint64_t time_ = 0;
+  Lru lru_, hist_[2];
+  std::unordered_map<size_t, uint64_t> evicted_at_[2];
+  std::unordered_map<size_t, uint64_t> freq_;
+  std::mt19937_64 rng_{42};
+};
+
+std::unique_ptr<QueuePolicy> make_queue_policy(const std::string& name, uint32_t slots) {
+  if (name == "sieve") return std::make_unique<Sieve>();
+  if (name == "s3fifo") return std::make_unique<S3Fifo>(slots);
+  if (name == "arc") return std::make_unique<Arc>(slots);
+  if (name == "2q") return std::make_unique<TwoQ>(slots);
+  if (name == "lecar") return std::make_unique<LeCaR>(slots);
+  return nullptr;
+}
+
+// The same order of events as simulate(): each request's resident experts first, then its
+// misses, its experts pinned until it ends.
+Result<SimResult> simulate_queue(const Trace& t, uint32_t slots, QueuePolicy& p) {
+  const size_t keys = size_t{t.n_layers} * t.n_experts;
+  std::vector<uint8_t> resident(keys, 0), pinned(keys, 0);
+  uint32_t used = 0;
+  SimResult res;
+  auto is_pinned = [&](size_t k) { return pinned[k] != 0; };
+  for (const auto& r : t.records) {
+    if (r.experts.size() > slots)
+      return make_error("a request of " + std::to_string(r.experts.size()) + " experts exceeds " +
+                        std::to_string(slots) + " slots");
+    for (uint32_t e : r.experts) {
+      const size_t k = size_t{r.layer} * t.n_experts + e;
+      if (!resident[k]) continue;
+      ++res.hits, pinned[k] = 1, p.hit(k);
+    }
+    for (uint32_t e : r.experts) {
+      const size_t k = size_t{r.layer} * t.n_experts + e;
+      if (resident[k]) continue;
+      ++res.misses;
+      p.miss(k);
+      if (used == slots) {
+        const size_t v = p.evict(is_pinned);
+        if (v == SIZE_MAX || !resident[v] || pinned[v])
+          return make_error("the policy named no evictable slot");
+        resident[v] = 0, --used, ++res.evictions;
+      }
+      resident[k] = 1, pinned[k] = 1, ++used;
+      p.insert(k);
+    }
+    for (uint32_t e : r.experts) pinned[size_t{r.layer} * t.n_experts + e] = 0;
+  }
+  return res;
+}
+
+}  // namespace
+
+std::vector<std::string> lab_policy_names() {
+  return {"sieve", "s3fifo", "arc", "2q", "lecar"};
+}
+
 Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& policy_name) {
+  if (slots == 0) return make_error("no slots");
+  if (auto q = make_queue_policy(policy_name, slots)) return simulate_queue(t, slots, *q);
   const bool belady = policy_name == "belady";
   auto policy = belady ? nullptr : make_policy(policy_name);
   if (!belady && !policy) return make_error("unknown policy " + policy_name);

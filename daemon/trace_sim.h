@@ -31,7 +31,9 @@ struct SimResult {
   double hit_rate() const { return hits + misses ? double(hits) / double(hits + misses) : 0.0; }
 };
 
-// policy: "lru", "lfu", "lfru" or "belady".
+// policy: the daemon's ("lru", "lfu", "lfru"), "belady", or one of the lab's (simulation only:
+// "sieve", "s3fifo", "arc", "2q", "lecar").
 Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& policy);
+std::vector<std::string> lab_policy_names();
 
 }  // namespace expertd::daemon

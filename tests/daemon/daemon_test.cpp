@@ -239,6 +239,37 @@ TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
   EXPECT_EQ(t.size(), 16u + (16 + 4) + (16 + 2));
 }
 
+// The simulator's lab policies (sieve, s3fifo, arc, 2q, lecar) on the bundled model's recorded
+// trace: every victim they name is a resident, unpinned expert (the simulator refuses anything
+// else), the optimum is never beaten, replays are reproducible, and none falls more than 0.05
+// below plain LRU.
+TEST(TraceLab, LabPoliciesReplayTheBundledTrace) {
+  const std::string gz = std::string(EXPERTD_SOURCE_DIR) + "/model/trace/kjv-2000-tokens.trace.gz";
+  TempDir d;
+  auto z = run("gzip -dc " + gz + " > " + d / "kjv.trace");
+  ASSERT_EQ(z.first, 0) << z.second;
+  auto t = daemon::read_trace(d / "kjv.trace");
+  ASSERT_TRUE(t) << t.error().message;
+  const uint32_t all = t->n_layers * t->n_experts;
+  for (double f : {0.10, 0.25, 0.50}) {
+    const uint32_t slots = static_cast<uint32_t>(f * all + 0.5);
+    auto opt = daemon::simulate(*t, slots, "belady");
+    auto lru = daemon::simulate(*t, slots, "lru");
+    ASSERT_TRUE(opt && lru);
+    for (const auto& p : daemon::lab_policy_names()) {
+      SCOPED_TRACE(p + " at " + std::to_string(slots) + " slots");
+      auto r = daemon::simulate(*t, slots, p);
+      ASSERT_TRUE(r) << r.error().message;
+      EXPECT_EQ(r->hits + r->misses, opt->hits + opt->misses);
+      EXPECT_LE(r->hits, opt->hits);
+      EXPECT_GE(r->hit_rate(), lru->hit_rate() - 0.05);
+      auto again = daemon::simulate(*t, slots, p);
+      EXPECT_EQ(again->hits, r->hits);
+    }
+  }
+  EXPECT_FALSE(daemon::simulate(*t, 8, "nonsense"));
+}
+
 // The offline simulator replays expertd's trace and reproduces the daemon's hits exactly; the
 // offline optimum is never beaten.
 TEST_F(DaemonTest, TraceReplayReproducesTheDaemonsHits) {
