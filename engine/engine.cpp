@@ -27,9 +27,15 @@ Engine::Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertS
 Engine::~Engine() = default;
 
 void Engine::init() {
+  for (int d = 0; d < 2; ++d)
+    predicted_[d].assign(m_.hp.n_layer, {}), pred_stats_[d].assign(m_.hp.n_layer, {});
   std::vector<KvRows> rows;
   for (int il = 0; il < m_.hp.n_layer; ++il) rows.push_back(m_.arch->kv_rows(m_.hp, il));
   ops_->init_cache(rows, n_ctx_);
+}
+
+void Engine::reset_prediction_stats() {
+  for (auto& s : pred_stats_) s.assign(m_.hp.n_layer, {});
 }
 
 expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits,

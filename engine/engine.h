@@ -20,6 +20,15 @@ namespace engine {
 // layer's raw router logits (T x n_expert), ascending ids.
 std::vector<uint32_t> likely_experts(const float* logits, int T, int n_expert, int k);
 
+// How well the next layers' routers, applied early, predict the experts a layer then uses
+// (per layer, summed over evals): experts used, predicted, and predicted that were used.
+struct PredictionStats {
+  uint64_t used = 0, predicted = 0, correct = 0;
+  double recall() const { return used ? double(correct) / double(used) : 0.0; }
+  // predicted experts that were not used, per predicted one that was
+  double waste() const { return correct ? double(predicted - correct) / double(correct) : 0.0; }
+};
+
 class Engine {
  public:
   // The CPU backend with n_threads threads; experts from `experts`.
@@ -40,6 +49,12 @@ class Engine {
   // Before a layer's experts run, hint the next MoE layer's likely experts to the source: the
   // next router applied to the current residual stream (DESIGN.md, "Overlap").
   void set_prefetch(bool on) { prefetch_ = on; }
+  // With prefetch on: for each MoE layer, the predictions made 1 and 2 layers ahead (depth 1 is
+  // what is hinted) scored against the experts it used; [depth - 1][layer].
+  const std::vector<PredictionStats>& prediction_stats(int depth) const {
+    return pred_stats_[depth - 1];
+  }
+  void reset_prediction_stats();
   std::string experts_name() const { return experts_.name(); }
   std::vector<expertd::proto::Metric> daemon_metrics() { return experts_.daemon_metrics(); }
   const SourceStats& source_stats() const { return experts_.stats(); }
@@ -61,6 +76,7 @@ class Engine {
  private:
   void init();
   void prefetch_next(int il);
+  void score_predictions(int il, const std::vector<uint32_t>& used);
 
   const Model& m_;
   std::unique_ptr<Ops> ops_;
@@ -72,7 +88,9 @@ class Engine {
   std::vector<Act> carried_;  // the architecture's activations across the eval's blocks
   expertd::Status failed_;    // the first error of the eval in progress
   std::vector<std::vector<Route>> routes_;
-  MoeRoutes moe_routes_;  // kept across layers (their buffers)
+  MoeRoutes moe_routes_;                             // kept across layers (their buffers)
+  std::vector<std::vector<uint32_t>> predicted_[2];  // [depth - 1][layer]: awaiting the layer
+  std::vector<PredictionStats> pred_stats_[2];
 };
 
 using Forward = Engine;  // what expert-run drives, whatever the backend

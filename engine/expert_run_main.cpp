@@ -50,7 +50,8 @@ void add_common(CLI::App* c, Common& o) {
   c->add_option("--threads", o.threads, "CPU threads")->capture_default_str();
   c->add_option("--ctx", o.ctx, "context length (KV cache)")->capture_default_str();
   c->add_flag("--prefetch", o.prefetch,
-              "hint the next layer's likely experts to expertd before they are needed");
+              "hint the next layer's likely experts to expertd before they are needed (bench also "
+              "reports how well the routers one and two layers ahead predicted each layer's)");
   c->add_option("--device", o.device,
                 "cpu, or cuda: weights, KV cache and MoE kernels on the GPU, experts from a cuda "
                 "expertd's VRAM slots (or uploaded whole with --local)")
@@ -324,6 +325,7 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   if (auto st = eng->eval(prompt, false, logits); !st) die(st.error().message);
   double pp = secs(t0);
   auto m1 = eng->daemon_metrics();
+  eng->reset_prediction_stats();  // decode's
   auto t1 = Clock::now();
   // Decode feeds fresh random tokens, one per step: a fixed workload any engine can replay, with
   // the routing diversity of real text (greedy decoding of a synthetic model may repeat one
@@ -350,6 +352,25 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
     j["decode_read_bytes_per_token"] = b / n_gen;
     j["prefill_read_bytes"] = metric(m1, "pack_read_bytes") - metric(m0, "pack_read_bytes");
   }
+  if (o.prefetch) {  // the next layers' routers applied early: recall and waste per layer
+    nlohmann::ordered_json layers = nlohmann::json::array();
+    double r1 = 0, r2 = 0;
+    int n1 = 0, n2 = 0;
+    for (int il = 0; il < l.model->hp.n_layer; ++il) {
+      const auto &a = eng->prediction_stats(1)[il], &b = eng->prediction_stats(2)[il];
+      if (!a.used && !b.used) continue;
+      layers.push_back({{"layer", il},
+                        {"recall_1", a.recall()},
+                        {"waste_1", a.waste()},
+                        {"recall_2", b.recall()},
+                        {"waste_2", b.waste()}});
+      if (a.used) r1 += a.recall(), ++n1;
+      if (b.used) r2 += b.recall(), ++n2;
+    }
+    j["decode_prediction"] = layers;
+    j["decode_recall_1"] = n1 ? r1 / n1 : 0.0;
+    j["decode_recall_2"] = n2 ? r2 / n2 : 0.0;
+  }
   if (json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -359,6 +380,14 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
       std::printf("decode through expertd: hit rate %.3f, %.2f misses/token, %.2f MiB read/token\n",
                   j["decode_hit_rate"].get<double>(), j["decode_misses_per_token"].get<double>(),
                   j["decode_read_bytes_per_token"].get<double>() / 1048576.0);
+    if (j.contains("decode_prediction")) {
+      std::printf("next-layer prediction (decode): mean recall %.3f one layer ahead, %.3f two\n",
+                  j["decode_recall_1"].get<double>(), j["decode_recall_2"].get<double>());
+      for (const auto& x : j["decode_prediction"])
+        std::printf("  layer %2d: recall %.3f waste %.2f | two ahead: recall %.3f waste %.2f\n",
+                    x["layer"].get<int>(), x["recall_1"].get<double>(), x["waste_1"].get<double>(),
+                    x["recall_2"].get<double>(), x["waste_2"].get<double>());
+    }
   }
   return 0;
 }

@@ -80,21 +80,35 @@ std::vector<uint32_t> likely_experts(const float* logits, int T, int X, int K) {
   return ids;
 }
 
-// The next MoE layer's router on the residual stream as it is now (after this layer's
-// attention), normalised with that layer's norm: its top-k experts are hinted to the source.
-// Hints never change the math.
+// The next MoE layers' routers (1 and 2 layers ahead) on the residual stream as it is now
+// (after this layer's attention), normalised with their norms: their top-k experts are the
+// prediction, scored when those layers route; the next layer's is hinted to the source. Hints
+// never change the math.
 void Engine::prefetch_next(int il) {
-  if (!experts_.wants_hints() || il + 1 >= m_.hp.n_layer) return;
-  const MoeWeights* next = m_.moe(il + 1);
-  if (!next) return;
-  const size_t mark = ops_->mark();
-  Act h = ops_->rms_norm(x_, next->norm, m_.hp.eps);
-  Act lg = ops_->matmul(next->router, h);
-  std::vector<float> host(size_t(lg.rows) * lg.cols);
-  ops_->to_host(lg, host.data());
-  ops_->release_to(mark);
-  experts_.prefetch(il + 1, likely_experts(host.data(), static_cast<int>(lg.rows), m_.hp.n_expert,
-                                           m_.hp.n_expert_used));
+  for (int d = 1; d <= 2 && il + d < m_.hp.n_layer; ++d) {
+    const MoeWeights* next = m_.moe(il + d);
+    if (!next) continue;
+    const size_t mark = ops_->mark();
+    Act h = ops_->rms_norm(x_, next->norm, m_.hp.eps);
+    Act lg = ops_->matmul(next->router, h);
+    std::vector<float> host(size_t(lg.rows) * lg.cols);
+    ops_->to_host(lg, host.data());
+    ops_->release_to(mark);
+    auto& p = predicted_[d - 1][il + d];
+    p = likely_experts(host.data(), static_cast<int>(lg.rows), m_.hp.n_expert, m_.hp.n_expert_used);
+    if (d == 1 && experts_.wants_hints()) experts_.prefetch(il + 1, p);
+  }
+}
+
+void Engine::score_predictions(int il, const std::vector<uint32_t>& used) {
+  for (int d = 0; d < 2; ++d) {
+    auto& p = predicted_[d][il];
+    if (p.empty()) continue;
+    PredictionStats& s = pred_stats_[d][il];
+    s.used += used.size(), s.predicted += p.size();
+    for (uint32_t e : p) s.correct += std::binary_search(used.begin(), used.end(), e);
+    p.clear();
+  }
 }
 
 Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
@@ -121,6 +135,7 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
     if (index_of[e] >= 0)
       index_of[e] = static_cast<int>(r.experts.size()),
       r.experts.push_back(static_cast<uint32_t>(e));
+  if (prefetch_) score_predictions(il, r.experts);  // ascending, unique
   r.tokens.resize(r.experts.size());
   r.outs.resize(r.experts.size());
   for (size_t i = 0; i < r.experts.size(); ++i) r.tokens[i].clear(), r.outs[i].clear();
