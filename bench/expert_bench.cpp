@@ -139,18 +139,18 @@ double raw_read_gbps(const pack::Manifest& m, const std::string& path, uint32_t 
   return bytes / s / 1e9;
 }
 
+// Alternating rounds of the two sides (raw reads, then expertd serving the clients), so drift on
+// a shared disk hits both alike; each round's ratio, and the medians.
 int bench_io(const std::string& manifest_path, uint32_t qd, uint32_t clients, double seconds,
-             const std::string& backend) {
+             const std::string& backend, uint32_t rounds) {
   auto m = pack::load_manifest(manifest_path);
   if (!m) die(m.error().message);
   std::string pack_path = pack::manifest_dir(manifest_path) + "/" + m->pack_file;
   uint32_t per = std::max(1u, qd / clients);
+  rounds = std::max(1u, rounds);
   std::printf("pack %s: %zu layers x %u experts, stride %llu KiB, %.2f GiB\n", pack_path.c_str(),
               m->layers.size(), m->n_experts, (unsigned long long)(m->slot_bytes() >> 10),
               m->pack_bytes / 1073741824.0);
-  double raw = raw_read_gbps(*m, pack_path, qd, seconds, 1);
-  std::printf("raw io_uring O_DIRECT, qd %u: %.3f GB/s (%.0f blocks/s)\n", qd, raw,
-              raw * 1e9 / m->slot_bytes());
   // expertd with a cache of exactly one working set per client: nearly every acquire misses.
   std::string sock = "/tmp/expert-bench-io.sock";
   DaemonProc d(manifest_path, sock,
@@ -160,42 +160,70 @@ int bench_io(const std::string& manifest_path, uint32_t qd, uint32_t clients, do
                 "--backend", backend, "--stage-slots", std::to_string(std::min(qd, 1024u))});
   auto admin = client::Client::connect(sock);
   if (!admin) die(admin.error().message);
-  std::atomic<bool> stop{false};
+  // The clients stay connected across rounds and run while `run` is set.
+  std::atomic<bool> run{false}, quit{false};
+  std::atomic<uint32_t> busy{0};
   std::vector<std::thread> ts;
-  auto t0 = Clock::now();
-  double start_bytes = metric(**admin, "pack_read_bytes");
   for (uint32_t k = 0; k < clients; ++k)
     ts.emplace_back([&, k] {
       auto c = client::Client::connect(sock);
       if (!c) die(c.error().message);
       std::mt19937_64 rng(100 + k);
-      while (!stop) {
-        uint32_t l = static_cast<uint32_t>(rng() % m->layers.size());
-        std::vector<uint32_t> ids;
-        while (ids.size() < per) {
-          uint32_t e = static_cast<uint32_t>(rng() % m->n_experts);
-          if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+      while (!quit) {
+        if (!run) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          continue;
         }
-        auto lease = (*c)->acquire(l, ids);
-        if (!lease) die(lease.error().message);
-        if (auto st = (*c)->wait_ready(*lease); !st) die(st.error().message);
-        if (!(*c)->release(*lease)) die("release failed");
+        ++busy;
+        while (run) {
+          uint32_t l = static_cast<uint32_t>(rng() % m->layers.size());
+          std::vector<uint32_t> ids;
+          while (ids.size() < per) {
+            uint32_t e = static_cast<uint32_t>(rng() % m->n_experts);
+            if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+          }
+          auto lease = (*c)->acquire(l, ids);
+          if (!lease) die(lease.error().message);
+          if (auto st = (*c)->wait_ready(*lease); !st) die(st.error().message);
+          if (!(*c)->release(*lease)) die("release failed");
+        }
+        --busy;
       }
     });
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  stop = true;
+  std::vector<double> raws, serveds, ratios;
+  for (uint32_t r = 0; r < rounds; ++r) {
+    const double raw = raw_read_gbps(*m, pack_path, qd, seconds, 1);
+    const double start_bytes = metric(**admin, "pack_read_bytes");
+    auto t0 = Clock::now();
+    run = true;
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    run = false;
+    while (busy > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const double served =
+        (metric(**admin, "pack_read_bytes") - start_bytes) / secs(t0, Clock::now()) / 1e9;
+    raws.push_back(raw), serveds.push_back(served), ratios.push_back(served / raw);
+    std::printf("round %u: raw %.3f GB/s, expertd %.3f GB/s, ratio %.3f\n", r + 1, raw, served,
+                served / raw);
+  }
+  quit = true;
   for (auto& t : ts) t.join();
-  double s = secs(t0, Clock::now());
-  double bytes = metric(**admin, "pack_read_bytes") - start_bytes;
-  double served = bytes / s / 1e9;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  const double raw = median(raws), served = median(serveds);
+  std::printf("raw io_uring O_DIRECT, qd %u: %.3f GB/s (%.0f blocks/s; median of %u rounds)\n", qd,
+              raw, raw * 1e9 / m->slot_bytes(), rounds);
   std::printf(
       "expertd (%s arena), %u clients x %u experts, qd %u: %.3f GB/s (%.0f misses/s), hit rate "
       "%.3f, io_errors %.0f, "
       "read p50 %.0f us p99 %.0f us\n",
-      backend.c_str(), clients, per, qd, served, bytes / s / m->slot_bytes(),
+      backend.c_str(), clients, per, qd, served, served * 1e9 / m->slot_bytes(),
       metric(**admin, "hit_rate"), metric(**admin, "io_errors"),
       metric(**admin, "read_latency_us_p50"), metric(**admin, "read_latency_us_p99"));
-  std::printf("ratio=%.3f\n", served / raw);
+  std::printf("ratio=%.3f (median of %u rounds; %.3f-%.3f)\n", median(ratios), rounds,
+              *std::min_element(ratios.begin(), ratios.end()),
+              *std::max_element(ratios.begin(), ratios.end()));
   return 0;
 }
 
@@ -663,7 +691,11 @@ int main(int argc, char** argv) {
       ->required();
   io->add_option("--queue-depth", qd, "reads in flight, both sides")->capture_default_str();
   io->add_option("--clients", clients, "engine clients")->capture_default_str();
-  io->add_option("--seconds", seconds, "duration of each side")->capture_default_str();
+  io->add_option("--seconds", seconds, "duration of each side in each round")
+      ->capture_default_str();
+  uint32_t io_rounds = 5;
+  io->add_option("--rounds", io_rounds, "alternating rounds of the two sides (medians reported)")
+      ->capture_default_str();
   std::string backend = "host";
   io->add_option("--backend", backend, "expertd's arena: host or cuda (misses delivered into VRAM)")
       ->capture_default_str();
@@ -737,7 +769,7 @@ int main(int argc, char** argv) {
   if (sim->parsed()) return bench_sim(sock, tokens, top_k, zipf_s, 7);
   ::signal(SIGPIPE, SIG_IGN);
   if (h2d->parsed()) return bench_h2d(slot_kib, h2d_slots, stages, seconds, device);
-  if (io->parsed()) return bench_io(manifest, qd, clients, seconds, backend);
+  if (io->parsed()) return bench_io(manifest, qd, clients, seconds, backend, io_rounds);
   if (rtt->parsed()) return bench_rtt(manifest, iters);
   if (build->parsed()) return bench_build(model, out_dir);
   if (soak->parsed()) return bench_soak(manifest, soak_acquires, soak_clients);
