@@ -33,7 +33,8 @@ enum class Role : uint8_t {
   ExpertGate,
   ExpertUp,
   ExpertDown,
-  ExpertBias
+  ExpertBias,
+  Index  // I32 ids below TensorSpec::index_limit (DeepSeek-V4's hash-routing table)
 };
 
 struct TensorSpec {
@@ -44,7 +45,8 @@ struct TensorSpec {
   bool synth =
       true;  // written into synthetic models (optional tensors: where the real models have them)
   Tensor* dst = nullptr;
-  int layer = -1;  // -1 outside the blocks
+  int layer = -1;           // -1 outside the blocks
+  int64_t index_limit = 0;  // Role::Index: every value is in [0, index_limit)
 };
 
 // The tensor plan being built: add() binds a field to a name and shape; in a block (blk(il)),
@@ -55,9 +57,12 @@ class Plan {
   void add(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role = Role::Weight);
   void optional(Tensor& dst, const std::string& name, std::vector<int64_t> ne,
                 Role role = Role::Weight, bool synth = false);
+  // An I32 table of ids in [0, limit): each row `ne[0]` distinct ones.
+  void index(Tensor& dst, const std::string& name, std::vector<int64_t> ne, int64_t limit);
   // The routed-expert block of an MoE layer, llama.cpp's names (ffn_gate_inp, ffn_*_exps, ...),
-  // with w.route already set (sigmoid gating: synthetic models get a selection bias).
-  void moe(MoeWeights& w, const Hparams& hp, bool expert_biases = false);
+  // with w.route already set (sigmoid or sqrt-softplus gating: synthetic models get a selection
+  // bias). `hashed`: experts chosen by the token's row of ffn_gate_tid2eid, no selection bias.
+  void moe(MoeWeights& w, const Hparams& hp, bool expert_biases = false, bool hashed = false);
   const std::vector<TensorSpec>& specs() const { return specs_; }
 
  private:
@@ -98,7 +103,8 @@ struct SynthModel {
   std::map<std::string, float> f32;
   std::map<std::string, bool> flags;
   std::map<std::string, std::vector<int32_t>> arrays;  // per-layer values
-  std::vector<std::string> specials;                   // control tokens of the model's chat format
+  std::map<std::string, std::vector<float>> farrays;
+  std::vector<std::string> specials;  // control tokens of the model's chat format
 };
 // --dims: n_embd, n_layer, n_expert, n_expert_used, n_ff_exp[, n_head, n_head_kv[, n_vocab]].
 struct SynthDims {
@@ -115,15 +121,29 @@ class Arch {
   virtual void read_hparams(Meta& meta, Hparams& hp) = 0;
   // Every tensor of the blocks (the embeddings and output are the engine's), with shapes from hp.
   virtual void plan(const Hparams& hp, Plan& plan) = 0;
-  virtual KvRows kv_rows(const Hparams& hp, int il) const = 0;
+  // Layer il's attention cache for a context of n_ctx positions.
+  virtual KvRows kv_rows(const Hparams& hp, int il, int n_ctx) const = 0;
   virtual const MoeWeights* moe(int il) const = 0;  // nullptr for a dense layer
-  // One block on the residual stream x (n_tokens x n_embd), in place.
+  // One block on the residual stream x (n_tokens x residual_cols), in place.
   virtual void block(Engine& e, int il, Act x) const = 0;
-  // Before the first block and after the last, on the residual stream: what an architecture
-  // keeps across the blocks of one eval (Kimi-K3's residual checkpoints) is allocated here, in
-  // the engine's carried() activations, which live until the eval ends.
-  virtual void begin_eval(Engine& e, Act x) const { (void)e, (void)x; }
-  virtual void end_eval(Engine& e, Act x) const { (void)e, (void)x; }
+  // The residual stream's width: n_embd, or DeepSeek-V4's hyper-connection streams side by side.
+  virtual int64_t residual_cols(const Hparams& hp) const { return hp.n_embd; }
+  // Before the first block: the residual stream from the embeddings (n_tokens x n_embd; the
+  // stream itself when it is as wide). After the last: the rows the output norm reads (n_embd
+  // wide). What an architecture keeps across the blocks of one eval (Kimi-K3's residual
+  // checkpoints) is allocated here, in the engine's carried() activations, which live until the
+  // eval ends.
+  virtual void begin_eval(Engine& e, Act emb, Act x) const { (void)e, (void)emb, (void)x; }
+  virtual Act end_eval(Engine& e, Act x) const {
+    (void)e;
+    return x;
+  }
+  // The residual stream as the next layers' routers would read it before their norms (what the
+  // prefetcher predicts from): the stream itself, or a reduction of a wide one.
+  virtual Act router_stream(Engine& e, Act x) const {
+    (void)e;
+    return x;
+  }
   // expert-pack synth: the real models this architecture imitates, and one's metadata (sizes
   // changed by --dims when given).
   virtual std::vector<std::string> synth_presets() const { return {}; }

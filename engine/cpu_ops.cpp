@@ -27,6 +27,10 @@ float glu(const Glu& a, float g, float u) {
       if (a.linear_beta > 0.0f) u = std::tanh(u * (1.0f / a.linear_beta)) * a.linear_beta;
       return act * u;
     }
+    case Activation::SwigluLimit: {  // ggml's swiglu_clamp
+      const float x = std::min(g, a.limit), y = std::clamp(u, -a.limit, a.limit);
+      return x / (1.0f + std::exp(-x)) * y;
+    }
     case Activation::Swiglu:
       break;
   }
@@ -98,7 +102,7 @@ class CpuOps final : public Ops {
     for (int64_t t = 0; t < x.rows; ++t)
       for (int64_t h = 0; h < x.cols / stride; ++h)
         kernels::rope(x.row(t) + h * stride + offset, n_rot, n_rot, pos0 + t, o.base, o.neox,
-                      o.yarn);
+                      o.yarn, o.inverse);
   }
 
   void attention(int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o, Act out) override {
@@ -179,6 +183,11 @@ class CpuOps final : public Ops {
 
   void copy(Act dst, Act src) override {
     std::memcpy(dst.data, src.data, sizeof(float) * src.rows * src.cols);
+  }
+
+  void repeat(Act x, int n, Act out) override {
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int i = 0; i < n; ++i) std::copy_n(x.row(t), x.cols, out.row(t) + i * x.cols);
   }
 
   void mul_sigmoid(Act y, Act g) override {
@@ -291,11 +300,136 @@ class CpuOps final : public Ops {
     }
   }
 
-  void route(Act logits, const MoeWeights& w, int k, std::vector<Route>& out) override {
+  void hc_pre(Act x, Act mixes, const HcOpts& o, bool head, Act out, Act pc) override {
+    const int hc = o.hc;
+    const int64_t n = out.cols;
+    const float *sc = o.scale.f32(), *b = o.base.f32();
+    std::vector<float> pre(hc);
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const float* m = mixes.data ? mixes.row(t) : nullptr;
+      for (int h = 0; h < hc; ++h)
+        pre[h] = mixes.data ? sigmoid(m[h] * sc[0] + b[h]) + o.eps : 1.0f / float(hc);
+      if (!head) hc_weights(m, o, pc.row(t));
+      const float* xs = x.row(t);
+      float* y = out.row(t);
+      for (int64_t i = 0; i < n; ++i) {  // ggml's dsv4_hc_pre: streams in order, float sum
+        float sum = 0.0f;
+        for (int h = 0; h < hc; ++h) sum += xs[h * n + i] * pre[h];
+        y[i] = sum;
+      }
+    }
+  }
+
+  void hc_post(Act f, Act x, Act pc, int hc, Act out) override {
+    const int64_t n = f.cols;
+    for (int64_t t = 0; t < f.rows; ++t) {
+      const float *post = pc.row(t), *comb = post + hc, *ft = f.row(t), *xs = x.row(t);
+      float* y = out.row(t);
+      for (int dst = 0; dst < hc; ++dst)
+        for (int64_t i = 0; i < n; ++i) {
+          float sum = ft[i] * post[dst];
+          for (int src = 0; src < hc; ++src) sum += xs[src * n + i] * comb[dst + hc * src];
+          y[dst * n + i] = sum;
+        }
+    }
+  }
+
+  void matmul_grouped(const Tensor& w, int groups, Act x, Act y) override {
+    const int64_t C = x.cols / groups, R = y.cols / groups, T = x.rows;
+    assert(w.ne[0] == C && w.ne[1] == R * groups);
+    Act xg = alloc(T, C), yg = alloc(T, R);
+    for (int g = 0; g < groups; ++g) {
+      Tensor wg = w;
+      wg.ne = {C, R, 1};
+      wg.data = w.data + w.row_bytes() * size_t(g * R);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(x.row(t) + g * C, C, xg.row(t));
+      matmul(wg, xg, yg);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(yg.row(t), R, y.row(t) + g * R);
+    }
+  }
+
+  // Compressors token by token (their pending rows are a ring of o.pending() positions), then
+  // each token's keys: the window's rows (this eval's from kv, older ones from the ring) and the
+  // visible compressed entries (ratio 4: the indexer's top_k of them, in entry order), attended
+  // per head with the sink; last, the window ring takes this eval's newest rows.
+  void attention_dsv4(int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in, int64_t pos0,
+                      Act out) override {
+    const int64_t T = in.q.rows, D = o.head_dim, H = o.n_head, W = o.window, r = o.ratio;
+    float* st = cache_[il].state.data();
+    float* ring = st;
+    st += W * D;
+    Pool comp{}, idx{};
+    if (r > 0) comp = pool_at(st, o.pending(), o.coff() * D, D, o.entries(n_ctx_));
+    if (r == 4) idx = pool_at(st, o.pending(), 2 * o.idx_dim, o.idx_dim, o.entries(n_ctx_));
+    for (int64_t t = 0; t < T && r > 0; ++t) {
+      const int64_t p = pos0 + t;
+      compress(comp, o, o.ape, o.norm, in.comp_kv.row(t), in.comp_score.row(t), p);
+      if (r == 4) compress(idx, o, o.idx_ape, o.idx_norm, in.idx_kv.row(t), in.idx_score.row(t), p);
+    }
+    // The compressed entries each token attends to.
+    std::vector<std::vector<int32_t>> sel(T);
+    if (r > 0)
+      pool_.parallel_for(T, 1, [&](int64_t b, int64_t e) {
+        std::vector<float> score;
+        std::vector<int32_t> order;
+        for (int64_t t = b; t < e; ++t) {
+          const int64_t n_vis = (pos0 + t + 1) / r;
+          auto& s = sel[t];
+          s.clear();
+          if (r != 4 || n_vis <= o.top_k) {
+            for (int64_t j = 0; j < n_vis; ++j) s.push_back(static_cast<int32_t>(j));
+            continue;
+          }
+          // the lightning indexer: sum over heads of relu(q_h . k_j) w_h (ggml's order)
+          score.resize(n_vis);
+          const float *q = in.idx_q.row(t), *w = in.idx_w.row(t);
+          for (int64_t j = 0; j < n_vis; ++j) {
+            const float* k = idx.entries + j * o.idx_dim;
+            float sum = 0.0f;
+            for (int h = 0; h < o.idx_heads; ++h)
+              sum += std::max(kernels::dot_f32_ggml(q + h * o.idx_dim, k, o.idx_dim, be_), 0.0f) *
+                     (w[h] * o.idx_scale);
+            score[j] = sum;
+          }
+          order.resize(n_vis);
+          for (int64_t j = 0; j < n_vis; ++j) order[j] = static_cast<int32_t>(j);
+          // ggml's top_k, ties included (a relu can zero several scores)
+          std::partial_sort(order.begin(), order.begin() + o.top_k, order.end(),
+                            [&](int32_t a, int32_t c) { return score[a] > score[c]; });
+          s.assign(order.begin(), order.begin() + o.top_k);
+          std::sort(s.begin(), s.end());
+        }
+      });
+    pool_.parallel_for(T * H, H, [&](int64_t b, int64_t e) {
+      std::vector<float> keys, sc;
+      int64_t have = -1, n_keys = 0;
+      for (int64_t job = b; job < e; ++job) {
+        const int64_t t = job / H, h = job % H, p = pos0 + t;
+        if (have != t) {
+          const int64_t first = std::max<int64_t>(0, p - W + 1);
+          n_keys = p - first + 1 + static_cast<int64_t>(sel[t].size());
+          keys.resize(size_t(n_keys) * D);
+          float* k = keys.data();
+          for (int64_t j = first; j <= p; ++j, k += D)
+            std::copy_n(j >= pos0 ? in.kv.row(j - pos0) : ring + (j % W) * D, D, k);
+          for (int32_t j : sel[t]) std::copy_n(comp.entries + j * D, D, k), k += D;
+          sc.resize(n_keys);
+          have = t;
+        }
+        kernels::attend(in.q.row(t) + h * D, keys.data(), keys.data(), n_keys, D, D, D, D, o.scale,
+                        o.sinks ? o.sinks.f32()[h] : -INFINITY, sc.data(), out.row(t) + h * D, be_);
+      }
+    });
+    for (int64_t j = std::max(pos0, pos0 + T - W); j < pos0 + T; ++j)
+      std::copy_n(in.kv.row(j - pos0), D, ring + (j % W) * D);
+  }
+
+  void route(Act logits, const MoeWeights& w, int k, const int32_t* forced,
+             std::vector<Route>& out) override {
     out.resize(logits.rows);
     for (int64_t t = 0; t < logits.rows; ++t)
       select_experts(w.route, w.exp_probs_b, static_cast<int>(logits.cols), k, logits.row(t),
-                     out[t]);
+                     out[t], forced ? forced + t * k : nullptr);
   }
 
   void moe_begin(Act h, const MoeRoutes& r) override {
@@ -387,6 +521,98 @@ class CpuOps final : public Ops {
     size_t row = 0;
     std::vector<uint8_t> buf;
   };
+
+  // Post weights and the Sinkhorn-normalised combination of one token's mixes (ggml's fused
+  // dsv4_hc_comb: a softmax over dst per src plus eps, columns then rows and columns again).
+  static void hc_weights(const float* m, const HcOpts& o, float* pc) {
+    const int hc = o.hc;
+    const float *sc = o.scale.f32(), *b = o.base.f32();
+    for (int h = 0; h < hc; ++h) pc[h] = sigmoid(m[hc + h] * sc[1] + b[hc + h]) * 2.0f;
+    float* comb = pc + hc;
+    for (int src = 0; src < hc; ++src) {
+      float mx = -INFINITY;
+      for (int dst = 0; dst < hc; ++dst) {
+        const int i = dst + hc * src;
+        comb[i] = m[2 * hc + i] * sc[2] + b[2 * hc + i];
+        mx = std::max(mx, comb[i]);
+      }
+      float sum = 0.0f;
+      for (int dst = 0; dst < hc; ++dst) {
+        const int i = dst + hc * src;
+        comb[i] = std::exp(comb[i] - mx);
+        sum += comb[i];
+      }
+      const float inv = 1.0f / sum;
+      for (int dst = 0; dst < hc; ++dst) comb[dst + hc * src] = comb[dst + hc * src] * inv + o.eps;
+    }
+    auto norm_cols = [&] {  // per dst, over src
+      for (int dst = 0; dst < hc; ++dst) {
+        float sum = o.eps;
+        for (int src = 0; src < hc; ++src) sum += comb[dst + hc * src];
+        const float inv = 1.0f / sum;
+        for (int src = 0; src < hc; ++src) comb[dst + hc * src] *= inv;
+      }
+    };
+    auto norm_rows = [&] {  // per src, over dst
+      for (int src = 0; src < hc; ++src) {
+        float sum = o.eps;
+        for (int dst = 0; dst < hc; ++dst) sum += comb[dst + hc * src];
+        const float inv = 1.0f / sum;
+        for (int dst = 0; dst < hc; ++dst) comb[dst + hc * src] *= inv;
+      }
+    };
+    norm_cols();
+    for (int i = 1; i < o.sinkhorn_iters; ++i) norm_rows(), norm_cols();
+  }
+
+  // A compressor's place in a layer's state: its pending rows (kv, then scores, `width` floats
+  // each) and its entries (`dim` floats each).
+  struct Pool {
+    float *kv = nullptr, *score = nullptr, *entries = nullptr;
+    int64_t slots = 0, width = 0, dim = 0;
+  };
+  static Pool pool_at(float*& st, int64_t slots, int64_t width, int64_t dim, int64_t entries) {
+    Pool p{st, st + slots * width, st + 2 * slots * width, slots, width, dim};
+    st += 2 * slots * width + entries * dim;
+    return p;
+  }
+  // Position p's row joins the pending ones (its score plus the position bias); when it ends a
+  // block, the block's entry: per channel a softmax of the scores over its positions (ratio 4:
+  // the previous block's first halves, then this block's second halves; before the first block,
+  // nothing), the weighted sum in double as ggml's sum_rows, then the norm and the rotation at
+  // the block's first position.
+  void compress(Pool& c, const Dsv4AttnOpts& o, const Tensor& ape, const Tensor& norm,
+                const float* kv, const float* score, int64_t p) {
+    const int64_t r = o.ratio, d = c.dim, w = c.width;
+    const int64_t slot = p % c.slots;
+    std::copy_n(kv, w, c.kv + slot * w);
+    const float* bias = ape.f32() + (p % r) * w;
+    for (int64_t i = 0; i < w; ++i) c.score[slot * w + i] = score[i] + bias[i];
+    if ((p + 1) % r != 0) return;
+    const int64_t blk = p / r, start = blk * r;
+    const bool overlap = w == 2 * d;
+    const int64_t n = overlap ? 2 * r : r;
+    std::vector<float> v(n), s(n), ent(d);
+    for (int64_t ch = 0; ch < d; ++ch) {
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t pos = start + j, off = ch;
+        if (overlap) pos = j < r ? start - r + j : start + j - r, off = j < r ? ch : d + ch;
+        if (pos < 0) {
+          v[j] = 0.0f, s[j] = -INFINITY;
+          continue;
+        }
+        const int64_t sl = pos % c.slots;
+        v[j] = c.kv[sl * w + off], s[j] = c.score[sl * w + off];
+      }
+      kernels::softmax(s.data(), n);
+      double acc = 0;
+      for (int64_t j = 0; j < n; ++j) acc += double(v[j] * s[j]);
+      ent[ch] = static_cast<float>(acc);
+    }
+    float* e = c.entries + blk * d;
+    kernels::rms_norm(ent.data(), norm.f32(), e, d, o.eps);
+    kernels::rope(e + d - o.n_rot, o.n_rot, o.n_rot, start, o.rope.base, o.rope.neox, o.rope.yarn);
+  }
 
   const Quantized& quantized_h(uint32_t wtype) {
     const uint32_t vt = kernels::vec_dot_type(wtype);

@@ -159,7 +159,7 @@ class CudaOps final : public Ops {
             const RopeOpts& o) override {
     if (ok())
       check("rope", kernels::cuda::rope(x.data + offset, x.rows, x.cols / stride, stride, n_rot,
-                                        pos0, o.base, o.neox, o.yarn, stream_));
+                                        pos0, o.base, o.neox, o.yarn, stream_, o.inverse));
   }
 
   void attention(int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o, Act out) override {
@@ -269,13 +269,29 @@ class CudaOps final : public Ops {
       check("add_gated", kernels::cuda::add_gated(y.data, x.data, g, y.cols, y.rows, stream_));
   }
 
+  // DeepSeek-V4's hyper-connections and attention: the CPU backend runs them; here they end the
+  // eval with an error naming the op (not a different computation).
+  void hc_pre(Act, Act, const HcOpts&, bool, Act, Act) override { unsupported("hc_pre"); }
+  void repeat(Act, int, Act) override { unsupported("repeat"); }
+  void hc_post(Act, Act, Act, int, Act) override { unsupported("hc_post"); }
+  void matmul_grouped(const Tensor&, int, Act, Act) override { unsupported("matmul_grouped"); }
+  void attention_dsv4(int, const Dsv4AttnOpts&, const Dsv4AttnIn&, int64_t, Act) override {
+    unsupported("attention_dsv4");
+  }
+  void unsupported(const char* op) {
+    if (ok())
+      fail(make_error(std::string("the CUDA backend does not run DeepSeek-V4's ") + op +
+                      " yet: use --backend cpu"));
+  }
+
   // Plain softmax gating routes with the softmax/top-k kernel; every other variant (sigmoid,
   // selection bias, groups, scaled weights, top-k then softmax) on the host, with the CPU's code.
-  void route(Act logits, const MoeWeights& w, int k, std::vector<Route>& out) override {
+  void route(Act logits, const MoeWeights& w, int k, const int32_t* forced,
+             std::vector<Route>& out) override {
     const RouteOpts& o = w.route;
-    if (o.sigmoid || o.n_group > 1 || o.w_scale != 1.0f || o.topk_then_softmax || w.exp_probs_b ||
-        k > 32)
-      return Ops::route(logits, w, k, out);
+    if (o.sigmoid || o.sqrt_softplus || o.n_group > 1 || o.w_scale != 1.0f || o.topk_then_softmax ||
+        w.exp_probs_b || k > 32 || forced)
+      return Ops::route(logits, w, k, forced, out);
     Act ids = alloc(logits.rows, k), wts = alloc(logits.rows, k);
     if (!ok()) return;
     check("softmax_topk",
@@ -377,6 +393,9 @@ class CudaOps final : public Ops {
       case Activation::Situ:
         return check(
             "situ", kernels::cuda::situ(g.data, u.data, g.data, n, a.beta, a.linear_beta, stream_));
+      case Activation::SwigluLimit:
+        return check("swiglu_limit",
+                     kernels::cuda::swiglu_limit(g.data, u.data, g.data, n, a.limit, stream_));
       case Activation::Swiglu:
         break;
     }

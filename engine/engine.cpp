@@ -30,7 +30,11 @@ void Engine::init() {
   for (int d = 0; d < 2; ++d)
     predicted_[d].assign(m_.hp.n_layer, {}), pred_stats_[d].assign(m_.hp.n_layer, {});
   std::vector<KvRows> rows;
-  for (int il = 0; il < m_.hp.n_layer; ++il) rows.push_back(m_.arch->kv_rows(m_.hp, il));
+  for (int il = 0; il < m_.hp.n_layer; ++il) {
+    rows.push_back(m_.arch->kv_rows(m_.hp, il, n_ctx_));
+    cache_bytes_ += sizeof(float) * (uint64_t(n_ctx_) * (rows.back().k + rows.back().v) +
+                                     uint64_t(rows.back().state));
+  }
   ops_->init_cache(rows, n_ctx_);
 }
 
@@ -52,11 +56,14 @@ expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits,
   if (auto st = ops_->status(); !st) return st;
   ops_->begin_eval();
   failed_ = {};
-  x_ = ops_->alloc(T, hp.n_embd);
-  ops_->embed(m_.tok_embd, tokens, x_);
+  tokens_ = tokens;
+  Act emb = ops_->alloc(T, hp.n_embd);
+  ops_->embed(m_.tok_embd, tokens, emb);
+  const int64_t cols = m_.arch->residual_cols(hp);
+  x_ = cols == hp.n_embd ? emb : ops_->alloc(T, cols);
   routes_.assign(hp.n_layer, {});
   carried_.clear();
-  m_.arch->begin_eval(*this, x_);
+  m_.arch->begin_eval(*this, emb, x_);
   for (int il = 0; il < hp.n_layer; ++il) {
     const size_t mark = ops_->mark();
     m_.arch->block(*this, il, x_);
@@ -64,11 +71,11 @@ expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits,
     if (!failed_) return failed_;
     if (auto st = ops_->status(); !st) return st;
   }
-  m_.arch->end_eval(*this, x_);
+  Act out = m_.arch->end_eval(*this, x_);
   if (auto st = ops_->status(); !st) return st;
   n_past_ += T;
   const int first = all_logits ? 0 : T - 1;
-  Act last = x_.rows_from(first);
+  Act last = out.rows_from(first);
   Act h = ops_->rms_norm(last, m_.output_norm, hp.eps);
   Act lg = ops_->matmul(m_.output, h);
   logits.resize(size_t(lg.rows) * hp.n_vocab);

@@ -71,7 +71,10 @@ class Engine {
   // The same with the router reading h and the experts x (Kimi-K3's latent experts: x is h
   // projected to w.n_embd; the result has that width).
   Act moe(int il, const MoeWeights& w, Act h, Act x);
-  std::vector<Act>& carried() { return carried_; }  // see Arch::begin_eval
+  std::vector<Act>& carried() { return carried_; }             // see Arch::begin_eval
+  std::span<const int32_t> tokens() const { return tokens_; }  // of the eval in progress
+  // Bytes of every layer's attention cache at this context (reported at start-up).
+  uint64_t cache_bytes() const { return cache_bytes_; }
 
  private:
   void init();
@@ -84,7 +87,9 @@ class Engine {
   ExpertSource& experts_;
   int n_ctx_, n_past_ = 0;
   bool prefetch_ = false;
-  Act x_;                     // the residual stream of the eval in progress
+  Act x_;  // the residual stream of the eval in progress
+  std::span<const int32_t> tokens_;
+  uint64_t cache_bytes_ = 0;
   std::vector<Act> carried_;  // the architecture's activations across the eval's blocks
   expertd::Status failed_;    // the first error of the eval in progress
   std::vector<std::vector<Route>> routes_;

@@ -141,6 +141,10 @@ std::unique_ptr<Forward> forward(Loaded& l, const Common& o, int n_ctx) {
   return std::make_unique<Engine>(*l.model, *l.source, o.threads, n_ctx);
 }
 
+double cache_mib(const Forward& f) {
+  return double(f.cache_bytes()) / (1 << 20);
+}
+
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> out;
   std::stringstream ss(s);
@@ -253,6 +257,9 @@ int cmd_generate(const Common& o, GenOptions g) {
   auto ids = tok.encode(prompt, tok.add_bos(), true);
   if (ids.empty()) die("the prompt is empty");
   auto eng = forward(l, o, std::min<int>(o.ctx, static_cast<int>(ids.size()) + g.n));
+  if (::isatty(2))  // on a terminal (scripts read the text alone)
+    std::fprintf(stderr, "%s: attention cache %.1f MiB for %d positions\n",
+                 l.model->hp.arch.c_str(), cache_mib(*eng), eng->n_ctx());
   eng->set_prefetch(o.prefetch);
   engine::Sampler sampler(g.sp);
   auto before = eng->daemon_metrics();
@@ -338,11 +345,17 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   }
   double tg = secs(t1);
   auto m2 = eng->daemon_metrics();
-  nlohmann::ordered_json j = {{"model", o.model},           {"experts", eng->experts_name()},
-                              {"threads", o.threads},       {"kernels", eng->device_name()},
-                              {"prefill_tokens", n_prompt}, {"prefill_tok_s", n_prompt / pp},
-                              {"decode_tokens", n_gen},     {"decode_tok_s", n_gen / tg},
-                              {"prompt", prompt},           {"decode_stream", stream}};
+  nlohmann::ordered_json j = {{"model", o.model},
+                              {"experts", eng->experts_name()},
+                              {"threads", o.threads},
+                              {"kernels", eng->device_name()},
+                              {"prefill_tokens", n_prompt},
+                              {"prefill_tok_s", n_prompt / pp},
+                              {"decode_tokens", n_gen},
+                              {"decode_tok_s", n_gen / tg},
+                              {"prompt", prompt},
+                              {"decode_stream", stream},
+                              {"attention_cache_mib", cache_mib(*eng)}};
   if (!m2.empty()) {
     double h = metric(m2, "cache_hits") - metric(m1, "cache_hits"),
            m = metric(m2, "cache_misses") - metric(m1, "cache_misses");
@@ -376,6 +389,7 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   } else {
     std::printf("prefill %d tokens: %.2f tok/s\ndecode  %d tokens: %.2f tok/s\n", n_prompt,
                 n_prompt / pp, n_gen, n_gen / tg);
+    std::printf("attention cache: %.1f MiB for %d positions\n", cache_mib(*eng), eng->n_ctx());
     if (j.contains("decode_hit_rate"))
       std::printf("decode through expertd: hit rate %.3f, %.2f misses/token, %.2f MiB read/token\n",
                   j["decode_hit_rate"].get<double>(), j["decode_misses_per_token"].get<double>(),

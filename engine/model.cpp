@@ -43,7 +43,10 @@ expertd::Status bind(const gguf::Model& f, const TensorSpec& s, const gguf::Tens
   if (f32_role(s.role) && type != kernels::F32)
     return make_error(f.path() + ": tensor " + s.name + " has type " + type_name +
                       ", expected F32");
-  if (!kernels::weight_type_supported(type))
+  if (s.role == Role::Index && type != kernels::I32)
+    return make_error(f.path() + ": tensor " + s.name + " has type " + type_name +
+                      ", expected I32");
+  if (s.role != Role::Index && !kernels::weight_type_supported(type))
     return make_error(f.path() + ": tensor " + s.name + " has type " + type_name +
                       ", which the engine does not support (" + kernels::supported_type_names() +
                       ")");
@@ -56,6 +59,14 @@ expertd::Status bind(const gguf::Model& f, const TensorSpec& s, const gguf::Tens
       return make_error(f.path() + ": tensor " + s.name + " has shape [" +
                         std::to_string(ti.ne[0]) + ", " + std::to_string(ti.ne[1]) + ", " +
                         std::to_string(ti.ne[2]) + "], expected " + shape_text(s.ne));
+  }
+  if (s.role == Role::Index) {
+    const auto* v = reinterpret_cast<const int32_t*>(ti.data);
+    for (uint64_t i = 0; i < ti.ne[0] * ti.ne[1]; ++i)
+      if (v[i] < 0 || v[i] >= s.index_limit)
+        return make_error(f.path() + ": tensor " + s.name + " holds " + std::to_string(v[i]) +
+                          " at " + std::to_string(i) + ", outside [0, " +
+                          std::to_string(s.index_limit) + ")");
   }
   Tensor& t = *s.dst;
   t.type = type;
@@ -145,6 +156,11 @@ void Plan::add(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Ro
   specs_.push_back(std::move(s));
 }
 
+void Plan::index(Tensor& dst, const std::string& name, std::vector<int64_t> ne, int64_t limit) {
+  add(dst, name, std::move(ne), Role::Index);
+  specs_.back().index_limit = limit;
+}
+
 void Plan::optional(Tensor& dst, const std::string& name, std::vector<int64_t> ne, Role role,
                     bool synth) {
   add(dst, name, std::move(ne), role);
@@ -152,12 +168,16 @@ void Plan::optional(Tensor& dst, const std::string& name, std::vector<int64_t> n
   specs_.back().synth = synth;
 }
 
-void Plan::moe(MoeWeights& w, const Hparams& hp, bool expert_biases) {
+void Plan::moe(MoeWeights& w, const Hparams& hp, bool expert_biases, bool hashed) {
   const int64_t E = w.n_embd ? w.n_embd : hp.n_embd, X = hp.n_expert, F = hp.n_ff_exp;
   w.expert_biases = expert_biases;
   add(w.router, "ffn_gate_inp.weight", {hp.n_embd, X}, Role::Router);
   optional(w.router_b, "ffn_gate_inp.bias", {X}, Role::Bias);
-  optional(w.exp_probs_b, "exp_probs_b.bias", {X}, Role::Bias, /*synth=*/w.route.sigmoid);
+  if (hashed)
+    index(w.tid2eid, "ffn_gate_tid2eid.weight", {hp.n_expert_used, hp.n_vocab}, X);
+  else
+    optional(w.exp_probs_b, "exp_probs_b.bias", {X}, Role::Bias,
+             /*synth=*/w.route.sigmoid || w.route.sqrt_softplus);
   add(w.gate_exps, "ffn_gate_exps.weight", {E, F, X}, Role::ExpertGate);
   add(w.up_exps, "ffn_up_exps.weight", {E, F, X}, Role::ExpertUp);
   add(w.down_exps, "ffn_down_exps.weight", {F, E, X}, Role::ExpertDown);
@@ -212,8 +232,7 @@ std::string Meta::s(const std::string& key, const std::string& fallback) const {
 }
 
 bool Meta::has(const std::string& key) const {
-  return f_.get_uint(prefix_ + key) || f_.get_float(prefix_ + key) || f_.get_bool(prefix_ + key) ||
-         f_.get_string(prefix_ + key);
+  return f_.find(prefix_ + key) != nullptr;
 }
 
 void Meta::fail(const std::string& why) {

@@ -33,6 +33,7 @@ struct Hparams {
 // logits then a softmax over those k.
 struct RouteOpts {
   bool sigmoid = false;
+  bool sqrt_softplus = false;  // DeepSeek-V4: sqrt(softplus(logit))
   bool norm_topk = true;
   bool topk_then_softmax = false;
   int n_group = 0, n_group_used = 0;
@@ -41,18 +42,21 @@ struct RouteOpts {
 
 // The gated activation of an FFN or an expert, act(gate, up): silu(g) * u; gpt-oss's clamped
 // swiglu (alpha 1.702, limit 7); Kimi-K3's situ, beta tanh(g / beta) sigmoid(g) times
-// linear_beta tanh(u / linear_beta) (the up side plain when linear_beta <= 0).
-enum class Activation { Swiglu, SwigluOai, Situ };
+// linear_beta tanh(u / linear_beta) (the up side plain when linear_beta <= 0); DeepSeek-V4's
+// limited swiglu, silu(min(g, limit)) * clamp(u, -limit, limit).
+enum class Activation { Swiglu, SwigluOai, Situ, SwigluLimit };
 struct Glu {
   Activation kind = Activation::Swiglu;
   float beta = 1.0f, linear_beta = 0.0f;  // situ
+  float limit = 0.0f;                     // swiglu limit
 };
 
 // The FFN of a MoE layer as the shared MoE block runs it (engine/moe.cpp).
 struct MoeWeights {
   Tensor norm;  // the norm before it (the prefetcher applies it to the next layer's input)
-  Tensor router, router_b;        // ffn_gate_inp: (n_embd) -> (n_expert), F32; optional bias
-  Tensor exp_probs_b;             // selection bias (F32, n_expert), optional
+  Tensor router, router_b;  // ffn_gate_inp: (n_embd) -> (n_expert), F32; optional bias
+  Tensor exp_probs_b;       // selection bias (F32, n_expert), optional
+  Tensor tid2eid;  // hash routing (DeepSeek-V4): I32 {n_expert_used, n_vocab}, each token's experts
   Tensor gate_exps, up_exps;      // (n_embd) -> (n_ff_exp) x n_expert; absent in a core GGUF
   Tensor down_exps;               // (n_ff_exp) -> (n_embd) x n_expert
   Tensor gate_exps_b, up_exps_b;  // per-expert biases (F32): (n_ff_exp) x n_expert

@@ -9,8 +9,8 @@
 
 namespace engine {
 
-void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int X, int K, float* p,
-                    Route& r) {
+void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int X, int K, float* p, Route& r,
+                    const int32_t* forced) {
   if (o.topk_then_softmax) {  // gpt-oss: the k largest logits, then a softmax over them
     std::vector<uint32_t> idx(X);
     std::iota(idx.begin(), idx.end(), 0u);
@@ -21,10 +21,26 @@ void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int X, int K,
     kernels::softmax(r.weights.data(), K);
     return;
   }
-  if (o.sigmoid)
+  if (o.sqrt_softplus)  // ggml's softplus, then its sqrt
+    for (int e = 0; e < X; ++e)
+      p[e] = std::sqrt(p[e] > 20.0f ? p[e] : std::log(1.0f + std::exp(p[e])));
+  else if (o.sigmoid)
     for (int e = 0; e < X; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
   else
     kernels::softmax(p, X);
+  auto weigh = [&] {
+    r.weights.clear();
+    float sum = 0;
+    for (uint32_t e : r.experts) r.weights.push_back(p[e]), sum += p[e];
+    if (o.norm_topk)
+      for (float& x : r.weights) x /= std::max(sum, 6.103515625e-5f);
+    if (o.w_scale != 1.0f)
+      for (float& x : r.weights) x *= o.w_scale;
+  };
+  if (forced) {
+    r.experts.assign(forced, forced + K);
+    return weigh();
+  }
   std::vector<float> sel(p, p + X);
   if (exp_probs_b)
     for (int e = 0; e < X; ++e) sel[e] += exp_probs_b.f32()[e];
@@ -46,22 +62,27 @@ void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int X, int K,
   std::iota(idx.begin(), idx.end(), 0u);
   std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return sel[a] > sel[b]; });
   r.experts.assign(idx.begin(), idx.begin() + K);
-  r.weights.clear();
-  float sum = 0;
-  for (uint32_t e : r.experts) r.weights.push_back(p[e]), sum += p[e];
-  if (o.norm_topk)
-    for (float& x : r.weights) x /= std::max(sum, 6.103515625e-5f);
-  if (o.w_scale != 1.0f)
-    for (float& x : r.weights) x *= o.w_scale;
+  weigh();
 }
 
-void Ops::route(Act logits, const MoeWeights& w, int k, std::vector<Route>& out) {
+void Ops::route(Act logits, const MoeWeights& w, int k, const int32_t* forced,
+                std::vector<Route>& out) {
   std::vector<float> host(size_t(logits.rows) * logits.cols);
   to_host(logits, host.data());
   out.resize(logits.rows);
   for (int64_t t = 0; t < logits.rows; ++t)
     select_experts(w.route, w.exp_probs_b, static_cast<int>(logits.cols), k,
-                   &host[size_t(t) * logits.cols], out[t]);
+                   &host[size_t(t) * logits.cols], out[t], forced ? forced + t * k : nullptr);
+}
+
+// Hash routing: each token's experts from the layer's table (ids checked when the model loads).
+static std::vector<int32_t> hashed_experts(const MoeWeights& w, std::span<const int32_t> tokens,
+                                           int K) {
+  std::vector<int32_t> ids(tokens.size() * K);
+  const auto* table = reinterpret_cast<const int32_t*>(w.tid2eid.data);
+  for (size_t t = 0; t < tokens.size(); ++t)
+    std::copy_n(table + size_t(tokens[t]) * K, K, ids.begin() + t * K);
+  return ids;
 }
 
 std::vector<uint32_t> likely_experts(const float* logits, int T, int X, int K) {
@@ -89,13 +110,19 @@ void Engine::prefetch_next(int il) {
     const MoeWeights* next = m_.moe(il + d);
     if (!next) continue;
     const size_t mark = ops_->mark();
-    Act h = ops_->rms_norm(x_, next->norm, m_.hp.eps);
+    Act h = ops_->rms_norm(m_.arch->router_stream(*this, x_), next->norm, m_.hp.eps);
     Act lg = ops_->matmul(next->router, h);
     std::vector<float> host(size_t(lg.rows) * lg.cols);
     ops_->to_host(lg, host.data());
     ops_->release_to(mark);
     auto& p = predicted_[d - 1][il + d];
     p = likely_experts(host.data(), static_cast<int>(lg.rows), m_.hp.n_expert, m_.hp.n_expert_used);
+    if (next->tid2eid) {  // a hash-routed layer: its experts are known from the tokens
+      std::vector<int32_t> ids = hashed_experts(*next, tokens_, m_.hp.n_expert_used);
+      p.assign(ids.begin(), ids.end());
+      std::sort(p.begin(), p.end());
+      p.erase(std::unique(p.begin(), p.end()), p.end());
+    }
     if (d == 1 && experts_.wants_hints()) experts_.prefetch(il + 1, p);
   }
 }
@@ -117,7 +144,9 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
   Act logits = ops_->matmul(w.router, h);
   if (w.router_b) ops_->add_bias(logits, w.router_b);
   auto& routes = routes_[il];
-  ops_->route(logits, w, K, routes);
+  std::vector<int32_t> forced;
+  if (w.tid2eid) forced = hashed_experts(w, tokens_, K);
+  ops_->route(logits, w, K, forced.empty() ? nullptr : forced.data(), routes);
   // Each unique expert with its tokens and their (token, k) output rows: fetched once per layer.
   MoeRoutes& r = moe_routes_;
   r.n_tokens = T, r.k = K;

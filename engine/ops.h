@@ -32,6 +32,7 @@ struct RopeOpts {
   float base = 10000.0f;
   bool neox = true;                     // NeoX pairs (i, i + n_rot/2), else adjacent (2i, 2i+1)
   const kernels::Yarn* yarn = nullptr;  // YaRN context extension, or none
+  bool inverse = false;                 // rotate back (ggml's rope_back)
 };
 
 // Causal attention over the layer's KV cache (grouped-query: head h reads KV head h / (n_head /
@@ -73,6 +74,50 @@ struct KdaOpts {
   static int64_t state_floats(int n_head, int64_t head_dim, int d_conv) {
     return 3 * (d_conv - 1) * n_head * head_dim + n_head * head_dim * head_dim;
   }
+};
+
+// DeepSeek-V4's hyper-connections: the residual is hc streams side by side (rows of hc * n_embd
+// floats); each sub-layer reads a weighted sum of them and writes back a Sinkhorn-normalised
+// mix of them plus its output.
+struct HcOpts {
+  int hc = 4, sinkhorn_iters = 1;
+  float eps = 1e-6f;
+  Tensor scale, base;  // F32: {3}, {(2 + hc) hc}; the output head's: {1}, {hc}
+};
+
+// DeepSeek-V4's attention of one layer (ratio 0: a sliding window; 4: plus compressed entries
+// of 4 positions picked by the lightning indexer; 128: plus every compressed entry of 128
+// positions). One shared key/value row per position (MQA, values are the keys), attention
+// sinks. The compressors pool their positions' rows per channel by a softmax of their scores
+// (ratio 4: overlapping, the previous block's first half with this block's second), normalise
+// and rotate the result; their pending rows and the entries live in the layer's state.
+struct Dsv4AttnOpts {
+  int n_head = 0, window = 0, ratio = 0;
+  int64_t head_dim = 0, n_rot = 0;
+  float scale = 1.0f, eps = 1e-6f;
+  Tensor sinks;      // F32 {n_head}
+  Tensor ape, norm;  // the compressor's position biases {coff D, ratio} and norm {D}
+  RopeOpts rope;     // the compressed entries' rotation (the compressed layers' base, YaRN)
+  int idx_heads = 0, top_k = 0;
+  int64_t idx_dim = 0;
+  float idx_scale = 1.0f;    // of the indexer's head weights
+  Tensor idx_ape, idx_norm;  // the indexer's compressor
+  int64_t coff() const { return ratio == 4 ? 2 : 1; }
+  int pending() const { return ratio == 4 ? 2 * ratio : ratio; }  // rows kept per compressor
+  int64_t entries(int n_ctx) const { return ratio > 0 ? (n_ctx + ratio - 1) / ratio : 0; }
+  int64_t state_floats(int n_ctx) const {
+    int64_t n = int64_t{window} * head_dim;
+    if (ratio > 0) n += 2 * pending() * coff() * head_dim + entries(n_ctx) * head_dim;
+    if (ratio == 4) n += 2 * pending() * 2 * idx_dim + entries(n_ctx) * idx_dim;
+    return n;
+  }
+};
+struct Dsv4AttnIn {
+  Act q;                    // T x n_head head_dim, normalised and rotated
+  Act kv;                   // T x head_dim, normalised and rotated
+  Act comp_kv, comp_score;  // T x coff head_dim (ratio > 0), scores before the position bias
+  Act idx_q, idx_w;         // T x idx_heads idx_dim (rotated), T x idx_heads
+  Act idx_kv, idx_score;    // T x 2 idx_dim
 };
 
 // One MoE layer's routing as the expert computation needs it.
@@ -143,6 +188,7 @@ class Ops {
                              int64_t pos0, const MlaOpts& o, Act out) = 0;
   virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(act(gate h, up h))
   virtual void copy(Act dst, Act src) = 0;                    // same shape
+  virtual void repeat(Act x, int n, Act out) = 0;             // each row of out: x's row n times
   virtual void mul_sigmoid(Act y, Act g) = 0;                 // y *= sigmoid(g), elementwise
   // Kimi-K3's attention residuals: out = softmax over the n checkpoints (rows [j T, (j+1) T) of
   // `stack`, T = cur.rows) and cur of their scores rmsnorm(x) . w, applied to the raw rows.
@@ -155,9 +201,24 @@ class Ops {
                    Act out) = 0;
   // y += sigmoid(gate . h) * x per row (gate absent: y += x).
   virtual void add_gated(Act y, Act x, const Tensor& gate, Act h) = 0;
+  // Hyper-connections (HcOpts): from `mixes` (T x (2 + hc) hc: hc_fn times the normalised
+  // streams; the head's: T x hc; none: the streams' mean) the pre weights sigmoid(m s0 + b) +
+  // eps and, unless `head`, into
+  // pc (T x hc + hc hc) the post weights 2 sigmoid(m s1 + b) and the Sinkhorn-normalised
+  // combination (dst fastest); out = sum_h pre[h] x[h] (T x n_embd).
+  virtual void hc_pre(Act x, Act mixes, const HcOpts& o, bool head, Act out, Act pc) = 0;
+  // out[dst] = post[dst] f + sum_src comb[dst, src] x[src] (out is not x).
+  virtual void hc_post(Act f, Act x, Act pc, int hc, Act out) = 0;
+  // y's columns [g R, (g + 1) R) = x's columns [g C, (g + 1) C) times rows [g R, (g + 1) R) of w
+  // ({C, groups R}), for each of the groups (DeepSeek-V4's grouped output projection).
+  virtual void matmul_grouped(const Tensor& w, int groups, Act x, Act y) = 0;
+  virtual void attention_dsv4(int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in, int64_t pos0,
+                              Act out) = 0;
 
-  // Routing: every token's experts and weights from the router logits (which it may overwrite).
-  virtual void route(Act logits, const MoeWeights& w, int k, std::vector<Route>& out);
+  // Routing: every token's experts and weights from the router logits (which it may overwrite);
+  // `forced` (n_tokens x k, or null): the experts, chosen by the token (hash routing).
+  virtual void route(Act logits, const MoeWeights& w, int k, const int32_t* forced,
+                     std::vector<Route>& out);
   // The expert computation of one MoE layer: begin with the layer's inputs and routes, run the
   // experts in batches as they become available (in any order), end with the weighted sum of
   // each token's experts in router order (so the order of arrival never changes the result).
@@ -167,9 +228,10 @@ class Ops {
   virtual void moe_end(Act out) = 0;
 };
 
-// Softmax or sigmoid gating, selection bias, groups, top-k then softmax, on one token's logits
-// (overwritten with the gate scores). Ties go to the lower expert id (llama.cpp's stable order).
+// Softmax, sigmoid or sqrt-softplus gating, selection bias, groups, top-k then softmax, on one
+// token's logits (overwritten with the gate scores). Ties go to the lower expert id (llama.cpp's
+// stable order). `forced` (k ids, or null): the experts, weighted by their scores.
 void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int n_expert, int k,
-                    float* logits, Route& r);
+                    float* logits, Route& r, const int32_t* forced = nullptr);
 
 }  // namespace engine

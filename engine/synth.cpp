@@ -169,6 +169,7 @@ void add_metadata(gguf::Writer& w, const std::string& arch, const std::string& n
   for (const auto& [k, v] : m.f32) w.add_f32(arch + "." + k, v);
   for (const auto& [k, v] : m.flags) w.add_bool(arch + "." + k, v);
   for (const auto& [k, v] : m.arrays) w.add_i32_array(arch + "." + k, v);
+  for (const auto& [k, v] : m.farrays) w.add_f32_array(arch + "." + k, v);
   w.add_u32("general.file_type", file_type(type));
   add_tokenizer(w, m);
 }
@@ -209,6 +210,7 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
   if (o.layers) {
     sm->u32["block_count"] = std::min<uint32_t>(sm->u32["block_count"], o.layers);
     for (auto& [k, v] : sm->arrays) v.resize(std::min<size_t>(v.size(), sm->u32["block_count"]));
+    for (auto& [k, v] : sm->farrays) v.resize(std::min<size_t>(v.size(), sm->u32["block_count"]));
   }
   const std::string name = o.preset.empty() ? "custom" : p.name;
 
@@ -244,7 +246,7 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
     // Embeddings are quantized from float rows (a shared direction in them steers routing):
     // types without a quantizer here keep them in Q8_0.
     if (t.role == Role::Embedding && !pack::has_quantizer(want)) want = G::Q8_0;
-    types.push_back(f32_role(t.role) ? G::F32 : fit(want, ne[0]));
+    types.push_back(t.role == Role::Index ? G::I32 : f32_role(t.role) ? G::F32 : fit(want, ne[0]));
     w.add_tensor(t.name, types.back(), ne);
   }
 
@@ -283,7 +285,15 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
     for (uint64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
       uint64_t nr = std::min(chunk_rows, rows - r0);
       buf.resize(nr * rb);
-      if (t.role != Role::Norm && t.role != Role::Embedding && t.role != Role::Router) {
+      if (t.role == Role::Index) {  // each row: ne0 distinct ids below the limit
+        std::vector<int32_t> ids(size_t(t.index_limit));
+        for (uint64_t r = 0; r < nr; ++r) {
+          std::iota(ids.begin(), ids.end(), 0);
+          for (uint64_t k = 0; k < ne0; ++k)
+            std::swap(ids[k], ids[k + splitmix64(rng) % (ids.size() - k)]);
+          std::memcpy(buf.data() + r * rb, ids.data(), ne0 * sizeof(int32_t));
+        }
+      } else if (t.role != Role::Norm && t.role != Role::Embedding && t.role != Role::Router) {
         random_blocks(type, buf.data(), buf.size(), std_dev, rng);
       } else {
         std::vector<uint32_t> perm(t.role == Role::Router ? t.ne[1] : 0);

@@ -221,7 +221,7 @@ Yarn yarn_params(float factor, int64_t n_rot, float base, int64_t n_ctx_orig, fl
 }
 
 void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bool neox,
-          const Yarn* yarn) {
+          const Yarn* yarn, bool inverse) {
   (void)head_dim;
   const float theta_scale = std::pow(base, -2.0f / static_cast<float>(n_rot));
   float theta_extrap = static_cast<float>(pos);
@@ -235,7 +235,7 @@ void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bo
       theta = interp * (1.0f - ramp) + theta_extrap * ramp;
       ms = yarn->mscale;
     }
-    const float c = std::cos(theta) * ms, s = std::sin(theta) * ms;
+    const float c = std::cos(theta) * ms, s = (inverse ? -std::sin(theta) : std::sin(theta)) * ms;
     int64_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
     const float x0 = x[a], x1 = x[b];
     x[a] = x0 * c - x1 * s;

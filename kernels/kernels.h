@@ -86,8 +86,9 @@ struct Yarn {
 };
 Yarn yarn_params(float factor, int64_t n_rot, float base, int64_t n_ctx_orig,
                  float beta_fast = 32.0f, float beta_slow = 1.0f);
+// inverse: rotate by -theta (ggml's rope_back)
 void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bool neox,
-          const Yarn* yarn = nullptr);
+          const Yarn* yarn = nullptr, bool inverse = false);
 void softmax(float* x, int64_t n);
 float silu(float x);
 

@@ -32,7 +32,7 @@ inline std::string bin(const std::string& rel) {
 // one of this tree's (tests/data/kimi-k3: synth recipes and llama.cpp's logits), any other id one
 // of golden/cases/.
 inline std::string golden_case_dir(const std::string& case_id) {
-  if (case_id.starts_with("kimi-k3/"))
+  if (case_id.starts_with("kimi-k3/") || case_id.starts_with("deepseek4/"))
     return std::string(EXPERTD_SOURCE_DIR) + "/tests/data/" + case_id;
   return golden_dir() + (case_id.starts_with("quant/") ? "/" : "/cases/") + case_id;
 }

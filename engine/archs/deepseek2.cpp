@@ -96,7 +96,7 @@ class Deepseek2 final : public Arch {
 
   // One latent row per position (kv_lora + n_rot floats) serves as keys and, its first kv_lora
   // floats, as values.
-  KvRows kv_rows(const Hparams& hp, int) const override { return {kv_lora_ + hp.n_rot, 0}; }
+  KvRows kv_rows(const Hparams& hp, int, int) const override { return {kv_lora_ + hp.n_rot, 0}; }
   const MoeWeights* moe(int il) const override {
     return il < n_dense_lead_ ? nullptr : &layers_[il].moe;
   }

@@ -63,7 +63,7 @@ class Glm4Moe final : public Arch {
     }
   }
 
-  KvRows kv_rows(const Hparams& hp, int) const override { return archs::gqa_rows(hp); }
+  KvRows kv_rows(const Hparams& hp, int, int) const override { return archs::gqa_rows(hp); }
   const MoeWeights* moe(int il) const override {
     return il < n_dense_lead_ ? nullptr : &layers_[il].moe;
   }

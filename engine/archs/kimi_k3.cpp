@@ -164,7 +164,7 @@ class KimiK3 final : public Arch {
     }
   }
 
-  KvRows kv_rows(const Hparams& hp, int il) const override {
+  KvRows kv_rows(const Hparams& hp, int il, int) const override {
     if (kv_heads_[il] == 0)
       return {0, 0, KdaOpts::state_floats(heads_[il], kda_head_dim_, d_conv_)};
     return {kv_lora_ + hp.n_rot, 0};
@@ -174,15 +174,15 @@ class KimiK3 final : public Arch {
   }
 
   // The banked rows: checkpoints(n_layer) blocks of T rows.
-  void begin_eval(Engine& e, Act x) const override {
+  void begin_eval(Engine& e, Act, Act x) const override {
     if (res_bs_ > 0) e.carried() = {e.ops().alloc(checkpoints(hp_.n_layer) * x.rows, x.cols)};
   }
-  void end_eval(Engine& e, Act x) const override {
-    if (res_bs_ == 0) return;
+  Act end_eval(Engine& e, Act x) const override {
+    if (res_bs_ == 0) return x;
     Ops& ops = e.ops();
     Act mixed = ops.alloc(x.rows, x.cols);
     ops.res_mix(e.carried()[0], checkpoints(hp_.n_layer), x, output_res_, hp_.eps, mixed);
-    ops.copy(x, mixed);
+    return mixed;
   }
 
   void block(Engine& e, int il, Act x) const override {

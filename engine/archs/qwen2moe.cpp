@@ -40,7 +40,7 @@ class Qwen2Moe final : public Arch {
     }
   }
 
-  KvRows kv_rows(const Hparams& hp, int) const override { return archs::gqa_rows(hp); }
+  KvRows kv_rows(const Hparams& hp, int, int) const override { return archs::gqa_rows(hp); }
   const MoeWeights* moe(int il) const override { return &layers_[il].moe; }
 
   void block(Engine& e, int il, Act x) const override {

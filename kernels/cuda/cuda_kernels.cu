@@ -116,7 +116,7 @@ __global__ void rms_norm_kernel(const float* x, int64_t xs, const float* w, floa
 
 __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride,
                             int64_t n_rot, int64_t pos0, float base, bool neox, bool use_yarn,
-                            kernels::Yarn yarn) {
+                            kernels::Yarn yarn, bool inverse) {
   const int64_t half = n_rot / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n_tokens * n_heads * half) return;
@@ -134,7 +134,7 @@ __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t
     theta = interp * (1.0f - ramp) + theta_extrap * ramp;
     ms = yarn.mscale;
   }
-  const float c = cosf(theta) * ms, s = sinf(theta) * ms;
+  const float c = cosf(theta) * ms, s = (inverse ? -sinf(theta) : sinf(theta)) * ms;
   const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
   const float x0 = hx[a], x1 = hx[b];
   hx[a] = x0 * c - x1 * s;
@@ -151,6 +151,14 @@ __global__ void swiglu_oai_kernel(const float* g, const float* u, float* out, in
   if (i >= n) return;
   const float x = fminf(g[i], 7.0f), y = fminf(fmaxf(u[i], -7.0f), 7.0f);
   out[i] = x / (1.0f + expf(-1.702f * x)) * (y + 1.0f);
+}
+
+__global__ void swiglu_limit_kernel(const float* g, const float* u, float* out, int64_t n,
+                                    float limit) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = fminf(g[i], limit), y = fminf(fmaxf(u[i], -limit), limit);
+  out[i] = x / (1.0f + expf(-x)) * y;
 }
 
 __global__ void situ_kernel(const float* g, const float* u, float* out, int64_t n, float beta,
@@ -462,12 +470,12 @@ cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, f
 
 cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot,
                  int64_t pos0, float base, bool neox, const kernels::Yarn* yarn,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, bool inverse) {
   const int64_t n = n_tokens * n_heads * (n_rot / 2);
   if (n <= 0) return cudaSuccess;
   EXPERTD_LAUNCH(rope_kernel, blocks_for(n, 256), 256, 0, stream)
   (x, n_tokens, n_heads, head_stride, n_rot, pos0, base, neox, yarn != nullptr,
-   yarn ? *yarn : kernels::Yarn{});
+   yarn ? *yarn : kernels::Yarn{}, inverse);
   return cudaGetLastError();
 }
 
@@ -481,6 +489,13 @@ cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n
                        cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   EXPERTD_LAUNCH(swiglu_oai_kernel, blocks_for(n, 256), 256, 0, stream)(gate, up, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu_limit(const float* gate, const float* up, float* out, int64_t n, float limit,
+                         cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  EXPERTD_LAUNCH(swiglu_limit_kernel, blocks_for(n, 256), 256, 0, stream)(gate, up, out, n, limit);
   return cudaGetLastError();
 }
 

@@ -39,13 +39,16 @@ cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, f
 // computed as kernels::rope does; yarn (may be null) as kernels::rope applies it.
 cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot,
                  int64_t pos0, float base, bool neox, const kernels::Yarn* yarn,
-                 cudaStream_t stream);
+                 cudaStream_t stream, bool inverse = false);
 
 // out[i] = silu(gate[i]) * up[i]
 cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 // gpt-oss: x = min(gate, 7), out = x * sigmoid(1.702 x) * (clamp(up, -7, 7) + 1)
 cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n,
                        cudaStream_t stream);
+// DeepSeek-V4: out = silu(min(gate, limit)) * clamp(up, -limit, limit)
+cudaError_t swiglu_limit(const float* gate, const float* up, float* out, int64_t n, float limit,
+                         cudaStream_t stream);
 
 // Kimi-K3's situ: beta tanh(g / beta) sigmoid(g) * linear_beta tanh(u / linear_beta) (the up
 // side plain when linear_beta <= 0).

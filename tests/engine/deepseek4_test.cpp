@@ -1,0 +1,228 @@
+// DeepSeek-V4 (deepseek4) against llama.cpp: test-size synthetic models (tests/data/deepseek4:
+// the expert-pack synth recipe and llama.cpp's teacher-forced logits, made by
+// scripts/gen-deepseek4-cases.py with llama-cpp-python 0.3.36) in F32, Q8_0 and with the seed's
+// MXFP4 experts; its attention state across eval calls; hash routing; the daemon path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "engine/engine.h"
+#include "golden_util.h"
+#include "pack/builder.h"
+#include "test_util.h"
+
+using namespace expertd::test;
+
+namespace {
+
+const char* kCases[] = {"deepseek4/v4-f32", "deepseek4/v4-q8_0", "deepseek4/v4-mxfp4"};
+
+// The case's model, written by expert-pack synth from the recipe in its case.json.
+std::string synth_case(const Case& c, const TempDir& d) {
+  std::string cmd = bin("pack/expert-pack") + " -q";
+  for (const auto& a : c.j["synth"]) cmd += " " + a.get<std::string>();
+  const std::string model = d / "m.gguf";
+  auto s = run(cmd + " --out " + model);
+  EXPECT_EQ(s.first, 0) << s.second;
+  return model;
+}
+
+struct Loaded {
+  TempDir d;
+  std::string path;
+  std::optional<gguf::Model> file;
+  engine::Model model;
+};
+
+std::unique_ptr<Loaded> load(const Case& c) {
+  auto l = std::make_unique<Loaded>();
+  l->path = synth_case(c, l->d);
+  auto f = gguf::Model::open(l->path);
+  EXPECT_TRUE(f) << (f ? "" : f.error().message);
+  if (!f) return nullptr;
+  l->file.emplace(std::move(*f));
+  auto m = engine::Model::load(*l->file);
+  EXPECT_TRUE(m) << (m ? "" : m.error().message);
+  if (!m) return nullptr;
+  l->model = std::move(*m);
+  return l;
+}
+
+// A copy of a GGUF whose metadata key `key` is renamed (same length, so the file stays valid):
+// to the reader, the key is missing.
+bool write_without_key(const std::string& in, const std::string& key, const std::string& out) {
+  std::string bytes = read_file(in);
+  std::string pattern(8, '\0');
+  uint64_t n = key.size();
+  std::memcpy(pattern.data(), &n, 8);
+  pattern += key;
+  const size_t at = bytes.find(pattern);
+  if (at == std::string::npos) return false;
+  bytes[at + pattern.size() - 1] = '~';
+  std::ofstream(out, std::ios::binary) << bytes;
+  return true;
+}
+
+}  // namespace
+
+// F32 within 1e-4 on every row (measured: median row-max 1e-6); Q8_0 and the seed's MXFP4
+// experts within the golden README's limits for quantized models. 140 prompt tokens: past the
+// 8-position window, the indexer's top 3 of the compressed-by-4 entries, and the first entry of
+// the compressed-by-128 layer.
+TEST(Deepseek4, SynthModelsMatchLlamaCpp) {
+  for (const char* id : kCases) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    auto l = load(c);
+    ASSERT_TRUE(l);
+    EXPECT_EQ(l->model.hp.arch, "deepseek4");
+    auto src = engine::make_local_source(l->model);
+    engine::Engine e(l->model, *src, 2, 256);
+    const double median = check_against_golden(c, teacher_forced(e, c, nullptr));
+    const bool f32 = std::string(id).ends_with("f32");
+    EXPECT_LE(median, f32 ? 1e-5 : 0.1);
+    // Free-running greedy: every step (F32), else up to the first step llama.cpp decided by
+    // less than 0.3 (the golden README's rule).
+    auto mine = greedy(e, c, c.greedy.size());
+    const auto& margins = c.j["greedy_top1_top2_margins"];
+    for (size_t i = 0; i < c.greedy.size(); ++i) {
+      if (!f32 && margins[i].get<double>() < 0.3) break;
+      ASSERT_LT(i, mine.size());
+      EXPECT_EQ(mine[i], c.greedy[i]) << "greedy step " << i;
+    }
+  }
+}
+
+// The window ring, the compressors' pending rows and entries carry from one eval to the next:
+// the prompt in chunks of 1, 5 and 64 tokens gives the rows of one batch; after a reset the
+// same rows again.
+TEST(Deepseek4, ChunkedPrefillEqualsOneBatch) {
+  Case c = load_case("deepseek4/v4-f32");
+  auto l = load(c);
+  ASSERT_TRUE(l);
+  auto src = engine::make_local_source(l->model);
+  engine::Engine e(l->model, *src, 2, 256);
+  const auto& toks = c.all;
+  auto in_chunks = [&](size_t n) {
+    std::vector<float> all, step;
+    e.reset();
+    for (size_t i = 0; i < toks.size(); i += n) {
+      const size_t m = std::min(n, toks.size() - i);
+      auto st = e.eval({toks.data() + i, m}, true, step);
+      EXPECT_TRUE(st) << (st ? "" : st.error().message);
+      all.insert(all.end(), step.begin(), step.end());
+    }
+    return all;
+  };
+  const auto one = in_chunks(toks.size());
+  ASSERT_EQ(one.size(), toks.size() * size_t(c.n_vocab));
+  for (size_t n : {1, 5, 64}) {
+    SCOPED_TRACE(n);
+    const auto chunked = in_chunks(n);
+    ASSERT_EQ(chunked.size(), one.size());
+    double mx = 0;
+    for (size_t i = 0; i < one.size(); ++i)
+      mx = std::max(mx, std::fabs(double(one[i]) - chunked[i]));
+    EXPECT_LE(mx, 1e-5);
+  }
+  EXPECT_EQ(in_chunks(toks.size()), one);
+}
+
+// Hash-routed layers (the first hash_layer_count) take each token's experts from its row of
+// ffn_gate_tid2eid, whatever the router says; the later layers route by score.
+TEST(Deepseek4, HashLayersRouteByTheToken) {
+  Case c = load_case("deepseek4/v4-f32");
+  auto l = load(c);
+  ASSERT_TRUE(l);
+  const engine::MoeWeights* w0 = l->model.moe(0);
+  ASSERT_TRUE(w0 && w0->tid2eid);
+  ASSERT_FALSE(l->model.moe(1)->tid2eid);
+  auto src = engine::make_local_source(l->model);
+  engine::Engine e(l->model, *src, 2, 256);
+  std::vector<float> lg;
+  ASSERT_TRUE(e.eval({c.prompt.data(), c.prompt.size()}, false, lg));
+  const auto* table = reinterpret_cast<const int32_t*>(w0->tid2eid.data);
+  const int K = l->model.hp.n_expert_used;
+  size_t differ = 0;
+  for (size_t t = 0; t < c.prompt.size(); ++t) {
+    const auto& r0 = e.routes()[0][t];
+    ASSERT_EQ(r0.experts.size(), size_t(K));
+    for (int k = 0; k < K; ++k)
+      EXPECT_EQ(r0.experts[k], uint32_t(table[size_t(c.prompt[t]) * K + k])) << "token " << t;
+    differ += e.routes()[1][t].experts != e.routes()[0][t].experts;
+  }
+  EXPECT_GT(differ, 0u);  // layer 1 routes otherwise
+}
+
+// Through a real expertd whose cache holds fewer experts than one layer's prefill touches:
+// bit-identical to --local, and the prefill never fails.
+TEST(Deepseek4, DaemonPathIsBitIdenticalToLocal) {
+  Case c = load_case("deepseek4/v4-mxfp4");
+  auto l = load(c);
+  ASSERT_TRUE(l);
+  expertd::pack::BuildOptions bo;
+  bo.model_path = l->path;
+  bo.out_dir = l->d.path();
+  bo.progress = false;
+  auto rep = expertd::pack::build_pack(bo);
+  ASSERT_TRUE(rep) << rep.error().message;
+  Daemon daemon(rep->manifest_path, l->d / "s.sock",
+                {"--cache-slots", "4", "--clients-max", "2", "--max-experts-per-request", "2",
+                 "--policy", "lru"});
+  std::string log;
+  ASSERT_TRUE(daemon.start(&log)) << log;
+  auto core = gguf::Model::open(rep->core_path);
+  ASSERT_TRUE(core);
+  auto mcore = engine::Model::load(*core);
+  ASSERT_TRUE(mcore) << mcore.error().message;
+  EXPECT_FALSE(mcore->has_local_experts);
+  auto local = engine::make_local_source(l->model);
+  auto remote = engine::make_daemon_source(*mcore, l->d / "s.sock");
+  ASSERT_TRUE(remote) << remote.error().message;
+  engine::Engine e_local(l->model, *local, 2, 256), e_remote(*mcore, **remote, 2, 256);
+  auto a = teacher_forced(e_local, c, nullptr);
+  auto b = teacher_forced(e_remote, c, nullptr);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "daemon and local logits differ";
+  e_local.reset();
+  std::vector<float> lg;
+  ASSERT_TRUE(e_local.eval({c.prompt.data(), c.prompt.size()}, false, lg));
+  size_t most = 0;
+  for (const auto& layer : e_local.routes()) {
+    std::set<uint32_t> u;
+    for (const auto& r : layer) u.insert(r.experts.begin(), r.experts.end());
+    most = std::max(most, u.size());
+  }
+  EXPECT_GT(most, 4u);
+  auto ctl = run(bin("client/expertctl") + " --socket " + l->d / "s.sock" + " stats --json");
+  auto s = nlohmann::json::parse(ctl.second);
+  EXPECT_GT(s["cache_evictions"].get<int>(), 0);
+  EXPECT_EQ(s["io_errors"].get<int>(), 0);
+}
+
+// Every hyper-parameter comes from the metadata; the ones DeepSeek-V4 cannot run without are
+// named when missing.
+TEST(Deepseek4, AMissingKeyIsAnErrorNamingIt) {
+  Case c = load_case("deepseek4/v4-f32");
+  TempDir d;
+  const std::string model = synth_case(c, d);
+  for (const char* key :
+       {"deepseek4.hyper_connection.count", "deepseek4.hyper_connection.epsilon",
+        "deepseek4.attention.compress_ratios", "deepseek4.attention.compress_rope_freq_base",
+        "deepseek4.attention.indexer.top_k", "deepseek4.attention.sliding_window",
+        "deepseek4.swiglu_clamp_exp", "deepseek4.expert_gating_func",
+        "deepseek4.attention.output_group_count"}) {
+    SCOPED_TRACE(key);
+    const std::string out = d / "broken.gguf";
+    ASSERT_TRUE(write_without_key(model, key, out));
+    auto g = gguf::Model::open(out);
+    ASSERT_TRUE(g) << g.error().message;
+    auto m = engine::Model::load(*g);
+    ASSERT_FALSE(m);
+    EXPECT_NE(m.error().message.find(key), std::string::npos) << m.error().message;
+  }
+}
