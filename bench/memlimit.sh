@@ -5,6 +5,8 @@
 # build, and a Python environment with llama-cpp-python (LLAMA_PY, used for the baseline only).
 #   LAYERS=12 DIR=/data bash bench/memlimit.sh                       (Qwen3-30B-A3B, Q4_K)
 #   PRESET=kimi-k3 TYPE=Q2_K DOWN_TYPE=Q3_K LAYERS=2 bash bench/memlimit.sh   (Kimi-K3's width)
+#   PRESET=deepseek-v4-flash TYPE=Q8_0 EXPERT_TYPE=MXFP4 LAYERS=4 bash bench/memlimit.sh
+#                                               (DeepSeek-V4-Flash's width, the seed's MXFP4 experts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${DIR:-/tmp}/expertd-memlimit
@@ -12,7 +14,9 @@ layers=${LAYERS:-12}
 preset=${PRESET:-qwen3-30b-a3b}
 type=${TYPE:-Q4_K}
 down=$([ -n "${DOWN_TYPE:-}" ] && echo "--down-type $DOWN_TYPE" || true)
-m=$preset-$layers-$type${DOWN_TYPE:+-$DOWN_TYPE}  # the model's file name
+# EXPERT_TYPE: every routed-expert tensor of this type (the rest TYPE)
+experts=$([ -n "${EXPERT_TYPE:-}" ] && echo "--gate-type $EXPERT_TYPE --up-type $EXPERT_TYPE --down-type $EXPERT_TYPE" || true)
+m=$preset-$layers-$type${DOWN_TYPE:+-$DOWN_TYPE}${EXPERT_TYPE:+-x$EXPERT_TYPE}  # the model's file name
 py=${LLAMA_PY:-python3}
 n_gen=${N_GEN:-64}
 # Prefetch hints (--prefetch) are off by default; PREFETCH=1 turns them on. Before the daemon's
@@ -20,7 +24,7 @@ n_gen=${N_GEN:-64}
 # with it they gain a little (13.6 vs 12.9 in one pair of runs, 84% of hinted loads used).
 prefetch=$([ "${PREFETCH:-0}" = 1 ] && echo --prefetch || true)
 mkdir -p "$dir"
-[ -f "$dir/$m.gguf" ] || build/pack/expert-pack -q synth --preset "$preset" --layers "$layers" --type "$type" $down --out "$dir/$m.gguf"
+[ -f "$dir/$m.gguf" ] || build/pack/expert-pack -q synth --preset "$preset" --layers "$layers" --type "$type" $down $experts --out "$dir/$m.gguf"
 [ -f "$dir/$m.manifest.json" ] || build/pack/expert-pack -q build "$dir/$m.gguf" >/dev/null
 size=$(stat -c %s "$dir/$m.gguf")
 core=$(stat -c %s "$dir/$m.core.gguf")
@@ -32,7 +36,7 @@ cleanup() { [ -n "${dpid:-}" ] && kill -TERM "$dpid" 2>/dev/null; sleep 0.5; rmd
 trap cleanup EXIT
 mkdir -p "$cg"
 echo "$limit" > "$cg/memory.limit_in_bytes"
-echo "model $preset $((size >> 20)) MiB ($layers layers, $type${DOWN_TYPE:+ with $DOWN_TYPE down}), core $((core >> 20)) MiB; limit $((limit >> 20)) MiB; expertd cache $cache_mib MiB"
+echo "model $preset $((size >> 20)) MiB ($layers layers, $type${DOWN_TYPE:+ with $DOWN_TYPE down}${EXPERT_TYPE:+ with $EXPERT_TYPE experts}), core $((core >> 20)) MiB; limit $((limit >> 20)) MiB; expertd cache $cache_mib MiB"
 
 # What the drive delivers to O_DIRECT reads of this pack (raw io_uring, queue depth 64), just before.
 drive=$(build/bench/expert-bench io --manifest "$dir/$m.manifest.json" --seconds 3 | sed -n 's/^raw io_uring O_DIRECT, qd [0-9]*: \([0-9.]*\) GB\/s.*/\1/p')

@@ -231,8 +231,11 @@ struct GenOptions {
 
 // One user turn in the model's own chat format, recognised by its special tokens: ChatML (Qwen,
 // OLMoE and the bundled model), gpt-oss's harmony, DeepSeek-V3, Mistral/Mixtral [INST] and
-// Kimi-K3's tags (its template with thinking off: the answer in the response channel).
-std::string chat_prompt(const engine::Tokenizer& tok, const std::string& user) {
+// Kimi-K3's tags (its template with thinking off: the answer in the response channel); DeepSeek-V4
+// (its template, models/templates/deepseek-ai-DeepSeek-V4-Flash-0731.jinja, with thinking off:
+// the assistant turn opens with </think>).
+std::string chat_prompt(const engine::Tokenizer& tok, const std::string& user,
+                        const std::string& arch) {
   if (tok.find("<|open|>") >= 0 && tok.find("<|end_of_msg|>") >= 0)
     return "<|open|>message role=\"user\"<|sep|>" + user +
            "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"assistant\"<|sep|>"
@@ -242,7 +245,7 @@ std::string chat_prompt(const engine::Tokenizer& tok, const std::string& user) {
   if (tok.find("<|start|>") >= 0 && tok.find("<|message|>") >= 0)
     return "<|start|>user<|message|>" + user + "<|end|><|start|>assistant";
   if (tok.find("<｜User｜>") >= 0)  // full-width bars (U+FF5C)
-    return "<｜User｜>" + user + "<｜Assistant｜>";
+    return "<｜User｜>" + user + "<｜Assistant｜>" + (arch == "deepseek4" ? "</think>" : "");
   if (tok.find("[INST]") >= 0) return "[INST] " + user + " [/INST]";
   die("--chat: this model's tokenizer has none of the chat formats expert-run knows "
       "(ChatML <|im_start|>, harmony <|start|>/<|message|>, DeepSeek <｜User｜>, [INST], Kimi-K3 "
@@ -253,7 +256,7 @@ int cmd_generate(const Common& o, GenOptions g) {
   Loaded l = load(o);
   engine::Tokenizer tok = load_tokenizer(*l.file);
   std::string prompt = read_text(g.prompt, g.prompt_file);
-  if (g.chat) prompt = chat_prompt(tok, prompt);
+  if (g.chat) prompt = chat_prompt(tok, prompt, l.model->hp.arch);
   auto ids = tok.encode(prompt, tok.add_bos(), true);
   if (ids.empty()) die("the prompt is empty");
   auto eng = forward(l, o, std::min<int>(o.ctx, static_cast<int>(ids.size()) + g.n));
@@ -449,7 +452,7 @@ int cmd_tokenize(std::string model, const std::string& text, const std::string& 
   if (!f) die(f.error().message);
   engine::Tokenizer tok = load_tokenizer(*f);
   std::string t = read_text(text, file);
-  if (chat) t = chat_prompt(tok, t);
+  if (chat) t = chat_prompt(tok, t, f->arch());
   auto ids = tok.encode(t, add_bos, !no_parse_special);
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);

@@ -242,6 +242,35 @@ TEST(ExpertRun, ChatWrapsThePromptInTheModelsFormatOrSaysWhyNot) {
   EXPECT_NE(no.second.find("none of the chat formats"), std::string::npos) << no.second;
 }
 
+// DeepSeek-V4's turn as its template (llama.cpp's deepseek-ai-DeepSeek-V4-Flash-0731.jinja,
+// rendered with python3-jinja2: add_generation_prompt, thinking off) writes it; the model
+// generates from it; and with --prefetch (the hash-routed layer predicted from its table) the
+// logits stay bit-identical.
+TEST(ExpertRun, DeepseekV4ChatFormatAndPrefetch) {
+  TempDir d;
+  const std::string model = d / "v4.gguf";
+  auto s = run(bin("pack/expert-pack") + " -q synth --preset deepseek-v4-flash --dims " +
+               "128,4,8,2,64,4,1,512 --type F32 --out " + model);
+  ASSERT_EQ(s.first, 0) << s.second;
+  auto ids = [&](const std::string& args) {
+    auto r = run(run_bin() + " tokenize --model " + model + " " + args);
+    EXPECT_EQ(r.first, 0) << r.second;
+    return r.second;
+  };
+  EXPECT_EQ(ids("--chat --text hi"), ids("--text '<｜User｜>hi<｜Assistant｜></think>'"));
+  EXPECT_EQ(ids("--text '</think>'").find(' '), std::string::npos);  // one special token
+  auto g = run(run_bin() + " generate --model " + model +
+               " --local --chat --prompt hello -n 4 --temp 0 2>&1");
+  EXPECT_EQ(g.first, 0) << g.second;
+  const std::string tokens = " --tokens 11,250,100,77,500,42,9,300,12,13,14,15,16,17,18,19";
+  auto a = run(run_bin() + " logits --model " + model + " --local --out " + d / "a.bin" + tokens);
+  auto p = run(run_bin() + " logits --model " + model + " --local --prefetch --out " + d / "p.bin" +
+               tokens);
+  ASSERT_EQ(a.first, 0) << a.second;
+  ASSERT_EQ(p.first, 0) << p.second;
+  EXPECT_TRUE(read_file(d / "a.bin") == read_file(d / "p.bin"));
+}
+
 // Architectures without golden data, as `expert-pack synth` writes them at test size (their
 // numerics were checked against llama.cpp when they were added: bit-identical logits for the
 // Q8_0 models below): they load, run, and through expertd give the same logits as --local.
