@@ -61,7 +61,7 @@ class CudaOps final : public Ops {
       const bool expert = is_expert(m, t);
       if ((expert && !experts) || (t.data == m.tok_embd.data && m.output.data != m.tok_embd.data))
         continue;
-      if (placed_.count(t.data)) continue;
+      if (placed_.count(t.data) || t.type == kernels::I32) continue;  // tables stay on the host
       if (!kernels::cuda::weight_type_supported(t.type))
         return make_error(
             std::string("weight type ") +
@@ -96,6 +96,7 @@ class CudaOps final : public Ops {
   }
 
   void init_cache(const std::vector<KvRows>& rows, int n_ctx) override {
+    n_ctx_ = n_ctx;
     cache_.resize(rows.size());
     for (size_t il = 0; il < rows.size(); ++il) {
       cache_[il].rows = rows[il];
@@ -145,7 +146,8 @@ class CudaOps final : public Ops {
   }
   void rms_norm(Act x, const Tensor& w, Act y, float eps, int64_t n) override {
     if (n == 0) n = x.cols;
-    if (const uint8_t* d = dev(w))
+    const uint8_t* d = w ? dev(w) : nullptr;  // no weight: the plain normalisation
+    if (ok())
       check("rms_norm", kernels::cuda::rms_norm(x.data, reinterpret_cast<const float*>(d), y.data,
                                                 n, x.rows * (x.cols / n), eps, stream_));
   }
@@ -269,19 +271,116 @@ class CudaOps final : public Ops {
       check("add_gated", kernels::cuda::add_gated(y.data, x.data, g, y.cols, y.rows, stream_));
   }
 
-  // DeepSeek-V4's hyper-connections and attention: the CPU backend runs them; here they end the
-  // eval with an error naming the op (not a different computation).
-  void hc_pre(Act, Act, const HcOpts&, bool, Act, Act) override { unsupported("hc_pre"); }
-  void repeat(Act, int, Act) override { unsupported("repeat"); }
-  void hc_post(Act, Act, Act, int, Act) override { unsupported("hc_post"); }
-  void matmul_grouped(const Tensor&, int, Act, Act) override { unsupported("matmul_grouped"); }
-  void attention_dsv4(int, const Dsv4AttnOpts&, const Dsv4AttnIn&, int64_t, Act) override {
-    unsupported("attention_dsv4");
-  }
-  void unsupported(const char* op) {
+  // DeepSeek-V4: hyper-connections, the grouped output projection, its attention. The compressors
+  // and the attention run on the device; the indexer's top-k of each token is taken on the host
+  // (ggml's std::partial_sort, ties included), as the routing of the gating variants is.
+  void hc_pre(Act x, Act mixes, const HcOpts& o, bool head, Act out, Act pc) override {
+    const float *sc = dev_f32(o.scale), *b = dev_f32(o.base);
     if (ok())
-      fail(make_error(std::string("the CUDA backend does not run DeepSeek-V4's ") + op +
-                      " yet: use --backend cpu"));
+      check("hc_pre",
+            kernels::cuda::hc_pre(x.data, mixes.data, sc, b, o.hc, o.sinkhorn_iters, o.eps, head,
+                                  out.data, pc.data, x.rows, out.cols, stream_));
+  }
+  void hc_post(Act f, Act x, Act pc, int hc, Act out) override {
+    if (ok())
+      check("hc_post",
+            kernels::cuda::hc_post(f.data, x.data, pc.data, hc, out.data, f.rows, f.cols, stream_));
+  }
+  void repeat(Act x, int n, Act out) override {
+    if (ok())
+      check("repeat", kernels::cuda::repeat_rows(x.data, n, out.data, x.rows, x.cols, stream_));
+  }
+  void matmul_grouped(const Tensor& w, int groups, Act x, Act y) override {
+    const int64_t C = x.cols / groups, R = y.cols / groups, T = x.rows;
+    Act xg = alloc(T, C), yg = alloc(T, R);
+    for (int g = 0; g < groups && ok(); ++g) {
+      Tensor wg = w;
+      wg.ne = {C, R, 1};
+      wg.data = w.data + w.row_bytes() * size_t(g * R);
+      check("gather columns",
+            cudaMemcpy2DAsync(xg.data, C * sizeof(float), x.data + g * C, x.cols * sizeof(float),
+                              C * sizeof(float), T, cudaMemcpyDeviceToDevice, stream_));
+      matmul(wg, xg, yg);
+      if (ok())
+        check("scatter columns",
+              cudaMemcpy2DAsync(y.data + g * R, y.cols * sizeof(float), yg.data, R * sizeof(float),
+                                R * sizeof(float), T, cudaMemcpyDeviceToDevice, stream_));
+    }
+  }
+  void attention_dsv4(int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in, int64_t pos0,
+                      Act out) override {
+    if (!ok()) return;
+    const int64_t T = in.q.rows, D = o.head_dim, W = o.window, r = o.ratio;
+    float* st = cache_[il].state;
+    float* ring = st;
+    st += W * D;
+    auto compress = [&](Act kv, Act score, const Tensor& ape, const Tensor& norm, int64_t width,
+                        int64_t dim) {
+      kernels::cuda::Dsv4Compress c;
+      c.kv = kv.data, c.score = score.data, c.ape = dev_f32(ape), c.norm = dev_f32(norm);
+      const int64_t slots = o.pending();
+      c.pend_kv = st, c.pend_score = st + slots * width, c.entries = st + 2 * slots * width;
+      st += 2 * slots * width + o.entries(n_ctx_) * dim;
+      c.n_tokens = T, c.pos0 = pos0, c.ratio = r, c.slots = slots, c.width = width, c.dim = dim,
+      c.n_rot = o.n_rot, c.eps = o.eps, c.rope_base = o.rope.base;
+      if (o.rope.yarn) c.use_yarn = true, c.yarn = *o.rope.yarn;
+      if (ok()) check("dsv4_compress", kernels::cuda::dsv4_compress(c, stream_));
+      return c.entries;
+    };
+    float *entries = nullptr, *idx_entries = nullptr;
+    if (r > 0) entries = compress(in.comp_kv, in.comp_score, o.ape, o.norm, o.coff() * D, D);
+    if (r == 4)
+      idx_entries =
+          compress(in.idx_kv, in.idx_score, o.idx_ape, o.idx_norm, 2 * o.idx_dim, o.idx_dim);
+    // Each token's entries: all visible ones, or the indexer's top_k of them.
+    const int64_t n_max = r > 0 ? (pos0 + T) / r : 0;
+    const int64_t stride = std::max<int64_t>(1, r == 4 ? std::min<int64_t>(n_max, o.top_k) : n_max);
+    std::vector<int32_t> sel(size_t(T * stride), 0), sel_n(T, 0);
+    std::vector<float> score;
+    if (r == 4 && n_max > o.top_k) {
+      Act sc = alloc(T, n_max);
+      if (ok())
+        check("dsv4_index", kernels::cuda::dsv4_index_scores(
+                                in.idx_q.data, in.idx_w.data, idx_entries, sc.data, T, pos0, r,
+                                o.idx_heads, o.idx_dim, n_max, o.idx_scale, stream_));
+      score.resize(size_t(T * n_max));
+      to_host(sc, score.data());
+      if (!ok()) return;
+    }
+    std::vector<int32_t> order;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t n_vis = r > 0 ? (pos0 + t + 1) / r : 0;
+      int32_t* s = &sel[size_t(t * stride)];
+      if (r != 4 || n_vis <= o.top_k) {
+        for (int64_t j = 0; j < n_vis; ++j) s[j] = static_cast<int32_t>(j);
+        sel_n[t] = static_cast<int32_t>(n_vis);
+        continue;
+      }
+      const float* sc = &score[size_t(t * n_max)];
+      order.resize(n_vis);
+      for (int64_t j = 0; j < n_vis; ++j) order[j] = static_cast<int32_t>(j);
+      std::partial_sort(order.begin(), order.begin() + o.top_k, order.end(),
+                        [&](int32_t a, int32_t c) { return sc[a] > sc[c]; });
+      std::sort(order.begin(), order.begin() + o.top_k);
+      std::copy_n(order.begin(), o.top_k, s);
+      sel_n[t] = o.top_k;
+    }
+    Act dsel = alloc(T, stride + 1);  // int32s: the lists, then the counts
+    if (!ok()) return;
+    auto* ids = reinterpret_cast<int32_t*>(dsel.data);
+    check("upload selection", cudaMemcpyAsync(ids, sel.data(), sel.size() * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, stream_));
+    check("upload selection",
+          cudaMemcpyAsync(ids + sel.size(), sel_n.data(), sel_n.size() * sizeof(int32_t),
+                          cudaMemcpyHostToDevice, stream_));
+    kernels::cuda::Dsv4Attention a;
+    a.q = in.q.data, a.kv = in.kv.data, a.ring = ring, a.entries = entries,
+    a.sinks = o.sinks ? dev_f32(o.sinks) : nullptr, a.sel = ids, a.sel_n = ids + sel.size(),
+    a.out = out.data, a.n_tokens = T, a.pos0 = pos0, a.n_head = o.n_head, a.dim = D, a.window = W,
+    a.sel_stride = stride, a.scale = o.scale;
+    if (ok()) check("dsv4_attention", kernels::cuda::dsv4_attention(a, stream_));
+    if (ok())
+      check("dsv4_ring", kernels::cuda::dsv4_ring_store(in.kv.data, ring, T, pos0, W, D, stream_));
   }
 
   // Plain softmax gating routes with the softmax/top-k kernel; every other variant (sigmoid,
@@ -444,6 +543,7 @@ class CudaOps final : public Ops {
   void check(const char* what, cudaError_t e) {
     if (e != cudaSuccess) fail(make_error(cuda_error(what, e)));
   }
+  int n_ctx_ = 0;
   bool ok() const { return static_cast<bool>(status_); }
   void fail(const expertd::Error& e) {
     if (ok()) status_ = e;

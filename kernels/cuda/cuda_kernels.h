@@ -115,4 +115,50 @@ cudaError_t scatter_rows(const float* src, const int32_t* idx, float* dst, int64
 cudaError_t add_gated(float* y, const float* x, const float* gate, int64_t n, int64_t n_rows,
                       cudaStream_t stream);
 
+// DeepSeek-V4 (engine::Ops::hc_pre / hc_post / attention_dsv4, engine/ops.h).
+// Hyper-connections, one block per token: from mixes (T x (2 + hc) hc, or T x hc for the head,
+// or null: the streams' mean) the pre weights, and unless `head` the post weights and the
+// Sinkhorn-normalised combination into pc (T x hc + hc hc); out = sum_h pre[h] x[h].
+cudaError_t hc_pre(const float* x, const float* mixes, const float* scale, const float* base,
+                   int hc, int sinkhorn_iters, float eps, bool head, float* out, float* pc,
+                   int64_t n_tokens, int64_t n, cudaStream_t stream);
+// out[dst] = post[dst] f + sum_src comb[dst, src] x[src], rows of hc x n floats.
+cudaError_t hc_post(const float* f, const float* x, const float* pc, int hc, float* out,
+                    int64_t n_tokens, int64_t n, cudaStream_t stream);
+// Each row of out: x's row (cols floats) n times.
+cudaError_t repeat_rows(const float* x, int n, float* out, int64_t rows, int64_t cols,
+                        cudaStream_t stream);
+// One compressor, tokens in order: each row joins the pending ring (its score plus the position
+// bias); a block's last position makes its entry (per channel a softmax-weighted sum over the
+// block's positions, or for overlap the previous block's first halves and this block's second),
+// normalised and rotated at the block's first position.
+struct Dsv4Compress {
+  const float *kv = nullptr, *score = nullptr, *ape = nullptr, *norm = nullptr;
+  float *pend_kv = nullptr, *pend_score = nullptr, *entries = nullptr;
+  int64_t n_tokens = 0, pos0 = 0, ratio = 0, slots = 0, width = 0, dim = 0, n_rot = 0;
+  float eps = 1e-6f, rope_base = 10000.0f;
+  bool use_yarn = false;
+  kernels::Yarn yarn;
+};
+cudaError_t dsv4_compress(const Dsv4Compress& c, cudaStream_t stream);
+// The lightning indexer's scores (n_tokens x n_max): entry j < (pos0 + t + 1) / ratio of token t
+// scores sum_h relu(q_h . k_j) w_h scale; the others -inf.
+cudaError_t dsv4_index_scores(const float* q, const float* w, const float* entries, float* scores,
+                              int64_t n_tokens, int64_t pos0, int64_t ratio, int64_t heads,
+                              int64_t dim, int64_t n_max, float scale, cudaStream_t stream);
+// Attention of each (token, head) over the token's window rows (this eval's from kv, older ones
+// from the window ring) then its sel_n[t] entries sel[t * sel_stride ..] (values are the keys),
+// with a sink per head.
+struct Dsv4Attention {
+  const float *q = nullptr, *kv = nullptr, *ring = nullptr, *entries = nullptr, *sinks = nullptr;
+  const int32_t *sel = nullptr, *sel_n = nullptr;
+  float* out = nullptr;
+  int64_t n_tokens = 0, pos0 = 0, n_head = 0, dim = 0, window = 0, sel_stride = 0;
+  float scale = 1.0f;
+};
+cudaError_t dsv4_attention(const Dsv4Attention& a, cudaStream_t stream);
+// The window ring (window rows of dim floats, position p at p % window) takes the newest rows.
+cudaError_t dsv4_ring_store(const float* kv, float* ring, int64_t n_tokens, int64_t pos0,
+                            int64_t window, int64_t dim, cudaStream_t stream);
+
 }  // namespace kernels::cuda

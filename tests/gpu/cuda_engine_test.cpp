@@ -158,12 +158,55 @@ TEST(CudaEngine, SynthGlm45DeepseekV2LiteAndKimiK3MatchTheCpuEngine) {
   }
 }
 
+// DeepSeek-V4 (hyper-connections, the window ring, both compressors, the indexer's top-k, hash
+// routing, limited SwiGLU), F32, long enough for every mechanism to act: a prefill of 100, one of
+// 31 (past the first compressed-by-128 entry), then decode steps; the GPU's logits against the
+// CPU engine's.
+TEST(CudaEngine, Deepseek4MatchesTheCpuEngine) {
+  EXPERTD_REQUIRE_GPU();
+  TempDir d;
+  const std::string path = d / "m.gguf";
+  auto s = run(bin("pack/expert-pack") + " -q synth --preset deepseek-v4-flash --dims " +
+               "128,4,8,2,64,4,1,512 --type F32 --out " + path);
+  ASSERT_EQ(s.first, 0) << s.second;
+  auto file = gguf::Model::open(path);
+  ASSERT_TRUE(file);
+  auto model = engine::Model::load(*file);
+  ASSERT_TRUE(model) << model.error().message;
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 136; ++i) tokens.push_back((i * 37 + 11) % 300);
+  auto src = engine::make_local_source(*model);
+  engine::Engine cpu(*model, *src, 2, 160);
+  auto gpu = engine::make_cuda_forward(*model, "", 160);
+  ASSERT_TRUE(gpu) << gpu.error().message;
+  std::vector<float> fc, fg, step;
+  for (auto* eng : {static_cast<engine::Forward*>(&cpu), gpu->get()}) {
+    auto& out = eng == &cpu ? fc : fg;
+    size_t at = 0;
+    for (size_t n : {100, 31, 1, 1, 1, 1, 1}) {
+      auto st = eng->eval({tokens.data() + at, n}, true, step);
+      ASSERT_TRUE(st) << st.error().message;
+      out.insert(out.end(), step.begin(), step.end());
+      at += n;
+    }
+  }
+  ASSERT_EQ(fc.size(), tokens.size() * 512);
+  ASSERT_EQ(fg.size(), fc.size());
+  double mx = 0, mag = 0;
+  for (size_t i = 0; i < fc.size(); ++i)
+    mx = std::max(mx, std::fabs(double(fc[i]) - fg[i])),
+    mag = std::max(mag, std::fabs(double(fc[i])));
+  EXPECT_GT(mag, 0.1);
+  EXPECT_LE(mx, 1e-3) << "GPU and CPU logits differ";
+}
+
 // The same models through a cuda expertd whose cache is smaller than the model (12 of 48 experts):
 // bit-identical to uploaded experts, with and without prefetch hints (which expertd acts on).
 TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts) {
   EXPERTD_REQUIRE_GPU();
   const std::vector<int32_t> tokens = {11, 250, 100, 77, 500, 42, 9, 300};
-  for (const std::string preset : {"glm-4.5-air", "deepseek-v2-lite", "kimi-k3"}) {
+  for (const std::string preset :
+       {"glm-4.5-air", "deepseek-v2-lite", "kimi-k3", "deepseek-v4-flash"}) {
     SCOPED_TRACE(preset);
     TempDir d;
     const std::string model = synth_model(d, preset);
