@@ -129,7 +129,8 @@ TEST(ExpertPack, GoldenModelsRoundTrip) {
 }
 
 // A model split in two shards (as llama.cpp's gguf-split writes them) packs as the whole file:
-// a golden qwen3moe, and a Kimi-K3 with its Q2_K/Q3_K latent experts.
+// a golden qwen3moe, a Kimi-K3 with its Q2_K/Q3_K latent experts, a DeepSeek-V4 with MXFP4
+// experts (and its I32 hash-routing table in the core).
 TEST(ExpertPack, SplitGgufGivesTheSamePack) {
   REQUIRE_GOLDEN();
   TempDir k3;
@@ -137,7 +138,12 @@ TEST(ExpertPack, SplitGgufGivesTheSamePack) {
       run(bin("pack/expert-pack") + " -q synth --preset kimi-k3 --dims 512,3,8,2,256,8,1,512 " +
           "--type Q2_K --down-type Q3_K --out " + k3 / "k3.gguf");
   ASSERT_EQ(s.first, 0) << s.second;
-  for (const std::string& model : {golden_model("qwen3moe-A-s1-f32"), k3 / "k3.gguf"}) {
+  s = run(bin("pack/expert-pack") + " -q synth --preset deepseek-v4-flash --dims " +
+          "256,3,8,2,128,4,1,512 --type Q8_0 --gate-type MXFP4 --up-type MXFP4 --down-type MXFP4 " +
+          "--out " + k3 / "v4.gguf");
+  ASSERT_EQ(s.first, 0) << s.second;
+  for (const std::string& model :
+       {golden_model("qwen3moe-A-s1-f32"), k3 / "k3.gguf", k3 / "v4.gguf"}) {
     SCOPED_TRACE(model);
     TempDir d;
     auto src = gguf::Model::open(model);
@@ -178,6 +184,54 @@ TEST(ExpertPack, SplitGgufGivesTheSamePack) {
     EXPECT_NE(r.first, 0);
     EXPECT_NE(r.second.find("first shard"), std::string::npos) << r.second;
   }
+}
+
+// Trailing NextN (multi-token prediction) blocks, counted as llama.cpp counts them
+// (<arch>.nextn_predict_layers when the first has nextn.eh_proj): the engine does not run them,
+// and the pack neither packs their experts nor keeps them in the core.
+TEST(ExpertPack, NextnBlocksAreNotPacked) {
+  TempDir d;
+  auto s = run(bin("pack/expert-pack") + " -q synth --preset deepseek-v4-flash --dims " +
+               "128,3,8,2,64,4,1,512 --type F32 --out " + d / "v4.gguf");
+  ASSERT_EQ(s.first, 0) << s.second;
+  auto src = gguf::Model::open(d / "v4.gguf");
+  ASSERT_TRUE(src);
+  // The same file with its last block marked as a NextN block (its nextn.eh_proj: a copy of a
+  // norm's bytes; only its presence counts).
+  gguf::Writer w(src->alignment());
+  for (const auto& kv : src->kvs()) w.add_raw_kv(kv.raw);
+  w.add_u32("deepseek4.nextn_predict_layers", 1);
+  std::vector<const gguf::TensorInfo*> kept;
+  for (const auto& t : src->tensors()) {
+    w.add_tensor(t.name, t.type, std::vector<uint64_t>(t.ne.begin(), t.ne.begin() + t.n_dims));
+    kept.push_back(&t);
+  }
+  const gguf::TensorInfo* norm = src->tensor("blk.2.attn_norm.weight");
+  ASSERT_TRUE(norm);
+  w.add_tensor("blk.2.nextn.eh_proj.weight", norm->type, {uint64_t(norm->ne[0])});
+  kept.push_back(norm);
+  std::string data(w.file_bytes(), '\0');
+  auto h = w.header();
+  std::memcpy(data.data(), h.data(), h.size());
+  for (size_t i = 0; i < kept.size(); ++i)
+    std::memcpy(data.data() + w.tensor_offset(i), kept[i]->data, kept[i]->nbytes);
+  write_file(d / "mtp.gguf", data);
+
+  auto f = gguf::Model::open(d / "mtp.gguf");
+  ASSERT_TRUE(f) << f.error().message;
+  auto m = engine::Model::load(*f);
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->hp.n_layer, 2);
+  pack::Manifest man = build_ok(d / "mtp.gguf", d.path());
+  EXPECT_EQ(man.layers.size(), 2u);
+  for (const auto& l : man.layers) EXPECT_LT(l.model_layer, 2u);
+  auto core = gguf::Model::open(d / "mtp.core.gguf");
+  ASSERT_TRUE(core) << core.error().message;
+  EXPECT_FALSE(core->tensor("blk.2.ffn_gate_exps.weight"));
+  EXPECT_TRUE(core->tensor("blk.2.nextn.eh_proj.weight"));
+  auto mc = engine::Model::load(*core);
+  ASSERT_TRUE(mc) << mc.error().message;
+  EXPECT_FALSE(mc->has_local_experts);
 }
 
 TEST(ExpertPack, BadInputsFailClearlyAndLeaveNothing) {
