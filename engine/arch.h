@@ -102,6 +102,7 @@ struct SynthModel {
   std::map<std::string, uint32_t> u32;
   std::map<std::string, float> f32;
   std::map<std::string, bool> flags;
+  std::map<std::string, std::string> strings;
   std::map<std::string, std::vector<int32_t>> arrays;  // per-layer values
   std::map<std::string, std::vector<float>> farrays;
   std::vector<std::string> specials;  // control tokens of the model's chat format

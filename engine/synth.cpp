@@ -168,6 +168,7 @@ void add_metadata(gguf::Writer& w, const std::string& arch, const std::string& n
   for (const auto& [k, v] : m.u32) w.add_u32(arch + "." + k, v);
   for (const auto& [k, v] : m.f32) w.add_f32(arch + "." + k, v);
   for (const auto& [k, v] : m.flags) w.add_bool(arch + "." + k, v);
+  for (const auto& [k, v] : m.strings) w.add_string(arch + "." + k, v);
   for (const auto& [k, v] : m.arrays) w.add_i32_array(arch + "." + k, v);
   for (const auto& [k, v] : m.farrays) w.add_f32_array(arch + "." + k, v);
   w.add_u32("general.file_type", file_type(type));

@@ -210,7 +210,8 @@ class Deepseek4 final : public Arch {
   // 2,048 per expert); the rest as DeepSeek-V4-Flash's config is published and llama.cpp's
   // converter records it (64 heads of 512 with 64 rotated, q LoRA 1,024, 8 output groups through
   // a 1,024 rank, a 128-position window, 64 indexer heads of 128 picking 512, 4 hyper-connection
-  // streams, 3 hash-routed layers, SwiGLU limit 10). --dims scales it to a test size with every
+  // streams, 3 hash-routed layers, SwiGLU limit 10, YaRN 16x 65,536 on the compressed layers).
+  // --dims scales it to a test size with every
   // feature kept: small window and top-k, so that the window, compression and indexer selection
   // all act within a short prompt.
   expertd::Result<SynthModel> synth(const std::string&, const SynthDims& d) const override {
@@ -258,6 +259,13 @@ class Deepseek4 final : public Arch {
     m->f32["hyper_connection.epsilon"] = 1e-6f;
     m->f32["attention.compress_rope_freq_base"] = 160000.0f;
     m->u32["context_length"] = 1048576;
+    // YaRN on the compressed layers, 16x a 65,536-position training context (the published
+    // config's rope_scaling as llama.cpp's converter writes it)
+    m->strings["rope.scaling.type"] = "yarn";
+    m->f32["rope.scaling.factor"] = 16.0f;
+    m->u32["rope.scaling.original_context_length"] = 65536;
+    m->f32["rope.scaling.yarn_beta_fast"] = 32.0f;
+    m->f32["rope.scaling.yarn_beta_slow"] = 1.0f;
     m->u32["vocab_size"] = s.n_vocab;
     m->specials = {"<｜begin▁of▁sentence｜>",
                    "<｜end▁of▁sentence｜>",
