@@ -23,6 +23,8 @@ n_gen=${N_GEN:-64}
 # hint admission (evict only a colder expert) they cost here (11.5 tok/s with, 16.0 without);
 # with it they gain a little (13.6 vs 12.9 in one pair of runs, 84% of hinted loads used).
 prefetch=$([ "${PREFETCH:-0}" = 1 ] && echo --prefetch || true)
+# TRACE=FILE: expertd records every acquire of the run there (expert-bench policy replays it)
+trace=$([ -n "${TRACE:-}" ] && echo "--trace-path $TRACE" || true)
 mkdir -p "$dir"
 [ -f "$dir/$m.gguf" ] || build/pack/expert-pack -q synth --preset "$preset" --layers "$layers" --type "$type" $down $experts --out "$dir/$m.gguf"
 [ -f "$dir/$m.manifest.json" ] || build/pack/expert-pack -q build "$dir/$m.gguf" >/dev/null
@@ -42,7 +44,7 @@ echo "model $preset $((size >> 20)) MiB ($layers layers, $type${DOWN_TYPE:+ with
 drive=$(build/bench/expert-bench io --manifest "$dir/$m.manifest.json" --seconds 3 | sed -n 's/^raw io_uring O_DIRECT, qd [0-9]*: \([0-9.]*\) GB\/s.*/\1/p')
 sync; echo 3 > /proc/sys/vm/drop_caches
 sh -c "echo \$\$ > $cg/cgroup.procs; exec build/daemon/expertd --manifest $dir/$m.manifest.json --socket $dir/s.sock \
-  --config /dev/null --cache-mib $cache_mib --reserve-mib 0 --clients-max 1 --lock-memory false --log-level warn" &
+  --config /dev/null --cache-mib $cache_mib --reserve-mib 0 --clients-max 1 --lock-memory false --log-level warn $trace" &
 dpid=$!
 for _ in $(seq 200); do [ -S "$dir/s.sock" ] && break; sleep 0.05; done
 ours=$(sh -c "echo \$\$ > $cg/cgroup.procs; exec build/engine/expert-run bench --model $dir/$m.core.gguf --socket $dir/s.sock \
