@@ -48,7 +48,9 @@ class Engine {
   void reset() { n_past_ = 0; }
   // Before a layer's experts run, hint the next MoE layer's likely experts to the source: the
   // next router applied to the current residual stream (DESIGN.md, "Overlap").
-  void set_prefetch(bool on) { prefetch_ = on; }
+  // two_ahead: also predict two layers ahead (scored only, never hinted: an extra router per
+  // layer, for expert-run bench's report).
+  void set_prefetch(bool on, bool two_ahead = false) { prefetch_ = on, two_ahead_ = two_ahead; }
   // With prefetch on: for each MoE layer, the predictions made 1 and 2 layers ahead (depth 1 is
   // what is hinted) scored against the experts it used; [depth - 1][layer].
   const std::vector<PredictionStats>& prediction_stats(int depth) const {
@@ -86,7 +88,7 @@ class Engine {
   std::unique_ptr<ExpertSource> owned_experts_;
   ExpertSource& experts_;
   int n_ctx_, n_past_ = 0;
-  bool prefetch_ = false;
+  bool prefetch_ = false, two_ahead_ = false;
   Act x_;  // the residual stream of the eval in progress
   std::span<const int32_t> tokens_;
   uint64_t cache_bytes_ = 0;

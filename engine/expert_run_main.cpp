@@ -164,6 +164,7 @@ int cmd_logits(const Common& o, const std::string& tokens_csv, const std::string
   auto ids = parse_ids(tokens_csv);
   if (ids.empty()) die("--tokens is empty");
   auto eng = forward(l, o, std::max<int>(o.ctx, static_cast<int>(ids.size())));
+  eng->set_prefetch(o.prefetch);
   std::vector<float> all, step;
   size_t first = decode_from > 0 ? std::min<size_t>(decode_from, ids.size()) : ids.size();
   if (auto st = eng->eval({ids.data(), first}, true, all); !st) die(st.error().message);
@@ -319,7 +320,7 @@ int cmd_generate(const Common& o, GenOptions g) {
 int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
   Loaded l = load(o);
   auto eng = forward(l, o, std::min<int>(o.ctx, n_prompt + n_gen + 1));
-  eng->set_prefetch(o.prefetch);
+  eng->set_prefetch(o.prefetch, /*two_ahead=*/true);  // scored in the report
   std::mt19937 rng(1234);
   std::vector<int32_t> prompt(n_prompt);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % l.model->hp.n_vocab);

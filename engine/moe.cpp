@@ -106,7 +106,7 @@ std::vector<uint32_t> likely_experts(const float* logits, int T, int X, int K) {
 // prediction, scored when those layers route; the next layer's is hinted to the source. Hints
 // never change the math.
 void Engine::prefetch_next(int il) {
-  for (int d = 1; d <= 2 && il + d < m_.hp.n_layer; ++d) {
+  for (int d = 1; d <= (two_ahead_ ? 2 : 1) && il + d < m_.hp.n_layer; ++d) {
     const MoeWeights* next = m_.moe(il + d);
     if (!next) continue;
     const size_t mark = ops_->mark();
