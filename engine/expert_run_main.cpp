@@ -237,6 +237,8 @@ struct GenOptions {
 // the assistant turn opens with </think>).
 std::string chat_prompt(const engine::Tokenizer& tok, const std::string& user,
                         const std::string& arch) {
+  const auto a = engine::make_arch(arch);
+  const std::string reply = a ? a->chat_reply_prefix() : "";
   if (tok.find("<|open|>") >= 0 && tok.find("<|end_of_msg|>") >= 0)
     return "<|open|>message role=\"user\"<|sep|>" + user +
            "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"assistant\"<|sep|>"
@@ -246,7 +248,7 @@ std::string chat_prompt(const engine::Tokenizer& tok, const std::string& user,
   if (tok.find("<|start|>") >= 0 && tok.find("<|message|>") >= 0)
     return "<|start|>user<|message|>" + user + "<|end|><|start|>assistant";
   if (tok.find("<｜User｜>") >= 0)  // full-width bars (U+FF5C)
-    return "<｜User｜>" + user + "<｜Assistant｜>" + (arch == "deepseek4" ? "</think>" : "");
+    return "<｜User｜>" + user + "<｜Assistant｜>" + reply;
   if (tok.find("[INST]") >= 0) return "[INST] " + user + " [/INST]";
   die("--chat: this model's tokenizer has none of the chat formats expert-run knows "
       "(ChatML <|im_start|>, harmony <|start|>/<|message|>, DeepSeek <｜User｜>, [INST], Kimi-K3 "

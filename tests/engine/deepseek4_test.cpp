@@ -21,52 +21,6 @@ namespace {
 
 const char* kCases[] = {"deepseek4/v4-f32", "deepseek4/v4-q8_0", "deepseek4/v4-mxfp4"};
 
-// The case's model, written by expert-pack synth from the recipe in its case.json.
-std::string synth_case(const Case& c, const TempDir& d) {
-  std::string cmd = bin("pack/expert-pack") + " -q";
-  for (const auto& a : c.j["synth"]) cmd += " " + a.get<std::string>();
-  const std::string model = d / "m.gguf";
-  auto s = run(cmd + " --out " + model);
-  EXPECT_EQ(s.first, 0) << s.second;
-  return model;
-}
-
-struct Loaded {
-  TempDir d;
-  std::string path;
-  std::optional<gguf::Model> file;
-  engine::Model model;
-};
-
-std::unique_ptr<Loaded> load(const Case& c) {
-  auto l = std::make_unique<Loaded>();
-  l->path = synth_case(c, l->d);
-  auto f = gguf::Model::open(l->path);
-  EXPECT_TRUE(f) << (f ? "" : f.error().message);
-  if (!f) return nullptr;
-  l->file.emplace(std::move(*f));
-  auto m = engine::Model::load(*l->file);
-  EXPECT_TRUE(m) << (m ? "" : m.error().message);
-  if (!m) return nullptr;
-  l->model = std::move(*m);
-  return l;
-}
-
-// A copy of a GGUF whose metadata key `key` is renamed (same length, so the file stays valid):
-// to the reader, the key is missing.
-bool write_without_key(const std::string& in, const std::string& key, const std::string& out) {
-  std::string bytes = read_file(in);
-  std::string pattern(8, '\0');
-  uint64_t n = key.size();
-  std::memcpy(pattern.data(), &n, 8);
-  pattern += key;
-  const size_t at = bytes.find(pattern);
-  if (at == std::string::npos) return false;
-  bytes[at + pattern.size() - 1] = '~';
-  std::ofstream(out, std::ios::binary) << bytes;
-  return true;
-}
-
 }  // namespace
 
 // F32 within 1e-4 on every row (measured: median row-max 1e-6); Q8_0 and the seed's MXFP4

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <type_traits>
 
 #include "engine/engine.h"
@@ -151,5 +153,53 @@ struct Packed {
     if (rep) core = rep->core_path, manifest = rep->manifest_path;
   }
 };
+
+// Synthetic cases (tests/data/<arch>/<case>: an expert-pack synth recipe and llama.cpp's logits).
+// The case's model, written by expert-pack synth from the recipe in its case.json.
+inline std::string synth_case(const Case& c, const TempDir& d) {
+  std::string cmd = bin("pack/expert-pack") + " -q";
+  for (const auto& a : c.j["synth"]) cmd += " " + a.get<std::string>();
+  const std::string model = d / "m.gguf";
+  auto s = run(cmd + " --out " + model);
+  EXPECT_EQ(s.first, 0) << s.second;
+  return model;
+}
+
+struct Loaded {
+  TempDir d;
+  std::string path;
+  std::optional<gguf::Model> file;
+  engine::Model model;
+};
+
+inline std::unique_ptr<Loaded> load(const Case& c) {
+  auto l = std::make_unique<Loaded>();
+  l->path = synth_case(c, l->d);
+  auto f = gguf::Model::open(l->path);
+  EXPECT_TRUE(f) << (f ? "" : f.error().message);
+  if (!f) return nullptr;
+  l->file.emplace(std::move(*f));
+  auto m = engine::Model::load(*l->file);
+  EXPECT_TRUE(m) << (m ? "" : m.error().message);
+  if (!m) return nullptr;
+  l->model = std::move(*m);
+  return l;
+}
+
+// A copy of a GGUF whose metadata key `key` is renamed (same length, so the file stays valid):
+// to the reader, the key is missing.
+inline bool write_without_key(const std::string& in, const std::string& key,
+                              const std::string& out) {
+  std::string bytes = read_file(in);
+  std::string pattern(8, '\0');
+  uint64_t n = key.size();
+  std::memcpy(pattern.data(), &n, 8);
+  pattern += key;
+  const size_t at = bytes.find(pattern);
+  if (at == std::string::npos) return false;
+  bytes[at + pattern.size() - 1] = '~';
+  std::ofstream(out, std::ios::binary) << bytes;
+  return true;
+}
 
 }  // namespace expertd::test
