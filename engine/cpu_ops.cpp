@@ -49,16 +49,17 @@ class CpuOps final : public Ops {
   }
   size_t mark() const override { return arena_.mark(); }
   void release_to(size_t mark) override { arena_.release_to(mark); }
-  void begin_eval() override { arena_.consolidate(); }
+  void consolidate() override { arena_.consolidate(); }
 
-  void init_cache(const std::vector<KvRows>& rows, int n_ctx) override {
-    n_ctx_ = n_ctx;
-    cache_.resize(rows.size());
-    for (size_t il = 0; il < rows.size(); ++il) {
-      cache_[il].rows = rows[il];
-      cache_[il].k.assign(size_t(n_ctx) * rows[il].k, 0.0f);
-      cache_[il].v.assign(size_t(n_ctx) * rows[il].v, 0.0f);
-      cache_[il].state.assign(size_t(rows[il].state), 0.0f);
+  void init_cache(const std::vector<KvRows>& layers, int n_ctx, int n_slots) override {
+    n_ctx_ = n_ctx, n_layer_ = int(layers.size());
+    cache_.resize(layers.size() * size_t(n_slots));
+    for (size_t i = 0; i < cache_.size(); ++i) {  // slot-major
+      const KvRows& rows = layers[i % layers.size()];
+      cache_[i].rows = rows;
+      cache_[i].k.assign(size_t(n_ctx) * rows.k, 0.0f);
+      cache_[i].v.assign(size_t(n_ctx) * rows.v, 0.0f);
+      cache_[i].state.assign(size_t(rows.state), 0.0f);
     }
   }
 
@@ -97,17 +98,18 @@ class CpuOps final : public Ops {
     for (int64_t t = 0; t < x.rows; ++t) kernels::rms_norm(x.row(t), w.f32(), x.row(t), n, eps);
   }
 
-  void rope(Act x, int64_t stride, int64_t offset, int64_t n_rot, int64_t pos0,
-            const RopeOpts& o) override {
+  void rope_at(Act x, int64_t stride, int64_t offset, int64_t n_rot, int64_t pos0,
+               const RopeOpts& o) override {
     for (int64_t t = 0; t < x.rows; ++t)
       for (int64_t h = 0; h < x.cols / stride; ++h)
         kernels::rope(x.row(t) + h * stride + offset, n_rot, n_rot, pos0 + t, o.base, o.neox,
                       o.yarn, o.inverse);
   }
 
-  void attention(int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o, Act out) override {
+  void attention_at(int slot, int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o,
+                    Act out) override {
     const int64_t D = o.head_dim, KV = o.n_head_kv * D, H = o.n_head, T = q.rows;
-    Cache& c = cache_[il];
+    Cache& c = cache(slot, il);
     assert(c.rows.k == KV && c.rows.v == KV);
     for (int64_t t = 0; t < T; ++t) {
       std::copy_n(k.row(t), KV, &c.k[size_t(pos0 + t) * KV]);
@@ -132,11 +134,11 @@ class CpuOps final : public Ops {
   // Multi-head latent attention as llama.cpp computes it ("absorbed"): each head's query is taken
   // into the latent space with attn_k_b, attention runs over the cached latent rows, and attn_v_b
   // takes each head's result back out.
-  void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b, int64_t pos0,
-                     const MlaOpts& o, Act out) override {
+  void attention_mla_at(int slot, int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b,
+                        int64_t pos0, const MlaOpts& o, Act out) override {
     const int64_t T = q.rows, H = o.n_head, R = o.n_rot, C = o.kv_lora, KL = C + R,
                   nope = o.qk_nope, KM = nope + R;
-    Cache& c = cache_[il];
+    Cache& c = cache(slot, il);
     assert(c.rows.k == KL);
     float* cache = c.k.data();
     for (int64_t t = 0; t < T; ++t) std::copy_n(kv.row(t), KL, cache + size_t(pos0 + t) * KL);
@@ -220,10 +222,10 @@ class CpuOps final : public Ops {
   // Token by token (the recurrence is sequential; heads in parallel): the convolutions with
   // their state, silu, the L2 norms, the gates, then per head the decay, the delta-rule update
   // and the read-out, with the state held transposed (value-major) as ggml's gated_delta_net.
-  void kda(int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta, int64_t pos0,
-           Act out) override {
+  void kda_at(int slot, int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta,
+              int64_t pos0, Act out) override {
     const int64_t H = o.n_head, S = o.head_dim, D = H * S, C = o.d_conv - 1, T = q.rows;
-    std::vector<float>& st = cache_[il].state;
+    std::vector<float>& st = cache(slot, il).state;
     if (pos0 == 0) std::fill(st.begin(), st.end(), 0.0f);
     const Tensor* conv_w[3] = {&o.conv_q, &o.conv_k, &o.conv_v};
     Act xs[3] = {q, k, v};
@@ -352,10 +354,10 @@ class CpuOps final : public Ops {
   // each token's keys: the window's rows (this eval's from kv, older ones from the ring) and the
   // visible compressed entries (ratio 4: the indexer's top_k of them, in entry order), attended
   // per head with the sink; last, the window ring takes this eval's newest rows.
-  void attention_dsv4(int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in, int64_t pos0,
-                      Act out) override {
+  void attention_dsv4_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in,
+                         int64_t pos0, Act out) override {
     const int64_t T = in.q.rows, D = o.head_dim, H = o.n_head, W = o.window, r = o.ratio;
-    float* st = cache_[il].state.data();
+    float* st = cache(slot, il).state.data();
     float* ring = st;
     st += W * D;
     Pool comp{}, idx{};
@@ -631,8 +633,9 @@ class CpuOps final : public Ops {
   kernels::Backend be_;
   kernels::Scratch scratch_;
   HostArena arena_;
-  int n_ctx_ = 0;
-  std::vector<Cache> cache_;
+  int n_ctx_ = 0, n_layer_ = 0;
+  Cache& cache(int slot, int il) { return cache_[size_t(slot) * n_layer_ + il]; }
+  std::vector<Cache> cache_;  // [slot][layer]
   // The MoE layer in progress; buffers kept across layers and calls.
   struct {
     Act h;

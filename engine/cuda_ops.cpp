@@ -90,25 +90,23 @@ class CudaOps final : public Ops {
   }
   size_t mark() const override { return arena_.mark(); }
   void release_to(size_t mark) override { arena_.release_to(mark); }
-  void begin_eval() override {
+  void consolidate() override {
     cudaStreamSynchronize(stream_);  // the arena may free blocks the stream still reads
     arena_.consolidate();
   }
 
-  void init_cache(const std::vector<KvRows>& rows, int n_ctx) override {
-    n_ctx_ = n_ctx;
-    cache_.resize(rows.size());
-    for (size_t il = 0; il < rows.size(); ++il) {
-      cache_[il].rows = rows[il];
-      cache_[il].k = static_cast<float*>(device_buffer(size_t(n_ctx) * rows[il].k * sizeof(float)));
-      cache_[il].v =
-          rows[il].v
-              ? static_cast<float*>(device_buffer(size_t(n_ctx) * rows[il].v * sizeof(float)))
-              : nullptr;
-      cache_[il].state =
-          rows[il].state
-              ? static_cast<float*>(device_buffer(size_t(rows[il].state) * sizeof(float)))
-              : nullptr;
+  void init_cache(const std::vector<KvRows>& layers, int n_ctx, int n_slots) override {
+    n_ctx_ = n_ctx, n_layer_ = int(layers.size());
+    cache_.resize(layers.size() * size_t(n_slots));
+    auto buffer = [&](int64_t floats) {
+      return floats ? static_cast<float*>(device_buffer(size_t(floats) * sizeof(float))) : nullptr;
+    };
+    for (size_t i = 0; i < cache_.size(); ++i) {  // slot-major
+      const KvRows& rows = layers[i % layers.size()];
+      cache_[i].rows = rows;
+      cache_[i].k = buffer(int64_t{n_ctx} * rows.k);
+      cache_[i].v = buffer(int64_t{n_ctx} * rows.v);
+      cache_[i].state = buffer(rows.state);
     }
   }
 
@@ -157,17 +155,18 @@ class CudaOps final : public Ops {
             kernels::cuda::rms_norm_strided(x.data, x.cols, reinterpret_cast<const float*>(d),
                                             x.data, x.cols, n, x.rows, eps, stream_));
   }
-  void rope(Act x, int64_t stride, int64_t offset, int64_t n_rot, int64_t pos0,
-            const RopeOpts& o) override {
+  void rope_at(Act x, int64_t stride, int64_t offset, int64_t n_rot, int64_t pos0,
+               const RopeOpts& o) override {
     if (ok())
       check("rope", kernels::cuda::rope(x.data + offset, x.rows, x.cols / stride, stride, n_rot,
                                         pos0, o.base, o.neox, o.yarn, stream_, o.inverse));
   }
 
-  void attention(int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o, Act out) override {
+  void attention_at(int slot, int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o,
+                    Act out) override {
     if (!ok()) return;
     if (!check_dv(o.head_dim)) return;
-    Cache& c = cache_[il];
+    Cache& c = cache(slot, il);
     const int64_t KV = o.n_head_kv * o.head_dim;
     check("cache k", cudaMemcpyAsync(c.k + pos0 * KV, k.data, sizeof(float) * k.rows * KV,
                                      cudaMemcpyDeviceToDevice, stream_));
@@ -185,13 +184,13 @@ class CudaOps final : public Ops {
   // As the CPU backend: each head's query taken into the latent space with attn_k_b (strided 2-D
   // copies in and out of per-head buffers), attention over the cached latent rows (keys: whole
   // rows, values: their first kv_lora floats), attn_v_b back out per head.
-  void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b, int64_t pos0,
-                     const MlaOpts& o, Act out) override {
+  void attention_mla_at(int slot, int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b,
+                        int64_t pos0, const MlaOpts& o, Act out) override {
     if (!ok() || !check_dv(o.kv_lora)) return;
     const int64_t T = q.rows, H = o.n_head, R = o.n_rot, C = o.kv_lora, KL = C + R,
                   nope = o.qk_nope, KM = nope + R, VM = o.v_mla;
     const size_t f = sizeof(float);
-    float* cache = cache_[il].k;
+    float* cache = this->cache(slot, il).k;
     check("cache", cudaMemcpyAsync(cache + pos0 * KL, kv.data, f * T * KL, cudaMemcpyDeviceToDevice,
                                    stream_));
     Act qf = alloc(T, H * KL), xin = alloc(T, std::max(nope, C)), yout = alloc(T, std::max(C, VM)),
@@ -243,10 +242,10 @@ class CudaOps final : public Ops {
       check("res_mix", kernels::cuda::res_mix(stack.data, n, cur.data, d, out.data, cur.rows,
                                               cur.cols, eps, stream_));
   }
-  void kda(int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta, int64_t pos0,
-           Act out) override {
+  void kda_at(int slot, int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta,
+              int64_t pos0, Act out) override {
     if (!ok()) return;
-    Cache& c = cache_[il];
+    Cache& c = cache(slot, il);
     if (pos0 == 0)
       check("reset state",
             cudaMemsetAsync(c.state, 0, sizeof(float) * size_t(c.rows.state), stream_));
@@ -307,11 +306,11 @@ class CudaOps final : public Ops {
                                 R * sizeof(float), T, cudaMemcpyDeviceToDevice, stream_));
     }
   }
-  void attention_dsv4(int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in, int64_t pos0,
-                      Act out) override {
+  void attention_dsv4_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in,
+                         int64_t pos0, Act out) override {
     if (!ok()) return;
     const int64_t T = in.q.rows, D = o.head_dim, W = o.window, r = o.ratio;
-    float* st = cache_[il].state;
+    float* st = cache(slot, il).state;
     float* ring = st;
     st += W * D;
     auto compress = [&](Act kv, Act score, const Tensor& ape, const Tensor& norm, int64_t width,
@@ -543,7 +542,7 @@ class CudaOps final : public Ops {
   void check(const char* what, cudaError_t e) {
     if (e != cudaSuccess) fail(make_error(cuda_error(what, e)));
   }
-  int n_ctx_ = 0;
+  int n_ctx_ = 0, n_layer_ = 0;
   bool ok() const { return static_cast<bool>(status_); }
   void fail(const expertd::Error& e) {
     if (ok()) status_ = e;
@@ -555,7 +554,8 @@ class CudaOps final : public Ops {
   std::vector<void*> allocs_;
   std::map<const uint8_t*, Placed> placed_;  // host address -> its copy in VRAM
   BlockArena arena_;
-  std::vector<Cache> cache_;
+  Cache& cache(int slot, int il) { return cache_[size_t(slot) * n_layer_ + il]; }
+  std::vector<Cache> cache_;  // [slot][layer]
   Act moe_h_, moe_w_, moe_out_;
   const MoeRoutes* moe_r_ = nullptr;
   int32_t* moe_idx_ = nullptr;
@@ -595,7 +595,7 @@ class CudaSlotMemory final : public SlotMemory {
 
 expertd::Result<std::unique_ptr<Engine>> make_cuda_forward(const Model& m,
                                                            const std::string& socket, int n_ctx,
-                                                           int reconnect_ms) {
+                                                           int reconnect_ms, int n_seq) {
   auto fail = [](const expertd::Error& e) { return make_error("--device cuda: " + e.message); };
   std::unique_ptr<expertd::client::Client> client;
   std::unique_ptr<expertd::client::CudaSlots> slots;
@@ -616,7 +616,7 @@ expertd::Result<std::unique_ptr<Engine>> make_cuda_forward(const Model& m,
                                   std::make_unique<CudaSlotMemory>(std::move(slots), stream),
                                   {socket, "cuda", reconnect_ms})
              : make_local_source(m);
-  auto e = std::make_unique<Engine>(m, std::move(ops), std::move(source), n_ctx);
+  auto e = std::make_unique<Engine>(m, std::move(ops), std::move(source), n_ctx, n_seq);
   if (auto st = e->ops().status(); !st) return fail(st.error());
   return e;
 }

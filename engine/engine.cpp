@@ -1,32 +1,37 @@
 #include "engine/engine.h"
 
+#include <cassert>
+
 #include "engine/cpu_ops.h"
 
 namespace engine {
 
 using expertd::make_error;
 
-Engine::Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx)
-    : Engine(m, make_cpu_ops(n_threads), experts, n_ctx) {}
+Engine::Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx, int n_seq)
+    : Engine(m, make_cpu_ops(n_threads), experts, n_ctx, n_seq) {}
 
-Engine::Engine(const Model& m, std::unique_ptr<Ops> ops, ExpertSource& experts, int n_ctx)
+Engine::Engine(const Model& m, std::unique_ptr<Ops> ops, ExpertSource& experts, int n_ctx,
+               int n_seq)
     : m_(m), ops_(std::move(ops)), experts_(experts), n_ctx_(n_ctx) {
-  init();
+  init(n_seq);
 }
 
 Engine::Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertSource> experts,
-               int n_ctx)
+               int n_ctx, int n_seq)
     : m_(m),
       ops_(std::move(ops)),
       owned_experts_(std::move(experts)),
       experts_(*owned_experts_),
       n_ctx_(n_ctx) {
-  init();
+  init(n_seq);
 }
 
 Engine::~Engine() = default;
 
-void Engine::init() {
+void Engine::init(int n_seq) {
+  assert(n_seq >= 1);
+  n_past_.assign(n_seq, 0);
   for (int d = 0; d < 2; ++d)
     predicted_[d].assign(m_.hp.n_layer, {}), pred_stats_[d].assign(m_.hp.n_layer, {});
   std::vector<KvRows> rows;
@@ -35,7 +40,8 @@ void Engine::init() {
     cache_bytes_ += sizeof(float) * (uint64_t(n_ctx_) * (rows.back().k + rows.back().v) +
                                      uint64_t(rows.back().state));
   }
-  ops_->init_cache(rows, n_ctx_);
+  cache_bytes_ *= uint64_t(n_seq);
+  ops_->init_cache(rows, n_ctx_, n_seq);
 }
 
 void Engine::reset_prediction_stats() {
@@ -44,21 +50,45 @@ void Engine::reset_prediction_stats() {
 
 expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits,
                              std::vector<float>& logits) {
+  const SeqTokens one{0, tokens};
+  return run({&one, 1}, all_logits, logits);
+}
+
+expertd::Status Engine::eval(std::span<const SeqTokens> seqs, std::vector<float>& logits) {
+  return run(seqs, /*all_logits=*/false, logits);
+}
+
+expertd::Status Engine::run(std::span<const SeqTokens> seqs, bool all_logits,
+                            std::vector<float>& logits) {
   const Hparams& hp = m_.hp;
-  const int T = static_cast<int>(tokens.size());
-  if (T == 0) return make_error("no tokens to evaluate");
-  if (n_past_ + T > n_ctx_)
-    return make_error("context full: " + std::to_string(n_past_ + T) +
-                      " tokens exceed the context of " + std::to_string(n_ctx_));
-  for (int32_t tok : tokens)
-    if (tok < 0 || tok >= hp.n_vocab)
-      return make_error("token id " + std::to_string(tok) + " is outside the vocabulary");
+  if (seqs.empty()) return make_error("no sequences to evaluate");
+  tokens_.clear();
+  rows_.clear();
+  std::vector<bool> seen(n_past_.size());
+  for (const SeqTokens& s : seqs) {
+    if (s.slot < 0 || s.slot >= n_seq())
+      return make_error("sequence " + std::to_string(s.slot) + " is not one of the " +
+                        std::to_string(n_seq()) + " this engine holds");
+    if (seen[s.slot])
+      return make_error("sequence " + std::to_string(s.slot) + " appears twice in one batch");
+    seen[s.slot] = true;
+    const int T = static_cast<int>(s.tokens.size()), past = n_past_[s.slot];
+    if (T == 0) return make_error("no tokens to evaluate");
+    if (past + T > n_ctx_)
+      return make_error("context full: " + std::to_string(past + T) +
+                        " tokens exceed the context of " + std::to_string(n_ctx_));
+    for (int32_t tok : s.tokens)
+      if (tok < 0 || tok >= hp.n_vocab)
+        return make_error("token id " + std::to_string(tok) + " is outside the vocabulary");
+    rows_.push_back({s.slot, int64_t(tokens_.size()), T, past});
+    tokens_.insert(tokens_.end(), s.tokens.begin(), s.tokens.end());
+  }
+  const int T = static_cast<int>(tokens_.size());
   if (auto st = ops_->status(); !st) return st;
-  ops_->begin_eval();
+  ops_->begin_eval(rows_);
   failed_ = {};
-  tokens_ = tokens;
   Act emb = ops_->alloc(T, hp.n_embd);
-  ops_->embed(m_.tok_embd, tokens, emb);
+  ops_->embed(m_.tok_embd, tokens_, emb);
   const int64_t cols = m_.arch->residual_cols(hp);
   x_ = cols == hp.n_embd ? emb : ops_->alloc(T, cols);
   routes_.assign(hp.n_layer, {});
@@ -73,9 +103,18 @@ expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits,
   }
   Act out = m_.arch->end_eval(*this, x_);
   if (auto st = ops_->status(); !st) return st;
-  n_past_ += T;
-  const int first = all_logits ? 0 : T - 1;
-  Act last = out.rows_from(first);
+  for (const SeqRows& r : rows_) n_past_[r.slot] += int(r.n);
+  Act last;
+  if (all_logits) {
+    last = out;
+  } else if (rows_.size() == 1) {
+    last = out.rows_from(T - 1);
+  } else {  // each sequence's last row
+    last = ops_->alloc(int64_t(rows_.size()), out.cols);
+    for (size_t i = 0; i < rows_.size(); ++i)
+      ops_->copy({last.row(int64_t(i)), 1, out.cols},
+                 {out.row(rows_[i].first + rows_[i].n - 1), 1, out.cols});
+  }
   Act h = ops_->rms_norm(last, m_.output_norm, hp.eps);
   Act lg = ops_->matmul(m_.output, h);
   logits.resize(size_t(lg.rows) * hp.n_vocab);

@@ -29,23 +29,36 @@ struct PredictionStats {
   double waste() const { return correct ? double(predicted - correct) / double(correct) : 0.0; }
 };
 
+// One sequence's tokens in a batched eval: appended to the cache of sequence `slot`.
+struct SeqTokens {
+  int slot = 0;
+  std::span<const int32_t> tokens;
+};
+
 class Engine {
  public:
-  // The CPU backend with n_threads threads; experts from `experts`.
-  Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx);
+  // The CPU backend with n_threads threads; experts from `experts`. n_seq sequences (slots),
+  // each with its own cache of n_ctx positions.
+  Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx, int n_seq = 1);
   // Any backend; the engine may own its expert source.
-  Engine(const Model& m, std::unique_ptr<Ops> ops, ExpertSource& experts, int n_ctx);
-  Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertSource> experts,
-         int n_ctx);
+  Engine(const Model& m, std::unique_ptr<Ops> ops, ExpertSource& experts, int n_ctx, int n_seq = 1);
+  Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertSource> experts, int n_ctx,
+         int n_seq = 1);
   ~Engine();
 
-  // Evaluates tokens at positions n_past().. and appends them to the KV cache. Writes the
-  // logits of every token (all_logits) or of the last one to `logits` (row-major).
+  // Evaluates tokens at positions n_past().. of sequence 0 and appends them to its cache.
+  // Writes the logits of every token (all_logits) or of the last one to `logits` (row-major).
   expertd::Status eval(std::span<const int32_t> tokens, bool all_logits,
                        std::vector<float>& logits);
-  int n_past() const { return n_past_; }
+  // Several sequences (distinct slots) in one pass: their rows go through every matmul together
+  // and each MoE layer fetches the union of their experts once; attention reads each one's own
+  // cache. Writes the logits of each sequence's last token, in the order given. A sequence's
+  // logits are the same as when it is evaluated alone.
+  expertd::Status eval(std::span<const SeqTokens> seqs, std::vector<float>& logits);
+  int n_past(int slot = 0) const { return n_past_[slot]; }
   int n_ctx() const { return n_ctx_; }
-  void reset() { n_past_ = 0; }
+  int n_seq() const { return int(n_past_.size()); }
+  void reset(int slot = 0) { n_past_[slot] = 0; }
   // Before a layer's experts run, hint the next MoE layer's likely experts to the source: the
   // next router applied to the current residual stream (DESIGN.md, "Overlap").
   // two_ahead: also predict two layers ahead (scored only, never hinted: an extra router per
@@ -66,7 +79,6 @@ class Engine {
 
   // For the architectures' blocks.
   Ops& ops() { return *ops_; }
-  int64_t pos0() const { return n_past_; }  // position of the first token being evaluated
   // The shared MoE block on the normalised input h: returns the routed experts' weighted sum
   // plus the shared expert. A failed fetch is recorded and ends the eval after the block.
   Act moe(int il, const MoeWeights& w, Act h) { return moe(il, w, h, h); }
@@ -75,11 +87,12 @@ class Engine {
   Act moe(int il, const MoeWeights& w, Act h, Act x);
   std::vector<Act>& carried() { return carried_; }             // see Arch::begin_eval
   std::span<const int32_t> tokens() const { return tokens_; }  // of the eval in progress
-  // Bytes of every layer's attention cache at this context (reported at start-up).
+  // Bytes of every layer's attention cache at this context, all sequences (reported at start-up).
   uint64_t cache_bytes() const { return cache_bytes_; }
 
  private:
-  void init();
+  void init(int n_seq);
+  expertd::Status run(std::span<const SeqTokens> seqs, bool all_logits, std::vector<float>& logits);
   void prefetch_next(int il);
   void score_predictions(int il, const std::vector<uint32_t>& used);
 
@@ -87,10 +100,12 @@ class Engine {
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<ExpertSource> owned_experts_;
   ExpertSource& experts_;
-  int n_ctx_, n_past_ = 0;
+  int n_ctx_;
+  std::vector<int> n_past_;  // per sequence
   bool prefetch_ = false, two_ahead_ = false;
-  Act x_;  // the residual stream of the eval in progress
-  std::span<const int32_t> tokens_;
+  Act x_;                        // the residual stream of the eval in progress
+  std::vector<int32_t> tokens_;  // of every sequence of the eval in progress, in row order
+  std::vector<SeqRows> rows_;
   uint64_t cache_bytes_ = 0;
   std::vector<Act> carried_;  // the architecture's activations across the eval's blocks
   expertd::Status failed_;    // the first error of the eval in progress

@@ -59,6 +59,15 @@ struct KvRows {
   int64_t state = 0;
 };
 
+// One sequence's part of an eval: rows [first, first + n) of every activation are its tokens at
+// positions pos0.. of cache slot `slot` (each slot is a sequence's own KV cache and state).
+// Row-wise ops (matmuls, norms, the experts) never look at this; the ops that read positions or
+// caches (rope and the attentions) run once per sequence.
+struct SeqRows {
+  int slot = 0;
+  int64_t first = 0, n = 0, pos0 = 0;
+};
+
 // Kimi Delta Attention (Kimi-Linear, Kimi-K3): per head, a head_dim x head_dim state decayed per
 // key dimension, updated by the delta rule, read by the query. The layer's state holds the last
 // d_conv - 1 inputs of the q, k and v short convolutions, then the heads' states.
@@ -145,12 +154,17 @@ class Ops {
   virtual expertd::Status status() const = 0;
 
   // Scratch: alloc hands out rows x cols floats (uninitialised); release_to(mark()) frees what
-  // was allocated since. begin_eval lets the arena consolidate between evaluations.
+  // was allocated since. begin_eval lets the arena consolidate between evaluations and sets the
+  // sequences of the eval (their rows in order, covering every row).
   virtual Act alloc(int64_t rows, int64_t cols) = 0;
   virtual size_t mark() const = 0;
   virtual void release_to(size_t mark) = 0;
-  virtual void begin_eval() = 0;
-  virtual void init_cache(const std::vector<KvRows>& per_layer, int n_ctx) = 0;
+  void begin_eval(std::span<const SeqRows> seqs) {
+    seqs_.assign(seqs.begin(), seqs.end());
+    consolidate();
+  }
+  // n_slots caches (sequences) of n_ctx positions, each with per_layer rows.
+  virtual void init_cache(const std::vector<KvRows>& per_layer, int n_ctx, int n_slots) = 0;
 
   virtual void embed(const Tensor& tok_embd, std::span<const int32_t> tokens, Act x) = 0;
   virtual void to_host(Act x, float* dst) = 0;  // waits for the backend
@@ -175,17 +189,24 @@ class Ops {
     return y;
   }
   // Rotates n_rot dims from `offset` of every head (heads head_stride floats apart) of each
-  // row; row t is at position pos0 + t.
-  virtual void rope(Act x, int64_t head_stride, int64_t offset, int64_t n_rot, int64_t pos0,
-                    const RopeOpts& o) = 0;
-  // Stores k and v at positions pos0.. of layer il's cache, then attends: out = n_head x head_dim
+  // row, at its sequence's position.
+  void rope(Act x, int64_t head_stride, int64_t offset, int64_t n_rot, const RopeOpts& o) {
+    for (const SeqRows& s : seqs_) rope_at(part(x, s), head_stride, offset, n_rot, s.pos0, o);
+  }
+  // Stores k and v at their positions of layer il's cache, then attends: out = n_head x head_dim
   // per row.
-  virtual void attention(int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o, Act out) = 0;
+  void attention(int il, Act q, Act k, Act v, const AttnOpts& o, Act out) {
+    for (const SeqRows& s : seqs_)
+      attention_at(s.slot, il, part(q, s), part(k, s), part(v, s), s.pos0, o, part(out, s));
+  }
   // Stores the latent rows kv (normalised, rotated) in layer il's cache; per head, the query
   // taken into the latent space with wk_b, attention over the latent rows, wv_b back out.
   // q: n_head x (qk_nope + n_rot) per row; out: n_head x v_mla per row.
-  virtual void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b,
-                             int64_t pos0, const MlaOpts& o, Act out) = 0;
+  void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b,
+                     const MlaOpts& o, Act out) {
+    for (const SeqRows& s : seqs_)
+      attention_mla_at(s.slot, il, part(q, s), part(kv, s), wk_b, wv_b, s.pos0, o, part(out, s));
+  }
   virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(act(gate h, up h))
   virtual void copy(Act dst, Act src) = 0;                    // same shape
   virtual void repeat(Act x, int n, Act out) = 0;             // each row of out: x's row n times
@@ -193,12 +214,15 @@ class Ops {
   // Kimi-K3's attention residuals: out = softmax over the n checkpoints (rows [j T, (j+1) T) of
   // `stack`, T = cur.rows) and cur of their scores rmsnorm(x) . w, applied to the raw rows.
   virtual void res_mix(Act stack, int n, Act cur, const Tensor& w, float eps, Act out) = 0;
-  // Kimi Delta Attention of layer il at positions pos0..: q, k, v (T x n_head * head_dim) before
-  // their convolutions, g the decay gate before its activation (dt bias added), beta the update
+  // Kimi Delta Attention of layer il: q, k, v (T x n_head * head_dim) before their
+  // convolutions, g the decay gate before its activation (dt bias added), beta the update
   // strength before its sigmoid (T x n_head); out: T x n_head * head_dim. Overwrites q, k, v, g,
   // beta.
-  virtual void kda(int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta, int64_t pos0,
-                   Act out) = 0;
+  void kda(int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta, Act out) {
+    for (const SeqRows& s : seqs_)
+      kda_at(s.slot, il, o, part(q, s), part(k, s), part(v, s), part(g, s), part(beta, s), s.pos0,
+             part(out, s));
+  }
   // y += sigmoid(gate . h) * x per row (gate absent: y += x).
   virtual void add_gated(Act y, Act x, const Tensor& gate, Act h) = 0;
   // Hyper-connections (HcOpts): from `mixes` (T x (2 + hc) hc: hc_fn times the normalised
@@ -212,8 +236,14 @@ class Ops {
   // y's columns [g R, (g + 1) R) = x's columns [g C, (g + 1) C) times rows [g R, (g + 1) R) of w
   // ({C, groups R}), for each of the groups (DeepSeek-V4's grouped output projection).
   virtual void matmul_grouped(const Tensor& w, int groups, Act x, Act y) = 0;
-  virtual void attention_dsv4(int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in, int64_t pos0,
-                              Act out) = 0;
+  void attention_dsv4(int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in, Act out) {
+    for (const SeqRows& s : seqs_) {
+      const Dsv4AttnIn p{part(in.q, s),          part(in.kv, s),       part(in.comp_kv, s),
+                         part(in.comp_score, s), part(in.idx_q, s),    part(in.idx_w, s),
+                         part(in.idx_kv, s),     part(in.idx_score, s)};
+      attention_dsv4_at(s.slot, il, o, p, s.pos0, part(out, s));
+    }
+  }
 
   // Routing: every token's experts and weights from the router logits (which it may overwrite);
   // `forced` (n_tokens x k, or null): the experts, chosen by the token (hash routing).
@@ -226,6 +256,25 @@ class Ops {
   virtual void moe_experts(const MoeWeights& w, std::span<const size_t> idx,
                            std::span<const ExpertWeights> ws) = 0;
   virtual void moe_end(Act out) = 0;
+
+ protected:
+  // The sequence-wise ops on one sequence's rows at positions pos0.., in cache slot `slot`.
+  virtual void consolidate() = 0;
+  virtual void rope_at(Act x, int64_t head_stride, int64_t offset, int64_t n_rot, int64_t pos0,
+                       const RopeOpts& o) = 0;
+  virtual void attention_at(int slot, int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o,
+                            Act out) = 0;
+  virtual void attention_mla_at(int slot, int il, Act q, Act kv, const Tensor& wk_b,
+                                const Tensor& wv_b, int64_t pos0, const MlaOpts& o, Act out) = 0;
+  virtual void kda_at(int slot, int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta,
+                      int64_t pos0, Act out) = 0;
+  virtual void attention_dsv4_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in,
+                                 int64_t pos0, Act out) = 0;
+  // A sequence's rows of x (an absent activation stays absent).
+  static Act part(Act x, const SeqRows& s) { return x.data ? Act{x.row(s.first), s.n, x.cols} : x; }
+
+ private:
+  std::vector<SeqRows> seqs_;
 };
 
 // Softmax, sigmoid or sqrt-softplus gating, selection bias, groups, top-k then softmax, on one

@@ -110,12 +110,12 @@ class Deepseek2 final : public Arch {
     Act h = ops.rms_norm(x, w.attn_norm, hp.eps);
     // per token: the query, the latent (normalised) and the shared rotary key part
     auto [q, kv] = archs::mla_project(ops, w.mla, h, kv_lora_, hp.eps);
-    ops.rope(kv, latent_row, kv_lora_, n_rot, e.pos0(), rope);
-    ops.rope(q, k_mla_, k_mla_ - n_rot, n_rot, e.pos0(), rope);
+    ops.rope(kv, latent_row, kv_lora_, n_rot, rope);
+    ops.rope(q, k_mla_, k_mla_ - n_rot, n_rot, rope);
     const MlaOpts mla{hp.n_head,      kv_lora_, n_rot,
                       k_mla_ - n_rot, v_mla_,   mscale_ * mscale_ / std::sqrt(float(k_mla_))};
     Act att = ops.alloc(x.rows, int64_t{hp.n_head} * v_mla_);
-    ops.attention_mla(il, q, kv, w.wk_b, w.wv_b, e.pos0(), mla, att);
+    ops.attention_mla(il, q, kv, w.wk_b, w.wv_b, mla, att);
     ops.add(x, ops.matmul(w.wo, att));
     if (il < n_dense_lead_) {
       ops.rms_norm(x, w.ffn_norm, h, hp.eps);

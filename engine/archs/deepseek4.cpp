@@ -340,30 +340,30 @@ class Deepseek4 final : public Arch {
   Act attention(Engine& e, int il, const Layer& w, Act h) const {
     Ops& ops = e.ops();
     const Dsv4AttnOpts& o = w.attn;
-    const int64_t D = o.head_dim, R = o.n_rot, pos0 = e.pos0();
+    const int64_t D = o.head_dim, R = o.n_rot;
     const RopeOpts rope = layer_rope(il);
     Dsv4AttnIn in;
     Act qr = ops.matmul(w.wq_a, h);
     ops.rms_norm(qr, w.q_a_norm, qr, hp_.eps);
     in.q = ops.matmul(w.wq_b, qr);
     ops.rms_norm(in.q, Tensor{}, in.q, hp_.eps, D);  // per head, unweighted
-    ops.rope(in.q, D, D - R, R, pos0, rope);
+    ops.rope(in.q, D, D - R, R, rope);
     in.kv = ops.matmul(w.wkv, h);
     ops.rms_norm(in.kv, w.kv_norm, in.kv, hp_.eps);
-    ops.rope(in.kv, D, D - R, R, pos0, rope);
+    ops.rope(in.kv, D, D - R, R, rope);
     if (o.ratio != 0)
       in.comp_kv = ops.matmul(w.comp_wkv, h), in.comp_score = ops.matmul(w.comp_wgate, h);
     if (o.ratio == 4) {
       in.idx_q = ops.matmul(w.idx_q_b, qr);
-      ops.rope(in.idx_q, o.idx_dim, o.idx_dim - R, R, pos0, compressed_rope());
+      ops.rope(in.idx_q, o.idx_dim, o.idx_dim - R, R, compressed_rope());
       in.idx_w = ops.matmul(w.idx_proj, h);
       in.idx_kv = ops.matmul(w.idx_wkv, h), in.idx_score = ops.matmul(w.idx_wgate, h);
     }
     Act att = ops.alloc(h.rows, o.n_head * D);
-    ops.attention_dsv4(il, o, in, pos0, att);
+    ops.attention_dsv4(il, o, in, att);
     RopeOpts back = rope;
     back.inverse = true;
-    ops.rope(att, D, D - R, R, pos0, back);
+    ops.rope(att, D, D - R, R, back);
     Act oa = ops.alloc(h.rows, int64_t{o_groups_} * o_lora_);
     ops.matmul_grouped(w.wo_a, o_groups_, att, oa);
     return ops.matmul(w.wo_b, oa);

@@ -55,13 +55,13 @@ class GptOss final : public Arch {
     ops.add_bias(q, w.bq);
     ops.add_bias(k, w.bk);
     ops.add_bias(v, w.bv);
-    ops.rope(q, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
-    ops.rope(k, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
+    ops.rope(q, hp.head_dim, 0, hp.n_rot, rope);
+    ops.rope(k, hp.head_dim, 0, hp.n_rot, rope);
     AttnOpts a{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
     a.window = il % 2 == 0 ? window_ : 0;  // even layers: sliding window; odd: full attention
     a.sinks = w.sinks;
     Act att = ops.alloc(x.rows, archs::q_width(hp));
-    ops.attention(il, q, k, v, e.pos0(), a, att);
+    ops.attention(il, q, k, v, a, att);
     Act o = ops.matmul(w.wo, att);
     ops.add_bias(o, w.bo);
     ops.add(x, o);

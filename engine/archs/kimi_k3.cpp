@@ -306,7 +306,7 @@ class KimiK3 final : public Arch {
     ops.add_bias(g, w.dt_b);
     Act beta = ops.matmul(w.beta, h);
     Act o = ops.alloc(h.rows, q.cols);
-    ops.kda(il, w.kda_opts, q, k, v, g, beta, e.pos0(), o);
+    ops.kda(il, w.kda_opts, q, k, v, g, beta, o);
     ops.rms_norm(o, w.o_norm, o, hp_.eps, w.kda_opts.head_dim);
     ops.mul_sigmoid(o, ops.matmul(w.g, h));
     return ops.matmul(w.wo, o);
@@ -319,7 +319,7 @@ class KimiK3 final : public Arch {
     const MlaOpts o{heads_[il],         kv_lora_, hp_.n_rot,
                     k_mla_ - hp_.n_rot, v_mla_,   1.0f / std::sqrt(float(k_mla_))};
     Act att = ops.alloc(h.rows, int64_t{heads_[il]} * v_mla_);
-    ops.attention_mla(il, q, kv, w.wk_b, w.wv_b, e.pos0(), o, att);
+    ops.attention_mla(il, q, kv, w.wk_b, w.wv_b, o, att);
     if (w.gate) ops.mul_sigmoid(att, ops.matmul(w.gate, h));
     return ops.matmul(w.wo, att);
   }

@@ -44,10 +44,10 @@ class LlamaMoe final : public Arch {
     const RopeOpts rope{hp.rope_base, /*neox=*/false};
     Act h = ops.rms_norm(x, w.attn_norm, hp.eps);
     Act q = ops.matmul(w.wq, h), k = ops.matmul(w.wk, h), v = ops.matmul(w.wv, h);
-    ops.rope(q, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
-    ops.rope(k, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
+    ops.rope(q, hp.head_dim, 0, hp.n_rot, rope);
+    ops.rope(k, hp.head_dim, 0, hp.n_rot, rope);
     Act att = ops.alloc(x.rows, archs::q_width(hp));
-    ops.attention(il, q, k, v, e.pos0(),
+    ops.attention(il, q, k, v,
                   {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))},
                   att);
     ops.add(x, ops.matmul(w.wo, att));

@@ -49,10 +49,10 @@ class Olmoe final : public Arch {
     Act q = ops.matmul(w.wq, h), k = ops.matmul(w.wk, h), v = ops.matmul(w.wv, h);
     ops.rms_norm(q, w.q_norm, q, hp.eps);
     ops.rms_norm(k, w.k_norm, k, hp.eps);
-    ops.rope(q, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
-    ops.rope(k, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
+    ops.rope(q, hp.head_dim, 0, hp.n_rot, rope);
+    ops.rope(k, hp.head_dim, 0, hp.n_rot, rope);
     Act att = ops.alloc(x.rows, archs::q_width(hp));
-    ops.attention(il, q, k, v, e.pos0(),
+    ops.attention(il, q, k, v,
                   {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))},
                   att);
     ops.add(x, ops.matmul(w.wo, att));

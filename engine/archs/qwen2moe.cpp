@@ -53,10 +53,10 @@ class Qwen2Moe final : public Arch {
     ops.add_bias(q, w.bq);
     ops.add_bias(k, w.bk);
     ops.add_bias(v, w.bv);
-    ops.rope(q, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
-    ops.rope(k, hp.head_dim, 0, hp.n_rot, e.pos0(), rope);
+    ops.rope(q, hp.head_dim, 0, hp.n_rot, rope);
+    ops.rope(k, hp.head_dim, 0, hp.n_rot, rope);
     Act att = ops.alloc(x.rows, archs::q_width(hp));
-    ops.attention(il, q, k, v, e.pos0(),
+    ops.attention(il, q, k, v,
                   {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))},
                   att);
     ops.add(x, ops.matmul(w.wo, att));

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <type_traits>
@@ -200,6 +203,91 @@ inline bool write_without_key(const std::string& in, const std::string& key,
   bytes[at + pattern.size() - 1] = '~';
   std::ofstream(out, std::ios::binary) << bytes;
   return true;
+}
+
+// Batched evaluation (Engine::eval of several sequences).
+
+// A schedule of steps: in each, some sequences feed some tokens (a prefill, a decode token).
+struct BatchFeed {
+  int seq;  // which of the test's sequences
+  size_t n;
+};
+using BatchStep = std::vector<BatchFeed>;
+
+// Sequence s's tokens: a window of the case's tokens (so every sequence is different).
+inline std::vector<int32_t> seq_tokens(const Case& c, int s, size_t len) {
+  std::vector<int32_t> t;
+  for (size_t i = 0; i < len; ++i) t.push_back(c.all[(i * (s + 1) + s * 3) % c.all.size()]);
+  return t;
+}
+
+// The schedule: A and B prefill together (different lengths), decode together; C joins with its
+// prefill beside their decode steps; A ends and D takes its slot; all decode to the end.
+inline const std::vector<BatchStep> kBatchSchedule = {
+    {{0, 7}, {1, 3}},         {{0, 1}, {1, 1}},         {{0, 1}, {1, 1}, {2, 5}},
+    {{0, 1}, {1, 1}, {2, 1}}, {{1, 1}, {2, 1}, {3, 4}}, {{3, 1}, {1, 1}, {2, 1}},
+    {{2, 1}, {3, 1}}};
+inline constexpr int kBatchSeqs = 4;
+inline int batch_slot(int seq) {
+  return seq == 3 ? 0 : seq;  // D reuses A's slot
+}
+
+// Sequences fed by a schedule through engines from `make(n_seq)` (64 positions each): batched,
+// each gets the logits it gets alone, bit for bit.
+inline void check_batched_equals_alone(
+    const engine::Model& m, const Case& c,
+    const std::function<std::unique_ptr<engine::Engine>(int n_seq)>& make) {
+  std::map<int, std::vector<int32_t>> toks;
+  std::map<int, size_t> total;
+  for (const BatchStep& st : kBatchSchedule)
+    for (const BatchFeed& f : st) total[f.seq] += f.n;
+  for (auto& [s, n] : total) toks[s] = seq_tokens(c, s, n);
+
+  // Alone: each sequence by itself, in the same chunks, on a one-sequence engine.
+  std::map<int, std::vector<std::vector<float>>> alone;
+  {
+    auto eng = make(1);
+    ASSERT_TRUE(eng);
+    engine::Engine& e = *eng;
+    for (int s = 0; s < kBatchSeqs; ++s) {
+      e.reset();
+      size_t at = 0;
+      for (const BatchStep& st : kBatchSchedule)
+        for (const BatchFeed& f : st)
+          if (f.seq == s) {
+            std::vector<float> lg;
+            auto r = e.eval({toks[s].data() + at, f.n}, false, lg);
+            ASSERT_TRUE(r) << r.error().message;
+            alone[s].push_back(lg);
+            at += f.n;
+          }
+    }
+  }
+  // Batched: the schedule's steps, each one eval of several sequences.
+  auto eng = make(3);
+  ASSERT_TRUE(eng);
+  engine::Engine& e = *eng;
+  std::map<int, size_t> at, step_of;
+  for (size_t i = 0; i < kBatchSchedule.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    std::vector<engine::SeqTokens> batch;
+    for (const BatchFeed& f : kBatchSchedule[i]) {
+      if (at[f.seq] == 0) e.reset(batch_slot(f.seq));
+      batch.push_back({batch_slot(f.seq), {toks[f.seq].data() + at[f.seq], f.n}});
+      at[f.seq] += f.n;
+    }
+    std::vector<float> lg;
+    auto r = e.eval(batch, lg);
+    ASSERT_TRUE(r) << r.error().message;
+    ASSERT_EQ(lg.size(), batch.size() * size_t(m.hp.n_vocab));
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const int s = kBatchSchedule[i][b].seq;
+      const auto& want = alone[s][step_of[s]++];
+      EXPECT_EQ(std::memcmp(want.data(), lg.data() + b * m.hp.n_vocab, want.size() * sizeof(float)),
+                0)
+          << "sequence " << s << " differs from its run alone";
+    }
+  }
 }
 
 }  // namespace expertd::test

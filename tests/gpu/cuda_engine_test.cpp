@@ -200,6 +200,38 @@ TEST(CudaEngine, Deepseek4MatchesTheCpuEngine) {
   EXPECT_LE(mx, 1e-3) << "GPU and CPU logits differ";
 }
 
+// Batched evaluation on the GPU (several sequences in one pass, as expert-serve runs them):
+// each sequence's logits are bit-identical to its run alone on the GPU, for a golden Q4_K_M
+// model (MLA), Kimi-K3 (per-sequence delta-attention state) and DeepSeek-V4 (window ring,
+// compressors, indexer).
+TEST(CudaEngine, BatchedSequencesGetTheirLogitsAlone) {
+  EXPERTD_REQUIRE_GPU();
+  auto gpu_engines = [](const engine::Model& m) {
+    return [&m](int n_seq) -> std::unique_ptr<engine::Engine> {
+      auto f = engine::make_cuda_forward(m, "", 64, 0, n_seq);
+      EXPECT_TRUE(f) << (f ? "" : f.error().message);
+      return f ? std::move(*f) : nullptr;
+    };
+  };
+  REQUIRE_GOLDEN();
+  for (const char* id : {"deepseek2-B-s11-q4_k_m"}) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    auto file = gguf::Model::open(golden_model(id));
+    ASSERT_TRUE(file);
+    auto model = engine::Model::load(*file);
+    ASSERT_TRUE(model) << model.error().message;
+    check_batched_equals_alone(*model, c, gpu_engines(*model));
+  }
+  for (const char* id : {"kimi-k3/k3-q8_0", "deepseek4/v4-f32"}) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    auto l = load(c);
+    ASSERT_TRUE(l);
+    check_batched_equals_alone(l->model, c, gpu_engines(l->model));
+  }
+}
+
 // The same models through a cuda expertd whose cache is smaller than the model (12 of 48 experts):
 // bit-identical to uploaded experts, with and without prefetch hints (which expertd acts on).
 TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts) {
