@@ -145,9 +145,6 @@ class Arch {
     (void)e;
     return x;
   }
-  // What its chat template puts after the assistant tag of a reply with thinking off
-  // (DeepSeek-V4: "</think>").
-  virtual std::string chat_reply_prefix() const { return ""; }
   // expert-pack synth: the real models this architecture imitates, and one's metadata (sizes
   // changed by --dims when given).
   virtual std::vector<std::string> synth_presets() const { return {}; }

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "chat/chat_template.h"
 #include "engine/engine.h"
 #ifdef EXPERTD_HAVE_CUDA_ENGINE
 #include "engine/cuda_engine.h"
@@ -227,40 +228,45 @@ struct GenOptions {
   std::string prompt, prompt_file;
   int n = 128;
   bool chat = false, verbose = false;
+  std::string chat_template;  // a file, instead of the model's
   engine::SamplerParams sp;
 };
 
-// One user turn in the model's own chat format, recognised by its special tokens: ChatML (Qwen,
-// OLMoE and the bundled model), gpt-oss's harmony, DeepSeek-V3, Mistral/Mixtral [INST] and
-// Kimi-K3's tags (its template with thinking off: the answer in the response channel); DeepSeek-V4
-// (its template, models/templates/deepseek-ai-DeepSeek-V4-Flash-0731.jinja, with thinking off:
-// the assistant turn opens with </think>).
-std::string chat_prompt(const engine::Tokenizer& tok, const std::string& user,
-                        const std::string& arch) {
-  const auto a = engine::make_arch(arch);
-  const std::string reply = a ? a->chat_reply_prefix() : "";
-  if (tok.find("<|open|>") >= 0 && tok.find("<|end_of_msg|>") >= 0)
-    return "<|open|>message role=\"user\"<|sep|>" + user +
-           "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"assistant\"<|sep|>"
-           "<|open|>response<|sep|>";
-  if (tok.find("<|im_start|>") >= 0)
-    return "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
-  if (tok.find("<|start|>") >= 0 && tok.find("<|message|>") >= 0)
-    return "<|start|>user<|message|>" + user + "<|end|><|start|>assistant";
-  if (tok.find("<｜User｜>") >= 0)  // full-width bars (U+FF5C)
-    return "<｜User｜>" + user + "<｜Assistant｜>" + reply;
-  if (tok.find("[INST]") >= 0) return "[INST] " + user + " [/INST]";
-  die("--chat: this model's tokenizer has none of the chat formats expert-run knows "
-      "(ChatML <|im_start|>, harmony <|start|>/<|message|>, DeepSeek <｜User｜>, [INST], Kimi-K3 "
-      "<|open|>)");
+// One user turn as the model's chat template (its tokenizer.chat_template, or the file given)
+// renders it: the generation prompt added, thinking off (enable_thinking and thinking false).
+std::string chat_prompt(const gguf::Model& f, const engine::Tokenizer& tok, const std::string& user,
+                        const std::string& template_file) {
+  std::string src;
+  if (!template_file.empty()) {
+    src = read_text("", template_file);
+  } else if (auto t = f.get_string("tokenizer.chat_template")) {
+    src = std::string(*t);
+  } else {
+    die("--chat: this model has no chat template (tokenizer.chat_template); give one with "
+        "--chat-template FILE");
+  }
+  auto t = expertd::chat::ChatTemplate::parse(src);
+  if (!t) die(t.error().message);
+  expertd::chat::ChatOptions co;
+  if (tok.bos() >= 0) co.bos_token = tok.piece(tok.bos(), true);
+  if (tok.eos() >= 0) co.eos_token = tok.piece(tok.eos(), true);
+  co.extra = {{"enable_thinking", false}, {"thinking", false}};
+  auto r = t->render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", user}}}), co);
+  if (!r) die(r.error().message);
+  return *r;
+}
+
+// A rendered chat that starts with the BOS token's text already has its BOS.
+bool needs_bos(const engine::Tokenizer& tok, const std::string& text) {
+  return tok.add_bos() && !(tok.bos() >= 0 && text.rfind(tok.piece(tok.bos(), true), 0) == 0);
 }
 
 int cmd_generate(const Common& o, GenOptions g) {
   Loaded l = load(o);
   engine::Tokenizer tok = load_tokenizer(*l.file);
   std::string prompt = read_text(g.prompt, g.prompt_file);
-  if (g.chat) prompt = chat_prompt(tok, prompt, l.model->hp.arch);
-  auto ids = tok.encode(prompt, tok.add_bos(), true);
+  if (g.chat) prompt = chat_prompt(*l.file, tok, prompt, g.chat_template);
+  auto ids = tok.encode(prompt, g.chat ? needs_bos(tok, prompt) : tok.add_bos(), true);
   if (ids.empty()) die("the prompt is empty");
   auto eng = forward(l, o, std::min<int>(o.ctx, static_cast<int>(ids.size()) + g.n));
   if (::isatty(2))  // on a terminal (scripts read the text alone)
@@ -449,13 +455,13 @@ int cmd_perplexity(const Common& o, const std::string& file, int window, bool js
 }
 
 int cmd_tokenize(std::string model, const std::string& text, const std::string& file,
-                 bool no_parse_special, bool add_bos, bool chat) {
+                 bool no_parse_special, bool add_bos, bool chat, const std::string& chat_template) {
   if (model.empty()) model = default_model();
   auto f = gguf::Model::open(model);
   if (!f) die(f.error().message);
   engine::Tokenizer tok = load_tokenizer(*f);
   std::string t = read_text(text, file);
-  if (chat) t = chat_prompt(tok, t, f->arch());
+  if (chat) t = chat_prompt(*f, tok, t, chat_template);
   auto ids = tok.encode(t, add_bos, !no_parse_special);
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
@@ -492,8 +498,11 @@ int main(int argc, char** argv) {
   gen->add_option("--top-p", g.sp.top_p, "nucleus sampling mass (1: off)")->capture_default_str();
   gen->add_option("--seed", g.sp.seed, "random seed")->capture_default_str();
   gen->add_flag("--chat", g.chat,
-                "wrap the prompt as one user turn in the model's chat format (ChatML, harmony, "
-                "DeepSeek, [INST], Kimi-K3 with thinking off)");
+                "render the prompt as one user turn with the model's chat template "
+                "(tokenizer.chat_template), thinking off");
+  gen->add_option("--chat-template", g.chat_template,
+                  "a Jinja chat template file to use instead of the model's")
+      ->check(CLI::ExistingFile);
   gen->add_flag("--verbose", g.verbose, "timings and the daemon's stats delta on stderr");
 
   auto* bench = app.add_subcommand(
@@ -509,6 +518,7 @@ int main(int argc, char** argv) {
       app.add_subcommand("tokenize", "print token ids (llama-tokenize --ids --no-bos semantics)");
   std::string tmodel, ttext, tfile;
   bool no_parse_special = false, add_bos = false, tchat = false;
+  std::string tchat_template;
   tokz->add_option(
       "--model", tmodel,
       "GGUF with a tokenizer, a vocab-only GGUF is enough (default: the bundled model)");
@@ -516,7 +526,8 @@ int main(int argc, char** argv) {
   auto* file_opt = tokz->add_option("--file", tfile, "file to tokenize");
   tokz->add_flag("--no-parse-special", no_parse_special, "treat special-token text as plain text");
   tokz->add_flag("--add-bos", add_bos, "prepend BOS");
-  tokz->add_flag("--chat", tchat, "wrap the text as generate --chat does (one user turn)");
+  tokz->add_flag("--chat", tchat, "render the text as generate --chat does (one user turn)");
+  tokz->add_option("--chat-template", tchat_template, "as generate's")->check(CLI::ExistingFile);
 
   auto* ppl = app.add_subcommand("perplexity", "perplexity of a text file");
   add_common(ppl, co);
@@ -542,7 +553,7 @@ int main(int argc, char** argv) {
     // An empty --text is a text like any other (it tokenizes to nothing, as llama-tokenize's).
     if ((text_opt->count() > 0) == (file_opt->count() > 0))
       die("tokenize needs exactly one of --text and --file");
-    return cmd_tokenize(tmodel, ttext, tfile, no_parse_special, add_bos, tchat);
+    return cmd_tokenize(tmodel, ttext, tfile, no_parse_special, add_bos, tchat, tchat_template);
   }
   return 0;
 }

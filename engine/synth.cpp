@@ -41,7 +41,7 @@ std::string byte_token(int b) {
   return s;
 }
 
-void add_tokenizer(gguf::Writer& w, const SynthModel& s) {
+void add_tokenizer(gguf::Writer& w, const SynthModel& s, const std::string& chat_template) {
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
   std::vector<std::string> merges;
@@ -72,6 +72,7 @@ void add_tokenizer(gguf::Writer& w, const SynthModel& s) {
   w.add_u32("tokenizer.ggml.bos_token_id", eos);
   w.add_u32("tokenizer.ggml.eos_token_id", eos);
   w.add_bool("tokenizer.ggml.add_bos_token", false);
+  if (!chat_template.empty()) w.add_string("tokenizer.chat_template", chat_template);
 }
 
 // Random weights make attention near-uniform: its output is an average over positions, common to
@@ -161,7 +162,7 @@ uint32_t file_type(gguf::GgmlType t) {
 }
 
 void add_metadata(gguf::Writer& w, const std::string& arch, const std::string& name,
-                  const SynthModel& m, gguf::GgmlType type) {
+                  const SynthModel& m, gguf::GgmlType type, const std::string& chat_template) {
   w.add_string("general.architecture", arch);
   w.add_string("general.name", "expertd synthetic " + name);
   w.add_u32("general.alignment", 32);
@@ -172,7 +173,7 @@ void add_metadata(gguf::Writer& w, const std::string& arch, const std::string& n
   for (const auto& [k, v] : m.arrays) w.add_i32_array(arch + "." + k, v);
   for (const auto& [k, v] : m.farrays) w.add_f32_array(arch + "." + k, v);
   w.add_u32("general.file_type", file_type(type));
-  add_tokenizer(w, m);
+  add_tokenizer(w, m, chat_template);
 }
 
 }  // namespace
@@ -220,7 +221,7 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
   const std::string meta_path = o.out_path + ".meta.tmp";
   {
     gguf::Writer mw(32);
-    add_metadata(mw, p.arch, name, *sm, o.type);
+    add_metadata(mw, p.arch, name, *sm, o.type, o.chat_template);
     auto mfd = open_file(meta_path, O_WRONLY | O_CREAT | O_TRUNC);
     if (!mfd) return mfd.error();
     auto h = mw.header();
@@ -236,7 +237,7 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
     if (!t.optional || t.synth) plan.push_back(t);
 
   gguf::Writer w(32);
-  add_metadata(w, p.arch, name, *sm, o.type);
+  add_metadata(w, p.arch, name, *sm, o.type, o.chat_template);
   std::vector<gguf::GgmlType> types;
   for (const TensorSpec& t : plan) {
     std::vector<uint64_t> ne(t.ne.begin(), t.ne.end());

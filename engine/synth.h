@@ -24,6 +24,7 @@ struct SynthOptions {
   std::optional<gguf::GgmlType> gate_type, up_type, down_type;
   uint32_t layers = 0;  // 0 = the preset's depth
   uint64_t seed = 1;
+  std::string chat_template;  // written as tokenizer.chat_template when not empty
   std::string out_path;
   bool progress = true;
 };

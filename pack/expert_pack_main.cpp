@@ -1,6 +1,7 @@
 // expert-pack: build, verify and inspect expert packs; write synthetic MoE models.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
 
 #include "engine/synth.h"
 #include "kernels/kernels.h"
@@ -70,6 +71,12 @@ int main(int argc, char** argv) {
                     "is Kimi-K3's mix");
   synth->add_option("--layers", sopt.layers, "cut the depth to this many layers");
   synth->add_option("--seed", sopt.seed, "random seed")->capture_default_str();
+  std::string chat_template_file;
+  synth
+      ->add_option("--chat-template", chat_template_file,
+                   "a Jinja chat template to write as tokenizer.chat_template (e.g. the real "
+                   "model's, from llama.cpp's models/templates)")
+      ->check(CLI::ExistingFile);
   synth->add_option("--out", sopt.out_path, "output GGUF")->required();
 
   CLI11_PARSE(app, argc, argv);
@@ -124,6 +131,12 @@ int main(int argc, char** argv) {
     auto rt = gguf::type_from_name(*name);
     if (!rt) return fail(make_error(std::string("unknown ") + opt + " " + *name));
     *field = *rt;
+  }
+  if (!chat_template_file.empty()) {
+    std::ifstream in(chat_template_file, std::ios::binary);
+    sopt.chat_template.assign(std::istreambuf_iterator<char>(in), {});
+    if (!in.good() && !in.eof())
+      return fail(make_error("cannot read --chat-template " + chat_template_file));
   }
   auto rep = engine::write_synth(sopt);
   if (!rep) return fail(rep.error());

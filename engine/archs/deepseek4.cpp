@@ -205,7 +205,6 @@ class Deepseek4 final : public Arch {
     ops.hc_post(f, y, pc, hc_.hc, x);
   }
 
-  std::string chat_reply_prefix() const override { return "</think>"; }
   std::vector<std::string> synth_presets() const override { return {"deepseek-v4-flash"}; }
   // The seed's figures: 43 blocks, 256 experts, top-6, 13.4 MB MXFP4 expert blocks (4,096 wide,
   // 2,048 per expert); the rest as DeepSeek-V4-Flash's config is published and llama.cpp's

@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -210,18 +211,32 @@ TEST(ExpertRun, GenerationSurvivesADaemonRestartWithIdenticalText) {
   EXPECT_EQ(read_file(out), ref.second);
 }
 
-TEST(ExpertRun, ChatWrapsThePromptInTheModelsFormatOrSaysWhyNot) {
+std::string template_file(const std::string& name) {
+  return std::string(EXPERTD_SOURCE_DIR) + "/tests/data/templates/" + name;
+}
+
+TEST(ExpertRun, ChatRendersTheModelsTemplateOrSaysWhyNot) {
   REQUIRE_GOLDEN();
-  // The golden vocabulary has ChatML's <|im_start|>: the turn is wrapped and generation runs.
-  auto ok = run(run_bin() + " generate --model " + golden_model("qwen3moe-A-s1-f32") +
+  // --chat-template: Qwen3's real template, thinking off, on the golden qwen3moe's vocabulary.
+  const std::string qwen3 = " --chat-template " + template_file("Qwen-Qwen3-0.6B.jinja");
+  auto gids = [&](const std::string& args) {
+    auto r = run(run_bin() + " tokenize --model " + golden_model("qwen3moe-A-s1-f32") + " " + args);
+    EXPECT_EQ(r.first, 0) << r.second;
+    return r.second;
+  };
+  TempDir d;
+  std::ofstream(d / "want.txt")
+      << "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  EXPECT_EQ(gids("--chat --text hello" + qwen3), gids("--file " + d / "want.txt"));
+  auto ok = run(run_bin() + " generate --model " + golden_model("qwen3moe-A-s1-f32") + qwen3 +
                 " --local --chat --prompt hello -n 4 --temp 0 --verbose 2>&1");
   EXPECT_EQ(ok.first, 0) << ok.second;
   EXPECT_NE(ok.second.find("generated"), std::string::npos) << ok.second;
-  // Kimi-K3's tags (a synthetic kimi-k3 carries its special tokens): the turn as its template
-  // renders it with thinking off (checked with python3-jinja2 on llama.cpp's Kimi-K3.jinja).
-  TempDir d;
+  // Kimi-K3: its template, written into the GGUF by synth (tokenizer.chat_template), renders the
+  // turn with thinking off (the answer in the response channel).
   auto s = run(bin("pack/expert-pack") + " -q synth --preset kimi-k3 --dims 64,2,8,2,32,4,1,512 " +
-               "--type F32 --out " + d / "k3.gguf");
+               "--type F32 --chat-template " + template_file("Kimi-K3.jinja") + " --out " +
+               d / "k3.gguf");
   ASSERT_EQ(s.first, 0) << s.second;
   auto ids = [&](const std::string& args) {
     auto r = run(run_bin() + " tokenize --model " + d / "k3.gguf" + " " + args);
@@ -236,28 +251,37 @@ TEST(ExpertRun, ChatWrapsThePromptInTheModelsFormatOrSaysWhyNot) {
   auto k3 = run(run_bin() + " generate --model " + d / "k3.gguf" +
                 " --local --chat --prompt hello -n 4 --temp 0 --verbose 2>&1");
   EXPECT_EQ(k3.first, 0) << k3.second;
-  // The bundled model was trained on plain text: no chat tokens, a clear refusal.
+  // The bundled model was trained on plain text and carries no template: a clear refusal.
   auto no = run(run_bin() + " generate --chat --prompt hello -n 4 2>&1");
   EXPECT_EQ(no.first, 1);
-  EXPECT_NE(no.second.find("none of the chat formats"), std::string::npos) << no.second;
+  EXPECT_NE(no.second.find("no chat template"), std::string::npos) << no.second;
+  // A template that fails names its own error.
+  std::ofstream(d / "bad.jinja") << "{{ raise_exception('only system turns, please') }}";
+  auto bad =
+      run(run_bin() + " tokenize --chat --text hi --chat-template " + d / "bad.jinja" + " 2>&1");
+  EXPECT_EQ(bad.first, 1);
+  EXPECT_NE(bad.second.find("only system turns, please"), std::string::npos) << bad.second;
 }
 
 // DeepSeek-V4's turn as its template (llama.cpp's deepseek-ai-DeepSeek-V4-Flash-0731.jinja,
-// rendered with python3-jinja2: add_generation_prompt, thinking off) writes it; the model
-// generates from it; and with --prefetch (the hash-routed layer predicted from its table) the
-// logits stay bit-identical.
+// written into the GGUF by synth, rendered by expert-run: add_generation_prompt, thinking off)
+// writes it; the model generates from it; and with --prefetch (the hash-routed layer predicted from
+// its table) the logits stay bit-identical.
 TEST(ExpertRun, DeepseekV4ChatFormatAndPrefetch) {
   TempDir d;
   const std::string model = d / "v4.gguf";
   auto s = run(bin("pack/expert-pack") + " -q synth --preset deepseek-v4-flash --dims " +
-               "128,4,8,2,64,4,1,512 --type F32 --out " + model);
+               "128,4,8,2,64,4,1,512 --type F32 --chat-template " +
+               template_file("deepseek-ai-DeepSeek-V4-Flash-0731.jinja") + " --out " + model);
   ASSERT_EQ(s.first, 0) << s.second;
   auto ids = [&](const std::string& args) {
     auto r = run(run_bin() + " tokenize --model " + model + " " + args);
     EXPECT_EQ(r.first, 0) << r.second;
     return r.second;
   };
-  EXPECT_EQ(ids("--chat --text hi"), ids("--text '<｜User｜>hi<｜Assistant｜></think>'"));
+  // The template opens with bos_token (a synthetic model's is <|endoftext|>).
+  EXPECT_EQ(ids("--chat --text hi"),
+            ids("--text '<|endoftext|><｜User｜>hi<｜Assistant｜></think>'"));
   EXPECT_EQ(ids("--text '</think>'").find(' '), std::string::npos);  // one special token
   auto g = run(run_bin() + " generate --model " + model +
                " --local --chat --prompt hello -n 4 --temp 0 2>&1");
