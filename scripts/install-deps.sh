@@ -6,7 +6,7 @@ pkgs=(
   build-essential cmake ninja-build git
   libboost-dev liburing-dev libflatbuffers-dev flatbuffers-compiler
   libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcli11-dev
-  libxxhash-dev libpcre2-dev libsystemd-dev systemd python3 python3-numpy xz-utils
+  libxxhash-dev libpcre2-dev libsystemd-dev systemd python3 python3-numpy python3-venv xz-utils
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,77 @@
+#include "serve/metrics.h"
+
+#include <cstdio>
+
+namespace expertd::serve {
+
+namespace {
+std::string num(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+std::string label(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+}  // namespace
+
+void Histogram::observe(double v) {
+  std::lock_guard lk(mu_);
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v, ++n_;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& help) const {
+  std::lock_guard lk(mu_);
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    out += name + "_bucket{le=\"" + label(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
+  }
+  cum += counts_.back();
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cum) + "\n";
+  out += name + "_sum " + num(sum_) + "\n" + name + "_count " + std::to_string(n_) + "\n";
+}
+
+void Metrics::count_request(const std::string& endpoint, int status) {
+  std::lock_guard lk(mu_);
+  ++requests_[{endpoint, status}];
+}
+
+std::string Metrics::render(const std::vector<proto::Metric>& daemon) const {
+  std::string out;
+  auto counter = [&](const char* name, const char* help, double v, const char* type = "counter") {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + " " + num(v) + "\n";
+  };
+  {
+    std::lock_guard lk(mu_);
+    out +=
+        "# HELP expert_serve_requests_total HTTP requests by endpoint and status\n"
+        "# TYPE expert_serve_requests_total counter\n";
+    for (const auto& [k, v] : requests_)
+      out += "expert_serve_requests_total{endpoint=\"" + k.first + "\",status=\"" +
+             std::to_string(k.second) + "\"} " + std::to_string(v) + "\n";
+  }
+  counter("expert_serve_prompt_tokens_total", "prompt tokens evaluated", double(prompt_tokens));
+  counter("expert_serve_generated_tokens_total", "tokens generated", double(generated_tokens));
+  counter("expert_serve_steps_total", "batched engine steps", double(steps));
+  counter("expert_serve_batched_rows_total",
+          "sequence rows over all steps (divide by steps: the mean batch)", double(batched_rows));
+  counter("expert_serve_queue_length", "requests waiting for a sequence slot", double(queue_length),
+          "gauge");
+  counter("expert_serve_active_sequences", "sequences in the engine", double(active_sequences),
+          "gauge");
+  ttft_s.render(out, "expert_serve_time_to_first_token_seconds",
+                "from the request's arrival to its first token");
+  token_s.render(out, "expert_serve_time_per_token_seconds", "between a sequence's tokens");
+  out += proto::render_prometheus(daemon, "expertd_");
+  return out;
+}
+
+}  // namespace expertd::serve

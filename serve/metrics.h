@@ -1,0 +1,46 @@
+// expert-serve's own counters and latency histograms, rendered as Prometheus text beside
+// expertd's counters (GET /metrics).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "proto/metrics.h"
+
+namespace expertd::serve {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds)
+      : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
+  void observe(double v);
+  void render(std::string& out, const std::string& name, const std::string& help) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  double sum_ = 0;
+  uint64_t n_ = 0;
+};
+
+struct Metrics {
+  std::atomic<uint64_t> prompt_tokens{0}, generated_tokens{0}, steps{0}, batched_rows{0};
+  std::atomic<int64_t> queue_length{0}, active_sequences{0};
+  Histogram ttft_s{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+  Histogram token_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+  void count_request(const std::string& endpoint, int status);
+  // The Prometheus text: these, then expertd's (prefix expertd_).
+  std::string render(const std::vector<proto::Metric>& daemon) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+};
+
+}  // namespace expertd::serve

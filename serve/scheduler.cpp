@@ -1,0 +1,291 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+
+namespace expertd::serve {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+constexpr size_t kPrefillChunk = 512;  // prompt tokens a joining sequence feeds per step
+double secs(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+}  // namespace
+
+Request::Update Request::take(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return done_ || !text_.empty(); });
+  Update u;
+  u.text = std::move(text_);
+  text_.clear();
+  u.done = done_;
+  u.finish = finish_;
+  u.stop_sequence = stop_sequence_;
+  u.error = error_;
+  u.completion_tokens = completion_tokens_;
+  return u;
+}
+
+void Request::append(const std::string& text, int completion_tokens) {
+  {
+    std::lock_guard lk(mu_);
+    text_ += text;
+    completion_tokens_ = completion_tokens;
+  }
+  cv_.notify_all();
+}
+
+void Request::finish(Finish f, std::string stop_sequence, std::string error) {
+  {
+    std::lock_guard lk(mu_);
+    if (done_) return;
+    done_ = true, finish_ = f;
+    stop_sequence_ = std::move(stop_sequence), error_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+Scheduler::Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int queue_max,
+                     Metrics& metrics)
+    : make_(std::move(make)),
+      tok_(tok),
+      parallel_(parallel),
+      queue_max_(queue_max),
+      metrics_(metrics),
+      slot_used_(size_t(parallel), false) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  metrics_cv_.notify_all();
+  thread_.join();
+}
+
+Scheduler::Admit Scheduler::submit(std::shared_ptr<Request> r) {
+  {
+    std::lock_guard lk(mu_);
+    if (!healthy_) return Admit::Unavailable;
+    if (int(queue_.size()) >= queue_max_) return Admit::QueueFull;
+    queue_.push_back(std::move(r));
+    metrics_.queue_length = int64_t(queue_.size());
+  }
+  cv_.notify_all();
+  return Admit::Ok;
+}
+
+std::string Scheduler::last_error() const {
+  std::lock_guard lk(mu_);
+  return last_error_;
+}
+
+std::vector<proto::Metric> Scheduler::daemon_metrics() {
+  std::unique_lock lk(mu_);
+  if (!healthy_) return {};
+  want_metrics_ = true, metrics_ready_ = false;
+  cv_.notify_all();
+  metrics_cv_.wait_for(lk, std::chrono::seconds(5), [&] { return metrics_ready_ || stop_; });
+  return metrics_snapshot_;
+}
+
+void Scheduler::fail_all(const std::string& why) {
+  for (Seq& s : active_) s.req->finish(Finish::Error, {}, why);
+  active_.clear();
+  std::fill(slot_used_.begin(), slot_used_.end(), false);
+  metrics_.active_sequences = 0;
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    {
+      std::unique_lock lk(mu_);
+      if (stop_) break;
+      if (want_metrics_ && engine_) {
+        lk.unlock();
+        auto m = engine_->daemon_metrics();
+        lk.lock();
+        metrics_snapshot_ = std::move(m);
+        want_metrics_ = false, metrics_ready_ = true;
+        metrics_cv_.notify_all();
+      }
+    }
+    if (!engine_) {  // (re)connect: the daemon may be starting or coming back
+      auto e = make_();
+      std::unique_lock lk(mu_);
+      if (!e) {
+        last_error_ = e.error().message;
+        healthy_ = false;
+        // Requests that queued while the engine was up get the error rather than waiting.
+        while (!queue_.empty()) {
+          queue_.front()->finish(Finish::Error, {}, last_error_);
+          queue_.pop_front();
+        }
+        metrics_.queue_length = 0;
+        if (want_metrics_) want_metrics_ = false, metrics_ready_ = true, metrics_cv_.notify_all();
+        cv_.wait_for(lk, std::chrono::milliseconds(500), [&] { return stop_; });
+        continue;
+      }
+      engine_ = std::move(*e);
+      n_ctx_ = engine_->n_ctx();
+      last_error_.clear();
+      healthy_ = true;
+    }
+    {  // admit queued requests into free slots; drop cancelled ones
+      std::unique_lock lk(mu_);
+      if (active_.empty() && queue_.empty() && !want_metrics_)
+        cv_.wait_for(lk, std::chrono::milliseconds(200),
+                     [&] { return stop_ || !queue_.empty() || want_metrics_; });
+      while (!queue_.empty() && int(active_.size()) < parallel_) {
+        auto r = queue_.front();
+        queue_.pop_front();
+        if (r->cancelled()) {
+          r->finish(Finish::Error, {}, "cancelled");
+          continue;
+        }
+        Seq s;
+        s.req = std::move(r);
+        s.slot = int(std::find(slot_used_.begin(), slot_used_.end(), false) - slot_used_.begin());
+        slot_used_[s.slot] = true;
+        const GenParams& p = s.req->params;
+        s.sampler = std::make_unique<engine::Sampler>(
+            engine::SamplerParams{p.temperature, p.top_k, p.top_p, p.seed});
+        s.last_token = s.req->arrived;  // the first token's latency counts from the arrival
+        engine_->reset(s.slot);
+        active_.push_back(std::move(s));
+      }
+      metrics_.queue_length = int64_t(queue_.size());
+    }
+    // Leaving: cancelled sequences free their slots (and the engine their cache) at once.
+    std::erase_if(active_, [&](Seq& s) {
+      if (!s.req->cancelled()) return false;
+      slot_used_[s.slot] = false;
+      s.req->finish(Finish::Error, {}, "cancelled");
+      return true;
+    });
+    metrics_.active_sequences = int64_t(active_.size());
+    if (!active_.empty()) step();
+  }
+  fail_all("expert-serve is shutting down");
+  std::lock_guard lk(mu_);
+  for (auto& r : queue_) r->finish(Finish::Error, {}, "expert-serve is shutting down");
+  queue_.clear();
+}
+
+bool Scheduler::emit(Seq& s, bool final) {
+  const auto& stops = s.req->params.stop;
+  size_t cut = s.text.size();
+  std::string hit;
+  // The earliest stop sequence in what has not been sent yet (it may begin in held-back text).
+  for (const std::string& st : stops) {
+    if (st.empty()) continue;
+    const size_t from = s.sent >= st.size() ? s.sent - st.size() + 1 : 0;
+    const size_t at = s.text.find(st, from);
+    if (at != std::string::npos && at < cut) cut = at, hit = st;
+  }
+  if (!hit.empty()) {
+    if (cut > s.sent) s.req->append(s.text.substr(s.sent, cut - s.sent), s.generated);
+    s.sent = s.text.size();
+    s.req->finish(Finish::StopSequence, hit);
+    return true;
+  }
+  size_t keep = 0;  // the longest tail that may begin a stop sequence
+  if (!final)
+    for (const std::string& st : stops)
+      for (size_t n = std::min(st.size() - (st.empty() ? 0 : 1), s.text.size() - s.sent); n > keep;
+           --n)
+        if (s.text.compare(s.text.size() - n, n, st, 0, n) == 0) {
+          keep = n;
+          break;
+        }
+  const size_t upto = s.text.size() - keep;
+  if (upto > s.sent || final) {
+    s.req->append(upto > s.sent ? s.text.substr(s.sent, upto - s.sent) : std::string(),
+                  s.generated);
+    s.sent = std::max(s.sent, upto);
+  }
+  return false;
+}
+
+void Scheduler::step() {
+  std::vector<engine::SeqTokens> batch;
+  std::vector<bool> samples(active_.size());
+  size_t rows = 0;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    Seq& s = active_[i];
+    const auto& prompt = s.req->prompt;
+    if (s.fed < prompt.size()) {
+      const size_t n = std::min(kPrefillChunk, prompt.size() - s.fed);
+      batch.push_back({s.slot, {prompt.data() + s.fed, n}});
+      s.fed += n;
+      samples[i] = s.fed == prompt.size();
+      metrics_.prompt_tokens += n;
+      rows += n;
+    } else {
+      batch.push_back({s.slot, {&s.next, 1}});
+      samples[i] = true;
+      ++rows;
+    }
+  }
+  std::vector<float> logits;
+  auto st = engine_->eval(batch, logits);
+  ++metrics_.steps;
+  metrics_.batched_rows += rows;
+  if (!st) {
+    // The daemon went away (or another fault): every open stream gets the error; the engine is
+    // made again (reconnecting) before new requests are admitted.
+    {
+      std::lock_guard lk(mu_);
+      last_error_ = st.error().message;
+      healthy_ = false;
+    }
+    fail_all("generation failed: " + st.error().message);
+    engine_.reset();
+    return;
+  }
+  const int V = int(logits.size() / batch.size());
+  const auto now = Clock::now();
+  std::vector<size_t> done;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    if (!samples[i]) continue;
+    Seq& s = active_[i];
+    const int32_t tok = s.sampler->sample({logits.data() + size_t(i) * V, size_t(V)});
+    if (s.generated == 0)
+      metrics_.ttft_s.observe(secs(now - s.last_token));
+    else
+      metrics_.token_s.observe(secs(now - s.last_token));
+    s.last_token = now;
+    if (tok_.is_end_of_generation(tok)) {
+      s.text += s.utf8.flush();
+      emit(s, true);
+      s.req->finish(Finish::EndOfText);
+      done.push_back(i);
+      continue;
+    }
+    ++s.generated;
+    ++metrics_.generated_tokens;
+    s.text += s.utf8.push(tok_.piece(tok));
+    if (emit(s, false)) {
+      done.push_back(i);
+      continue;
+    }
+    if (s.generated >= s.req->params.max_tokens || engine_->n_past(s.slot) >= engine_->n_ctx()) {
+      s.text += s.utf8.flush();
+      if (!emit(s, true)) s.req->finish(Finish::Length);
+      done.push_back(i);
+      continue;
+    }
+    s.next = tok;
+  }
+  for (auto it = done.rbegin(); it != done.rend(); ++it) {
+    slot_used_[active_[*it].slot] = false;
+    active_.erase(active_.begin() + long(*it));
+  }
+  metrics_.active_sequences = int64_t(active_.size());
+}
+
+}  // namespace expertd::serve

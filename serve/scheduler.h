@@ -1,0 +1,134 @@
+// expert-serve's engine loop: continuous batching. Up to `parallel` sequences run at once, each
+// in its own slot of one batched Engine (engine/engine.h): every step evaluates all active
+// sequences together — prompt chunks of joining ones beside one token of each decoding one — so
+// each MoE layer fetches the union of their experts once. Sequences join from a bounded FIFO
+// queue and leave (finished, stopped, cancelled) between steps.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include "proto/metrics.h"
+#include "serve/metrics.h"
+
+namespace expertd::serve {
+
+struct GenParams {
+  int max_tokens = 16;
+  float temperature = 1.0f, top_p = 1.0f;
+  int top_k = 0;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;  // stop sequences (not included in the text)
+};
+
+enum class Finish { None, EndOfText, Length, StopSequence, Error };
+
+// One generation: the HTTP thread submits it and reads its text as it comes; the engine loop
+// appends to it. Thread-safe.
+class Request {
+ public:
+  Request(std::vector<int32_t> prompt, GenParams p)
+      : prompt(std::move(prompt)), params(std::move(p)) {}
+  const std::vector<int32_t> prompt;
+  const GenParams params;
+  const std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+
+  struct Update {
+    std::string text;  // since the last take
+    bool done = false;
+    Finish finish = Finish::None;
+    std::string stop_sequence, error;
+    int completion_tokens = 0;
+  };
+  // Waits up to `timeout` for new text or the end; returns what is new.
+  Update take(std::chrono::milliseconds timeout);
+  // The client went away (or gave up): the engine loop frees the sequence at its next step.
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  // The engine loop's side.
+  void append(const std::string& text, int completion_tokens);
+  void finish(Finish f, std::string stop_sequence = {}, std::string error = {});
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string text_;
+  bool done_ = false;
+  Finish finish_ = Finish::None;
+  std::string stop_sequence_, error_;
+  int completion_tokens_ = 0;
+  std::atomic<bool> cancelled_{false};
+};
+
+// Makes the engine (and its connection to expertd); called again after the daemon went away.
+using EngineFactory = std::function<Result<std::unique_ptr<engine::Engine>>()>;
+
+class Scheduler {
+ public:
+  Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int queue_max,
+            Metrics& metrics);
+  ~Scheduler();
+
+  enum class Admit { Ok, QueueFull, Unavailable };
+  Admit submit(std::shared_ptr<Request> r);
+  // The engine is up (expertd connected): what /health reports.
+  bool healthy() const { return healthy_; }
+  std::string last_error() const;
+  int n_ctx() const { return n_ctx_; }
+  // expertd's counters, fetched by the engine loop between steps (empty without a daemon).
+  std::vector<proto::Metric> daemon_metrics();
+
+ private:
+  struct Seq {
+    std::shared_ptr<Request> req;
+    int slot = 0;
+    size_t fed = 0;     // prompt tokens evaluated
+    int32_t next = -1;  // the token to evaluate next (decoding)
+    int generated = 0;
+    std::string text;  // generated so far
+    size_t sent = 0;   // of text, handed to the request
+    engine::Utf8Stream utf8;
+    std::unique_ptr<engine::Sampler> sampler;
+    std::chrono::steady_clock::time_point last_token;
+  };
+  void loop();
+  void step();
+  void fail_all(const std::string& why);
+  // After a token: hands out the text that cannot be part of a stop sequence; true if a stop
+  // sequence ended the generation.
+  bool emit(Seq& s, bool final);
+
+  EngineFactory make_;
+  const engine::Tokenizer& tok_;
+  const int parallel_, queue_max_;
+  Metrics& metrics_;
+  std::unique_ptr<engine::Engine> engine_;
+  int n_ctx_ = 0;
+  std::vector<Seq> active_;
+  std::vector<bool> slot_used_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Request>> queue_;
+  bool stop_ = false, want_metrics_ = false, metrics_ready_ = false;
+  std::vector<proto::Metric> metrics_snapshot_;
+  std::condition_variable metrics_cv_;
+  std::string last_error_;
+  std::atomic<bool> healthy_{false};
+  std::thread thread_;
+};
+
+}  // namespace expertd::serve

@@ -1,0 +1,163 @@
+// expert-serve: an OpenAI- and Anthropic-compatible HTTP server over the bundled engine, its
+// concurrent requests batched so that each MoE layer reads the union of their experts once.
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "chat/chat_template.h"
+#include "engine/cpu_ops.h"
+#include "engine/engine.h"
+#include "engine/expert_source.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "gguf/gguf_reader.h"
+#include "serve/metrics.h"
+#include "serve/scheduler.h"
+#include "serve/server.h"
+
+using namespace expertd;
+
+namespace {
+
+[[noreturn]] void die(const std::string& why) {
+  std::fprintf(stderr, "expert-serve: error: %s\n", why.c_str());
+  std::exit(1);
+}
+
+std::string default_model() {
+  for (const char* p : {EXPERTD_INSTALLED_MODEL, EXPERTD_SOURCE_MODEL})
+    if (std::filesystem::exists(p)) return p;
+  die(std::string("no --model given and the bundled model is not at ") + EXPERTD_INSTALLED_MODEL +
+      " or " + EXPERTD_SOURCE_MODEL);
+}
+
+// The model's name for clients: its file name without .gguf (and .core of a pack's core).
+std::string model_id(const std::string& path) {
+  std::string n = std::filesystem::path(path).filename().string();
+  for (const char* ext : {".gguf", ".core"})
+    if (n.size() > std::strlen(ext) && n.ends_with(ext)) n.resize(n.size() - std::strlen(ext));
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "expert-serve: OpenAI- and Anthropic-compatible HTTP server; concurrent requests "
+      "are batched and share expert reads"};
+  std::string model, socket, host = "127.0.0.1", api_key, chat_template_file, alias;
+  bool local = false;
+  int port = 8080, parallel = 4, ctx = 4096, queue_max = 64;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  size_t max_body_mb = 8;
+  app.add_option("--model", model,
+                 "model GGUF, or the core GGUF of an expert pack (default: the bundled model)");
+  app.add_option("--socket", socket, "expertd socket: experts come from the daemon");
+  app.add_flag("--local", local, "read experts in place from the GGUF");
+  app.add_option("--host", host, "address to listen on")->capture_default_str();
+  app.add_option("--port", port, "port to listen on (0: any free one, printed)")
+      ->capture_default_str();
+  app.add_option("--parallel", parallel,
+                 "sequences decoded together (continuous batching: one expert fetch per layer for "
+                 "all of them)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--ctx", ctx, "context length of each sequence (KV cache)")
+      ->capture_default_str()
+      ->check(CLI::Range(16, 1 << 20));
+  app.add_option("--queue-max", queue_max,
+                 "requests waiting for a sequence beyond the running ones; more get 503")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--api-key", api_key,
+                 "require this key (Authorization: Bearer KEY, or x-api-key: KEY) on /v1/ "
+                 "(default: $EXPERT_SERVE_API_KEY, else none)");
+  app.add_option("--threads", threads, "CPU threads")->capture_default_str();
+  app.add_option("--chat-template", chat_template_file,
+                 "a Jinja chat template file instead of the model's tokenizer.chat_template")
+      ->check(CLI::ExistingFile);
+  app.add_option("--alias", alias, "the model's name in the API (default: its file name)");
+  app.add_option("--max-body-mb", max_body_mb, "largest request body (413 beyond)")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (api_key.empty())
+    if (const char* k = std::getenv("EXPERT_SERVE_API_KEY")) api_key = k;
+  if (model.empty()) model = default_model();
+  if (local && !socket.empty()) die("--local and --socket exclude each other");
+  if (!local && socket.empty()) die("give --socket of the expertd serving the model, or --local");
+
+  auto f = gguf::Model::open(model);
+  if (!f) die(f.error().message);
+  auto m = engine::Model::load(*f);
+  if (!m) die(m.error().message);
+  if (local && !m->has_local_experts)
+    die(model + " is a core GGUF without experts: pass --socket of the expertd serving its pack");
+  auto tok = engine::Tokenizer::load(*f);
+  if (!tok) die(tok.error().message);
+
+  serve::ModelChat chat;
+  std::string tmpl;
+  if (!chat_template_file.empty()) {
+    std::ifstream in(chat_template_file, std::ios::binary);
+    tmpl.assign(std::istreambuf_iterator<char>(in), {});
+  } else if (auto t = f->get_string("tokenizer.chat_template")) {
+    tmpl = std::string(*t);
+  }
+  if (!tmpl.empty()) {
+    auto t = chat::ChatTemplate::parse(tmpl);
+    if (!t) die(t.error().message);
+    chat.tmpl = std::move(*t);
+  }
+  if (tok->bos() >= 0) chat.bos = tok->piece(tok->bos(), true);
+  if (tok->eos() >= 0) chat.eos = tok->piece(tok->eos(), true);
+
+  const engine::Model& mod = *m;
+  serve::EngineFactory make = [&]() -> Result<std::unique_ptr<engine::Engine>> {
+    std::unique_ptr<engine::ExpertSource> src;
+    if (local) {
+      src = engine::make_local_source(mod);
+    } else {
+      auto s = engine::make_daemon_source(mod, socket, 0);
+      if (!s) return s.error();
+      src = std::move(*s);
+    }
+    return std::make_unique<engine::Engine>(mod, engine::make_cpu_ops(threads), std::move(src), ctx,
+                                            parallel);
+  };
+
+  // SIGINT/SIGTERM end the server: blocked here, taken by a thread that stops it.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  serve::Metrics metrics;
+  serve::Scheduler sched(make, *tok, parallel, queue_max, metrics);
+  serve::ServerOptions so;
+  so.host = host, so.port = port, so.api_key = api_key, so.max_body = max_body_mb << 20;
+  so.model_id = alias.empty() ? model_id(model) : alias;
+  serve::Server server(so, sched, *tok, std::move(chat), metrics);
+  if (auto st = server.listen(); !st) die(st.error().message);
+  std::thread sig([&] {
+    int s = 0;
+    sigwait(&sigs, &s);
+    sd_notify(0, "STOPPING=1");
+    server.stop();
+  });
+  std::fprintf(stderr,
+               "expert-serve: %s (%s) on http://%s:%d, %d sequences of %d positions, experts %s\n",
+               so.model_id.c_str(), mod.hp.arch.c_str(), host.c_str(), server.port(), parallel, ctx,
+               local ? "local" : socket.c_str());
+  sd_notify(0, "READY=1\nSTATUS=serving");
+  server.run();
+  sig.join();
+  return 0;
+}

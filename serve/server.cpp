@@ -1,0 +1,714 @@
+#include "serve/server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+namespace expertd::serve {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using nlohmann::ordered_json;
+using json = nlohmann::json;
+
+namespace {
+
+enum class Api { OpenAI, Anthropic };
+
+struct HttpError {
+  int status;
+  std::string type, message;
+};
+
+std::string random_id(const std::string& prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  char b[32];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(rng()));
+  return prefix + b;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string error_body(Api api, const HttpError& e) {
+  if (api == Api::Anthropic)
+    return json{{"type", "error"}, {"error", {{"type", e.type}, {"message", e.message}}}}.dump();
+  return json{
+      {"error", {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}}}}
+      .dump();
+}
+
+HttpError bad_request(const std::string& why) {
+  return {400, "invalid_request_error", why};
+}
+
+// One HTTP connection: full responses, or a chunked event stream.
+class Conn {
+ public:
+  explicit Conn(tcp::socket& s) : s_(s) {}
+  bool keep_alive = true;
+
+  void send(int status, const std::string& content_type, const std::string& body,
+            const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+    http::response<http::string_body> res{static_cast<http::status>(status), 11};
+    res.set(http::field::server, "expert-serve");
+    res.set(http::field::content_type, content_type);
+    for (const auto& [k, v] : headers) res.set(k, v);
+    res.keep_alive(keep_alive);
+    res.body() = body;
+    res.prepare_payload();
+    beast::error_code ec;
+    http::write(s_, res, ec);
+    if (ec) keep_alive = false;
+  }
+  void send_json(int status, const std::string& body) { send(status, "application/json", body); }
+
+  bool start_stream() {
+    static const std::string head =
+        "HTTP/1.1 200 OK\r\nServer: expert-serve\r\nContent-Type: text/event-stream\r\n"
+        "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
+    return raw(head);
+  }
+  bool chunk(const std::string& data) {
+    if (data.empty()) return true;
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+    return raw(size + data + "\r\n");
+  }
+  bool end_stream() { return raw("0\r\n\r\n"); }
+
+  // The client closed its side (or reset): nothing more can reach it.
+  bool peer_closed() {
+    pollfd p{s_.native_handle(), POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+    char c;
+    return ::recv(s_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
+
+ private:
+  bool raw(const std::string& bytes) {
+    beast::error_code ec;
+    net::write(s_, net::buffer(bytes), ec);
+    if (ec) keep_alive = false;
+    return !ec;
+  }
+  tcp::socket& s_;
+};
+
+std::string sse(const json& j) {
+  return "data: " + j.dump() + "\n\n";
+}
+std::string event(const std::string& name, const json& j) {
+  return "event: " + name + "\ndata: " + j.dump() + "\n\n";
+}
+
+const char* openai_finish(Finish f) {
+  return f == Finish::Length ? "length" : "stop";
+}
+const char* anthropic_stop(Finish f) {
+  return f == Finish::Length         ? "max_tokens"
+         : f == Finish::StopSequence ? "stop_sequence"
+                                     : "end_turn";
+}
+
+}  // namespace
+
+struct Server::Impl {
+  ServerOptions o;
+  Scheduler& sched;
+  const engine::Tokenizer& tok;
+  ModelChat chat;
+  Metrics& metrics;
+  net::io_context io;
+  tcp::acceptor acceptor{io};
+  std::atomic<bool> stopping{false};
+  std::atomic<int> connections{0};
+  const int64_t started = unix_now();
+
+  Impl(ServerOptions opts, Scheduler& s, const engine::Tokenizer& t, ModelChat c, Metrics& m)
+      : o(std::move(opts)), sched(s), tok(t), chat(std::move(c)), metrics(m) {}
+
+  void handle(tcp::socket sock) {
+    beast::flat_buffer buf;
+    Conn c(sock);
+    while (c.keep_alive && !stopping) {
+      http::request_parser<http::string_body> parser;
+      parser.body_limit(o.max_body);
+      parser.header_limit(64 * 1024);
+      beast::error_code ec;
+      http::read(sock, buf, parser, ec);
+      if (ec == http::error::end_of_stream || ec == net::error::eof ||
+          ec == net::error::connection_reset)
+        break;
+      if (ec == http::error::body_limit) {
+        c.keep_alive = false;
+        c.send_json(413, error_body(Api::OpenAI, {413, "request_too_large",
+                                                  "the request body is over the limit of " +
+                                                      std::to_string(o.max_body) + " bytes"}));
+        metrics.count_request("other", 413);
+        // Let the client finish sending (and so read the answer) before the connection closes.
+        beast::error_code ig;
+        sock.shutdown(tcp::socket::shutdown_send, ig);
+        char sink[65536];
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        pollfd p{sock.native_handle(), POLLIN, 0};
+        while (std::chrono::steady_clock::now() < until && ::poll(&p, 1, 200) > 0 &&
+               ::recv(sock.native_handle(), sink, sizeof sink, 0) > 0) {
+        }
+        break;
+      }
+      if (ec) {
+        c.keep_alive = false;
+        c.send_json(
+            400, error_body(Api::OpenAI, bad_request("malformed HTTP request: " + ec.message())));
+        break;
+      }
+      auto& req = parser.get();
+      c.keep_alive = req.keep_alive();
+      route(req, c);
+    }
+    beast::error_code ec;
+    sock.shutdown(tcp::socket::shutdown_both, ec);
+    sock.close(ec);
+  }
+
+  bool authorized(const http::request<http::string_body>& req) const {
+    if (o.api_key.empty()) return true;
+    auto auth = req[http::field::authorization];
+    if (auth == "Bearer " + o.api_key) return true;
+    auto x = req["x-api-key"];
+    return x == o.api_key;
+  }
+
+  void route(http::request<http::string_body>& req, Conn& c) {
+    const std::string target(req.target());
+    const std::string path = target.substr(0, target.find('?'));
+    const Api api = path == "/v1/messages" ? Api::Anthropic : Api::OpenAI;
+    auto fail = [&](const HttpError& e, const std::string& endpoint) {
+      c.send_json(e.status, error_body(api, e));
+      metrics.count_request(endpoint, e.status);
+    };
+    if (path == "/health") {
+      const bool ok = sched.healthy();
+      c.send_json(ok ? 200 : 503,
+                  ok ? json{{"status", "ok"}}.dump()
+                     : json{{"status", "unavailable"}, {"error", sched.last_error()}}.dump());
+      metrics.count_request("health", ok ? 200 : 503);
+      return;
+    }
+    if (path == "/metrics") {
+      c.send(200, "text/plain; version=0.0.4", metrics.render(sched.daemon_metrics()));
+      metrics.count_request("metrics", 200);
+      return;
+    }
+    const bool known = path == "/v1/models" || path == "/v1/completions" ||
+                       path == "/v1/chat/completions" || path == "/v1/messages";
+    if (!known) return fail({404, "not_found_error", "no endpoint " + path}, "other");
+    const std::string endpoint = path.substr(4);
+    if (!authorized(req))
+      return fail(
+          {401, "authentication_error", "invalid API key (Authorization: Bearer or x-api-key)"},
+          endpoint);
+    if (path == "/v1/models") {
+      if (req.method() != http::verb::get)
+        return fail({405, "invalid_request_error", "use GET"}, endpoint);
+      json j{{"object", "list"},
+             {"data", json::array({{{"id", o.model_id},
+                                    {"object", "model"},
+                                    {"created", started},
+                                    {"owned_by", "expertd"}}})}};
+      c.send_json(200, j.dump());
+      metrics.count_request(endpoint, 200);
+      return;
+    }
+    if (req.method() != http::verb::post)
+      return fail({405, "invalid_request_error", "use POST"}, endpoint);
+    ordered_json body = ordered_json::parse(req.body(), nullptr, false);
+    if (body.is_discarded() || !body.is_object())
+      return fail(bad_request("the body is not a JSON object"), endpoint);
+    try {
+      const int status = generate(path, body, api, c);
+      metrics.count_request(endpoint, status);
+    } catch (const HttpError& e) {
+      fail(e, endpoint);
+    } catch (const ordered_json::exception& e) {
+      fail(bad_request(std::string("bad field type: ") + e.what()), endpoint);
+    }
+  }
+
+  // ---- request parsing ----
+
+  static void check_model(const ordered_json& body, const std::string& id) {
+    if (body.contains("model") && !body["model"].is_null()) {
+      if (!body["model"].is_string()) throw bad_request("model must be a string");
+      if (body["model"].get<std::string>() != id)
+        throw HttpError{404, "not_found_error",
+                        "model '" + body["model"].get<std::string>() +
+                            "' not found; this server serves '" + id + "'"};
+    }
+  }
+
+  GenParams params(const ordered_json& b, Api api, int default_max) const {
+    GenParams p;
+    p.max_tokens = default_max;
+    auto num = [&](const char* k) -> const ordered_json* {
+      if (!b.contains(k) || b[k].is_null()) return nullptr;
+      if (!b[k].is_number()) throw bad_request(std::string(k) + " must be a number");
+      return &b[k];
+    };
+    for (const char* k : {"max_tokens", "max_completion_tokens"})
+      if (auto* v = num(k)) {
+        if (!v->is_number_integer() || v->get<int64_t>() < 1)
+          throw bad_request(std::string(k) + " must be a positive integer");
+        p.max_tokens = int(std::min<int64_t>(v->get<int64_t>(), 1 << 30));
+      }
+    if (auto* v = num("temperature")) {
+      p.temperature = v->get<float>();
+      if (p.temperature < 0 || p.temperature > 2)
+        throw bad_request("temperature must be in [0, 2]");
+    }
+    if (auto* v = num("top_p")) {
+      p.top_p = v->get<float>();
+      if (p.top_p <= 0 || p.top_p > 1) throw bad_request("top_p must be in (0, 1]");
+    }
+    if (auto* v = num("top_k")) {
+      if (!v->is_number_integer() || v->get<int64_t>() < 0)
+        throw bad_request("top_k must be a non-negative integer");
+      p.top_k = int(v->get<int64_t>());
+    }
+    if (auto* v = num("seed"))
+      p.seed = uint64_t(v->get<int64_t>());
+    else
+      p.seed = std::random_device{}();
+    if (auto* v = num("n"); v && v->get<int64_t>() != 1) throw bad_request("only n=1 is supported");
+    const char* stop_key = api == Api::Anthropic ? "stop_sequences" : "stop";
+    if (b.contains(stop_key) && !b[stop_key].is_null()) {
+      const auto& s = b[stop_key];
+      if (s.is_string()) {
+        p.stop.push_back(s.get<std::string>());
+      } else if (s.is_array()) {
+        for (const auto& x : s) {
+          if (!x.is_string()) throw bad_request(std::string(stop_key) + " must hold strings");
+          p.stop.push_back(x.get<std::string>());
+        }
+      } else {
+        throw bad_request(std::string(stop_key) + " must be a string or an array of strings");
+      }
+    }
+    return p;
+  }
+
+  // Text parts of a message's content joined (images and other parts are refused).
+  static std::string content_text(const ordered_json& content, const char* what) {
+    if (content.is_null()) return "";
+    if (content.is_string()) return content.get<std::string>();
+    if (!content.is_array())
+      throw bad_request(std::string(what) + " must be a string or an array of parts");
+    std::string out;
+    for (const auto& part : content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string())
+        throw bad_request(std::string(what) + ": only text parts are supported");
+      out += part["text"].get<std::string>();
+    }
+    return out;
+  }
+
+  // OpenAI messages as templates read them: content as text, tool-call arguments as objects.
+  static ordered_json openai_messages(const ordered_json& msgs) {
+    if (!msgs.is_array() || msgs.empty()) throw bad_request("messages must be a non-empty array");
+    ordered_json out = ordered_json::array();
+    for (const auto& m : msgs) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        throw bad_request("each message needs a string role");
+      ordered_json n = m;
+      if (m.contains("content")) n["content"] = content_text(m["content"], "content");
+      if (m.contains("tool_calls") && m["tool_calls"].is_array())
+        for (auto& tc : n["tool_calls"])
+          if (tc.is_object() && tc.contains("function") && tc["function"].is_object() &&
+              tc["function"].contains("arguments") && tc["function"]["arguments"].is_string()) {
+            auto args =
+                ordered_json::parse(tc["function"]["arguments"].get<std::string>(), nullptr, false);
+            if (!args.is_discarded()) tc["function"]["arguments"] = args;
+          }
+      out.push_back(std::move(n));
+    }
+    return out;
+  }
+
+  static ordered_json anthropic_messages(const ordered_json& b) {
+    ordered_json out = ordered_json::array();
+    if (b.contains("system") && !b["system"].is_null())
+      out.push_back({{"role", "system"}, {"content", content_text(b["system"], "system")}});
+    if (!b.contains("messages") || !b["messages"].is_array() || b["messages"].empty())
+      throw bad_request("messages must be a non-empty array");
+    for (const auto& m : b["messages"]) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        throw bad_request("each message needs a string role");
+      const std::string role = m["role"];
+      if (role != "user" && role != "assistant")
+        throw bad_request("role must be user or assistant");
+      out.push_back({{"role", role},
+                     {"content", content_text(m.value("content", ordered_json()), "content")}});
+    }
+    return out;
+  }
+
+  std::vector<int32_t> render_chat(const ordered_json& messages, const ordered_json& body) const {
+    if (!chat.tmpl)
+      throw bad_request(
+          "this model has no chat template (tokenizer.chat_template): use "
+          "/v1/completions, or start expert-serve with --chat-template FILE");
+    chat::ChatOptions co;
+    co.bos_token = chat.bos, co.eos_token = chat.eos;
+    if (body.contains("tools") && body["tools"].is_array() && !body["tools"].empty())
+      co.tools = body["tools"];
+    if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object())
+      co.extra = body["chat_template_kwargs"];
+    if (body.contains("reasoning_effort") && body["reasoning_effort"].is_string())
+      co.extra["reasoning_effort"] = body["reasoning_effort"];
+    auto text = chat.tmpl->render(messages, co);
+    if (!text) throw bad_request(text.error().message);
+    const bool bos =
+        tok.add_bos() && !(tok.bos() >= 0 && !chat.bos.empty() && text->rfind(chat.bos, 0) == 0);
+    return tok.encode(*text, bos, true);
+  }
+
+  // ---- generation ----
+
+  struct Outcome {
+    std::string text;
+    Request::Update last;
+    bool gone = false;
+  };
+  // Runs r to its end, handing each new piece of text to on_text (streaming: false when the
+  // client cannot be written to); a client that goes away cancels it at once.
+  Outcome drive(const std::shared_ptr<Request>& r, Conn& c,
+                const std::function<bool(const std::string&)>& on_text) {
+    Outcome out;
+    for (;;) {
+      Request::Update u = r->take(std::chrono::milliseconds(50));
+      if (!u.text.empty()) {
+        out.text += u.text;
+        if (on_text && !on_text(u.text)) {
+          r->cancel();
+          out.gone = true;
+          return out;
+        }
+      }
+      if (u.done) {
+        out.last = std::move(u);
+        return out;
+      }
+      if (c.peer_closed() || stopping) {
+        r->cancel();
+        out.gone = true;
+        return out;
+      }
+    }
+  }
+
+  int generate(const std::string& path, const ordered_json& b, Api api, Conn& c) {
+    check_model(b, o.model_id);
+    const bool stream = b.contains("stream") && b["stream"].is_boolean() && b["stream"].get<bool>();
+    std::vector<int32_t> prompt;
+    const int n_ctx = sched.n_ctx();
+    int default_max = 16;
+    if (path == "/v1/completions") {
+      if (!b.contains("prompt")) throw bad_request("prompt is required");
+      const auto& pr = b["prompt"];
+      if (pr.is_string()) {
+        prompt = tok.encode(pr.get<std::string>(), tok.add_bos(), true);
+      } else if (pr.is_array() && pr.size() == 1 && pr[0].is_string()) {
+        prompt = tok.encode(pr[0].get<std::string>(), tok.add_bos(), true);
+      } else if (pr.is_array() && !pr.empty() && pr[0].is_number_integer()) {
+        for (const auto& t : pr) {
+          if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab())
+            throw bad_request("prompt token ids must be in [0, " + std::to_string(tok.n_vocab()) +
+                              ")");
+          prompt.push_back(int32_t(t.get<int64_t>()));
+        }
+      } else {
+        throw bad_request("prompt must be a string, one string in an array, or token ids");
+      }
+    } else if (path == "/v1/chat/completions") {
+      prompt = render_chat(openai_messages(b.value("messages", ordered_json())), b);
+      default_max = 1 << 30;  // until the end of the text or the context
+    } else {
+      if (!b.contains("max_tokens")) throw bad_request("max_tokens is required");
+      prompt = render_chat(anthropic_messages(b), b);
+    }
+    if (prompt.empty()) throw bad_request("the prompt is empty");
+    if (int(prompt.size()) >= n_ctx)
+      throw bad_request("the prompt is " + std::to_string(prompt.size()) +
+                        " tokens; the context holds " + std::to_string(n_ctx) +
+                        " (expert-serve --ctx), and the reply needs room");
+    GenParams p = params(b, api, default_max);
+    auto r = std::make_shared<Request>(prompt, p);
+    switch (sched.submit(r)) {
+      case Scheduler::Admit::Ok:
+        break;
+      case Scheduler::Admit::QueueFull:
+        c.send(503, "application/json",
+               error_body(api, {503, api == Api::Anthropic ? "overloaded_error" : "server_error",
+                                "the request queue is full (expert-serve --queue-max); retry"}),
+               {{"Retry-After", "1"}});
+        return 503;
+      case Scheduler::Admit::Unavailable:
+        c.send(503, "application/json",
+               error_body(api, {503, api == Api::Anthropic ? "api_error" : "server_error",
+                                "the engine is not available: " + sched.last_error()}),
+               {{"Retry-After", "1"}});
+        return 503;
+    }
+    const int n_prompt = int(prompt.size());
+    if (path == "/v1/messages") return anthropic(r, b, c, stream, n_prompt);
+    return openai(r, b, c, stream, n_prompt, path == "/v1/chat/completions");
+  }
+
+  int openai(const std::shared_ptr<Request>& r, const ordered_json& b, Conn& c, bool stream,
+             int n_prompt, bool is_chat) {
+    const std::string id = random_id(is_chat ? "chatcmpl-" : "cmpl-");
+    const int64_t created = unix_now();
+    const char* object =
+        is_chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    auto usage = [&](int completion) {
+      return json{{"prompt_tokens", n_prompt},
+                  {"completion_tokens", completion},
+                  {"total_tokens", n_prompt + completion}};
+    };
+    auto choice = [&](const std::string& text, const char* finish, bool first) {
+      json ch{{"index", 0}};
+      if (is_chat) {
+        json delta = json::object();
+        if (first) delta["role"] = "assistant";
+        if (!text.empty() || first) delta["content"] = text;
+        ch[stream ? "delta" : "message"] = delta;
+      } else {
+        ch["text"] = text;
+        ch["logprobs"] = nullptr;
+      }
+      ch["finish_reason"] = finish ? json(finish) : json(nullptr);
+      return ch;
+    };
+    if (!stream) {
+      Outcome out = drive(r, c, nullptr);
+      if (out.gone) return 499;
+      if (out.last.finish == Finish::Error) {
+        c.send_json(503, error_body(Api::OpenAI, {503, "server_error", out.last.error}));
+        return 503;
+      }
+      json ch = choice(out.text, openai_finish(out.last.finish), true);
+      if (is_chat) ch["message"] = {{"role", "assistant"}, {"content", out.text}};
+      json j{{"id", id},
+             {"object", object},
+             {"created", created},
+             {"model", o.model_id},
+             {"choices", json::array({ch})},
+             {"usage", usage(out.last.completion_tokens)}};
+      c.send_json(200, j.dump());
+      return 200;
+    }
+    const bool include_usage = b.contains("stream_options") && b["stream_options"].is_object() &&
+                               b["stream_options"].value("include_usage", false);
+    auto chunk = [&](json ch) {
+      json j{{"id", id},
+             {"object", object},
+             {"created", created},
+             {"model", o.model_id},
+             {"choices", json::array({std::move(ch)})}};
+      if (include_usage) j["usage"] = nullptr;
+      return sse(j);
+    };
+    if (!c.start_stream()) {
+      r->cancel();
+      return 499;
+    }
+    bool first = true;
+    if (is_chat) {
+      if (!c.chunk(chunk(choice("", nullptr, true)))) {
+        r->cancel();
+        return 499;
+      }
+      first = false;
+    }
+    Outcome out = drive(r, c, [&](const std::string& t) {
+      const bool ok = c.chunk(chunk(choice(t, nullptr, first)));
+      first = false;
+      return ok;
+    });
+    if (out.gone) return 499;
+    if (out.last.finish == Finish::Error) {
+      c.chunk(sse(json{{"error", {{"message", out.last.error}, {"type", "server_error"}}}}));
+      c.end_stream();
+      c.keep_alive = false;
+      return 200;
+    }
+    json fin = choice("", openai_finish(out.last.finish), false);
+    if (is_chat) fin["delta"] = json::object();
+    c.chunk(chunk(fin));
+    if (include_usage) {
+      json j{{"id", id},
+             {"object", object},
+             {"created", created},
+             {"model", o.model_id},
+             {"choices", json::array()},
+             {"usage", usage(out.last.completion_tokens)}};
+      c.chunk(sse(j));
+    }
+    c.chunk("data: [DONE]\n\n");
+    c.end_stream();
+    return 200;
+  }
+
+  int anthropic(const std::shared_ptr<Request>& r, const ordered_json&, Conn& c, bool stream,
+                int n_prompt) {
+    const std::string id = random_id("msg_");
+    auto stop_seq = [](const Request::Update& u) {
+      return u.finish == Finish::StopSequence ? json(u.stop_sequence) : json(nullptr);
+    };
+    if (!stream) {
+      Outcome out = drive(r, c, nullptr);
+      if (out.gone) return 499;
+      if (out.last.finish == Finish::Error) {
+        c.send_json(503, error_body(Api::Anthropic, {503, "api_error", out.last.error}));
+        return 503;
+      }
+      json j{
+          {"id", id},
+          {"type", "message"},
+          {"role", "assistant"},
+          {"model", o.model_id},
+          {"content", json::array({{{"type", "text"}, {"text", out.text}}})},
+          {"stop_reason", anthropic_stop(out.last.finish)},
+          {"stop_sequence", stop_seq(out.last)},
+          {"usage", {{"input_tokens", n_prompt}, {"output_tokens", out.last.completion_tokens}}}};
+      c.send_json(200, j.dump());
+      return 200;
+    }
+    if (!c.start_stream()) {
+      r->cancel();
+      return 499;
+    }
+    json start{{"type", "message_start"},
+               {"message",
+                {{"id", id},
+                 {"type", "message"},
+                 {"role", "assistant"},
+                 {"model", o.model_id},
+                 {"content", json::array()},
+                 {"stop_reason", nullptr},
+                 {"stop_sequence", nullptr},
+                 {"usage", {{"input_tokens", n_prompt}, {"output_tokens", 0}}}}}};
+    bool ok = c.chunk(event("message_start", start)) &&
+              c.chunk(event("content_block_start",
+                            {{"type", "content_block_start"},
+                             {"index", 0},
+                             {"content_block", {{"type", "text"}, {"text", ""}}}}));
+    if (!ok) {
+      r->cancel();
+      return 499;
+    }
+    Outcome out = drive(r, c, [&](const std::string& t) {
+      return c.chunk(
+          event("content_block_delta", {{"type", "content_block_delta"},
+                                        {"index", 0},
+                                        {"delta", {{"type", "text_delta"}, {"text", t}}}}));
+    });
+    if (out.gone) return 499;
+    if (out.last.finish == Finish::Error) {
+      c.chunk(event("error", {{"type", "error"},
+                              {"error", {{"type", "api_error"}, {"message", out.last.error}}}}));
+      c.end_stream();
+      c.keep_alive = false;
+      return 200;
+    }
+    c.chunk(event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}));
+    c.chunk(event("message_delta", {{"type", "message_delta"},
+                                    {"delta",
+                                     {{"stop_reason", anthropic_stop(out.last.finish)},
+                                      {"stop_sequence", stop_seq(out.last)}}},
+                                    {"usage", {{"output_tokens", out.last.completion_tokens}}}}));
+    c.chunk(event("message_stop", {{"type", "message_stop"}}));
+    c.end_stream();
+    return 200;
+  }
+};
+
+Server::Server(ServerOptions o, Scheduler& sched, const engine::Tokenizer& tok, ModelChat chat,
+               Metrics& metrics)
+    : impl_(std::make_unique<Impl>(std::move(o), sched, tok, std::move(chat), metrics)) {}
+
+Server::~Server() {
+  stop();
+}
+
+Status Server::listen() {
+  beast::error_code ec;
+  auto addr = net::ip::make_address(impl_->o.host, ec);
+  if (ec) return make_error("--host " + impl_->o.host + ": " + ec.message());
+  tcp::endpoint ep{addr, static_cast<unsigned short>(impl_->o.port)};
+  auto& a = impl_->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return make_error("cannot listen on " + impl_->o.host + ":" + std::to_string(impl_->o.port) +
+                      ": " + ec.message());
+  port_ = a.local_endpoint().port();
+  return {};
+}
+
+void Server::run() {
+  Impl& im = *impl_;
+  while (!im.stopping) {
+    tcp::socket s{im.io};
+    beast::error_code ec;
+    im.acceptor.accept(s, ec);
+    if (ec) {
+      if (im.stopping) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // EMFILE and the like
+      continue;
+    }
+    if (im.connections >= im.o.max_connections) {
+      Conn c(s);
+      c.keep_alive = false;
+      c.send(503, "application/json",
+             error_body(Api::OpenAI, {503, "server_error", "too many connections"}),
+             {{"Retry-After", "1"}});
+      continue;
+    }
+    ++im.connections;
+    std::thread([&im, sock = std::move(s)]() mutable {
+      im.handle(std::move(sock));
+      --im.connections;
+    }).detach();
+  }
+}
+
+void Server::stop() {
+  if (impl_->stopping.exchange(true)) return;
+  // shutdown() wakes an accept() blocked on another thread (Linux); then close.
+  if (impl_->acceptor.is_open()) ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
+  beast::error_code ec;
+  impl_->acceptor.close(ec);
+  // Connection threads see `stopping` within 50 ms and end their requests.
+  for (int i = 0; i < 100 && impl_->connections > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+}  // namespace expertd::serve
