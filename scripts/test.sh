@@ -8,10 +8,12 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXPERTD_CUDA
   -DEXPERTD_REQUIRE_GOLDEN=${EXPERTD_REQUIRE_GOLDEN:-OFF} -DEXPERTD_WERROR=${EXPERTD_WERROR:-ON}
 cmake --build "$BUILD" -j"$(nproc)"
 if command -v systemd-analyze >/dev/null 2>&1; then
-  # Lint the unit. The binary it names is installed by `cmake --install`, not here: that one
-  # complaint is expected; anything else fails the run.
-  lint=$(systemd-analyze verify --man=no systemd/expertd.service 2>&1 | grep -v "/usr/local/bin/expertd is not executable" || true)
-  if [ -n "$lint" ]; then echo "systemd-analyze verify: $lint"; exit 1; fi
-  echo "systemd-analyze verify: expertd.service ok"
+  # Lint the units. The binaries they name are installed by `cmake --install`, not here: that
+  # one complaint is expected; anything else fails the run.
+  for unit in expertd expert-serve; do
+    lint=$(systemd-analyze verify --man=no systemd/$unit.service 2>&1 | grep -v "/usr/local/bin/$unit is not executable" || true)
+    if [ -n "$lint" ]; then echo "systemd-analyze verify: $lint"; exit 1; fi
+    echo "systemd-analyze verify: $unit.service ok"
+  done
 fi
 ctest --test-dir "$BUILD" -j"$(nproc)" --output-on-failure

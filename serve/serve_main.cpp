@@ -85,6 +85,9 @@ int main(int argc, char** argv) {
   app.add_option("--alias", alias, "the model's name in the API (default: its file name)");
   app.add_option("--max-body-mb", max_body_mb, "largest request body (413 beyond)")
       ->capture_default_str();
+  app.set_config("--config", "",
+                 "read options from this file (key = value lines, as "
+                 "systemd/expert-serve.conf.example)");
   CLI11_PARSE(app, argc, argv);
   if (api_key.empty())
     if (const char* k = std::getenv("EXPERT_SERVE_API_KEY")) api_key = k;
