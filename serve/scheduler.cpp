@@ -46,12 +46,13 @@ void Request::finish(Finish f, std::string stop_sequence, std::string error) {
   cv_.notify_all();
 }
 
-Scheduler::Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int queue_max,
-                     Metrics& metrics)
+Scheduler::Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int n_ctx,
+                     int queue_max, Metrics& metrics)
     : make_(std::move(make)),
       tok_(tok),
       parallel_(parallel),
       queue_max_(queue_max),
+      n_ctx_(n_ctx),
       metrics_(metrics),
       slot_used_(size_t(parallel), false) {
   thread_ = std::thread([this] { loop(); });
@@ -131,7 +132,6 @@ void Scheduler::loop() {
         continue;
       }
       engine_ = std::move(*e);
-      n_ctx_ = engine_->n_ctx();
       last_error_.clear();
       healthy_ = true;
     }

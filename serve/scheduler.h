@@ -76,20 +76,33 @@ class Request {
 // Makes the engine (and its connection to expertd); called again after the daemon went away.
 using EngineFactory = std::function<Result<std::unique_ptr<engine::Engine>>()>;
 
-class Scheduler {
+// What the HTTP side hands generations to: the engine loop in this process (Scheduler), or
+// engine processes (Workers, serve/workers.h).
+class Backend {
  public:
-  Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int queue_max,
-            Metrics& metrics);
-  ~Scheduler();
-
+  virtual ~Backend() = default;
   enum class Admit { Ok, QueueFull, Unavailable };
-  Admit submit(std::shared_ptr<Request> r);
+  virtual Admit submit(std::shared_ptr<Request> r) = 0;
   // The engine is up (expertd connected): what /health reports.
-  bool healthy() const { return healthy_; }
-  std::string last_error() const;
-  int n_ctx() const { return n_ctx_; }
-  // expertd's counters, fetched by the engine loop between steps (empty without a daemon).
-  std::vector<proto::Metric> daemon_metrics();
+  virtual bool healthy() const = 0;
+  virtual std::string last_error() const = 0;
+  virtual int n_ctx() const = 0;  // of each sequence
+  // expertd's counters (empty without a daemon); also brings Metrics' engine counters up to date.
+  virtual std::vector<proto::Metric> daemon_metrics() = 0;
+};
+
+class Scheduler final : public Backend {
+ public:
+  Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int n_ctx,
+            int queue_max, Metrics& metrics);
+  ~Scheduler() override;
+
+  Admit submit(std::shared_ptr<Request> r) override;
+  bool healthy() const override { return healthy_; }
+  std::string last_error() const override;
+  int n_ctx() const override { return n_ctx_; }
+  // Fetched by the engine loop between steps.
+  std::vector<proto::Metric> daemon_metrics() override;
 
  private:
   struct Seq {
@@ -113,10 +126,9 @@ class Scheduler {
 
   EngineFactory make_;
   const engine::Tokenizer& tok_;
-  const int parallel_, queue_max_;
+  const int parallel_, queue_max_, n_ctx_;
   Metrics& metrics_;
   std::unique_ptr<engine::Engine> engine_;
-  int n_ctx_ = 0;
   std::vector<Seq> active_;
   std::vector<bool> slot_used_;
 

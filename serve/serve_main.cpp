@@ -20,6 +20,7 @@
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
 #include "serve/server.h"
+#include "serve/workers.h"
 
 using namespace expertd;
 
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   int port = 8080, parallel = 4, ctx = 4096, queue_max = 64;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   size_t max_body_mb = 8;
+  int workers = 1, worker_fd = -1;
   app.add_option("--model", model,
                  "model GGUF, or the core GGUF of an expert pack (default: the bundled model)");
   app.add_option("--socket", socket, "expertd socket: experts come from the daemon");
@@ -82,6 +84,13 @@ int main(int argc, char** argv) {
   app.add_option("--chat-template", chat_template_file,
                  "a Jinja chat template file instead of the model's tokenizer.chat_template")
       ->check(CLI::ExistingFile);
+  app.add_option("--workers", workers,
+                 "engine processes, each with its own --parallel sequences and KV caches, on one "
+                 "expertd (1: the engine runs in this process)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--worker-fd", worker_fd, "(internal: run as an engine process on this socket)")
+      ->group("");
   app.add_option("--alias", alias, "the model's name in the API (default: its file name)");
   app.add_option("--max-body-mb", max_body_mb, "largest request body (413 beyond)")
       ->capture_default_str();
@@ -143,7 +152,18 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   serve::Metrics metrics;
-  serve::Scheduler sched(make, *tok, parallel, queue_max, metrics);
+  if (worker_fd >= 0) {  // an engine process of --workers: no HTTP, the protocol on the fd
+    ::signal(SIGPIPE, SIG_IGN);
+    serve::Scheduler sched(make, *tok, parallel, ctx, 2 * parallel, metrics);
+    return serve::run_worker(worker_fd, sched, metrics);
+  }
+  std::unique_ptr<serve::Backend> backend;
+  if (workers > 1)
+    backend = std::make_unique<serve::Workers>(std::vector<std::string>(argv, argv + argc), workers,
+                                               parallel, ctx, queue_max, metrics);
+  else
+    backend = std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics);
+  serve::Backend& sched = *backend;
   serve::ServerOptions so;
   so.host = host, so.port = port, so.api_key = api_key, so.max_body = max_body_mb << 20;
   so.model_id = alias.empty() ? model_id(model) : alias;
@@ -156,9 +176,10 @@ int main(int argc, char** argv) {
     server.stop();
   });
   std::fprintf(stderr,
-               "expert-serve: %s (%s) on http://%s:%d, %d sequences of %d positions, experts %s\n",
-               so.model_id.c_str(), mod.hp.arch.c_str(), host.c_str(), server.port(), parallel, ctx,
-               local ? "local" : socket.c_str());
+               "expert-serve: %s (%s) on http://%s:%d, %d engine process(es) of %d sequences of %d "
+               "positions, experts %s\n",
+               so.model_id.c_str(), mod.hp.arch.c_str(), host.c_str(), server.port(), workers,
+               parallel, ctx, local ? "local" : socket.c_str());
   sd_notify(0, "READY=1\nSTATUS=serving");
   server.run();
   sig.join();

@@ -42,12 +42,17 @@ int64_t unix_now() {
       .count();
 }
 
+// JSON text; bytes of the model's text that are not UTF-8 become U+FFFD rather than an exception.
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::string error_body(Api api, const HttpError& e) {
   if (api == Api::Anthropic)
-    return json{{"type", "error"}, {"error", {{"type", e.type}, {"message", e.message}}}}.dump();
-  return json{
-      {"error", {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}}}}
-      .dump();
+    return dump(json{{"type", "error"}, {"error", {{"type", e.type}, {"message", e.message}}}});
+  return dump(
+      json{{"error",
+            {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}}}});
 }
 
 HttpError bad_request(const std::string& why) {
@@ -109,10 +114,10 @@ class Conn {
 };
 
 std::string sse(const json& j) {
-  return "data: " + j.dump() + "\n\n";
+  return "data: " + dump(j) + "\n\n";
 }
 std::string event(const std::string& name, const json& j) {
-  return "event: " + name + "\ndata: " + j.dump() + "\n\n";
+  return "event: " + name + "\ndata: " + dump(j) + "\n\n";
 }
 
 const char* openai_finish(Finish f) {
@@ -128,7 +133,7 @@ const char* anthropic_stop(Finish f) {
 
 struct Server::Impl {
   ServerOptions o;
-  Scheduler& sched;
+  Backend& sched;
   const engine::Tokenizer& tok;
   ModelChat chat;
   Metrics& metrics;
@@ -138,7 +143,7 @@ struct Server::Impl {
   std::atomic<int> connections{0};
   const int64_t started = unix_now();
 
-  Impl(ServerOptions opts, Scheduler& s, const engine::Tokenizer& t, ModelChat c, Metrics& m)
+  Impl(ServerOptions opts, Backend& s, const engine::Tokenizer& t, ModelChat c, Metrics& m)
       : o(std::move(opts)), sched(s), tok(t), chat(std::move(c)), metrics(m) {}
 
   void handle(tcp::socket sock) {
@@ -204,8 +209,8 @@ struct Server::Impl {
     if (path == "/health") {
       const bool ok = sched.healthy();
       c.send_json(ok ? 200 : 503,
-                  ok ? json{{"status", "ok"}}.dump()
-                     : json{{"status", "unavailable"}, {"error", sched.last_error()}}.dump());
+                  ok ? dump(json{{"status", "ok"}})
+                     : dump(json{{"status", "unavailable"}, {"error", sched.last_error()}}));
       metrics.count_request("health", ok ? 200 : 503);
       return;
     }
@@ -230,7 +235,7 @@ struct Server::Impl {
                                     {"object", "model"},
                                     {"created", started},
                                     {"owned_by", "expertd"}}})}};
-      c.send_json(200, j.dump());
+      c.send_json(200, dump(j));
       metrics.count_request(endpoint, 200);
       return;
     }
@@ -459,15 +464,15 @@ struct Server::Impl {
     GenParams p = params(b, api, default_max);
     auto r = std::make_shared<Request>(prompt, p);
     switch (sched.submit(r)) {
-      case Scheduler::Admit::Ok:
+      case Backend::Admit::Ok:
         break;
-      case Scheduler::Admit::QueueFull:
+      case Backend::Admit::QueueFull:
         c.send(503, "application/json",
                error_body(api, {503, api == Api::Anthropic ? "overloaded_error" : "server_error",
                                 "the request queue is full (expert-serve --queue-max); retry"}),
                {{"Retry-After", "1"}});
         return 503;
-      case Scheduler::Admit::Unavailable:
+      case Backend::Admit::Unavailable:
         c.send(503, "application/json",
                error_body(api, {503, api == Api::Anthropic ? "api_error" : "server_error",
                                 "the engine is not available: " + sched.last_error()}),
@@ -519,7 +524,7 @@ struct Server::Impl {
              {"model", o.model_id},
              {"choices", json::array({ch})},
              {"usage", usage(out.last.completion_tokens)}};
-      c.send_json(200, j.dump());
+      c.send_json(200, dump(j));
       return 200;
     }
     const bool include_usage = b.contains("stream_options") && b["stream_options"].is_object() &&
@@ -596,7 +601,7 @@ struct Server::Impl {
           {"stop_reason", anthropic_stop(out.last.finish)},
           {"stop_sequence", stop_seq(out.last)},
           {"usage", {{"input_tokens", n_prompt}, {"output_tokens", out.last.completion_tokens}}}};
-      c.send_json(200, j.dump());
+      c.send_json(200, dump(j));
       return 200;
     }
     if (!c.start_stream()) {
@@ -648,7 +653,7 @@ struct Server::Impl {
   }
 };
 
-Server::Server(ServerOptions o, Scheduler& sched, const engine::Tokenizer& tok, ModelChat chat,
+Server::Server(ServerOptions o, Backend& sched, const engine::Tokenizer& tok, ModelChat chat,
                Metrics& metrics)
     : impl_(std::make_unique<Impl>(std::move(o), sched, tok, std::move(chat), metrics)) {}
 

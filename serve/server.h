@@ -1,6 +1,7 @@
 // expert-serve's HTTP side (Boost.Beast): the OpenAI endpoints (/v1/models, /v1/completions,
 // /v1/chat/completions, streaming as server-sent events), Anthropic's /v1/messages, /health and
-// /metrics. Each connection has its own thread; generations go to the Scheduler.
+// /metrics. Each connection has its own thread; generations go to a Backend (the engine loop
+// in this process, or engine processes).
 #pragma once
 
 #include <atomic>
@@ -33,7 +34,7 @@ struct ModelChat {
 
 class Server {
  public:
-  Server(ServerOptions o, Scheduler& sched, const engine::Tokenizer& tok, ModelChat chat,
+  Server(ServerOptions o, Backend& sched, const engine::Tokenizer& tok, ModelChat chat,
          Metrics& metrics);
   ~Server();
   Status listen();

@@ -4,7 +4,7 @@ test creates under the build directory), with a real expertd serving the bundled
 greedy text equal to `expert-run generate --temp 0`, streaming and not, usage, stop sequences,
 eight concurrent requests each equal to its run alone, chat through a template, Anthropic's
 messages, bad input of every kind, a client that leaves mid-stream, a full queue, and expertd
-going away and coming back.
+going away and coming back, and --workers 2 (two engine processes on one expertd).
 
 Usage: serve_test.py --bin BUILD_DIR --source SOURCE_DIR
 """
@@ -312,6 +312,50 @@ try:
         time.sleep(0.1)
     r = oa.completions.create(model="kjv", prompt=prompts[0], max_tokens=n, temperature=0)
     check(r.choices[0].text == want[prompts[0]], "expertd back: serving again, same text")
+
+    # --workers 2: two engine processes on the one expertd; texts as alone; a worker killed is
+    # replaced and its requests end with an error, the other worker's go on.
+    serve3, url3 = start_serve(["--model", core, "--socket", sock, "--workers", "2", "--parallel", "4",
+                                "--ctx", "256", "--alias", "kjv"])
+    def kids():  # the engine processes (children of any of the server's threads), running
+        out = []
+        for t in os.listdir(f"/proc/{serve3.pid}/task"):
+            try:
+                for c in open(f"/proc/{serve3.pid}/task/{t}/children").read().split():
+                    if open(f"/proc/{c}/stat").read().split(") ")[1][0] != "Z":
+                        out.append(int(c))
+            except FileNotFoundError:  # a thread or child that just ended
+                pass
+        return out
+    check(len(kids()) == 2, "--workers 2: two engine processes")
+    oa3 = openai.OpenAI(base_url=url3 + "/v1", api_key="none", max_retries=0)
+    for _ in range(100):
+        if http(url3 + "/health")[0] == 200:
+            break
+        time.sleep(0.05)
+    out = {}
+
+    def one3(p):
+        out[p] = oa3.completions.create(model="kjv", prompt=p, max_tokens=n, temperature=0).choices[0].text
+    ts = [threading.Thread(target=one3, args=(p,)) for p in prompts]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    check(all(out[p] == want[p] for p in prompts), "--workers 2: 8 concurrent greedy texts == each alone")
+    _, text, _ = http(url3 + "/metrics")
+    gen = re.search(r"^expert_serve_generated_tokens_total (\S+)$", text, re.M)
+    check(gen is not None and float(gen.group(1)) >= 8 * n and
+          re.search(r"^expertd_cache_hits_total \d", text, re.M) is not None,
+          "--workers 2: /metrics sums the workers' tokens, with expertd's counters")
+    victim = kids()[0]
+    os.kill(victim, signal.SIGKILL)
+    for _ in range(100):
+        k = kids()
+        if len(k) == 2 and victim not in k and http(url3 + "/health")[0] == 200:
+            break
+        time.sleep(0.05)
+    check(len(kids()) == 2 and victim not in kids(), "a killed engine process is replaced")
+    r = oa3.completions.create(model="kjv", prompt=prompts[0], max_tokens=n, temperature=0)
+    check(r.choices[0].text == want[prompts[0]], "after the replacement: the same text")
 finally:
     for p in procs:
         if p.poll() is None:
