@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Serving under a memory limit: expert-serve (continuous batching, --parallel 8) over expertd on
+# the model of bench/memlimit.sh (12-layer Qwen3-30B-A3B shape, Q4_K, twice the limit), every
+# process of the run in a cgroup v1 limit of half the model size (page cache included). The
+# same 8 streaming requests at 1 (one at a time), 4 and 8 concurrent clients, alternating
+# rounds, medians: total decode tok/s, time to first token and per token p50/p99, bytes read
+# from the pack per generated token (bench/serve_load.py). Needs root and the build.
+#   LAYERS=12 DIR=/data bash bench/serve.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${DIR:-/tmp}/expertd-memlimit
+layers=${LAYERS:-12}
+preset=${PRESET:-qwen3-30b-a3b}
+type=${TYPE:-Q4_K}
+m=$preset-$layers-$type
+n_gen=${N_GEN:-32}
+rounds=${ROUNDS:-3}
+parallel=${PARALLEL:-8}
+mkdir -p "$dir"
+[ -f "$dir/$m.gguf" ] || build/pack/expert-pack -q synth --preset "$preset" --layers "$layers" --type "$type" --out "$dir/$m.gguf"
+[ -f "$dir/$m.manifest.json" ] || build/pack/expert-pack -q build "$dir/$m.gguf" >/dev/null
+size=$(stat -c %s "$dir/$m.gguf")
+core=$(stat -c %s "$dir/$m.core.gguf")
+limit=$((size / 2))
+# As memlimit.sh: the arena gets what the limit leaves after the core GGUF and 384 MiB (here
+# also the server's KV caches: parallel x 256 positions).
+cache_mib=$(((limit - core) / 1048576 - 384))
+cg=/sys/fs/cgroup/memory/expertd-serve
+cleanup() {
+  [ -n "${spid:-}" ] && kill -TERM "$spid" 2>/dev/null
+  [ -n "${dpid:-}" ] && kill -TERM "$dpid" 2>/dev/null
+  sleep 1; rmdir "$cg" 2>/dev/null || true
+}
+trap cleanup EXIT
+mkdir -p "$cg"
+echo "$limit" > "$cg/memory.limit_in_bytes"
+echo "model $preset $((size >> 20)) MiB ($layers layers, $type), core $((core >> 20)) MiB; limit $((limit >> 20)) MiB; expertd cache $cache_mib MiB"
+sync; echo 3 > /proc/sys/vm/drop_caches
+rm -f "$dir/s.sock"
+sh -c "echo \$\$ > $cg/cgroup.procs; exec build/daemon/expertd --manifest $dir/$m.manifest.json --socket $dir/s.sock \
+  --config /dev/null --cache-mib $cache_mib --reserve-mib 0 --clients-max 4 --lock-memory false --log-level warn" &
+dpid=$!
+for _ in $(seq 200); do [ -S "$dir/s.sock" ] && break; sleep 0.05; done
+port=$((20000 + RANDOM % 20000))
+sh -c "echo \$\$ > $cg/cgroup.procs; exec build/serve/expert-serve --model $dir/$m.core.gguf --socket $dir/s.sock \
+  --port $port --parallel $parallel --ctx 256 --threads 2" 2> "$dir/serve.log" &
+spid=$!
+for _ in $(seq 600); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; sleep 0.1; done
+python3 bench/serve_load.py "http://127.0.0.1:$port" --levels 1,4,8 --requests 8 --n-gen "$n_gen" --rounds "$rounds"
+echo "peak memory of the run: $(( $(cat $cg/memory.max_usage_in_bytes) >> 20 )) MiB (limit $((limit >> 20)) MiB)"
