@@ -16,6 +16,8 @@ m=$preset-$layers-$type
 n_gen=${N_GEN:-32}
 rounds=${ROUNDS:-3}
 parallel=${PARALLEL:-8}
+# PREFETCH=1: expert-serve --prefetch (next-layer hints for the batch's union)
+prefetch=$([ "${PREFETCH:-0}" = 1 ] && echo --prefetch || true)
 mkdir -p "$dir"
 [ -f "$dir/$m.gguf" ] || build/pack/expert-pack -q synth --preset "$preset" --layers "$layers" --type "$type" --out "$dir/$m.gguf"
 [ -f "$dir/$m.manifest.json" ] || build/pack/expert-pack -q build "$dir/$m.gguf" >/dev/null
@@ -43,7 +45,7 @@ dpid=$!
 for _ in $(seq 200); do [ -S "$dir/s.sock" ] && break; sleep 0.05; done
 port=$((20000 + RANDOM % 20000))
 sh -c "echo \$\$ > $cg/cgroup.procs; exec build/serve/expert-serve --model $dir/$m.core.gguf --socket $dir/s.sock \
-  --port $port --parallel $parallel --ctx 256 --threads 2" 2> "$dir/serve.log" &
+  --port $port --parallel $parallel --ctx 256 --threads 2 $prefetch" 2> "$dir/serve.log" &
 spid=$!
 for _ in $(seq 600); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; sleep 0.1; done
 python3 bench/serve_load.py "http://127.0.0.1:$port" --levels 1,4,8 --requests 8 --n-gen "$n_gen" --rounds "$rounds"

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   size_t max_body_mb = 8;
   int workers = 1, worker_fd = -1;
+  bool prefetch = false;
   app.add_option("--model", model,
                  "model GGUF, or the core GGUF of an expert pack (default: the bundled model)");
   app.add_option("--socket", socket, "expertd socket: experts come from the daemon");
@@ -84,6 +85,9 @@ int main(int argc, char** argv) {
   app.add_option("--chat-template", chat_template_file,
                  "a Jinja chat template file instead of the model's tokenizer.chat_template")
       ->check(CLI::ExistingFile);
+  app.add_flag("--prefetch", prefetch,
+               "hint each next layer's likely experts (the union over the batch) to expertd before "
+               "they are needed");
   app.add_option("--workers", workers,
                  "engine processes, each with its own --parallel sequences and KV caches, on one "
                  "expertd (1: the engine runs in this process)")
@@ -139,8 +143,10 @@ int main(int argc, char** argv) {
       if (!s) return s.error();
       src = std::move(*s);
     }
-    return std::make_unique<engine::Engine>(mod, engine::make_cpu_ops(threads), std::move(src), ctx,
-                                            parallel);
+    auto e = std::make_unique<engine::Engine>(mod, engine::make_cpu_ops(threads), std::move(src),
+                                              ctx, parallel);
+    e->set_prefetch(prefetch);
+    return e;
   };
 
   // SIGINT/SIGTERM end the server: blocked here, taken by a thread that stops it.

@@ -28,14 +28,15 @@ ap.add_argument("--bin", required=True)
 ap.add_argument("--source", required=True)
 args = ap.parse_args()
 
-VENV = os.path.join(args.bin, "serve-venv")
+# The client versions the test was written against (pinned: their APIs move).
+VENV = os.path.join(args.bin, "serve-venv-openai3.57-anthropic2.15")
 PY = os.path.join(VENV, "bin", "python")
 if os.path.realpath(sys.prefix) != os.path.realpath(VENV):
     if not os.path.exists(os.path.join(VENV, ".ready")):
         shutil.rmtree(VENV, ignore_errors=True)
         subprocess.check_call([sys.executable, "-m", "venv", VENV])
         subprocess.check_call([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               "openai>=1.40", "anthropic>=0.34"])
+                               "openai==3.57.0", "anthropic==2.15.0"])
         open(os.path.join(VENV, ".ready"), "w").close()
     os.execv(PY, [PY] + sys.argv)
 
