@@ -5,6 +5,10 @@
 # same 8 streaming requests at 1 (one at a time), 4 and 8 concurrent clients, alternating
 # rounds, medians: total decode tok/s, time to first token and per token p50/p99, bytes read
 # from the pack per generated token (bench/serve_load.py). Needs root and the build.
+# LLAMA_PY=python-with-llama-cpp-python[server]: then llama.cpp's server (llama-cpp-python's,
+# the GGUF through mmap without repacking, as memlimit.sh) under the same limit, at 8 concurrent
+# clients: LLAMA_ROUNDS rounds (1) of the 8 requests with LLAMA_N_GEN tokens each (8; it decodes
+# at ~0.5 tok/s here), next to expert-serve's figures at the same N_GEN.
 #   LAYERS=12 DIR=/data bash bench/serve.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,4 +53,35 @@ sh -c "echo \$\$ > $cg/cgroup.procs; exec build/serve/expert-serve --model $dir/
 spid=$!
 for _ in $(seq 600); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; sleep 0.1; done
 python3 bench/serve_load.py "http://127.0.0.1:$port" --levels 1,4,8 --requests 8 --n-gen "$n_gen" --rounds "$rounds"
+echo "peak memory of the run: $(( $(cat $cg/memory.max_usage_in_bytes) >> 20 )) MiB (limit $((limit >> 20)) MiB)"
+[ -n "${LLAMA_PY:-}" ] || exit 0
+llama_n_gen=${LLAMA_N_GEN:-8}
+echo "expert-serve at $llama_n_gen tokens per request, for the comparison:"
+python3 bench/serve_load.py "http://127.0.0.1:$port" --levels 8 --requests 8 --n-gen "$llama_n_gen" --rounds 1
+kill -TERM "$spid"; wait "$spid" || true; spid=""
+kill -TERM "$dpid"; wait "$dpid" || true; dpid=""
+sync; echo 3 > /proc/sys/vm/drop_caches
+echo 0 > "$cg/memory.max_usage_in_bytes"
+port=$((port + 1))
+sh -c "echo \$\$ > $cg/cgroup.procs; exec $LLAMA_PY - $dir/$m.gguf $port" 2> "$dir/llama-server.log" <<'PY' &
+import sys
+import llama_cpp.llama_cpp as C
+default_params = C.llama_model_default_params
+def no_repack():  # llama.cpp's --no-repack: weights stay in the mmap (memlimit.sh does the same)
+    p = default_params()
+    p.use_extra_bufts = False
+    return p
+C.llama_model_default_params = no_repack
+import uvicorn
+from llama_cpp.server.app import create_app
+from llama_cpp.server.settings import ModelSettings, ServerSettings
+app = create_app(server_settings=ServerSettings(host="127.0.0.1", port=int(sys.argv[2])),
+                 model_settings=[ModelSettings(model=sys.argv[1], n_threads=2, n_threads_batch=2,
+                                               n_ctx=2048, n_gpu_layers=0, use_mmap=True, verbose=False)])
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+PY
+spid=$!
+for _ in $(seq 1200); do curl -sf "localhost:$port/v1/models" >/dev/null 2>&1 && break; sleep 0.5; done
+echo "llama.cpp's server (llama-cpp-python $($LLAMA_PY -c 'import llama_cpp; print(llama_cpp.__version__)'), mmap, no repack):"
+python3 bench/serve_load.py "http://127.0.0.1:$port" --levels 8 --requests 8 --n-gen "$llama_n_gen" --rounds "${LLAMA_ROUNDS:-1}" --no-metrics
 echo "peak memory of the run: $(( $(cat $cg/memory.max_usage_in_bytes) >> 20 )) MiB (limit $((limit >> 20)) MiB)"

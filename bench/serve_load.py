@@ -4,8 +4,10 @@ sending the same REQUESTS streaming completions (distinct prompts, temperature 0
 from that many clients at once. Prints per level the medians over rounds: total decode tok/s,
 time to first token p50/p99, time per token p50/p99, and expertd bytes read per generated token
 (from /metrics). Standard library only (http.client), so the clients cost little CPU.
+--no-metrics: a server without expertd's counters (llama.cpp's); tokens are counted from the
+stream's text chunks when the server sends no usage.
 
-  serve_load.py URL --levels 1,4,8 --requests 8 --n-gen 32 --rounds 3 [--json]
+  serve_load.py URL --levels 1,4,8 --requests 8 --n-gen 32 --rounds 3 [--json] [--no-metrics]
 """
 import argparse
 import http.client
@@ -24,6 +26,7 @@ ap.add_argument("--requests", type=int, default=8)
 ap.add_argument("--n-gen", type=int, default=32)
 ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--json", action="store_true")
+ap.add_argument("--no-metrics", action="store_true")
 a = ap.parse_args()
 u = urllib.parse.urlparse(a.url)
 PROMPTS = ["In the beginning", "And God said", "The LORD is my shepherd", "Blessed are the",
@@ -33,6 +36,8 @@ PROMPTS = ["In the beginning", "And God said", "The LORD is my shepherd", "Bless
 
 
 def metric(name):
+    if a.no_metrics:
+        return 0.0
     text = urllib.request.urlopen(a.url + "/metrics", timeout=60).read().decode()
     m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
@@ -56,7 +61,7 @@ def one(prompt, out):
         if j.get("usage"):
             n = j["usage"]["completion_tokens"]
     c.close()
-    out.append({"t0": t0, "times": times, "n": n})
+    out.append({"t0": t0, "times": times, "n": n or len(times)})
 
 
 def level(conc):
@@ -101,5 +106,5 @@ else:
         m = med[c]
         print(f"{c} concurrent: {m['tok_s']:.2f} tok/s ({m['tok_s'] / base:.2f}x of {levels[0]}), "
               f"TTFT p50 {m['ttft_p50']:.2f} s p99 {m['ttft_p99']:.2f} s, per token p50 "
-              f"{m['tpot_p50'] * 1000:.0f} ms p99 {m['tpot_p99'] * 1000:.0f} ms, "
-              f"{m['bytes_per_token'] / 2**20:.1f} MiB read per token")
+              f"{m['tpot_p50'] * 1000:.0f} ms p99 {m['tpot_p99'] * 1000:.0f} ms"
+              + ("" if a.no_metrics else f", {m['bytes_per_token'] / 2**20:.1f} MiB read per token"))

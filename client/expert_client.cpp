@@ -291,10 +291,11 @@ Status Client::release(Lease& lease) {
   return st;
 }
 
-Status Client::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
+Status Client::prefetch(uint32_t layer, std::span<const uint32_t> experts, bool will_acquire) {
   flatbuffers::FlatBufferBuilder fbb(64 + experts.size() * 4);
   auto ids = fbb.CreateVector(experts.data(), experts.size());
-  return send(proto::make_frame(fbb, next_request_++, wire::CreatePrefetch(fbb, layer, ids)));
+  return send(
+      proto::make_frame(fbb, next_request_++, wire::CreatePrefetch(fbb, layer, ids, will_acquire)));
 }
 
 Result<std::vector<proto::Metric>> Client::stats() {

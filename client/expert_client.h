@@ -84,7 +84,9 @@ class Client {
   // Blocks until one more expert becomes ready; returns its index, or nullopt when none is pending.
   Result<std::optional<size_t>> next_ready(Lease& lease);
   Status release(Lease& lease);
-  Status prefetch(uint32_t layer, std::span<const uint32_t> experts);
+  // A hint (the daemon may read them if it judges them worth a slot), or with will_acquire the
+  // rest of a layer this client acquires next, in further requests: read at demand priority.
+  Status prefetch(uint32_t layer, std::span<const uint32_t> experts, bool will_acquire = false);
   Result<std::vector<proto::Metric>> stats();
   Result<std::string> status_json();
   Status admin(AdminOp op, uint32_t layer = 0, std::span<const uint32_t> experts = {});

@@ -117,7 +117,12 @@ void Cache::grant(const Pending& p) {
       ++stats_.c.prefetch_used;
       sl.prefetched = false;
     }
-    if (sl.state == State::Ready) {
+    const bool counted = sl.announce != Slot::kNone;  // the announce made this access
+    if (sl.announce == Slot::kLoaded && sl.state == State::Ready) {
+      ready[i] = 1;  // read since the announce: a miss, whose wait overlapped earlier work
+      ++stats_.c.cache_misses;
+      ++stats_.layer_misses[p.layer];
+    } else if (sl.state == State::Ready) {
       ready[i] = 1;
       ++stats_.c.cache_hits;
       ++stats_.layer_hits[p.layer];
@@ -132,7 +137,8 @@ void Cache::grant(const Pending& p) {
         io_->promote(static_cast<uint64_t>(s));
       }
     }
-    touch(static_cast<uint32_t>(s));
+    sl.announce = Slot::kNone;
+    if (!counted) touch(static_cast<uint32_t>(s));
   }
   for (size_t i = 0; i < n; ++i) {
     if (index_[key(p.layer, p.experts[i])] >= 0) continue;
@@ -183,6 +189,8 @@ void Cache::evict(uint32_t s) {
   index_[key(sl.layer, sl.expert)] = -1;
   ++stats_.c.cache_evictions;
   if (sl.prefetched) ++stats_.c.prefetch_wasted;
+  if (sl.announce != Slot::kNone) ++stats_.c.announced_lost;
+  sl.announce = Slot::kNone;
   sl.prefetched = false;
   sl.state = State::Free;
   --evictable_;
@@ -274,6 +282,7 @@ void Cache::finish_load(uint32_t s, Status st, ErrorCode code) {
     index_[key(sl.layer, sl.expert)] = -1;
     sl.state = State::Free;
     sl.prefetched = false;
+    sl.announce = Slot::kNone;
     if (sl.pins == 0) free_.push_back(s);
     for (const auto& w : waiters) lease_progress(w.lease_id, w.index, code, st.error().message);
   }
@@ -384,6 +393,25 @@ void Cache::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
   }
 }
 
+void Cache::announce(uint32_t layer, std::span<const uint32_t> experts) {
+  // Resident ones first: touched as the acquire would, so the misses' loads do not evict them.
+  for (uint32_t e : experts)
+    if (int32_t s = index_[key(layer, e)]; s >= 0 && slots_[s].announce == Slot::kNone) {
+      slots_[s].announce = Slot::kTouched;
+      touch(static_cast<uint32_t>(s));
+    }
+  for (uint32_t e : experts) {
+    if (index_[key(layer, e)] >= 0) continue;
+    // Acquires waiting for slots come first; without a slot the acquire reads it as usual.
+    int32_t s = waiting_.empty() ? take_slot() : -1;
+    if (s < 0) continue;
+    ++stats_.c.announced_reads;
+    start_load(static_cast<uint32_t>(s), layer, e, true);
+    slots_[s].announce = Slot::kLoaded;
+    touch(static_cast<uint32_t>(s));
+  }
+}
+
 void Cache::evict_all() {
   for (uint32_t s = 0; s < slots_.size(); ++s) {
     Slot& sl = slots_[s];
@@ -391,6 +419,7 @@ void Cache::evict_all() {
     index_[key(sl.layer, sl.expert)] = -1;
     sl.state = State::Free;
     sl.prefetched = false;
+    sl.announce = Slot::kNone;
     --evictable_;
     free_.push_back(s);
   }

@@ -54,6 +54,10 @@ class Cache {
   void acquire(ClientId c, uint64_t request_id, uint32_t layer, std::span<const uint32_t> experts);
   void release(ClientId c, uint64_t request_id, uint64_t lease_id);
   void prefetch(uint32_t layer, std::span<const uint32_t> experts);
+  // The rest of a layer a client will acquire in its next requests (it needs more experts than
+  // one acquire may pin): the resident ones are touched now, the misses read at once at demand
+  // priority into unpinned slots, so every miss of the layer is in flight together.
+  void announce(uint32_t layer, std::span<const uint32_t> experts);
   void disconnect(ClientId c);
   void evict_all();                            // every unpinned READY slot
   void expire_waiting();                       // timer: fail acquires that waited too long
@@ -83,6 +87,9 @@ class Cache {
     bool prefetched = false;
     bool demand = false;
     bool started_as_prefetch = false;
+    // Announced (Cache::announce): the access is counted already (kTouched), and a slot the
+    // announce loaded (kLoaded) counts as a miss when it is acquired, not a hit.
+    enum : uint8_t { kNone, kTouched, kLoaded } announce = kNone;
     std::chrono::steady_clock::time_point read_start;
     std::vector<Waiter> waiters;
   };

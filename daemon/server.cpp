@@ -231,6 +231,7 @@ void Server::handle(const std::shared_ptr<Session>& s) {
       auto* p = e->msg_as_Prefetch();
       auto [code, err] = cache_.check_ids(p->layer(), ids(p->experts()), false);
       if (code != ErrorCode::None) return request_failed(s->id, rid, code, err);
+      if (p->will_acquire()) return cache_.announce(p->layer(), ids(p->experts()));
       return cache_.prefetch(p->layer(), ids(p->experts()));
     }
     case wire::Message::StatsRequest: {

@@ -75,6 +75,10 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
   counter("prefetch_dropped", c.prefetch_dropped, "", "prefetch hints not acted on");
   counter("prefetch_rejected", c.prefetch_rejected, "",
           "prefetch hints colder than the expert they would evict");
+  counter("announced_reads", c.announced_reads, "",
+          "misses read ahead of their acquire: the rest of a layer a client is about to acquire");
+  counter("announced_lost", c.announced_lost, "",
+          "announced experts evicted before their acquire came");
   counter("acquires", c.acquires, "", "acquire requests granted");
   counter("acquire_waits", c.acquire_waits, "", "acquires that waited for free slots");
   counter("acquire_timeouts", c.acquire_timeouts, "", "acquires that waited too long");

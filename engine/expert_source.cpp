@@ -71,9 +71,12 @@ class DaemonSource final : public ExpertSource {
   }
 
   bool wants_hints() const override { return true; }
+  // Hints go out after the next acquire, so the daemon reads this layer's demand misses before
+  // a later layer's guesses (sent at once, they would queue ahead of them).
   void prefetch(int layer, std::span<const uint32_t> experts) override {
     if (pack_layer_[layer] >= 0)
-      (void)c_->prefetch(static_cast<uint32_t>(pack_layer_[layer]), experts);
+      hints_.push_back(
+          {static_cast<uint32_t>(pack_layer_[layer]), {experts.begin(), experts.end()}});
   }
 
  private:
@@ -145,6 +148,18 @@ class DaemonSource final : public ExpertSource {
       if (!lease) return lease.error();
       ++stats_.acquires;
       ++stats_.chunks;
+      if (base == 0) {
+        // More experts than one acquire pins: the later chunks' misses are read now, together
+        // with this chunk's, instead of one chunk's at a time.
+        if (todo.size() > max) {
+          std::vector<uint32_t> rest;
+          for (size_t j = max; j < todo.size(); ++j) rest.push_back(experts[todo[j]]);
+          (void)c_->prefetch(static_cast<uint32_t>(pl), rest, true);
+          ++stats_.announces;
+        }
+        for (const auto& [hl, ids] : hints_) (void)c_->prefetch(hl, ids);
+        hints_.clear();
+      }
       // Every way out of the chunk finishes the backend's reads of its slots before the release.
       auto fail = [&](expertd::Error e) {
         (void)slots_->finish();
@@ -194,6 +209,7 @@ class DaemonSource final : public ExpertSource {
   std::unique_ptr<SlotMemory> slots_;
   DaemonOptions o_;
   std::vector<int> pack_layer_;
+  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> hints_;  // (pack layer, experts) to send
   // gate, up, down and their biases (null when absent) per pack layer
   std::vector<std::array<const expertd::client::RoleView*, 6>> roles_;
 };

@@ -22,6 +22,7 @@ namespace engine {
 
 struct SourceStats {
   uint64_t acquires = 0, experts = 0, ready_at_once = 0, chunks = 0, reconnects = 0;
+  uint64_t announces = 0;  // layers whose later chunks were announced with the first acquire
 };
 
 class ExpertSource {

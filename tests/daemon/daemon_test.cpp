@@ -192,6 +192,61 @@ TEST_F(DaemonTest, PrefetchIntoAFullCacheEvictsOnlyColderExperts) {
   ASSERT_TRUE(c->release(*l));
 }
 
+// A layer needing more experts than one acquire pins: the client announces the rest with its
+// first acquire (Prefetch will_acquire), and the daemon reads those misses at once, before their
+// own acquire; they count as misses (not hits) when acquired, and the announce's loads do not
+// evict the announced experts already resident.
+TEST_F(DaemonTest, AnnouncedRestOfALayerIsReadWithTheFirstChunk) {
+  auto d = start({"--cache-slots", "12", "--clients-max", "1", "--max-experts-per-request", "4",
+                  "--policy", "lru"});
+  auto c = connect();
+  use(*c, 0, {0, 1});
+  auto first = c->acquire(0, std::vector<uint32_t>{2, 3, 4, 5});
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(c->prefetch(0, std::vector<uint32_t>{0, 1, 6, 7, 8, 9}, true));
+  ASSERT_TRUE(c->stats());  // processed in order: the announce is done once this reply arrives
+  EXPECT_EQ(stat(*c, "announced_reads"), 4);  // 6-9; 0 and 1 are resident
+  EXPECT_EQ(stat(*c, "prefetch_issued"), 0);  // not a hint
+  // The announced reads run while the first lease is still held.
+  for (int i = 0; i < 400 && stat(*c, "pack_reads") < 10; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(stat(*c, "pack_reads"), 10);
+  ASSERT_TRUE(c->wait_ready(*first));
+  ASSERT_TRUE(c->release(*first));
+  const double hits = stat(*c, "cache_hits"), misses = stat(*c, "cache_misses");
+  auto second = c->acquire(0, std::vector<uint32_t>{0, 1, 6, 7});
+  ASSERT_TRUE(second);
+  EXPECT_EQ(std::count(second->ready.begin(), second->ready.end(), 1), 4);
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(slot_matches_source(*c, *second, i)) << i;
+  ASSERT_TRUE(c->release(*second));
+  EXPECT_EQ(stat(*c, "cache_hits") - hits, 2);      // 0 and 1
+  EXPECT_EQ(stat(*c, "cache_misses") - misses, 2);  // 6 and 7 were read for this acquire
+  EXPECT_EQ(stat(*c, "pack_reads"), 10);
+  // 8 and 9, announced and never acquired, are evicted as the cache fills: counted lost.
+  use(*c, 1, {0, 1, 2, 3});
+  use(*c, 1, {4, 5, 6, 7});
+  EXPECT_EQ(stat(*c, "announced_lost"), 0);  // layer 0's 2-5 and 0, 1 were older
+  use(*c, 1, {8, 9, 10, 11});
+  EXPECT_EQ(stat(*c, "announced_lost"), 2);
+
+  // A full cache (12 slots, layer 1's eight acquired last): announcing {0 of layer 1, which is
+  // the least recently used, and 20} touches 0 first, so reading 20 evicts 1, not 0.
+  ASSERT_TRUE(c->admin(client::AdminOp::EvictAll));
+  for (uint32_t e = 0; e < 12; ++e) use(*c, 1, {e});
+  ASSERT_TRUE(c->prefetch(1, std::vector<uint32_t>{0, 20}, true));
+  ASSERT_TRUE(c->stats());
+  auto l0 = c->acquire(1, std::vector<uint32_t>{0});
+  ASSERT_TRUE(l0);
+  EXPECT_EQ(l0->ready[0], 1);
+  ASSERT_TRUE(c->release(*l0));
+  auto l1 = c->acquire(1, std::vector<uint32_t>{1});
+  ASSERT_TRUE(l1);
+  EXPECT_EQ(l1->ready[0], 0);  // evicted for 20
+  ASSERT_TRUE(c->wait_ready(*l1));
+  ASSERT_TRUE(c->release(*l1));
+  EXPECT_EQ(stat(*c, "io_errors"), 0);
+}
+
 TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
   std::string trace = local_ / "trace.bin", stats_file = local_ / "stats.json";
   // clients-max 4: each expertctl may connect before the daemon has seen the previous client close.
