@@ -6,7 +6,7 @@
 # rounds, medians: total decode tok/s, time to first token and per token p50/p99, bytes read
 # from the pack per generated token (bench/serve_load.py). Needs root and the build.
 # LLAMA_PY=python-with-llama-cpp-python[server]: then llama.cpp's server (llama-cpp-python's,
-# the GGUF through mmap without repacking, as memlimit.sh) under the same limit, at 8 concurrent
+# the GGUF through mmap without repacking or mlock, as memlimit.sh) under the same limit, at 8 concurrent
 # clients: LLAMA_ROUNDS rounds (1) of the 8 requests with LLAMA_N_GEN tokens each (8; it decodes
 # at ~0.5 tok/s here), next to expert-serve's figures at the same N_GEN.
 #   LAYERS=12 DIR=/data bash bench/serve.sh
@@ -77,7 +77,8 @@ from llama_cpp.server.app import create_app
 from llama_cpp.server.settings import ModelSettings, ServerSettings
 app = create_app(server_settings=ServerSettings(host="127.0.0.1", port=int(sys.argv[2])),
                  model_settings=[ModelSettings(model=sys.argv[1], n_threads=2, n_threads_batch=2,
-                                               n_ctx=2048, n_gpu_layers=0, use_mmap=True, verbose=False)])
+                                               n_ctx=512, n_batch=64, logits_all=False, n_gpu_layers=0,
+                                               use_mmap=True, use_mlock=False, verbose=False)])
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 PY
 spid=$!

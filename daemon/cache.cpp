@@ -287,6 +287,7 @@ void Cache::finish_load(uint32_t s, Status st, ErrorCode code) {
     for (const auto& w : waiters) lease_progress(w.lease_id, w.index, code, st.error().message);
   }
   drain_waiting();
+  issue_warm();
 }
 
 void Cache::lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code,
@@ -409,6 +410,36 @@ void Cache::announce(uint32_t layer, std::span<const uint32_t> experts) {
     start_load(static_cast<uint32_t>(s), layer, e, true);
     slots_[s].announce = Slot::kLoaded;
     touch(static_cast<uint32_t>(s));
+  }
+}
+
+size_t Cache::warm_start(std::span<const uint32_t> frequency) {
+  if (frequency.size() != frequency_.size()) return 0;
+  std::copy(frequency.begin(), frequency.end(), frequency_.begin());
+  warm_.clear();
+  for (uint32_t l = 0; l < m_.layers.size(); ++l)
+    for (uint32_t e = 0; e < n_experts_; ++e)
+      if (frequency_[key(l, e)] > 0) warm_.push_back({l, e});
+  // Most popular last (taken from the back); ties in layer, then expert order.
+  std::stable_sort(warm_.begin(), warm_.end(), [&](const auto& a, const auto& b) {
+    return frequency_[key(a.first, a.second)] < frequency_[key(b.first, b.second)];
+  });
+  if (warm_.size() > slots_.size()) warm_.erase(warm_.begin(), warm_.end() - slots_.size());
+  const size_t queued = warm_.size();
+  issue_warm();
+  return queued;
+}
+
+void Cache::issue_warm() {
+  while (!warm_.empty() && waiting_.empty() && prefetch_inflight_ < cfg_.prefetch_inflight_max) {
+    if (free_.empty()) return warm_.clear();  // the cache filled with what clients use
+    auto [layer, e] = warm_.back();
+    warm_.pop_back();
+    if (index_[key(layer, e)] >= 0) continue;  // a client got there first
+    int32_t s = take_slot();
+    start_load(static_cast<uint32_t>(s), layer, e, false);
+    slots_[s].prefetched = false;  // not a hint: counted as warm_reads
+    ++stats_.c.warm_reads;
   }
 }
 

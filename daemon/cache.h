@@ -67,6 +67,14 @@ class Cache {
   std::pair<ErrorCode, std::string> check_ids(uint32_t layer, std::span<const uint32_t> experts,
                                               bool for_acquire) const;
 
+  // Acquires per (layer, expert), layer-major, aged as the policy ages them: what a state file
+  // keeps across restarts.
+  const std::vector<uint32_t>& popularity() const { return frequency_; }
+  // A warm start from an earlier run's popularity: the policy ranks with it, and the most
+  // popular experts are read into free slots (prefetch priority, never evicting, as capacity
+  // frees; demand reads go first). Returns how many experts were queued.
+  size_t warm_start(std::span<const uint32_t> frequency);
+
   Stats& stats() { return stats_; }
   Gauges gauges() const;
   uint32_t max_experts_per_request() const { return cfg_.max_experts_per_request; }
@@ -119,6 +127,7 @@ class Cache {
   void start_load(uint32_t slot, uint32_t layer, uint32_t expert, bool demand);
   void issue_read(uint32_t slot);
   void issue_deferred();
+  void issue_warm();
   void finish_load(uint32_t slot, Status st, ErrorCode code);
   void unpin(uint32_t slot);
   void lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code, const std::string& msg);
@@ -138,6 +147,7 @@ class Cache {
   std::unordered_map<uint64_t, Lease> leases_;
   std::unordered_map<ClientId, uint64_t> lease_of_client_;
   std::deque<Pending> waiting_;
+  std::vector<std::pair<uint32_t, uint32_t>> warm_;  // (layer, expert) to read, most popular last
   uint64_t next_lease_ = 1, clock_ = 0, accesses_ = 0;
   uint32_t prefetch_inflight_ = 0, loading_ = 0;
   // Loads waiting for the arena to take another read (cuda: a free staging buffer).

@@ -62,6 +62,7 @@ std::string Config::to_json() const {
                               {"stats_path", stats_path},
                               {"stats_interval_s", stats_interval_s},
                               {"trace_path", trace_path},
+                              {"state_path", state_path},
                               {"log_level", log_level},
                               {"log_path", log_path}};
   return j.dump();
@@ -128,6 +129,10 @@ Result<Config> parse_config(int argc, char** argv, int* exit_code) {
       ->capture_default_str();
   app.add_option("--trace-path", c.trace_path,
                  "record every acquire (time, client, layer, experts)");
+  app.add_option("--state-path", c.state_path,
+                 "keep the experts' popularity here (every --stats-interval-s and at stop) and "
+                 "start warm from it: the policy ranks as before, the most popular experts are "
+                 "read into free slots");
   app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   app.add_option("--log-path", c.log_path, "log file (SIGHUP reopens it); default stderr");

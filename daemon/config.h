@@ -41,6 +41,7 @@ struct Config {
   std::string stats_path;
   uint32_t stats_interval_s = 10;
   std::string trace_path;
+  std::string state_path;  // popularity kept across restarts (a warm start); "" = none
   std::string log_level = "info";
   std::string log_path;  // "" = stderr (journald under systemd)
 

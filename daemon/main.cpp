@@ -12,6 +12,7 @@
 #include "daemon/cache.h"
 #include "daemon/config.h"
 #include "daemon/io_engine.h"
+#include "daemon/popularity.h"
 #include "daemon/server.h"
 #include "daemon/trace.h"
 #include "pack/verify.h"
@@ -135,6 +136,17 @@ int run(const Config& cfg) {
   Cache cache(m, *arena, *policy, sink, cc);
   cache_ptr = &cache;
   cache.set_io(io->get());
+  if (!cfg.state_path.empty()) {
+    // A warm start is worth having, not worth refusing to serve for: a bad file is a warning.
+    auto pop = load_popularity(cfg.state_path, m);
+    if (!pop)
+      spdlog::warn("{}; starting cold", pop.error().message);
+    else if (pop->empty())
+      spdlog::info("no state file at {} yet: starting cold", cfg.state_path);
+    else
+      spdlog::info("warm start from {}: {} popular experts to read", cfg.state_path,
+                   cache.warm_start(*pop));
+  }
   server = std::make_unique<Server>(ctx, cfg, m, *arena, cache, **io, trace);
   sink.target = server.get();
   if (auto st = server->listen(); !st) throw std::runtime_error(st.error().message);

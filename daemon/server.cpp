@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "daemon/popularity.h"
 #include "proto/frame.h"
 
 namespace expertd::daemon {
@@ -442,6 +443,12 @@ void Server::write_stats_file() {
   std::rename(tmp.c_str(), cfg_.stats_path.c_str());
 }
 
+void Server::write_state_file() {
+  if (cfg_.state_path.empty()) return;
+  if (auto st = save_popularity(cfg_.state_path, m_, cache_.popularity()); !st)
+    spdlog::warn("{}", st.error().message);
+}
+
 void Server::tick() {
   timer_.expires_after(std::chrono::milliseconds(100));
   timer_.async_wait([this](boost::system::error_code ec) {
@@ -451,12 +458,14 @@ void Server::tick() {
     if (now - last_stats_ >= std::chrono::seconds(std::max(1u, cfg_.stats_interval_s))) {
       last_stats_ = now;
       write_stats_file();
+      write_state_file();
       trace_.flush();
     }
     if (stopping_ && (io_.idle() || now > stop_deadline_)) {
       if (!io_.idle()) spdlog::warn("stopping with reads still in flight");
       trace_.flush();
       write_stats_file();
+      write_state_file();
       ctx_.stop();
       return;
     }

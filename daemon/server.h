@@ -44,6 +44,7 @@ class Server final : public CacheSink {
   void watch_io();
   void tick();
   void write_stats_file();
+  void write_state_file();
   // Queues a frame (pass_fd rides on its first bytes: SCM_RIGHTS); frames go out in order
   // without blocking the control thread on a client that does not read.
   void send(ClientId c, std::vector<uint8_t> frame, int pass_fd = -1);

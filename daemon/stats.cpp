@@ -79,6 +79,8 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
           "misses read ahead of their acquire: the rest of a layer a client is about to acquire");
   counter("announced_lost", c.announced_lost, "",
           "announced experts evicted before their acquire came");
+  counter("warm_reads", c.warm_reads, "",
+          "experts read at start from an earlier run's popularity (--state-path)");
   counter("acquires", c.acquires, "", "acquire requests granted");
   counter("acquire_waits", c.acquire_waits, "", "acquires that waited for free slots");
   counter("acquire_timeouts", c.acquire_timeouts, "", "acquires that waited too long");

@@ -45,6 +45,7 @@ struct Counters {
   uint64_t prefetch_rejected = 0;  // hints whose expert was colder than the slot it would evict
   uint64_t announced_reads = 0;    // misses read ahead of their acquire (Prefetch will_acquire)
   uint64_t announced_lost = 0;     // of those, evicted before the acquire came
+  uint64_t warm_reads = 0;         // experts read at start from an earlier run's popularity
   uint64_t acquires = 0;
   uint64_t acquire_waits = 0;  // acquires that waited for free slots
   uint64_t acquire_timeouts = 0;

@@ -247,6 +247,79 @@ TEST_F(DaemonTest, AnnouncedRestOfALayerIsReadWithTheFirstChunk) {
   EXPECT_EQ(stat(*c, "io_errors"), 0);
 }
 
+// --state-path: the popularity a daemon built is written at stop and read at start; the
+// restarted daemon reads the most popular experts before any client asks (warm_reads), so the
+// first acquire of them hits, and its policy ranks with the old counts. A file of another model
+// or a corrupt one is a warning naming the cause, and the daemon starts cold and serves.
+TEST_F(DaemonTest, PopularitySurvivesARestartAndWarmsTheCache) {
+  const std::string state = local_ / "popularity.json";
+  const std::vector<std::string> flags = {
+      "--cache-slots", "6",   "--clients-max", "1",  "--max-experts-per-request", "4",
+      "--policy",      "lfu", "--state-path",  state};
+  {
+    auto d = start(flags);
+    auto c = connect();
+    for (int k = 0; k < 3; ++k) use(*c, 0, {3, 7});  // popular
+    use(*c, 1, {5});
+    for (uint32_t e = 10; e < 18; ++e) use(*c, 0, {e});  // once each; 3 and 7 stay (lfu)
+    c.reset();
+    ASSERT_EQ(d->stop(), 0);
+  }
+  auto j = nlohmann::json::parse(read_file(state));
+  EXPECT_EQ(j["format"], "expertd-popularity");
+  EXPECT_EQ(j["frequency"].size(), kLayers);
+  EXPECT_EQ(j["frequency"][0][3], 3);
+  EXPECT_EQ(j["frequency"][0][7], 3);
+  EXPECT_EQ(j["frequency"][1][5], 1);
+  EXPECT_EQ(j["frequency"][0][0], 0);
+  {
+    auto d = start(flags);
+    auto c = connect();
+    // 11 experts were used, 6 slots: the 6 most popular are read (3, 7, then four of the ones).
+    for (int i = 0; i < 400 && stat(*c, "warm_reads") + 0 < 6; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 400 && stat(*c, "slots_loading") > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(stat(*c, "warm_reads"), 6);
+    EXPECT_EQ(stat(*c, "pack_reads"), 6);
+    EXPECT_EQ(stat(*c, "prefetch_issued"), 0);
+    auto l = c->acquire(0, std::vector<uint32_t>{3, 7});
+    ASSERT_TRUE(l);
+    EXPECT_EQ(l->ready[0], 1);
+    EXPECT_EQ(l->ready[1], 1);
+    EXPECT_TRUE(slot_matches_source(*c, *l, 0));
+    EXPECT_TRUE(slot_matches_source(*c, *l, 1));
+    ASSERT_TRUE(c->release(*l));
+    EXPECT_EQ(stat(*c, "cache_hits"), 2);
+    // The old counts rank: new experts used once evict the warm ones used once, never 3 or 7.
+    for (uint32_t e = 20; e < 26; ++e) use(*c, 0, {e});
+    auto again = c->acquire(0, std::vector<uint32_t>{3, 7});
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->ready[0] + again->ready[1], 2);
+    ASSERT_TRUE(c->release(*again));
+    c.reset();
+    ASSERT_EQ(d->stop(), 0);
+  }
+  // Another model's file, then a corrupt one: a warning that names why, a cold start, service.
+  auto other = nlohmann::json::parse(read_file(state));
+  other["model_id"] = "0123456789abcdef";
+  for (const std::string& text : {other.dump(), std::string("{\"format\": \"expertd-pop")}) {
+    write_file(state, text);
+    auto d = start(flags);
+    auto c = connect();
+    EXPECT_EQ(stat(*c, "warm_reads"), 0);
+    use(*c, 0, {1});
+    c.reset();
+    EXPECT_NE(d->log().find("starting cold"), std::string::npos) << d->log();
+    EXPECT_NE(d->log().find(text.size() > 40 ? "written for model 0123456789abcdef" : "not JSON"),
+              std::string::npos)
+        << d->log();
+    ASSERT_EQ(d->stop(), 0);
+  }
+  // The daemon that served after the corrupt file wrote a good one again.
+  EXPECT_EQ(nlohmann::json::parse(read_file(state))["frequency"][0][1], 1);
+}
+
 TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
   std::string trace = local_ / "trace.bin", stats_file = local_ / "stats.json";
   // clients-max 4: each expertctl may connect before the daemon has seen the previous client close.
