@@ -63,7 +63,7 @@ kill -TERM "$dpid"; wait "$dpid" || true; dpid=""
 sync; echo 3 > /proc/sys/vm/drop_caches
 echo 0 > "$cg/memory.max_usage_in_bytes"
 port=$((port + 1))
-sh -c "echo \$\$ > $cg/cgroup.procs; exec $LLAMA_PY - $dir/$m.gguf $port" 2> "$dir/llama-server.log" <<'PY' &
+sh -c "echo \$\$ > $cg/cgroup.procs; exec $LLAMA_PY - $dir/$m.gguf $port" > "$dir/llama-server.log" 2>&1 <<'PY' &
 import sys
 import llama_cpp.llama_cpp as C
 default_params = C.llama_model_default_params

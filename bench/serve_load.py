@@ -107,4 +107,5 @@ else:
         print(f"{c} concurrent: {m['tok_s']:.2f} tok/s ({m['tok_s'] / base:.2f}x of {levels[0]}), "
               f"TTFT p50 {m['ttft_p50']:.2f} s p99 {m['ttft_p99']:.2f} s, per token p50 "
               f"{m['tpot_p50'] * 1000:.0f} ms p99 {m['tpot_p99'] * 1000:.0f} ms"
-              + ("" if a.no_metrics else f", {m['bytes_per_token'] / 2**20:.1f} MiB read per token"))
+              + ("" if a.no_metrics else f", {m['bytes_per_token'] / 2**20:.1f} MiB read per token")
+              + f"; {m['tokens']:.0f} tokens")

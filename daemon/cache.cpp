@@ -378,7 +378,7 @@ void Cache::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
       s = take_slot();
     } else {
       s = pick_victim();
-      if (s >= 0 &&
+      if (s >= 0 && !cfg_.prefetch_admit_always &&
           frequency_[key(layer, e)] <= frequency_[key(slots_[s].layer, slots_[s].expert)]) {
         ++stats_.c.prefetch_rejected;
         continue;

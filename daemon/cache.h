@@ -43,6 +43,7 @@ struct CacheConfig {
   uint32_t acquire_wait_ms_max = 30000;
   uint32_t prefetch_inflight_max = 0;  // 0 = slot_count / 4
   bool verify_checksums = true;
+  bool prefetch_admit_always = false;  // a hint may evict the policy's victim, colder or not
 };
 
 class Cache {

@@ -58,6 +58,7 @@ std::string Config::to_json() const {
                               {"frame_bytes_max", frame_bytes_max},
                               {"acquire_wait_ms_max", acquire_wait_ms_max},
                               {"verify_checksums", verify_checksums},
+                              {"prefetch_admit", prefetch_admit},
                               {"lock_memory", lock_memory},
                               {"stats_path", stats_path},
                               {"stats_interval_s", stats_interval_s},
@@ -118,6 +119,11 @@ Result<Config> parse_config(int argc, char** argv, int* exit_code) {
       ->capture_default_str();
   app.add_option("--acquire-wait-ms-max", c.acquire_wait_ms_max,
                  "how long an acquire may wait for slots")
+      ->capture_default_str();
+  app.add_option("--prefetch-admit", c.prefetch_admit,
+                 "a hint into a full cache: colder (evict only an expert acquired less often "
+                 "than the hinted one) or always (evict the policy's victim)")
+      ->check(CLI::IsMember({"colder", "always"}))
       ->capture_default_str();
   app.add_option("--verify-checksums", c.verify_checksums,
                  "check every read against the manifest's xxh3")

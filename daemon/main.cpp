@@ -114,6 +114,7 @@ int run(const Config& cfg) {
   cc.max_experts_per_request = max_per_request;
   cc.acquire_wait_ms_max = cfg.acquire_wait_ms_max;
   cc.verify_checksums = cfg.verify_checksums;
+  cc.prefetch_admit_always = cfg.prefetch_admit == "always";
   std::unique_ptr<Server> server;
   Cache* cache_ptr = nullptr;
   auto io = IoEngine::create(pack_fd->get(), cfg.queue_depth, cfg.inflight_mib << 20,

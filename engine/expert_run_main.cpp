@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "chat/chat_template.h"
+#include "chat/model_chat.h"
 #include "engine/engine.h"
 #ifdef EXPERTD_HAVE_CUDA_ENGINE
 #include "engine/cuda_engine.h"
@@ -234,39 +234,35 @@ struct GenOptions {
 
 // One user turn as the model's chat template (its tokenizer.chat_template, or the file given)
 // renders it: the generation prompt added, thinking off (enable_thinking and thinking false).
-std::string chat_prompt(const gguf::Model& f, const engine::Tokenizer& tok, const std::string& user,
-                        const std::string& template_file) {
-  std::string src;
-  if (!template_file.empty()) {
-    src = read_text("", template_file);
-  } else if (auto t = f.get_string("tokenizer.chat_template")) {
-    src = std::string(*t);
-  } else {
+// bos: whether encoding it adds BOS (not when the template wrote the BOS text itself).
+struct ChatPrompt {
+  std::string text;
+  bool bos;
+};
+ChatPrompt chat_prompt(const gguf::Model& f, const engine::Tokenizer& tok, const std::string& user,
+                       const std::string& template_file) {
+  auto c = expertd::chat::ModelChat::load(f, tok, template_file);
+  if (!c) die(c.error().message);
+  if (!c->tmpl)
     die("--chat: this model has no chat template (tokenizer.chat_template); give one with "
         "--chat-template FILE");
-  }
-  auto t = expertd::chat::ChatTemplate::parse(src);
-  if (!t) die(t.error().message);
   expertd::chat::ChatOptions co;
-  if (tok.bos() >= 0) co.bos_token = tok.piece(tok.bos(), true);
-  if (tok.eos() >= 0) co.eos_token = tok.piece(tok.eos(), true);
   co.extra = {{"enable_thinking", false}, {"thinking", false}};
-  auto r = t->render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", user}}}), co);
+  auto r = c->render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", user}}}), co);
   if (!r) die(r.error().message);
-  return *r;
-}
-
-// A rendered chat that starts with the BOS token's text already has its BOS.
-bool needs_bos(const engine::Tokenizer& tok, const std::string& text) {
-  return tok.add_bos() && !(tok.bos() >= 0 && text.rfind(tok.piece(tok.bos(), true), 0) == 0);
+  return {*r, c->needs_bos(tok, *r)};
 }
 
 int cmd_generate(const Common& o, GenOptions g) {
   Loaded l = load(o);
   engine::Tokenizer tok = load_tokenizer(*l.file);
   std::string prompt = read_text(g.prompt, g.prompt_file);
-  if (g.chat) prompt = chat_prompt(*l.file, tok, prompt, g.chat_template);
-  auto ids = tok.encode(prompt, g.chat ? needs_bos(tok, prompt) : tok.add_bos(), true);
+  bool bos = tok.add_bos();
+  if (g.chat) {
+    auto c = chat_prompt(*l.file, tok, prompt, g.chat_template);
+    prompt = std::move(c.text), bos = c.bos;
+  }
+  auto ids = tok.encode(prompt, bos, true);
   if (ids.empty()) die("the prompt is empty");
   auto eng = forward(l, o, std::min<int>(o.ctx, static_cast<int>(ids.size()) + g.n));
   if (::isatty(2))  // on a terminal (scripts read the text alone)
@@ -461,7 +457,7 @@ int cmd_tokenize(std::string model, const std::string& text, const std::string& 
   if (!f) die(f.error().message);
   engine::Tokenizer tok = load_tokenizer(*f);
   std::string t = read_text(text, file);
-  if (chat) t = chat_prompt(*f, tok, t, chat_template);
+  if (chat) t = chat_prompt(*f, tok, t, chat_template).text;
   auto ids = tok.encode(t, add_bos, !no_parse_special);
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <thread>
 
-#include "chat/chat_template.h"
+#include "chat/model_chat.h"
 #include "engine/cpu_ops.h"
 #include "engine/engine.h"
 #include "engine/expert_source.h"
@@ -117,21 +117,8 @@ int main(int argc, char** argv) {
   auto tok = engine::Tokenizer::load(*f);
   if (!tok) die(tok.error().message);
 
-  serve::ModelChat chat;
-  std::string tmpl;
-  if (!chat_template_file.empty()) {
-    std::ifstream in(chat_template_file, std::ios::binary);
-    tmpl.assign(std::istreambuf_iterator<char>(in), {});
-  } else if (auto t = f->get_string("tokenizer.chat_template")) {
-    tmpl = std::string(*t);
-  }
-  if (!tmpl.empty()) {
-    auto t = chat::ChatTemplate::parse(tmpl);
-    if (!t) die(t.error().message);
-    chat.tmpl = std::move(*t);
-  }
-  if (tok->bos() >= 0) chat.bos = tok->piece(tok->bos(), true);
-  if (tok->eos() >= 0) chat.eos = tok->piece(tok->eos(), true);
+  auto chat = chat::ModelChat::load(*f, *tok, chat_template_file);
+  if (!chat) die(chat.error().message);
 
   const engine::Model& mod = *m;
   serve::EngineFactory make = [&]() -> Result<std::unique_ptr<engine::Engine>> {
@@ -173,7 +160,7 @@ int main(int argc, char** argv) {
   serve::ServerOptions so;
   so.host = host, so.port = port, so.api_key = api_key, so.max_body = max_body_mb << 20;
   so.model_id = alias.empty() ? model_id(model) : alias;
-  serve::Server server(so, sched, *tok, std::move(chat), metrics);
+  serve::Server server(so, sched, *tok, std::move(*chat), metrics);
   if (auto st = server.listen(); !st) die(st.error().message);
   std::thread sig([&] {
     int s = 0;

@@ -378,18 +378,15 @@ struct Server::Impl {
           "this model has no chat template (tokenizer.chat_template): use "
           "/v1/completions, or start expert-serve with --chat-template FILE");
     chat::ChatOptions co;
-    co.bos_token = chat.bos, co.eos_token = chat.eos;
     if (body.contains("tools") && body["tools"].is_array() && !body["tools"].empty())
       co.tools = body["tools"];
     if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object())
       co.extra = body["chat_template_kwargs"];
     if (body.contains("reasoning_effort") && body["reasoning_effort"].is_string())
       co.extra["reasoning_effort"] = body["reasoning_effort"];
-    auto text = chat.tmpl->render(messages, co);
+    auto text = chat.render(messages, co);
     if (!text) throw bad_request(text.error().message);
-    const bool bos =
-        tok.add_bos() && !(tok.bos() >= 0 && !chat.bos.empty() && text->rfind(chat.bos, 0) == 0);
-    return tok.encode(*text, bos, true);
+    return tok.encode(*text, chat.needs_bos(tok, *text), true);
   }
 
   // ---- generation ----

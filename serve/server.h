@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "chat/chat_template.h"
+#include "chat/model_chat.h"
 #include "common/result.h"
 #include "engine/tokenizer.h"
 #include "serve/metrics.h"
@@ -27,10 +27,7 @@ struct ServerOptions {
 };
 
 // The model's chat template (absent: chat endpoints answer 400) and its BOS/EOS text.
-struct ModelChat {
-  std::optional<chat::ChatTemplate> tmpl;
-  std::string bos, eos;
-};
+using chat::ModelChat;
 
 class Server {
  public:

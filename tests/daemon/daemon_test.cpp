@@ -196,6 +196,28 @@ TEST_F(DaemonTest, PrefetchIntoAFullCacheEvictsOnlyColderExperts) {
 // first acquire (Prefetch will_acquire), and the daemon reads those misses at once, before their
 // own acquire; they count as misses (not hits) when acquired, and the announce's loads do not
 // evict the announced experts already resident.
+// --prefetch-admit always: the same cold hint evicts the policy's victim and is loaded.
+TEST_F(DaemonTest, PrefetchAdmitAlwaysLoadsAColdHintIntoAFullCache) {
+  auto d = start({"--cache-slots", "8", "--clients-max", "1", "--max-experts-per-request", "4",
+                  "--policy", "lru", "--prefetch-admit", "always"});
+  auto c = connect();
+  use(*c, 0, {4, 5, 6, 7});
+  use(*c, 0, {0, 1, 2, 3});
+  for (int k = 0; k < 2; ++k) use(*c, 0, {0, 1, 2, 3});
+  ASSERT_TRUE(c->prefetch(0, std::vector<uint32_t>{20}));
+  for (int i = 0; i < 200 && stat(*c, "pack_reads") < 9; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(stat(*c, "prefetch_rejected"), 0);
+  EXPECT_EQ(stat(*c, "prefetch_issued"), 1);
+  EXPECT_EQ(stat(*c, "cache_evictions"), 1);  // 4, the least recently used
+  auto l = c->acquire(0, std::vector<uint32_t>{20, 5});
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->ready[0] + l->ready[1], 2);
+  EXPECT_TRUE(slot_matches_source(*c, *l, 0));
+  ASSERT_TRUE(c->release(*l));
+  EXPECT_EQ(stat(*c, "prefetch_used"), 1);
+}
+
 TEST_F(DaemonTest, AnnouncedRestOfALayerIsReadWithTheFirstChunk) {
   auto d = start({"--cache-slots", "12", "--clients-max", "1", "--max-experts-per-request", "4",
                   "--policy", "lru"});
