@@ -39,6 +39,21 @@ class SlotArena {
   virtual uint64_t stage_waits() const {
     return 0;
   }  // reads that waited for a staging buffer's copy
+  // cuda: pinned host memory under the VRAM slots (--host-cache-mib). An expert evicted from VRAM
+  // is copied down into a host slot (demote), and a VRAM miss the host tier holds is copied up
+  // from it (promote) instead of read from the drive. Both run on the arena's one copy stream, so
+  // they are ordered with every other copy into or out of the same slots: nothing waits.
+  virtual uint32_t host_slot_count() const { return 0; }
+  virtual Status demote(uint32_t slot, uint32_t host_slot, uint64_t bytes) {
+    (void)slot, (void)host_slot, (void)bytes;
+    return make_error("this arena has no host tier");
+  }
+  // Records the slot's event after the copy, as publish() does.
+  virtual Status promote(uint32_t host_slot, uint32_t slot, uint64_t bytes) {
+    (void)slot, (void)host_slot, (void)bytes;
+    return make_error("this arena has no host tier");
+  }
+  virtual uint64_t d2h_bytes() const { return 0; }
 };
 
 // Bytes the host could give the arena now (MemAvailable), for the slot budget.
@@ -57,6 +72,7 @@ struct CudaArenaOptions {
   uint64_t max_slots = 0;      // every expert of the pack
   uint64_t need_slots = 0;     // clients_max x max_experts_per_request
   uint32_t stage_slots = 8;
+  uint64_t host_slots = 0;  // the pinned host tier under VRAM (--host-cache-mib / -slots)
 };
 
 // VRAM slots (cudaMalloc + cudaIpcGetMemHandle), an interprocess event per slot, pinned staging.

@@ -1,5 +1,6 @@
 #include "daemon/cache.h"
 
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -28,6 +29,12 @@ Cache::Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& p
   for (uint32_t i = arena.slot_count(); i > 0; --i) free_.push_back(i - 1);
   index_.assign(size_t{manifest.layers.size()} * n_experts_, -1);
   frequency_.assign(index_.size(), 0);
+  if (const uint32_t H = arena.host_slot_count(); H > 0) {
+    host_of_.assign(index_.size(), -1);
+    host_key_.assign(H, -1);
+    host_used_.assign(H, 0);
+    for (uint32_t h = H; h > 0; --h) host_free_.push_back(h - 1);
+  }
   if (cfg_.prefetch_inflight_max == 0)
     cfg_.prefetch_inflight_max = std::max(1u, arena.slot_count() / 4);
   stats_.reset(manifest.layers.size());
@@ -147,11 +154,14 @@ void Cache::grant(const Pending& p) {
     Slot& sl = slots_[s];
     sl.pins = 1;
     slots[i] = static_cast<uint32_t>(s);
-    sl.waiters.push_back({lease_id, static_cast<uint32_t>(i)});
-    ++pending;
     ++stats_.c.cache_misses;
     ++stats_.layer_misses[p.layer];
-    start_load(static_cast<uint32_t>(s), p.layer, p.experts[i], true);
+    if (start_load(static_cast<uint32_t>(s), p.layer, p.experts[i], true)) {
+      ready[i] = 1;  // copied up from the host tier: readable once the slot's event completes
+    } else {
+      sl.waiters.push_back({lease_id, static_cast<uint32_t>(i)});
+      ++pending;
+    }
     touch(static_cast<uint32_t>(s));
   }
   leases_[lease_id] = Lease{p.client, p.layer, slots, pending, p.start};
@@ -184,8 +194,36 @@ int32_t Cache::take_slot() {
   return best;
 }
 
+void Cache::demote(uint32_t s) {
+  const Slot& sl = slots_[s];
+  const size_t k = key(sl.layer, sl.expert);
+  if (host_of_[k] >= 0) return;
+  int32_t h;
+  if (!host_free_.empty()) {
+    h = static_cast<int32_t>(host_free_.back());
+    host_free_.pop_back();
+  } else {  // the host tier's least recently demoted expert leaves it
+    h = static_cast<int32_t>(std::min_element(host_used_.begin(), host_used_.end()) -
+                             host_used_.begin());
+    host_of_[static_cast<size_t>(host_key_[h])] = -1;
+    ++stats_.c.host_evictions;
+  }
+  if (auto st = arena_.demote(s, static_cast<uint32_t>(h), m_.layers[sl.layer].stride); !st) {
+    spdlog::error("{} (the expert is read from the drive when next needed)", st.error().message);
+    host_key_[h] = -1;
+    host_used_[h] = 0;
+    host_free_.push_back(static_cast<uint32_t>(h));
+    return;
+  }
+  host_key_[h] = static_cast<int64_t>(k);
+  host_of_[k] = h;
+  host_used_[h] = ++clock_;
+  ++stats_.c.host_demotions;
+}
+
 void Cache::evict(uint32_t s) {
   Slot& sl = slots_[s];
+  if (!host_of_.empty()) demote(s);
   index_[key(sl.layer, sl.expert)] = -1;
   ++stats_.c.cache_evictions;
   if (sl.prefetched) ++stats_.c.prefetch_wasted;
@@ -196,9 +234,34 @@ void Cache::evict(uint32_t s) {
   --evictable_;
 }
 
-void Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand) {
+bool Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand) {
   Slot& sl = slots_[s];
   assert(sl.state == State::Free && sl.waiters.size() <= 1);
+  if (!host_of_.empty())
+    if (const int32_t h = host_of_[key(layer, expert)]; h >= 0) {
+      // In the host tier: copied up (it moves: the host slot is free again; a later copy into it
+      // is ordered after this one on the arena's stream).
+      host_of_[key(layer, expert)] = -1;
+      host_key_[h] = -1;
+      host_used_[h] = 0;
+      host_free_.push_back(static_cast<uint32_t>(h));
+      if (auto st = arena_.promote(static_cast<uint32_t>(h), s, m_.layers[layer].stride); st) {
+        sl.state = State::Ready;
+        sl.layer = layer;
+        sl.expert = expert;
+        sl.inserted = ++clock_;
+        sl.last_access = sl.inserted;
+        sl.prefetched = !demand;
+        sl.demand = demand;
+        sl.started_as_prefetch = false;
+        index_[key(layer, expert)] = static_cast<int32_t>(s);
+        if (sl.pins == 0) ++evictable_;
+        ++stats_.c.host_hits;
+        return true;
+      } else {
+        spdlog::error("{} (reading the expert from the drive instead)", st.error().message);
+      }
+    }
   sl.state = State::Loading;
   sl.layer = layer;
   sl.expert = expert;
@@ -215,6 +278,7 @@ void Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand)
     (demand ? deferred_demand_ : deferred_prefetch_).push_back(s);
   else
     issue_read(s);
+  return false;
 }
 
 void Cache::issue_read(uint32_t s) {
@@ -444,6 +508,13 @@ void Cache::issue_warm() {
 }
 
 void Cache::evict_all() {
+  for (uint32_t h = 0; h < host_key_.size(); ++h)  // the host tier too: a cold start
+    if (host_key_[h] >= 0) {
+      host_of_[static_cast<size_t>(host_key_[h])] = -1;
+      host_key_[h] = -1;
+      host_used_[h] = 0;
+      host_free_.push_back(h);
+    }
   for (uint32_t s = 0; s < slots_.size(); ++s) {
     Slot& sl = slots_[s];
     if (sl.state != State::Ready || sl.pins != 0) continue;
@@ -474,6 +545,9 @@ Gauges Cache::gauges() const {
   g.h2d_bytes = arena_.h2d_bytes();
   g.copy_errors = arena_.copy_errors();
   g.stage_waits = arena_.stage_waits();
+  g.d2h_bytes = arena_.d2h_bytes();
+  g.host_slot_count = host_key_.size();
+  g.host_slots_used = host_key_.size() - host_free_.size();
   g.reads_deferred = deferred_demand_.size() + deferred_prefetch_.size();
   return g;
 }

@@ -26,6 +26,10 @@ Status Config::validate() const {
     return make_error("--hello-timeout-ms must be 10..600000");
   if (stage_slots < 1 || stage_slots > 1024) return make_error("--stage-slots must be 1..1024");
   if (device < 0) return make_error("--device must be a GPU ordinal (0, 1, ...)");
+  if ((host_cache_mib || host_cache_slots) && backend != "cuda")
+    return make_error(
+        "--host-cache-mib / --host-cache-slots: a host tier under VRAM needs --backend cuda (the "
+        "host backend's slots are host memory already: give it the memory with --cache-mib)");
   if (frame_bytes_max < 4096 || frame_bytes_max > (64u << 20))
     return make_error("--frame-bytes-max must be 4 KiB..64 MiB");
   if (inflight_mib == 0) return make_error("--inflight-mib must be positive");
@@ -42,6 +46,8 @@ std::string Config::to_json() const {
                               {"cache_slots", cache_slots},
                               {"reserve_mib", reserve_mib},
                               {"stage_slots", stage_slots},
+                              {"host_cache_mib", host_cache_mib},
+                              {"host_cache_slots", host_cache_slots},
                               {"device", device},
                               {"read_splits", read_splits},
                               {"queue_depth", queue_depth},
@@ -89,6 +95,12 @@ Result<Config> parse_config(int argc, char** argv, int* exit_code) {
                  "cuda: pinned staging buffers (reads in flight at most)")
       ->capture_default_str();
   app.add_option("--device", c.device, "cuda: GPU ordinal")->capture_default_str();
+  app.add_option("--host-cache-mib", c.host_cache_mib,
+                 "cuda: pinned host memory under the VRAM slots; experts evicted from VRAM move "
+                 "there, and a VRAM miss it holds costs one copy instead of a read (0 = none)")
+      ->capture_default_str();
+  app.add_option("--host-cache-slots", c.host_cache_slots,
+                 "cuda: exact number of host tier slots (overrides --host-cache-mib)");
   app.add_option("--read-splits", c.read_splits, "parallel reads per miss")->capture_default_str();
   app.add_option("--queue-depth", c.queue_depth, "io_uring queue depth")->capture_default_str();
   app.add_option("--inflight-mib", c.inflight_mib, "bound on read bytes in flight, MiB")

@@ -14,15 +14,17 @@ struct Config {
   std::string config_path = "/etc/expertd/expertd.conf";
   std::string manifest;  // STEM.manifest.json (required)
   std::string socket = "/run/expertd/expertd.sock";
-  std::string backend = "host";  // host | cuda
-  uint64_t cache_mib = 4096;     // arena budget
-  uint32_t cache_slots = 0;      // exact slot count instead of --cache-mib (0 = off)
-  uint64_t reserve_mib = 1024;   // memory left to everything else
-  uint32_t stage_slots = 8;      // cuda: pinned staging buffers
-  int device = 0;                // cuda: GPU ordinal
-  uint32_t read_splits = 1;      // parallel reads per miss
-  uint32_t queue_depth = 64;     // io_uring submission queue entries
-  uint64_t inflight_mib = 256;   // bytes in flight bound
+  std::string backend = "host";   // host | cuda
+  uint64_t cache_mib = 4096;      // arena budget
+  uint32_t cache_slots = 0;       // exact slot count instead of --cache-mib (0 = off)
+  uint64_t reserve_mib = 1024;    // memory left to everything else
+  uint32_t stage_slots = 8;       // cuda: pinned staging buffers
+  uint64_t host_cache_mib = 0;    // cuda: pinned host tier under VRAM (0 = none)
+  uint32_t host_cache_slots = 0;  // cuda: exact host tier slot count (overrides host_cache_mib)
+  int device = 0;                 // cuda: GPU ordinal
+  uint32_t read_splits = 1;       // parallel reads per miss
+  uint32_t queue_depth = 64;      // io_uring submission queue entries
+  uint64_t inflight_mib = 256;    // bytes in flight bound
   std::string policy = "lfru";
   uint32_t clients_max = 8;          // engines at once
   uint32_t monitors_max = 4;         // expertctl connections at once (they pin no slot)

@@ -30,6 +30,7 @@ class CudaArena final : public SlotArena {
       if (s.done) cudaEventDestroy(s.done);
       if (s.buf) cudaFreeHost(s.buf);
     }
+    if (host_) cudaFreeHost(host_);
     if (stream_) cudaStreamDestroy(stream_);
     if (base_) cudaFree(base_);
   }
@@ -100,6 +101,19 @@ class CudaArena final : public SlotArena {
     done({});
   }
 
+  uint32_t host_slot_count() const override { return host_count_; }
+  Status demote(uint32_t slot, uint32_t host_slot, uint64_t bytes) override {
+    return copy(host_ + uint64_t{host_slot} * bytes_, slot_ptr(slot), bytes, cudaMemcpyDeviceToHost,
+                "copy of slot " + std::to_string(slot) + " to host memory", nullptr, d2h_bytes_);
+  }
+  Status promote(uint32_t host_slot, uint32_t slot, uint64_t bytes) override {
+    return copy(
+        slot_ptr(slot), host_ + uint64_t{host_slot} * bytes_, bytes, cudaMemcpyHostToDevice,
+        "copy of host slot " + std::to_string(host_slot) + " to GPU slot " + std::to_string(slot),
+        slot_events_[slot], h2d_bytes_);
+  }
+  uint64_t d2h_bytes() const override { return d2h_bytes_; }
+
   std::vector<uint8_t> ipc_memory_handle() const override { return mem_handle_; }
   std::vector<uint8_t> ipc_event_handles() const override { return event_handles_; }
   std::string cuda_pci_bus_id() const override { return pci_bus_id_; }
@@ -117,6 +131,23 @@ class CudaArena final : public SlotArena {
     uint32_t slot = kNone;       // the slot whose read lands here
     bool copying = false;
   };
+
+  uint8_t* slot_ptr(uint32_t slot) const {
+    return static_cast<uint8_t*>(base_) + uint64_t{slot} * bytes_;
+  }
+  Status copy(uint8_t* dst, const uint8_t* src, uint64_t bytes, cudaMemcpyKind kind,
+              const std::string& what, cudaEvent_t event, uint64_t& counter) {
+    use_device();
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, stream_);
+    if (e == cudaSuccess && event) e = cudaEventRecord(event, stream_);
+    if (e != cudaSuccess) {
+      ++copy_errors_;
+      (void)cudaGetLastError();
+      return make_error(cuda_message(e, what));
+    }
+    counter += bytes;
+    return {};
+  }
 
   uint8_t* bind(uint32_t slot, size_t b) {
     stages_[b].slot = slot;
@@ -148,7 +179,9 @@ class CudaArena final : public SlotArena {
   size_t next_ = 0;
   std::vector<uint8_t> mem_handle_, event_handles_;
   std::string pci_bus_id_;
-  uint64_t h2d_bytes_ = 0, copy_errors_ = 0, stage_waits_ = 0;
+  uint8_t* host_ = nullptr;  // host_count_ pinned slots
+  uint32_t host_count_ = 0;
+  uint64_t h2d_bytes_ = 0, d2h_bytes_ = 0, copy_errors_ = 0, stage_waits_ = 0;
 };
 
 Result<std::unique_ptr<SlotArena>> CudaArena::create(const CudaArenaOptions& o, std::string* info) {
@@ -228,6 +261,18 @@ Result<std::unique_ptr<SlotArena>> CudaArena::create(const CudaArenaOptions& o, 
     if (cudaError_t e = cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming); e != cudaSuccess)
       return make_error(cuda_message(e, "create a staging event"));
   }
+  if (o.host_slots > 0) {
+    void* p = nullptr;
+    if (cudaError_t e = cudaHostAlloc(&p, o.host_slots * o.slot_bytes, cudaHostAllocPortable);
+        e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return make_error(cuda_message(e, "pinned host tier of " +
+                                            std::to_string((o.host_slots * o.slot_bytes) >> 20) +
+                                            " MiB (--host-cache-mib; cudaHostAlloc)"));
+    }
+    a->host_ = static_cast<uint8_t*>(p);
+    a->host_count_ = static_cast<uint32_t>(o.host_slots);
+  }
   if (cudaError_t e = cudaStreamSynchronize(a->stream_); e != cudaSuccess)
     return make_error(cuda_message(e, "initialise the slot events"));
   char bus[32] = {};
@@ -237,7 +282,10 @@ Result<std::unique_ptr<SlotArena>> CudaArena::create(const CudaArenaOptions& o, 
   if (info)
     *info = std::string("GPU ") + std::to_string(o.device) + " (" + prop.name + "), " +
             std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total_b >> 20) + "; " +
-            std::to_string(o.stage_slots) + " pinned staging buffers";
+            std::to_string(o.stage_slots) + " pinned staging buffers" +
+            (o.host_slots ? ", a host tier of " + std::to_string(o.host_slots) + " pinned slots (" +
+                                std::to_string((o.host_slots * o.slot_bytes) >> 20) + " MiB)"
+                          : std::string());
   return std::unique_ptr<SlotArena>(std::move(a));
 }
 

@@ -82,6 +82,9 @@ int run(const Config& cfg) {
     o.max_slots = uint64_t{m.n_experts} * m.layers.size();
     o.need_slots = std::min<uint64_t>(uint64_t{cfg.clients_max} * max_per_request, o.max_slots);
     o.stage_slots = cfg.stage_slots;
+    o.host_slots = std::min<uint64_t>(
+        cfg.host_cache_slots ? cfg.host_cache_slots : (cfg.host_cache_mib << 20) / m.slot_bytes(),
+        o.max_slots);
     std::string info;
     auto a = create_cuda_arena(o, &info);
     if (!a) throw std::runtime_error(a.error().message);

@@ -62,7 +62,13 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
   counter("pack_read_bytes", c.pack_read_bytes, "bytes", "bytes read from the pack (O_DIRECT)");
   counter("pack_reads", c.pack_reads, "", "expert blocks read from the pack");
   counter("h2d_bytes", g.h2d_bytes, "bytes", "bytes copied host to device (cuda arena)");
-  counter("copy_errors", g.copy_errors, "", "failed host-to-device copies (cuda arena)");
+  counter("copy_errors", g.copy_errors, "", "failed copies to or from the GPU (cuda arena)");
+  counter("d2h_bytes", g.d2h_bytes, "bytes",
+          "bytes copied device to host: experts demoted into the host tier (cuda arena)");
+  counter("host_hits", c.host_hits, "", "VRAM misses copied up from the host tier, not read");
+  counter("host_demotions", c.host_demotions, "",
+          "experts evicted from VRAM copied down into the host tier");
+  counter("host_evictions", c.host_evictions, "", "experts dropped from the host tier for room");
   counter("stage_waits", g.stage_waits, "",
           "reads that waited for a staging buffer's copy (cuda arena)");
   counter("fallback_count", c.fallback_count, "",
@@ -98,6 +104,10 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
   gauge("slot_count", static_cast<double>(g.slot_count), "", "slots in the arena");
   gauge("slots_used", static_cast<double>(g.slots_used), "", "slots holding or loading an expert");
   gauge("slots_loading", static_cast<double>(g.slots_loading), "", "slots being read");
+  gauge("host_slot_count", static_cast<double>(g.host_slot_count), "",
+        "host tier slots under VRAM (--host-cache-mib)");
+  gauge("host_slots_used", static_cast<double>(g.host_slots_used), "",
+        "host tier slots holding an expert");
   gauge("slots_pinned", static_cast<double>(g.slots_pinned), "", "slots pinned by leases");
   gauge("reads_deferred", static_cast<double>(g.reads_deferred), "",
         "loads waiting for a free staging buffer (cuda arena)");

@@ -45,7 +45,11 @@ struct Counters {
   uint64_t prefetch_rejected = 0;  // hints whose expert was colder than the slot it would evict
   uint64_t announced_reads = 0;    // misses read ahead of their acquire (Prefetch will_acquire)
   uint64_t announced_lost = 0;     // of those, evicted before the acquire came
-  uint64_t warm_reads = 0;         // experts read at start from an earlier run's popularity
+  uint64_t warm_reads = 0;
+  uint64_t host_hits = 0;       // VRAM misses copied up from the host tier, not read
+  uint64_t host_demotions = 0;  // experts evicted from VRAM copied down into the host tier
+  uint64_t host_evictions = 0;  // experts dropped from the host tier for room         // experts
+                                // read at start from an earlier run's popularity
   uint64_t acquires = 0;
   uint64_t acquire_waits = 0;  // acquires that waited for free slots
   uint64_t acquire_timeouts = 0;
@@ -71,6 +75,9 @@ struct Gauges {
   uint64_t acquires_waiting = 0;
   uint64_t h2d_bytes = 0;
   uint64_t copy_errors = 0;
+  uint64_t d2h_bytes = 0;
+  uint64_t host_slot_count = 0;
+  uint64_t host_slots_used = 0;
   uint64_t stage_waits = 0;
   uint64_t reads_deferred = 0;
   uint64_t uptime_s = 0;

@@ -11,7 +11,7 @@
 #   4. benchmarks: H2D bandwidth of the staging path vs bare cudaMemcpyAsync from pinned memory,
 #      miss delivery into VRAM vs the drive's O_DIRECT bandwidth, decode tokens/s of a synthetic
 #      Qwen3-30B-A3B-shaped model with every expert in VRAM and through a cuda expertd whose cache
-#      holds a third of them.
+#      holds a third of them, without and with a pinned host tier for the rest.
 # After the build a failing step is noted and the rest still runs (a GPU machine is scarce: one
 # run should report everything); the check exits non-zero if anything failed. GPU_CHECK_OUT=DIR
 # keeps its four logs there (configure, build, gpu-tests, bench). GPU_CHECK_NO_DEVICE_OK=1
@@ -137,6 +137,18 @@ dpid=$!
 trap 'kill $dpid 2>/dev/null || true' EXIT
 for _ in $(seq 300); do [ -S "$work/s.sock" ] || ! kill -0 "$dpid" 2>/dev/null && break; sleep 0.1; done
 bench "decode through a cuda expertd, cache a third of the experts" \
+  "$BUILD"/engine/expert-run bench --model "$work/q30b.core.gguf" --socket "$work/s.sock" --device cuda -p 32 -n 64
+"$BUILD"/client/expertctl --socket "$work/s.sock" stats 2>&1 | tee -a "$out/bench.log" || true
+kill "$dpid" 2>/dev/null || true
+wait "$dpid" 2>/dev/null || true
+# The same third in VRAM with a pinned host tier holding the rest (--host-cache-mib): VRAM misses
+# are copied up from host memory (host_hits) instead of read from the drive.
+rm -f "$work/s.sock"
+"$BUILD"/daemon/expertd --manifest "$work/q30b.manifest.json" --socket "$work/s.sock" --config /dev/null \
+  --backend cuda --cache-mib 440 --host-cache-mib 1024 --reserve-mib 1024 --lock-memory false --log-level warn &
+dpid=$!
+for _ in $(seq 300); do [ -S "$work/s.sock" ] || ! kill -0 "$dpid" 2>/dev/null && break; sleep 0.1; done
+bench "decode through a cuda expertd, a third in VRAM and a host tier for the rest" \
   "$BUILD"/engine/expert-run bench --model "$work/q30b.core.gguf" --socket "$work/s.sock" --device cuda -p 32 -n 64
 "$BUILD"/client/expertctl --socket "$work/s.sock" stats 2>&1 | tee -a "$out/bench.log" || true
 kill "$dpid" 2>/dev/null || true

@@ -342,6 +342,13 @@ TEST_F(DaemonTest, PopularitySurvivesARestartAndWarmsTheCache) {
   EXPECT_EQ(nlohmann::json::parse(read_file(state))["frequency"][0][1], 1);
 }
 
+TEST_F(DaemonTest, AHostTierWithoutTheCudaBackendIsAClearStartupError) {
+  Daemon d(manifest_path(), socket(), {"--cache-slots", "8", "--host-cache-mib", "64"});
+  std::string log;
+  EXPECT_FALSE(d.start(&log));
+  EXPECT_NE(log.find("a host tier under VRAM needs --backend cuda"), std::string::npos) << log;
+}
+
 TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
   std::string trace = local_ / "trace.bin", stats_file = local_ / "stats.json";
   // clients-max 4: each expertctl may connect before the daemon has seen the previous client close.

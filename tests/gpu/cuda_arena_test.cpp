@@ -77,6 +77,43 @@ TEST_F(GpuArenaTest, ClientDyingWithLeasesFreesThemForOthers) {
   EXPECT_TRUE(d->alive());
 }
 
+// A pinned host tier under the VRAM slots: 8 VRAM slots for 32 experts walked six times, every
+// acquire a VRAM miss. With 32 host slots each expert is read from the drive once; later misses
+// are copied up from host memory (evicted ones copied down), and the engine process checks every
+// byte it reads from VRAM. With 8 host slots (16 in all for 32) the host tier evicts and the
+// drive is read again.
+TEST_F(GpuArenaTest, AHostTierUnderVramServesEvictedExpertsWithoutReads) {
+  for (const char* host_slots : {"32", "8"}) {
+    auto d = start({"--backend", "cuda", "--cache-slots", "8", "--host-cache-slots", host_slots,
+                    "--clients-max", "2", "--max-experts-per-request", "4", "--stage-slots", "2",
+                    "--policy", "lru"});
+    ASSERT_TRUE(d->alive());
+    auto [rc, out] = run(probe(0, 6, 4) + " 2>&1");
+    EXPECT_EQ(rc, 0) << out << d->log();
+    EXPECT_EQ(out, "ok " + std::to_string(6 * kExperts) + "\n");
+    auto c = connect();
+    ASSERT_TRUE(c);
+    const double reads = stat(*c, "pack_reads"), host_hits = stat(*c, "host_hits");
+    EXPECT_EQ(stat(*c, "host_slot_count"), std::stod(host_slots));
+    EXPECT_EQ(stat(*c, "cache_misses"), 6 * kExperts);  // LRU, cyclic walk: no VRAM hit
+    EXPECT_EQ(reads + host_hits, 6 * kExperts);         // each miss read or copied up
+    EXPECT_EQ(stat(*c, "h2d_bytes"), (reads + host_hits) * stride());
+    EXPECT_EQ(stat(*c, "d2h_bytes"), stat(*c, "host_demotions") * stride());
+    EXPECT_EQ(stat(*c, "copy_errors"), 0);
+    EXPECT_EQ(stat(*c, "io_errors"), 0);
+    if (std::string(host_slots) == "32") {
+      EXPECT_EQ(reads, kExperts);  // read from the drive once
+      EXPECT_EQ(host_hits, 5 * kExperts);
+      EXPECT_EQ(stat(*c, "host_evictions"), 0);
+    } else {
+      EXPECT_GT(stat(*c, "host_evictions"), 0);
+      EXPECT_EQ(reads, 6 * kExperts);  // the cyclic walk outruns 16 slots: LRU keeps nothing
+    }
+    c.reset();
+    EXPECT_EQ(d->stop(), 0);
+  }
+}
+
 TEST_F(GpuArenaTest, ArenaTooSmallForOneWorkingSetPerClientIsAClearStartupError) {
   Daemon d(manifest_path(), socket(),
            {"--backend", "cuda", "--cache-slots", "3", "--clients-max", "2",
