@@ -294,6 +294,8 @@ void Workers::read_loop(int i) {
   std::lock_guard lk(mu_);
   w.healthy = false;
   w.error = "the engine process exited";
+  for (const auto& [k, v] : w.counters) retired_[k] += v;
+  w.counters.clear();
   for (auto it = live_.begin(); it != live_.end();)
     if (it->second.worker == i) {
       it->second.req->finish(Finish::Error, {}, "the engine process exited");
@@ -414,7 +416,8 @@ std::vector<proto::Metric> Workers::daemon_metrics() {
       if (!w_[i]->metrics_ready) return stop_;
     return true;
   });
-  double prompt = 0, gen = 0, steps = 0, rows = 0;
+  double prompt = retired_["prompt_tokens"], gen = retired_["generated_tokens"],
+         steps = retired_["steps"], rows = retired_["batched_rows"];
   std::vector<proto::Metric> daemon;
   for (int i : asked) {
     if (!w_[i]->metrics_ready) continue;

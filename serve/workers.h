@@ -71,6 +71,8 @@ class Workers final : public Backend {
   mutable std::mutex mu_;
   std::condition_variable metrics_cv_;
   std::map<uint64_t, Live> live_;
+  // Dead workers' last reported counters: a replacement starts at 0, and the sums never step back.
+  std::map<std::string, double> retired_;
   std::deque<std::shared_ptr<Request>> queue_;
   uint64_t next_id_ = 1;
   bool stop_ = false;

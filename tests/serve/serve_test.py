@@ -357,6 +357,10 @@ try:
     check(len(kids()) == 2 and victim not in kids(), "a killed engine process is replaced")
     r = oa3.completions.create(model="kjv", prompt=prompts[0], max_tokens=n, temperature=0)
     check(r.choices[0].text == want[prompts[0]], "after the replacement: the same text")
+    _, text, _ = http(url3 + "/metrics")
+    gen2 = re.search(r"^expert_serve_generated_tokens_total (\S+)$", text, re.M)
+    check(gen2 is not None and float(gen2.group(1)) >= float(gen.group(1)) + r.usage.completion_tokens,
+          "after the replacement: the summed token counter did not step back")
 finally:
     for p in procs:
         if p.poll() is None:
