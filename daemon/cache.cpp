@@ -194,6 +194,13 @@ int32_t Cache::take_slot() {
   return best;
 }
 
+void Cache::free_host(uint32_t h) {
+  if (host_key_[h] >= 0) host_of_[static_cast<size_t>(host_key_[h])] = -1;
+  host_key_[h] = -1;
+  host_used_[h] = 0;
+  host_free_.push_back(h);
+}
+
 void Cache::demote(uint32_t s) {
   const Slot& sl = slots_[s];
   const size_t k = key(sl.layer, sl.expert);
@@ -210,9 +217,8 @@ void Cache::demote(uint32_t s) {
   }
   if (auto st = arena_.demote(s, static_cast<uint32_t>(h), m_.layers[sl.layer].stride); !st) {
     spdlog::error("{} (the expert is read from the drive when next needed)", st.error().message);
-    host_key_[h] = -1;
-    host_used_[h] = 0;
-    host_free_.push_back(static_cast<uint32_t>(h));
+    host_key_[h] = -1;  // its old expert's entry is gone already
+    free_host(static_cast<uint32_t>(h));
     return;
   }
   host_key_[h] = static_cast<int64_t>(k);
@@ -237,24 +243,21 @@ void Cache::evict(uint32_t s) {
 bool Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand) {
   Slot& sl = slots_[s];
   assert(sl.state == State::Free && sl.waiters.size() <= 1);
+  sl.layer = layer;
+  sl.expert = expert;
+  sl.inserted = ++clock_;
+  sl.last_access = sl.inserted;
+  sl.prefetched = !demand;
+  sl.demand = demand;
+  index_[key(layer, expert)] = static_cast<int32_t>(s);
   if (!host_of_.empty())
     if (const int32_t h = host_of_[key(layer, expert)]; h >= 0) {
       // In the host tier: copied up (it moves: the host slot is free again; a later copy into it
       // is ordered after this one on the arena's stream).
-      host_of_[key(layer, expert)] = -1;
-      host_key_[h] = -1;
-      host_used_[h] = 0;
-      host_free_.push_back(static_cast<uint32_t>(h));
+      free_host(static_cast<uint32_t>(h));
       if (auto st = arena_.promote(static_cast<uint32_t>(h), s, m_.layers[layer].stride); st) {
         sl.state = State::Ready;
-        sl.layer = layer;
-        sl.expert = expert;
-        sl.inserted = ++clock_;
-        sl.last_access = sl.inserted;
-        sl.prefetched = !demand;
-        sl.demand = demand;
         sl.started_as_prefetch = false;
-        index_[key(layer, expert)] = static_cast<int32_t>(s);
         if (sl.pins == 0) ++evictable_;
         ++stats_.c.host_hits;
         return true;
@@ -263,15 +266,8 @@ bool Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand)
       }
     }
   sl.state = State::Loading;
-  sl.layer = layer;
-  sl.expert = expert;
-  sl.inserted = ++clock_;
-  sl.last_access = sl.inserted;
-  sl.prefetched = !demand;
-  sl.demand = demand;
   sl.started_as_prefetch = !demand;
   sl.read_start = Clock::now();
-  index_[key(layer, expert)] = static_cast<int32_t>(s);
   ++loading_;
   if (!demand) ++prefetch_inflight_;
   if (reads_in_flight_ >= arena_.max_reads_in_flight())
@@ -509,12 +505,7 @@ void Cache::issue_warm() {
 
 void Cache::evict_all() {
   for (uint32_t h = 0; h < host_key_.size(); ++h)  // the host tier too: a cold start
-    if (host_key_[h] >= 0) {
-      host_of_[static_cast<size_t>(host_key_[h])] = -1;
-      host_key_[h] = -1;
-      host_used_[h] = 0;
-      host_free_.push_back(h);
-    }
+    if (host_key_[h] >= 0) free_host(h);
   for (uint32_t s = 0; s < slots_.size(); ++s) {
     Slot& sl = slots_[s];
     if (sl.state != State::Ready || sl.pins != 0) continue;

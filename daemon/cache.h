@@ -127,7 +127,8 @@ class Cache {
   void evict(uint32_t slot);
   // True when the expert was copied up from the host tier: READY at once, no read.
   bool start_load(uint32_t slot, uint32_t layer, uint32_t expert, bool demand);
-  void demote(uint32_t slot);  // an evicted expert copied down into the host tier
+  void demote(uint32_t slot);          // an evicted expert copied down into the host tier
+  void free_host(uint32_t host_slot);  // empties a host tier slot (and its expert's entry)
   void issue_read(uint32_t slot);
   void issue_deferred();
   void issue_warm();
