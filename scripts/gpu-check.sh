@@ -81,7 +81,7 @@ echo "temporary files in $scratch"
 step "build (CUDA tier)"
 BUILD=build-gpu
 # Golden data required: a GPU test that cannot find it fails instead of skipping.
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXPERTD_CUDA=ON -DEXPERTD_REQUIRE_GOLDEN=ON -DEXPERTD_WERROR=OFF \
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DEXPERTD_CUDA=ON -DEXPERTD_REQUIRE_GOLDEN=ON -DEXPERTD_WERROR=OFF \
   -DEXPERTD_GOLDEN_DIR="$golden" >"$out/configure.log" 2>&1 ||
   { cat "$out/configure.log"; exit 1; }
 # What the gpu tests and the benchmarks need, not the CPU suites or the CUDA emulation's builds.

@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 source scripts/cuda-env.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO} \
-  -DEXPERTD_WERROR=${EXPERTD_WERROR:-OFF} >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO} \
+  -DEXPERTD_WERROR=${EXPERTD_WERROR:-OFF} -DEXPERTD_REQUIRE_GOLDEN=${EXPERTD_REQUIRE_GOLDEN:-OFF} >/dev/null
 cmake --build build -j"$(nproc)"
 
 mkdir -p demo

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a packager or a new user types: a plain Release build with the compiler's default flags
-# (no -Werror, no project settings), then the CPU test suite on it. CI runs this next to the
-# RelWithDebInfo build of scripts/test.sh.
+# (no -Werror, no project settings, make instead of Ninja), then the CPU test suite on it. CI runs
+# this next to scripts/test.sh's build (Ninja, -Werror, the CUDA tier where nvcc is found).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-release}

@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 source scripts/cuda-env.sh
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO} \
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO} \
   -DEXPERTD_REQUIRE_GOLDEN=${EXPERTD_REQUIRE_GOLDEN:-OFF} -DEXPERTD_WERROR=${EXPERTD_WERROR:-ON}
 cmake --build "$BUILD" -j"$(nproc)"
 if command -v systemd-analyze >/dev/null 2>&1; then
