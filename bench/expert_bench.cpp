@@ -485,6 +485,8 @@ int bench_policy(const std::string& path, const std::vector<double>& fractions) 
   }
   std::vector<std::string> policies = {"lru", "lfu", "lfru"};
   for (const auto& p : daemon::lab_policy_names()) policies.push_back(p);
+  // What knowing the coming routing is worth: the rest of this step, then one and two steps more.
+  for (const char* p : {"lfru+h0", "lfru+h1", "lfru+h2"}) policies.push_back(p);
   policies.push_back("belady");
   std::printf("\n%-8s", "cache");
   for (const auto& p : policies) std::printf(" %8s", p.c_str());

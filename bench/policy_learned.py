@@ -9,14 +9,19 @@ popularity quartile in the training part). It is counted on the first part of th
 (--train, default half) and evicts the resident expert with the lowest chance (ties: least
 recently used) on the rest. Printed next to it, on the same held-out part and with the same
 simulator (which follows Cache::grant's order: resident experts pinned first, then the misses):
-lru, per-layer staleness (SpecMD's "least stale": the expert its layer has gone longest without)
-and decayed frequency. expert-bench policy has lfru, the queue policies and Belady in C++.
+lru, per-layer staleness (SpecMD's "least stale": the expert its layer has gone longest without),
+decayed frequency, lfru (the daemon's) and lfru+affinity: lfru whose count of an expert of a
+layer still to come in the current step (token) is raised by 8x the chance that this step uses
+it, a naive-Bayes estimate from the experts the step used at its earlier layers (cross-layer
+co-occurrence counted on the training part). expert-bench policy has the queue policies, the
+knowledge horizons (lfru+hH) and Belady in C++.
 
   bench/policy_learned.py model/trace/kjv-2000-tokens.trace.gz --slots 32
 """
 import argparse
 import collections
 import gzip
+import math
 import struct
 
 ap = argparse.ArgumentParser()
@@ -50,8 +55,26 @@ class State:
         self.clock = {}
         self.t = 0
         self.freq = collections.defaultdict(float)
+        self.lfru = collections.Counter()  # the daemon's counts: halved every 8 x slots accesses
+        self.accesses = 0
+        self.step = {}  # layer -> experts the current step (token) used there
+        self.prev_layer = -1
+        self.now = None  # the acquire being served: (layer, experts)
+
+    def begin(self, layer, experts):
+        if layer < self.prev_layer:
+            self.step = {}
+        self.prev_layer = layer
+        self.now = (layer, experts)
 
     def after(self, layer, experts):
+        self.step.setdefault(layer, set()).update(experts)
+        for e in experts:
+            self.lfru[(layer, e)] += 1
+            self.accesses += 1
+            if self.accesses % (8 * a.slots) == 0:
+                for k in self.lfru:
+                    self.lfru[k] //= 2
         self.visits[layer] += 1
         for e in range(X):
             self.freq[(layer, e)] *= a.decay
@@ -89,9 +112,55 @@ def train(part):
     return {f: (u + 0.5) / (n + 1) for f, (n, u) in seen.items()}
 
 
+def train_affinity(part):
+    steps, cur, prev = [], {}, -1
+    for layer, es in part:
+        if layer < prev and cur:
+            steps.append(cur)
+            cur = {}
+        cur.setdefault(layer, set()).update(es)
+        prev = layer
+    steps.append(cur)
+    base, seen, co = collections.Counter(), collections.Counter(), collections.Counter()
+    for step in steps:
+        for layer, used in step.items():
+            base.update((layer, e) for e in used)
+            for later, used_later in step.items():
+                if later > layer:
+                    for e in used:
+                        seen[(layer, e, later)] += 1
+                        co.update((layer, e, later, f) for f in used_later)
+    prior = {(l, e): (base[(l, e)] + 0.5) / (len(steps) + 1) for l in range(L) for e in range(X)}
+    return prior, seen, co
+
+
+def affinity_chance(model, k, st):
+    # P(the current step uses k at its layer, still to come), naive Bayes over the experts the
+    # step used at earlier layers (the acquire being served included)
+    prior, seen, co = model
+    later, f = k
+    p0 = prior[k]
+    odds0 = math.log(p0 / (1 - p0))
+    logit = odds0
+    layer, experts = st.now
+    known = dict(st.step)
+    known.setdefault(layer, set())
+    known[layer] = known[layer] | set(experts)
+    for l, used in known.items():
+        if l >= later:
+            continue
+        for e in used:
+            n = seen[(l, e, later)]
+            if n:
+                p = min(max((co[(l, e, later, f)] + 2 * p0) / (n + 2), 1e-4), 1 - 1e-4)
+                logit += math.log(p / (1 - p)) - odds0
+    return 1 / (1 + math.exp(-logit))
+
+
 def simulate(part, score):
     st, cache, hits, misses = State(), set(), 0, 0
     for layer, es in part:
+        st.begin(layer, es)
         keys = [(layer, e) for e in es]
         pinned = set(keys)
         hits += sum(k in cache for k in keys)
@@ -108,11 +177,15 @@ def simulate(part, score):
 
 
 table = train(train_part)
+affinity = train_affinity(train_part)
 policies = {
     "lru": lambda k, st: st.clock.get(k, 0),
     "least-stale": lambda k, st: -st.staleness(k),
     "decayed-lfu": lambda k, st: st.freq[k],
     "learned": lambda k, st: table.get(features(k, st), 0.0),
+    "lfru": lambda k, st: st.lfru[k],
+    "lfru+affinity": lambda k, st: st.lfru[k] + (
+        8 * affinity_chance(affinity, k, st) if k[0] > st.now[0] else 0.0),
 }
 print(f"{a.trace}: {L} layers x {X} experts, {len(recs)} acquires; trained on {cut}, "
       f"judged on {len(test_part)}; {a.slots} slots ({a.slots / (L * X):.0%} of the experts)")

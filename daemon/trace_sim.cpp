@@ -363,14 +363,37 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
   if (slots == 0) return make_error("no slots");
   if (auto q = make_queue_policy(policy_name, slots)) return simulate_queue(t, slots, *q);
   const bool belady = policy_name == "belady";
-  auto policy = belady ? nullptr : make_policy(policy_name);
+  // "lfru+hH": the knowledge horizon (see trace_sim.h).
+  int64_t horizon = -1;
+  std::string base = policy_name;
+  if (policy_name.starts_with("lfru+h")) {
+    const std::string h = policy_name.substr(6);
+    if (h.empty() || h.size() > 9 || h.find_first_not_of("0123456789") != std::string::npos)
+      return make_error("unknown policy " + policy_name);
+    horizon = std::stoll(h);
+    base = "lfru";
+  }
+  auto policy = belady ? nullptr : make_policy(base);
   if (!belady && !policy) return make_error("unknown policy " + policy_name);
-  if (slots == 0) return make_error("no slots");
+  const bool sees_ahead = belady || horizon >= 0;
   const size_t keys = size_t{t.n_layers} * t.n_experts;
   constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
-  // Belady needs each access's next use of the same expert.
+  // The last record the horizon policy sees from each record: the end of the step H steps on.
+  std::vector<uint64_t> horizon_end(t.records.size(), 0);
+  if (horizon >= 0) {
+    std::vector<uint64_t> step(t.records.size(), 0), step_end;
+    for (size_t i = 0; i < t.records.size(); ++i) {
+      step[i] = i == 0 ? 0 : step[i - 1] + (t.records[i].layer < t.records[i - 1].layer);
+      if (step[i] == step_end.size()) step_end.push_back(i);
+      step_end[step[i]] = i;
+    }
+    for (size_t i = 0; i < t.records.size(); ++i)
+      horizon_end[i] = step_end[std::min<uint64_t>(step[i] + static_cast<uint64_t>(horizon),
+                                                   step_end.size() - 1)];
+  }
+  // Belady and the horizon policies need each access's next use of the same expert.
   std::vector<std::vector<uint64_t>> next_use(t.records.size());
-  if (belady) {
+  if (sees_ahead) {
     std::vector<uint64_t> upcoming(keys, kNever);
     for (size_t i = t.records.size(); i-- > 0;) {
       const auto& r = t.records[i];
@@ -410,7 +433,7 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
       uint32_t i = static_cast<uint32_t>(where[key]);
       ++res.hits;
       s[i].pinned = true;
-      if (belady) s[i].next = next_use[ri][k];
+      if (sees_ahead) s[i].next = next_use[ri][k];
       pinned.push_back(i);
       touch(i);
     }
@@ -431,6 +454,11 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
             better = true;
           else if (belady)
             better = s[j].next > s[best].next;
+          else if (horizon >= 0 &&
+                   (s[j].next <= horizon_end[ri]) != (s[best].next <= horizon_end[ri]))
+            better = s[best].next <= horizon_end[ri];  // one is used within the horizon: keep it
+          else if (horizon >= 0 && s[j].next <= horizon_end[ri])
+            better = s[j].next > s[best].next;  // both are: the farther use goes
           else
             better = policy->before({s[j].last_access, s[j].inserted, freq[s[j].key]},
                                     {s[best].last_access, s[best].inserted, freq[s[best].key]});
@@ -445,7 +473,7 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
       s[i].inserted = ++clock;
       s[i].last_access = s[i].inserted;
       s[i].pinned = true;
-      if (belady) s[i].next = next_use[ri][k];
+      if (sees_ahead) s[i].next = next_use[ri][k];
       where[key] = static_cast<int32_t>(i);
       pinned.push_back(i);
       touch(i);

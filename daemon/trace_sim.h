@@ -32,7 +32,12 @@ struct SimResult {
 };
 
 // policy: the daemon's ("lru", "lfu", "lfru"), "belady", or one of the lab's (simulation only:
-// "sieve", "s3fifo", "arc", "2q", "lecar").
+// "sieve", "s3fifo", "arc", "2q", "lecar"), or "lfru+hH" (H = 0, 1, ...): the knowledge horizon,
+// lfru that also knows the routing of the rest of the current step and of the next H steps, and
+// keeps an expert used within them over any other (the farthest such use evicted first). A step
+// (a token's forward pass) starts at a record whose layer is below its predecessor's. What it
+// gains over lfru bounds what predicting that much of the routing can gain; with a horizon past
+// the trace's end it is Belady.
 Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& policy);
 std::vector<std::string> lab_policy_names();
 

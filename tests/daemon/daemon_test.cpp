@@ -427,6 +427,35 @@ TEST(TraceLab, LabPoliciesReplayTheBundledTrace) {
   EXPECT_FALSE(daemon::simulate(*t, 8, "nonsense"));
 }
 
+// The knowledge horizon: lfru that also sees the routing of the rest of the step (h0) and of the
+// next steps (h1, h2) gains with each step it sees, and one that sees past the trace's end keeps
+// exactly what Belady keeps.
+TEST(TraceLab, KnowingMoreOfTheComingRoutingApproachesBelady) {
+  const std::string gz = std::string(EXPERTD_SOURCE_DIR) + "/model/trace/kjv-2000-tokens.trace.gz";
+  TempDir d;
+  auto z = run("gzip -dc " + gz + " > " + d / "kjv.trace");
+  ASSERT_EQ(z.first, 0) << z.second;
+  auto t = daemon::read_trace(d / "kjv.trace");
+  ASSERT_TRUE(t) << t.error().message;
+  const uint32_t all = t->n_layers * t->n_experts;
+  for (double f : {0.10, 0.25, 0.50}) {
+    const uint32_t slots = static_cast<uint32_t>(f * all + 0.5);
+    SCOPED_TRACE(std::to_string(slots) + " slots");
+    uint64_t last = 0;
+    for (const char* p : {"lfru", "lfru+h0", "lfru+h1", "lfru+h2", "belady"}) {
+      auto r = daemon::simulate(*t, slots, p);
+      ASSERT_TRUE(r) << r.error().message;
+      EXPECT_GT(r->hits, last) << p;
+      last = r->hits;
+    }
+    auto all_seen = daemon::simulate(*t, slots, "lfru+h100000");
+    ASSERT_TRUE(all_seen);
+    EXPECT_EQ(all_seen->hits, last);  // Belady's
+  }
+  for (const char* bad : {"lfru+h", "lfru+h1x", "lfru+h-1", "lru+h1"})
+    EXPECT_FALSE(daemon::simulate(*t, 8, bad)) << bad;
+}
+
 // The offline simulator replays expertd's trace and reproduces the daemon's hits exactly; the
 // offline optimum is never beaten.
 TEST_F(DaemonTest, TraceReplayReproducesTheDaemonsHits) {
