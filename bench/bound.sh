@@ -14,27 +14,16 @@
 #     (expertd runs compared in each round: label|expert-run flags|expertd flags, ';' between)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=${DIR:-/tmp}/expertd-memlimit
-layers=${LAYERS:-12}
-preset=${PRESET:-qwen3-30b-a3b}
-type=${TYPE:-Q4_K}
-m=$preset-$layers-$type
 rounds=${ROUNDS:-3}
 n_gen=${N_GEN:-64}
 IFS=';' read -r -a variants <<< "${VARIANTS:-daemon||}"
-mkdir -p "$dir"
-[ -f "$dir/$m.gguf" ] || build/pack/expert-pack -q synth --preset "$preset" --layers "$layers" --type "$type" --out "$dir/$m.gguf"
-[ -f "$dir/$m.manifest.json" ] || build/pack/expert-pack -q build "$dir/$m.gguf" >/dev/null
-size=$(stat -c %s "$dir/$m.gguf")
-core=$(stat -c %s "$dir/$m.core.gguf")
-limit=$((size / 2))
-cache_mib=$(((limit - core) / 1048576 - 384))  # as memlimit.sh
+source bench/memlimit-env.sh  # the model, the limit and the arena: as memlimit.sh
 cg=/sys/fs/cgroup/memory/expertd-bound
 cleanup() { [ -n "${dpid:-}" ] && kill -TERM "$dpid" 2>/dev/null; sleep 0.5; rmdir "$cg" 2>/dev/null || true; }
 trap cleanup EXIT
 mkdir -p "$cg"
 echo "$limit" > "$cg/memory.limit_in_bytes"
-echo "model $preset $((size >> 20)) MiB ($layers layers, $type), limit $((limit >> 20)) MiB, expertd cache $cache_mib MiB, $rounds rounds"
+echo "$model_line; $rounds rounds"
 out=$(mktemp)
 
 drive() {

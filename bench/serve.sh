@@ -12,25 +12,14 @@
 #   LAYERS=12 DIR=/data bash bench/serve.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=${DIR:-/tmp}/expertd-memlimit
-layers=${LAYERS:-12}
-preset=${PRESET:-qwen3-30b-a3b}
-type=${TYPE:-Q4_K}
-m=$preset-$layers-$type
 n_gen=${N_GEN:-32}
 rounds=${ROUNDS:-3}
 parallel=${PARALLEL:-8}
 # PREFETCH=1: expert-serve --prefetch (next-layer hints for the batch's union)
 prefetch=$([ "${PREFETCH:-0}" = 1 ] && echo --prefetch || true)
-mkdir -p "$dir"
-[ -f "$dir/$m.gguf" ] || build/pack/expert-pack -q synth --preset "$preset" --layers "$layers" --type "$type" --out "$dir/$m.gguf"
-[ -f "$dir/$m.manifest.json" ] || build/pack/expert-pack -q build "$dir/$m.gguf" >/dev/null
-size=$(stat -c %s "$dir/$m.gguf")
-core=$(stat -c %s "$dir/$m.core.gguf")
-limit=$((size / 2))
-# As memlimit.sh: the arena gets what the limit leaves after the core GGUF and 384 MiB (here
-# also the server's KV caches: parallel x 256 positions).
-cache_mib=$(((limit - core) / 1048576 - 384))
+# The model, the limit and the arena as memlimit.sh (the 384 MiB left beside the arena here also
+# hold the server's KV caches: parallel x 256 positions).
+source bench/memlimit-env.sh
 cg=/sys/fs/cgroup/memory/expertd-serve
 cleanup() {
   [ -n "${spid:-}" ] && kill -TERM "$spid" 2>/dev/null
@@ -40,7 +29,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$cg"
 echo "$limit" > "$cg/memory.limit_in_bytes"
-echo "model $preset $((size >> 20)) MiB ($layers layers, $type), core $((core >> 20)) MiB; limit $((limit >> 20)) MiB; expertd cache $cache_mib MiB"
+echo "$model_line"
 sync; echo 3 > /proc/sys/vm/drop_caches
 rm -f "$dir/s.sock"
 sh -c "echo \$\$ > $cg/cgroup.procs; exec build/daemon/expertd --manifest $dir/$m.manifest.json --socket $dir/s.sock \
