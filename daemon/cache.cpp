@@ -32,7 +32,8 @@ Cache::Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& p
   if (const uint32_t H = arena.host_slot_count(); H > 0) {
     host_of_.assign(index_.size(), -1);
     host_key_.assign(H, -1);
-    host_used_.assign(H, 0);
+    host_prev_.assign(H, -1);
+    host_next_.assign(H, -1);
     for (uint32_t h = H; h > 0; --h) host_free_.push_back(h - 1);
   }
   if (cfg_.prefetch_inflight_max == 0)
@@ -194,10 +195,19 @@ int32_t Cache::take_slot() {
   return best;
 }
 
+void Cache::host_unlink(uint32_t h) {
+  const int32_t p = host_prev_[h], n = host_next_[h];
+  (p >= 0 ? host_next_[static_cast<uint32_t>(p)] : host_oldest_) = n;
+  (n >= 0 ? host_prev_[static_cast<uint32_t>(n)] : host_newest_) = p;
+  host_prev_[h] = host_next_[h] = -1;
+}
+
 void Cache::free_host(uint32_t h) {
-  if (host_key_[h] >= 0) host_of_[static_cast<size_t>(host_key_[h])] = -1;
+  if (host_key_[h] >= 0) {
+    host_of_[static_cast<size_t>(host_key_[h])] = -1;
+    host_unlink(h);
+  }
   host_key_[h] = -1;
-  host_used_[h] = 0;
   host_free_.push_back(h);
 }
 
@@ -210,9 +220,9 @@ void Cache::demote(uint32_t s) {
     h = static_cast<int32_t>(host_free_.back());
     host_free_.pop_back();
   } else {  // the host tier's least recently demoted expert leaves it
-    h = static_cast<int32_t>(std::min_element(host_used_.begin(), host_used_.end()) -
-                             host_used_.begin());
+    h = host_oldest_;
     host_of_[static_cast<size_t>(host_key_[h])] = -1;
+    host_unlink(static_cast<uint32_t>(h));
     ++stats_.c.host_evictions;
   }
   if (auto st = arena_.demote(s, static_cast<uint32_t>(h), m_.layers[sl.layer].stride); !st) {
@@ -223,7 +233,9 @@ void Cache::demote(uint32_t s) {
   }
   host_key_[h] = static_cast<int64_t>(k);
   host_of_[k] = h;
-  host_used_[h] = ++clock_;
+  host_prev_[h] = host_newest_;  // the newest demotion
+  (host_newest_ >= 0 ? host_next_[static_cast<uint32_t>(host_newest_)] : host_oldest_) = h;
+  host_newest_ = h;
   ++stats_.c.host_demotions;
 }
 

@@ -127,8 +127,9 @@ class Cache {
   void evict(uint32_t slot);
   // True when the expert was copied up from the host tier: READY at once, no read.
   bool start_load(uint32_t slot, uint32_t layer, uint32_t expert, bool demand);
-  void demote(uint32_t slot);          // an evicted expert copied down into the host tier
-  void free_host(uint32_t host_slot);  // empties a host tier slot (and its expert's entry)
+  void demote(uint32_t slot);            // an evicted expert copied down into the host tier
+  void free_host(uint32_t host_slot);    // empties a host tier slot (and its expert's entry)
+  void host_unlink(uint32_t host_slot);  // out of the demotion order
   void issue_read(uint32_t slot);
   void issue_deferred();
   void issue_warm();
@@ -153,10 +154,12 @@ class Cache {
   std::deque<Pending> waiting_;
   // The host tier (arena_.host_slot_count() > 0): experts evicted from VRAM, least recently
   // demoted out first; an expert is in VRAM or the host tier, not both.
-  std::vector<int32_t> host_of_;     // (layer, expert) -> host slot or -1
-  std::vector<int64_t> host_key_;    // host slot -> (layer, expert) key or -1
-  std::vector<uint64_t> host_used_;  // host slot -> clock of its demotion
+  std::vector<int32_t> host_of_;   // (layer, expert) -> host slot or -1
+  std::vector<int64_t> host_key_;  // host slot -> (layer, expert) key or -1
   std::vector<uint32_t> host_free_;
+  // The held host slots in demotion order (a list through host_prev_/host_next_), oldest first.
+  std::vector<int32_t> host_prev_, host_next_;
+  int32_t host_oldest_ = -1, host_newest_ = -1;
   std::vector<std::pair<uint32_t, uint32_t>> warm_;  // (layer, expert) to read, most popular last
   uint64_t next_lease_ = 1, clock_ = 0, accesses_ = 0;
   uint32_t prefetch_inflight_ = 0, loading_ = 0;
