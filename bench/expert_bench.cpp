@@ -486,10 +486,12 @@ int bench_policy(const std::string& path, const std::vector<double>& fractions) 
   std::vector<std::string> policies = {"lru", "lfu", "lfru"};
   for (const auto& p : daemon::lab_policy_names()) policies.push_back(p);
   // What knowing the coming routing is worth: the rest of this step, then one and two steps more.
+  if (size_t{t->n_layers} * t->n_experts <= 4096) policies.push_back("lfru+affinity");
   for (const char* p : {"lfru+h0", "lfru+h1", "lfru+h2"}) policies.push_back(p);
   policies.push_back("belady");
+  auto width = [](const std::string& p) { return static_cast<int>(std::max<size_t>(8, p.size())); };
   std::printf("\n%-8s", "cache");
-  for (const auto& p : policies) std::printf(" %8s", p.c_str());
+  for (const auto& p : policies) std::printf(" %*s", width(p), p.c_str());
   std::printf("\n");
   double last_ratio = 0;
   for (double f : fractions) {
@@ -500,7 +502,7 @@ int bench_policy(const std::string& path, const std::vector<double>& fractions) 
     for (const auto& p : policies) {
       auto r = daemon::simulate(*t, slots, p);
       if (!r) die(r.error().message);
-      std::printf(" %8.3f", r->hit_rate());
+      std::printf(" %*.3f", width(p), r->hit_rate());
       if (p == "lfru") lfru = r->hit_rate();
       if (p == "belady") opt = r->hit_rate();
     }

@@ -37,7 +37,10 @@ struct SimResult {
 // keeps an expert used within them over any other (the farthest such use evicted first). A step
 // (a token's forward pass) starts at a record whose layer is below its predecessor's. What it
 // gains over lfru bounds what predicting that much of the routing can gain; with a horizon past
-// the trace's end it is Belady.
+// the trace's end it is Belady. "lfru+affinity": lfru whose count of an expert of a layer still to
+// come in the current step is raised by 8x the chance that the step uses it, a naive-Bayes
+// estimate from the experts the step used at its earlier layers, with the layers' co-occurrence
+// learned online from the steps before (at most 4,096 experts in all: a table per pair).
 Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& policy);
 std::vector<std::string> lab_policy_names();
 
