@@ -486,7 +486,7 @@ int bench_policy(const std::string& path, const std::vector<double>& fractions) 
   std::vector<std::string> policies = {"lru", "lfu", "lfru"};
   for (const auto& p : daemon::lab_policy_names()) policies.push_back(p);
   // What knowing the coming routing is worth: the rest of this step, then one and two steps more.
-  if (size_t{t->n_layers} * t->n_experts <= 4096) policies.push_back("lfru+affinity");
+  policies.push_back("lfru+affinity");
   for (const char* p : {"lfru+h0", "lfru+h1", "lfru+h2"}) policies.push_back(p);
   policies.push_back("belady");
   auto width = [](const std::string& p) { return static_cast<int>(std::max<size_t>(8, p.size())); };

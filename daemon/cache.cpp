@@ -38,6 +38,14 @@ Cache::Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& p
   }
   if (cfg_.prefetch_inflight_max == 0)
     cfg_.prefetch_inflight_max = std::max(1u, arena.slot_count() / 4);
+  if (policy_.wants_affinity()) {
+    affinity_ =
+        std::make_unique<Affinity>(static_cast<uint32_t>(manifest.layers.size()), n_experts_);
+    affinity_of_.assign(slots_.size(), 0.0);
+    affinity_grant_.assign(slots_.size(), 0);
+    spdlog::info("lfru+affinity: co-occurrence {} layers ahead, a table of {:.1f} MiB",
+                 affinity_->layers_ahead(), double(affinity_->table_bytes()) / 1048576.0);
+  }
   stats_.reset(manifest.layers.size());
 }
 
@@ -108,6 +116,7 @@ void Cache::touch(uint32_t s) {
 }
 
 void Cache::grant(const Pending& p) {
+  if (affinity_) affinity_->record(p.client, p.layer, p.experts);
   uint64_t lease_id = next_lease_++;
   size_t n = p.experts.size();
   std::vector<uint32_t> slots(n);
@@ -148,6 +157,9 @@ void Cache::grant(const Pending& p) {
     sl.announce = Slot::kNone;
     if (!counted) touch(static_cast<uint32_t>(s));
   }
+  evicting_client_ = p.client;  // the misses' evictions spare what this step will need
+  evicting_layer_ = p.layer;
+  ++grants_;
   for (size_t i = 0; i < n; ++i) {
     if (index_[key(p.layer, p.experts[i])] >= 0) continue;
     int32_t s = take_slot();
@@ -165,6 +177,7 @@ void Cache::grant(const Pending& p) {
     }
     touch(static_cast<uint32_t>(s));
   }
+  evicting_client_ = -1;
   leases_[lease_id] = Lease{p.client, p.layer, slots, pending, p.start};
   lease_of_client_[p.client] = lease_id;
   ++stats_.c.acquires;
@@ -178,7 +191,15 @@ int32_t Cache::pick_victim() const {
   for (uint32_t s = 0; s < slots_.size(); ++s) {
     const Slot& sl = slots_[s];
     if (sl.state != State::Ready || sl.pins != 0) continue;
-    SlotView v{sl.last_access, sl.inserted, frequency_[key(sl.layer, sl.expert)]};
+    SlotView v{sl.last_access, sl.inserted, frequency_[key(sl.layer, sl.expert)], 0.0};
+    if (affinity_ && evicting_client_ >= 0 && sl.layer > evicting_layer_) {
+      if (affinity_grant_[s] != grants_) {  // a later layer's expert: held since the grant began
+        affinity_of_[s] =
+            affinity_->chance(static_cast<uint32_t>(evicting_client_), sl.layer, sl.expert);
+        affinity_grant_[s] = grants_;
+      }
+      v.affinity = affinity_of_[s];
+    }
     if (best < 0 || policy_.before(v, bv)) best = static_cast<int32_t>(s), bv = v;
   }
   return best;

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/affinity.h"
 #include "daemon/arena.h"
 #include "daemon/io_engine.h"
 #include "daemon/policy.h"
@@ -167,6 +168,14 @@ class Cache {
   std::deque<uint32_t> deferred_demand_, deferred_prefetch_;
   uint32_t reads_in_flight_ = 0;
   uint32_t evictable_ = 0;  // slots READY with no pins
+  // lfru+affinity: the model, and while a grant allocates its misses, whose step is evicting.
+  std::unique_ptr<Affinity> affinity_;
+  int64_t evicting_client_ = -1;
+  uint32_t evicting_layer_ = 0;
+  // Each slot's chance, computed once per grant (a grant's misses look at the same candidates).
+  mutable std::vector<double> affinity_of_;
+  mutable std::vector<uint64_t> affinity_grant_;
+  uint64_t grants_ = 0;
   Stats stats_;
 };
 

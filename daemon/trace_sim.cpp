@@ -11,6 +11,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "daemon/affinity.h"
 #include "daemon/policy.h"
 
 namespace expertd::daemon {
@@ -361,73 +362,6 @@ std::vector<std::string> lab_policy_names() {
   return {"sieve", "s3fifo", "arc", "2q", "lecar"};
 }
 
-namespace {
-
-// lfru+affinity's model, learned online: per step (token), which experts its layers used; at
-// each step's end, for every pair of its layers l < l2, how often an expert of l2 followed one of
-// l. chance() is a naive-Bayes estimate that the current step uses (l2, f), from the experts it
-// used at layers before l2.
-class Affinity {
- public:
-  Affinity(uint32_t layers, uint32_t experts)
-      : L_(layers),
-        X_(experts),
-        K_(size_t{layers} * experts),
-        base_(K_, 0),
-        seen_(K_ * layers, 0),
-        co_(K_ * K_, 0),
-        step_(layers) {}
-  void record(uint32_t layer, const std::vector<uint32_t>& experts) {
-    if (layer < last_layer_) end_step();
-    last_layer_ = layer;
-    for (uint32_t e : experts) step_[layer].push_back(e);
-  }
-  double chance(size_t key) const {
-    const uint32_t l2 = static_cast<uint32_t>(key / X_);
-    const double p0 = (base_[key] + 0.5) / (steps_ + 1.0);
-    const double odds0 = std::log(p0 / (1 - p0));
-    double logit = odds0;
-    for (uint32_t l = 0; l < l2; ++l)
-      for (uint32_t e : step_[l]) {
-        const size_t k = size_t{l} * X_ + e;
-        const uint32_t n = seen_[k * L_ + l2];
-        if (n == 0) continue;
-        double p = (co_[k * K_ + key] + 2 * p0) / (n + 2.0);
-        p = std::clamp(p, 1e-4, 1 - 1e-4);
-        logit += std::log(p / (1 - p)) - odds0;
-      }
-    return 1 / (1 + std::exp(-logit));
-  }
-
- private:
-  void end_step() {
-    ++steps_;
-    for (uint32_t l = 0; l < L_; ++l) {
-      std::sort(step_[l].begin(), step_[l].end());
-      step_[l].erase(std::unique(step_[l].begin(), step_[l].end()), step_[l].end());
-    }
-    for (uint32_t l = 0; l < L_; ++l)
-      for (uint32_t e : step_[l]) {
-        const size_t k = size_t{l} * X_ + e;
-        ++base_[k];
-        for (uint32_t l2 = l + 1; l2 < L_; ++l2) {
-          if (step_[l2].empty()) continue;
-          ++seen_[k * L_ + l2];
-          for (uint32_t f : step_[l2]) ++co_[k * K_ + size_t{l2} * X_ + f];
-        }
-      }
-    for (auto& v : step_) v.clear();
-  }
-  uint32_t L_, X_;
-  size_t K_;
-  uint64_t steps_ = 0;
-  uint32_t last_layer_ = 0;
-  std::vector<uint32_t> base_, seen_, co_;
-  std::vector<std::vector<uint32_t>> step_;
-};
-
-}  // namespace
-
 Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& policy_name) {
   if (slots == 0) return make_error("no slots");
   if (auto q = make_queue_policy(policy_name, slots)) return simulate_queue(t, slots, *q);
@@ -442,14 +376,11 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
     horizon = std::stoll(h);
     base = "lfru";
   }
-  const bool affinity = policy_name == "lfru+affinity";
-  if (affinity) base = "lfru";
-  if (affinity && size_t{t.n_layers} * t.n_experts > 4096)
-    return make_error("lfru+affinity keeps a table per pair of experts: at most 4,096 in all");
-  std::unique_ptr<Affinity> model;
-  if (affinity) model = std::make_unique<Affinity>(t.n_layers, t.n_experts);
   auto policy = belady ? nullptr : make_policy(base);
   if (!belady && !policy) return make_error("unknown policy " + policy_name);
+  std::unique_ptr<Affinity> model;
+  if (policy && policy->wants_affinity())
+    model = std::make_unique<Affinity>(t.n_layers, t.n_experts);
   const bool sees_ahead = belady || horizon >= 0;
   const size_t keys = size_t{t.n_layers} * t.n_experts;
   constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
@@ -502,15 +433,20 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
       return make_error("a request of " + std::to_string(r.experts.size()) + " experts exceeds " +
                         std::to_string(slots) + " slots");
     std::vector<uint32_t> pinned;
-    // lfru+affinity: the count of an expert of a layer still to come in this step, raised by 8x
-    // the chance that the step uses it (the step's experts so far, this acquire's included).
-    std::unordered_map<size_t, double> raised;
-    if (model) model->record(r.layer, r.experts);
-    auto count = [&](const Slot& x) -> double {
-      if (!model || x.key / t.n_experts <= r.layer) return freq[x.key];
-      auto [it, fresh] = raised.try_emplace(static_cast<size_t>(x.key), 0.0);
-      if (fresh) it->second = freq[x.key] + 8 * model->chance(static_cast<size_t>(x.key));
-      return it->second;
+    // lfru+affinity: the chance that this step uses an expert of a layer still to come (the
+    // step's experts so far, this acquire's included), as the cache computes it.
+    std::unordered_map<int64_t, double> chances;
+    if (model) model->record(r.client, r.layer, r.experts);
+    auto view = [&](const Slot& x) {
+      SlotView v{x.last_access, x.inserted, freq[x.key], 0.0};
+      if (model && x.key / t.n_experts > r.layer) {
+        auto [it, fresh] = chances.try_emplace(x.key, 0.0);
+        if (fresh)
+          it->second = model->chance(r.client, static_cast<uint32_t>(x.key / t.n_experts),
+                                     static_cast<uint32_t>(x.key % t.n_experts));
+        v.affinity = it->second;
+      }
+      return v;
     };
     for (size_t k = 0; k < r.experts.size(); ++k) {  // resident first, as Cache::grant
       size_t key = size_t{r.layer} * t.n_experts + r.experts[k];
@@ -544,12 +480,8 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
             better = s[best].next <= horizon_end[ri];  // one is used within the horizon: keep it
           else if (horizon >= 0 && s[j].next <= horizon_end[ri])
             better = s[j].next > s[best].next;  // both are: the farther use goes
-          else if (model) {
-            const double cj = count(s[j]), cb = count(s[best]);
-            better = cj != cb ? cj < cb : s[j].last_access < s[best].last_access;
-          } else
-            better = policy->before({s[j].last_access, s[j].inserted, freq[s[j].key]},
-                                    {s[best].last_access, s[best].inserted, freq[s[best].key]});
+          else
+            better = policy->before(view(s[j]), view(s[best]));
           if (better) best = j;
         }
         if (best < 0) return make_error("no evictable slot");

@@ -40,7 +40,7 @@ struct SimResult {
 // the trace's end it is Belady. "lfru+affinity": lfru whose count of an expert of a layer still to
 // come in the current step is raised by 8x the chance that the step uses it, a naive-Bayes
 // estimate from the experts the step used at its earlier layers, with the layers' co-occurrence
-// learned online from the steps before (at most 4,096 experts in all: a table per pair).
+// learned online from the steps before (daemon/affinity.h; the daemon's --policy lfru+affinity).
 Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& policy);
 std::vector<std::string> lab_policy_names();
 

@@ -457,8 +457,7 @@ TEST(TraceLab, KnowingMoreOfTheComingRoutingApproachesBelady) {
 }
 
 // lfru+affinity (the layers' co-occurrence learned online) beats lfru on the bundled trace at
-// every size (0.178 / 0.414 / 0.707 vs 0.146 / 0.394 / 0.698) and never beats Belady; a model too
-// large for its table per pair of experts is refused.
+// every size (0.178 / 0.414 / 0.707 vs 0.146 / 0.394 / 0.698) and never beats Belady.
 TEST(TraceLab, CrossLayerAffinityBeatsLfruOnTheBundledTrace) {
   const std::string gz = std::string(EXPERTD_SOURCE_DIR) + "/model/trace/kjv-2000-tokens.trace.gz";
   TempDir d;
@@ -475,26 +474,21 @@ TEST(TraceLab, CrossLayerAffinityBeatsLfruOnTheBundledTrace) {
     EXPECT_LE(aff->hits, opt->hits) << slots;
     EXPECT_EQ(aff->hits + aff->misses, opt->hits + opt->misses);
   }
-  daemon::Trace big;
-  big.n_layers = 64;
-  big.n_experts = 128;
-  big.records.push_back({0, 0, 0, {1, 2}});
-  auto r = daemon::simulate(big, 16, "lfru+affinity");
-  ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("4,096"), std::string::npos) << r.error().message;
 }
 
 // The offline simulator replays expertd's trace and reproduces the daemon's hits exactly; the
 // offline optimum is never beaten.
 TEST_F(DaemonTest, TraceReplayReproducesTheDaemonsHits) {
-  for (const char* policy : {"lru", "lfu", "lfru"}) {
+  for (const char* policy : {"lru", "lfu", "lfru", "lfru+affinity"}) {
     std::string trace = local_ / (std::string(policy) + ".trace");
     auto d = start({"--cache-slots", "6", "--policy", policy, "--clients-max", "1",
                     "--max-experts-per-request", "3", "--trace-path", trace});
     auto c = connect();
     std::mt19937 rng(42);
     for (int i = 0; i < 300; ++i) {
-      uint32_t layer = rng() % kLayers;
+      // Token-like passes (layers in order, now and then cut short), so lfru+affinity's steps
+      // and co-occurrence are exercised.
+      uint32_t layer = (i % 5 == 4) ? 0 : static_cast<uint32_t>(i % 5) % kLayers;
       std::vector<uint32_t> ids;
       size_t n = 1 + rng() % 3;
       while (ids.size() < n) {

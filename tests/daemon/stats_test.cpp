@@ -1,5 +1,6 @@
 #include "daemon/stats.h"
 
+#include "daemon/affinity.h"
 #include "daemon/policy.h"
 #include "test_util.h"
 
@@ -33,4 +34,42 @@ TEST(Policy, RanksVictimsAsNamed) {
   EXPECT_TRUE(lfu->before(a, b));  // lfu: older load first
   EXPECT_TRUE(lfru->wants_aging(80, 10));
   EXPECT_FALSE(lru->wants_aging(80, 10));
+}
+
+TEST(Policy, AffinityRaisesWhatTheStepWillNeed) {
+  auto aff = make_policy("lfru+affinity");
+  ASSERT_TRUE(aff);
+  EXPECT_TRUE(aff->wants_affinity());
+  EXPECT_FALSE(make_policy("lfru")->wants_affinity());
+  // One acquire less, but a 0.5 chance that the step in progress uses it (+4): kept.
+  SlotView likely{1, 1, 2, 0.5}, unlikely{9, 2, 3, 0.0};
+  EXPECT_TRUE(aff->before(unlikely, likely));
+  EXPECT_TRUE(aff->wants_aging(80, 10));
+}
+
+// The model learns which experts of the next layers follow which: after steps where layer 0's
+// expert 3 is followed by layer 1's expert 5 (and layer 0's expert 4 by 6), a step that used 3
+// will likely use 5 and not 6; the table shrinks its reach under the budget.
+TEST(Affinity, LearnsWhatFollowsWhatAcrossLayers) {
+  Affinity a(3, 8);
+  EXPECT_EQ(a.layers_ahead(), 2u);  // all the layers a 3-layer model has ahead
+  for (int i = 0; i < 40; ++i) {
+    const uint32_t c =
+        static_cast<uint32_t>(i % 2);  // two clients, interleaved, each its own steps
+    const uint32_t x = i % 4 < 2 ? 3 : 4;
+    a.record(c, 0, std::vector<uint32_t>{x});
+    a.record(c, 1, std::vector<uint32_t>{x + 2});
+    a.record(c, 2, std::vector<uint32_t>{7});
+  }
+  a.record(0, 0, std::vector<uint32_t>{3});  // client 0 starts a step with expert 3
+  EXPECT_EQ(a.step_layer(0), 0);
+  EXPECT_GT(a.chance(0, 1, 5), 0.9);
+  EXPECT_LT(a.chance(0, 1, 6), 0.1);
+  EXPECT_GT(a.chance(0, 2, 7), 0.9);  // two layers ahead
+  EXPECT_LT(a.chance(0, 1, 1), 0.1);  // never used
+  EXPECT_EQ(a.step_layer(9), -1);
+  EXPECT_NEAR(a.chance(9, 1, 5), 0.5, 0.05);  // a client with no step: the prior (half the steps)
+  // Kimi-K3's 61 layers x 384 experts at 2 bytes per pair and layer ahead: one layer in 32 MiB.
+  EXPECT_EQ(Affinity(61, 384).layers_ahead(), 1u);
+  EXPECT_EQ(Affinity(12, 128).layers_ahead(), 4u);
 }
