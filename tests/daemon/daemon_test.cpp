@@ -396,16 +396,23 @@ TEST_F(DaemonTest, ExpertctlStatsStatusTraceAndCleanStop) {
   EXPECT_EQ(t.size(), 16u + (16 + 4) + (16 + 2));
 }
 
+namespace {
+// The bundled model's recorded routing (model/trace/kjv-2000-tokens.trace.gz), gunzipped.
+Result<daemon::Trace> bundled_trace() {
+  const std::string gz = std::string(EXPERTD_SOURCE_DIR) + "/model/trace/kjv-2000-tokens.trace.gz";
+  TempDir d;
+  auto z = run("gzip -dc " + gz + " > " + d / "kjv.trace");
+  if (z.first != 0) return make_error("gzip -dc " + gz + ": " + z.second);
+  return daemon::read_trace(d / "kjv.trace");
+}
+}  // namespace
+
 // The simulator's lab policies (sieve, s3fifo, arc, 2q, lecar) on the bundled model's recorded
 // trace: every victim they name is a resident, unpinned expert (the simulator refuses anything
 // else), the optimum is never beaten, replays are reproducible, and none falls more than 0.05
 // below plain LRU.
 TEST(TraceLab, LabPoliciesReplayTheBundledTrace) {
-  const std::string gz = std::string(EXPERTD_SOURCE_DIR) + "/model/trace/kjv-2000-tokens.trace.gz";
-  TempDir d;
-  auto z = run("gzip -dc " + gz + " > " + d / "kjv.trace");
-  ASSERT_EQ(z.first, 0) << z.second;
-  auto t = daemon::read_trace(d / "kjv.trace");
+  auto t = bundled_trace();
   ASSERT_TRUE(t) << t.error().message;
   const uint32_t all = t->n_layers * t->n_experts;
   for (double f : {0.10, 0.25, 0.50}) {
@@ -431,11 +438,7 @@ TEST(TraceLab, LabPoliciesReplayTheBundledTrace) {
 // next steps (h1, h2) gains with each step it sees, and one that sees past the trace's end keeps
 // exactly what Belady keeps.
 TEST(TraceLab, KnowingMoreOfTheComingRoutingApproachesBelady) {
-  const std::string gz = std::string(EXPERTD_SOURCE_DIR) + "/model/trace/kjv-2000-tokens.trace.gz";
-  TempDir d;
-  auto z = run("gzip -dc " + gz + " > " + d / "kjv.trace");
-  ASSERT_EQ(z.first, 0) << z.second;
-  auto t = daemon::read_trace(d / "kjv.trace");
+  auto t = bundled_trace();
   ASSERT_TRUE(t) << t.error().message;
   const uint32_t all = t->n_layers * t->n_experts;
   for (double f : {0.10, 0.25, 0.50}) {
@@ -459,11 +462,7 @@ TEST(TraceLab, KnowingMoreOfTheComingRoutingApproachesBelady) {
 // lfru+affinity (the layers' co-occurrence learned online) beats lfru on the bundled trace at
 // every size (0.178 / 0.414 / 0.707 vs 0.146 / 0.394 / 0.698) and never beats Belady.
 TEST(TraceLab, CrossLayerAffinityBeatsLfruOnTheBundledTrace) {
-  const std::string gz = std::string(EXPERTD_SOURCE_DIR) + "/model/trace/kjv-2000-tokens.trace.gz";
-  TempDir d;
-  auto z = run("gzip -dc " + gz + " > " + d / "kjv.trace");
-  ASSERT_EQ(z.first, 0) << z.second;
-  auto t = daemon::read_trace(d / "kjv.trace");
+  auto t = bundled_trace();
   ASSERT_TRUE(t) << t.error().message;
   for (uint32_t slots : {13u, 32u, 64u}) {
     auto lfru = daemon::simulate(*t, slots, "lfru");
