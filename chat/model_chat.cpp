@@ -20,6 +20,7 @@ Result<ModelChat> ModelChat::load(const gguf::Model& f, const engine::Tokenizer&
     auto t = ChatTemplate::parse(src);
     if (!t) return t.error();
     c.tmpl = std::move(*t);
+    c.reply = detect_reply_format(src);
   }
   if (tok.bos() >= 0) c.bos = tok.piece(tok.bos(), true);
   if (tok.eos() >= 0) c.eos = tok.piece(tok.eos(), true);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "chat/chat_template.h"
+#include "chat/reply.h"
 #include "common/result.h"
 #include "engine/tokenizer.h"
 #include "gguf/gguf_reader.h"
@@ -18,6 +19,7 @@ namespace expertd::chat {
 struct ModelChat {
   std::optional<ChatTemplate> tmpl;  // none: the model has no template and none was given
   std::string bos, eos;
+  ReplyFormat reply;  // how the model writes reasoning and tool calls (from the template)
 
   // An error names the unreadable file or what in the template could not be parsed.
   static Result<ModelChat> load(const gguf::Model& f, const engine::Tokenizer& tok,

@@ -120,7 +120,8 @@ std::string attr(std::string_view attrs, std::string_view key) {
   if (at == std::string::npos) return "";
   const size_t from = at + k.size() - 1;
   const size_t to = attrs.find('"', from);
-  std::string v(attrs.substr(from, to == std::string_view::npos ? std::string_view::npos : to - from));
+  std::string v(
+      attrs.substr(from, to == std::string_view::npos ? std::string_view::npos : to - from));
   for (auto [esc, ch] : {std::pair{"&quot;", "\""}, std::pair{"&amp;", "&"}})
     for (size_t i; (i = v.find(esc)) != std::string::npos;) v.replace(i, std::strlen(esc), ch);
   return v;
@@ -190,10 +191,9 @@ Got parse_call(const ReplyFormat& f, Cur& c, const ParseOptions& o, ToolCall& ca
   ordered_json args = ordered_json::object();
   auto put = [&](std::string_view key, std::string_view value, int is_string) {
     const std::string k(key);
-    args[k] = is_string == 1 ? ordered_json(std::string(value))
-              : is_string == 0
-                  ? ordered_json::parse(value, nullptr, false)
-                  : typed_value(value, params, k);
+    args[k] = is_string == 1   ? ordered_json(std::string(value))
+              : is_string == 0 ? ordered_json::parse(value, nullptr, false)
+                               : typed_value(value, params, k);
     if (args[k].is_discarded()) args[k] = std::string(value);
   };
   auto short_call = [&] {
@@ -267,7 +267,8 @@ Got parse_call(const ReplyFormat& f, Cur& c, const ParseOptions& o, ToolCall& ca
       for (;;) {
         if (c.lit("<|close|>call<|sep|>")) break;
         if (c.lit("<|open|>json")) {
-          if (!c.until("<|sep|>", attrs) || !c.until("<|close|>json<|sep|>", v)) return short_call();
+          if (!c.until("<|sep|>", attrs) || !c.until("<|close|>json<|sep|>", v))
+            return short_call();
           auto j = ordered_json::parse(v, nullptr, false);
           if (j.is_discarded() || !j.is_object()) return Got::Bad;
           for (auto& [k, x] : j.items()) args[k] = x;
@@ -380,8 +381,8 @@ void parse_calls(const ReplyFormat& f, Cur& c, const ParseOptions& o, Reply& r) 
 Reply parse_harmony(std::string_view text, const ParseOptions& o) {
   Reply r;
   Cur c{text};
-  static const std::vector<std::string_view> kMarkers = {
-      "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>"};
+  static const std::vector<std::string_view> kMarkers = {"<|start|>", "<|channel|>", "<|message|>",
+                                                         "<|end|>",   "<|call|>",    "<|return|>"};
   while (c.p < text.size()) {
     c.lit("<|start|>");
     const size_t msg = text.find("<|message|>", c.p);
@@ -448,9 +449,8 @@ ReplyFormat detect_reply_format(std::string_view src) {
              (has(src, "function_calls") || has(src, "tool_calls"))) {
     set(ToolSyntax::DeepSeekDsml, "deepseek-dsml");
     // V3.2 writes <｜DSML｜function_calls>; V4 <｜DSML｜tool_calls>.
-    f.dsml_block = has(src, "'function_calls>") || has(src, "function_calls>\\n")
-                       ? "function_calls"
-                       : "tool_calls";
+    f.dsml_block = has(src, "'function_calls>") || has(src, "function_calls>\\n") ? "function_calls"
+                                                                                  : "tool_calls";
   } else if (has(src, "<｜tool▁calls▁begin｜>")) {
     set(ToolSyntax::DeepSeekV3, "deepseek-v3");
   } else if (has(src, "<tool_call>") && has(src, "<function=") && has(src, "<parameter=")) {
@@ -461,21 +461,31 @@ ReplyFormat detect_reply_format(std::string_view src) {
     set(ToolSyntax::Hermes, "hermes");
   }
   // The <think> block only where the template knows it (Kimi-K3 builds its markers in macros).
-  if (f.think_close == "</think>" && !has(src, "</think>")) f.think_open.clear(), f.think_close.clear();
+  if (f.think_close == "</think>" && !has(src, "</think>"))
+    f.think_open.clear(), f.think_close.clear();
   return f;
 }
 
 const char* syntax_name(ToolSyntax s) {
   switch (s) {
-    case ToolSyntax::None: return "none";
-    case ToolSyntax::Hermes: return "hermes";
-    case ToolSyntax::Qwen3Coder: return "qwen3-coder";
-    case ToolSyntax::Glm: return "glm";
-    case ToolSyntax::KimiK2: return "kimi-k2";
-    case ToolSyntax::KimiK3: return "kimi-k3";
-    case ToolSyntax::DeepSeekV3: return "deepseek-v3";
-    case ToolSyntax::DeepSeekDsml: return "deepseek-dsml";
-    case ToolSyntax::Harmony: return "harmony";
+    case ToolSyntax::None:
+      return "none";
+    case ToolSyntax::Hermes:
+      return "hermes";
+    case ToolSyntax::Qwen3Coder:
+      return "qwen3-coder";
+    case ToolSyntax::Glm:
+      return "glm";
+    case ToolSyntax::KimiK2:
+      return "kimi-k2";
+    case ToolSyntax::KimiK3:
+      return "kimi-k3";
+    case ToolSyntax::DeepSeekV3:
+      return "deepseek-v3";
+    case ToolSyntax::DeepSeekDsml:
+      return "deepseek-dsml";
+    case ToolSyntax::Harmony:
+      return "harmony";
   }
   return "?";
 }
@@ -528,8 +538,7 @@ Reply parse_reply(const ReplyFormat& f, std::string_view text, const ParseOption
       return r;
     }
   }
-  const std::vector<std::string> openers =
-      o.calls ? call_openers(f) : std::vector<std::string>{};
+  const std::vector<std::string> openers = o.calls ? call_openers(f) : std::vector<std::string>{};
   std::vector<std::string_view> markers(openers.begin(), openers.end());
   if (!f.content_close.empty()) markers.push_back(f.content_close);
   if (!f.reply_end.empty()) markers.push_back(f.reply_end);
@@ -576,7 +585,8 @@ Reply parse_reply(const ReplyFormat& f, std::string_view text, const ParseOption
 CallShape call_shape(const ReplyFormat& f, const std::string& name) {
   switch (f.tools) {
     case ToolSyntax::Hermes:
-      return {"<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": ", "json", "}\n</tool_call>"};
+      return {"<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": ", "json",
+              "}\n</tool_call>"};
     case ToolSyntax::Qwen3Coder:
       return {"<tool_call>\n<function=" + name + ">\n", "qwen_xml", "</function>\n</tool_call>"};
     case ToolSyntax::Glm:
@@ -595,8 +605,8 @@ CallShape call_shape(const ReplyFormat& f, const std::string& name) {
       return {"<｜DSML｜" + f.dsml_block + ">\n<｜DSML｜invoke name=\"" + name + "\">\n",
               "deepseek_xml", "</｜DSML｜invoke>\n</｜DSML｜" + f.dsml_block + ">"};
     case ToolSyntax::Harmony:
-      return {"<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>", "json",
-              "<|call|>"};
+      return {"<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>",
+              "json", "<|call|>"};
     case ToolSyntax::None:
       break;
   }

@@ -18,7 +18,7 @@ enum class ToolSyntax {
   Hermes,      // Qwen3, Qwen2.5, Hermes: <tool_call>{"name": .., "arguments": ..}</tool_call>
   Qwen3Coder,  // <tool_call><function=N><parameter=K>V</parameter></function></tool_call>
   Glm,         // GLM-4.5/4.6/4.7: <tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value>
-  KimiK2,      // <|tool_calls_section_begin|><|tool_call_begin|>functions.N:i<|tool_call_argument_begin|>
+  KimiK2,  // <|tool_calls_section_begin|><|tool_call_begin|>functions.N:i<|tool_call_argument_begin|>
   KimiK3,      // XTML: <|open|>tools<|sep|><|open|>call tool="N"<|sep|><|open|>argument key=..
   DeepSeekV3,  // V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{..}
   DeepSeekDsml,  // V3.2 / V4: <｜DSML｜tool_calls><｜DSML｜invoke name="N"><｜DSML｜parameter ..
@@ -32,7 +32,7 @@ struct ReplyFormat {
   std::string think_open = "<think>", think_close = "</think>";
   // Kimi-K3 wraps the answer in these.
   std::string content_open, content_close;
-  std::string reply_end;  // Kimi-K3 closes its message with this
+  std::string reply_end;                  // Kimi-K3 closes its message with this
   std::string dsml_block = "tool_calls";  // DeepSeek V3.2 names it function_calls
 };
 

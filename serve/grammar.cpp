@@ -10,10 +10,14 @@ namespace expertd::serve {
 
 const char* kind_name(GrammarSpec::Kind k) {
   switch (k) {
-    case GrammarSpec::Kind::None: return "none";
-    case GrammarSpec::Kind::JsonSchema: return "json_schema";
-    case GrammarSpec::Kind::AnyJson: return "json_object";
-    case GrammarSpec::Kind::StructuralTag: return "structural_tag";
+    case GrammarSpec::Kind::None:
+      return "none";
+    case GrammarSpec::Kind::JsonSchema:
+      return "json_schema";
+    case GrammarSpec::Kind::AnyJson:
+      return "json_object";
+    case GrammarSpec::Kind::StructuralTag:
+      return "structural_tag";
   }
   return "none";
 }
@@ -63,7 +67,8 @@ Result<std::shared_ptr<const CompiledGrammar>> Grammars::compile(const GrammarSp
     switch (spec.kind) {
       case GrammarSpec::Kind::JsonSchema:
         return std::make_shared<const CompiledGrammar>(
-            impl_->compiler.CompileJSONSchema(spec.text, true, std::nullopt, std::nullopt, true));
+            impl_->compiler.CompileJSONSchema(spec.text, true, std::nullopt, std::nullopt, true,
+                                              /*max_whitespace_cnt=*/2));
       case GrammarSpec::Kind::AnyJson:
         return std::make_shared<const CompiledGrammar>(impl_->compiler.CompileBuiltinJSONGrammar());
       case GrammarSpec::Kind::StructuralTag:

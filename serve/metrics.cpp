@@ -70,6 +70,8 @@ std::string Metrics::render(const std::vector<proto::Metric>& daemon) const {
   ttft_s.render(out, "expert_serve_time_to_first_token_seconds",
                 "from the request's arrival to its first token");
   token_s.render(out, "expert_serve_time_per_token_seconds", "between a sequence's tokens");
+  grammar_mask_s.render(out, "expert_serve_grammar_mask_seconds",
+                        "a constrained step's token mask, computed and applied");
   out += proto::render_prometheus(daemon, "expertd_");
   return out;
 }

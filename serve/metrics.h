@@ -34,6 +34,8 @@ struct Metrics {
   std::atomic<int64_t> queue_length{0}, active_sequences{0};
   Histogram ttft_s{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram token_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+  // The grammar's share of a constrained step: the token mask and its application.
+  Histogram grammar_mask_s{{1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1}};
   void count_request(const std::string& endpoint, int status);
   // The Prometheus text: these, then expertd's (prefix expertd_).
   std::string render(const std::vector<proto::Metric>& daemon) const;

@@ -46,14 +46,42 @@ void Request::finish(Finish f, std::string stop_sequence, std::string error) {
   cv_.notify_all();
 }
 
+nlohmann::json params_to_json(const GenParams& p) {
+  return {{"max_tokens", p.max_tokens},
+          {"temperature", p.temperature},
+          {"top_p", p.top_p},
+          {"top_k", p.top_k},
+          {"seed", p.seed},
+          {"stop", p.stop},
+          {"grammar", kind_name(p.grammar.kind)},
+          {"grammar_text", p.grammar.text},
+          {"special_text", p.special_text}};
+}
+
+GenParams params_from_json(const nlohmann::json& j) {
+  GenParams g;
+  g.max_tokens = j.value("max_tokens", 16);
+  g.temperature = j.value("temperature", 1.0f);
+  g.top_p = j.value("top_p", 1.0f);
+  g.top_k = j.value("top_k", 0);
+  g.seed = j.value("seed", uint64_t{0});
+  g.stop = j.value("stop", std::vector<std::string>{});
+  auto kind = kind_from_name(j.value("grammar", std::string("none")));
+  g.grammar.kind = kind ? *kind : GrammarSpec::Kind::None;
+  g.grammar.text = j.value("grammar_text", std::string());
+  g.special_text = j.value("special_text", false);
+  return g;
+}
+
 Scheduler::Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int n_ctx,
-                     int queue_max, Metrics& metrics)
+                     int queue_max, Metrics& metrics, Grammars& grammars)
     : make_(std::move(make)),
       tok_(tok),
       parallel_(parallel),
       queue_max_(queue_max),
       n_ctx_(n_ctx),
       metrics_(metrics),
+      grammars_(grammars),
       slot_used_(size_t(parallel), false) {
   thread_ = std::thread([this] { loop(); });
 }
@@ -148,6 +176,14 @@ void Scheduler::loop() {
           continue;
         }
         Seq s;
+        if (r->params.grammar) {
+          auto g = grammars_.compile(r->params.grammar);
+          if (!g) {
+            r->finish(Finish::Error, {}, "the grammar: " + g.error().message);
+            continue;
+          }
+          s.constraint = std::make_unique<Constraint>(std::move(*g));
+        }
         s.req = std::move(r);
         s.slot = int(std::find(slot_used_.begin(), slot_used_.end(), false) - slot_used_.begin());
         slot_used_[s.slot] = true;
@@ -253,7 +289,20 @@ void Scheduler::step() {
   for (size_t i = 0; i < active_.size(); ++i) {
     if (!samples[i]) continue;
     Seq& s = active_[i];
-    const int32_t tok = s.sampler->sample({logits.data() + size_t(i) * V, size_t(V)});
+    std::span<const float> row{logits.data() + size_t(i) * V, size_t(V)};
+    if (s.constraint) {
+      const auto t0 = Clock::now();
+      masked_.assign(row.begin(), row.end());
+      s.constraint->mask(masked_);
+      row = masked_;
+      metrics_.grammar_mask_s.observe(secs(Clock::now() - t0));
+    }
+    const int32_t tok = s.sampler->sample(row);
+    if (s.constraint && !s.constraint->accept(tok)) {
+      s.req->finish(Finish::Error, {}, "the grammar refused a token it had allowed");
+      done.push_back(i);
+      continue;
+    }
     if (s.generated == 0)
       metrics_.ttft_s.observe(secs(now - s.last_token));
     else
@@ -268,7 +317,7 @@ void Scheduler::step() {
     }
     ++s.generated;
     ++metrics_.generated_tokens;
-    s.text += s.utf8.push(tok_.piece(tok));
+    s.text += s.utf8.push(tok_.piece(tok, s.req->params.special_text));
     if (emit(s, false)) {
       done.push_back(i);
       continue;

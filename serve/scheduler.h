@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 #include "proto/metrics.h"
+#include "serve/grammar.h"
 #include "serve/metrics.h"
 
 namespace expertd::serve {
@@ -31,7 +33,12 @@ struct GenParams {
   int top_k = 0;
   uint64_t seed = 0;
   std::vector<std::string> stop;  // stop sequences (not included in the text)
+  GrammarSpec grammar;            // constrained decoding: only tokens it allows are drawn
+  bool special_text = false;      // control tokens' text kept (a family's call markers)
 };
+// The parameters as the worker protocol carries them (one codec for both ends).
+nlohmann::json params_to_json(const GenParams& p);
+GenParams params_from_json(const nlohmann::json& j);
 
 enum class Finish { None, EndOfText, Length, StopSequence, Error };
 
@@ -93,8 +100,9 @@ class Backend {
 
 class Scheduler final : public Backend {
  public:
+  // `grammars` compiles the requests' grammars (shared with the HTTP side, which checks them).
   Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int n_ctx,
-            int queue_max, Metrics& metrics);
+            int queue_max, Metrics& metrics, Grammars& grammars);
   ~Scheduler() override;
 
   Admit submit(std::shared_ptr<Request> r) override;
@@ -115,6 +123,7 @@ class Scheduler final : public Backend {
     size_t sent = 0;   // of text, handed to the request
     engine::Utf8Stream utf8;
     std::unique_ptr<engine::Sampler> sampler;
+    std::unique_ptr<Constraint> constraint;  // the request's grammar, if any
     std::chrono::steady_clock::time_point last_token;
   };
   void loop();
@@ -128,7 +137,9 @@ class Scheduler final : public Backend {
   const engine::Tokenizer& tok_;
   const int parallel_, queue_max_, n_ctx_;
   Metrics& metrics_;
+  Grammars& grammars_;
   std::unique_ptr<engine::Engine> engine_;
+  std::vector<float> masked_;  // one row of logits under a grammar
   std::vector<Seq> active_;
   std::vector<bool> slot_used_;
 

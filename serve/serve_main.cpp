@@ -145,9 +145,10 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   serve::Metrics metrics;
+  serve::Grammars grammars(*tok);
   if (worker_fd >= 0) {  // an engine process of --workers: no HTTP, the protocol on the fd
     ::signal(SIGPIPE, SIG_IGN);
-    serve::Scheduler sched(make, *tok, parallel, ctx, 2 * parallel, metrics);
+    serve::Scheduler sched(make, *tok, parallel, ctx, 2 * parallel, metrics, grammars);
     return serve::run_worker(worker_fd, sched, metrics);
   }
   std::unique_ptr<serve::Backend> backend;
@@ -155,12 +156,13 @@ int main(int argc, char** argv) {
     backend = std::make_unique<serve::Workers>(std::vector<std::string>(argv, argv + argc), workers,
                                                parallel, ctx, queue_max, metrics);
   else
-    backend = std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics);
+    backend =
+        std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics, grammars);
   serve::Backend& sched = *backend;
   serve::ServerOptions so;
   so.host = host, so.port = port, so.api_key = api_key, so.max_body = max_body_mb << 20;
   so.model_id = alias.empty() ? model_id(model) : alias;
-  serve::Server server(so, sched, *tok, std::move(*chat), metrics);
+  serve::Server server(so, sched, *tok, std::move(*chat), metrics, grammars);
   if (auto st = server.listen(); !st) die(st.error().message);
   std::thread sig([&] {
     int s = 0;

@@ -8,8 +8,11 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <thread>
+
+#include "serve/chat_request.h"
 
 namespace expertd::serve {
 
@@ -23,11 +26,6 @@ using json = nlohmann::json;
 namespace {
 
 enum class Api { OpenAI, Anthropic };
-
-struct HttpError {
-  int status;
-  std::string type, message;
-};
 
 std::string random_id(const std::string& prefix) {
   static thread_local std::mt19937_64 rng(std::random_device{}());
@@ -53,10 +51,6 @@ std::string error_body(Api api, const HttpError& e) {
   return dump(
       json{{"error",
             {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}}}});
-}
-
-HttpError bad_request(const std::string& why) {
-  return {400, "invalid_request_error", why};
 }
 
 // One HTTP connection: full responses, or a chunked event stream.
@@ -120,14 +114,34 @@ std::string event(const std::string& name, const json& j) {
   return "event: " + name + "\ndata: " + dump(j) + "\n\n";
 }
 
-const char* openai_finish(Finish f) {
-  return f == Finish::Length ? "length" : "stop";
+// A reply that ends with complete calls (and not cut by max_tokens) is a tool-call turn.
+bool called(Finish f, const chat::Reply& r) {
+  if (f == Finish::Length || r.calls.empty()) return false;
+  for (const auto& c : r.calls)
+    if (!c.complete) return false;
+  return true;
 }
-const char* anthropic_stop(Finish f) {
+const char* openai_finish(Finish f, const chat::Reply& r) {
+  return f == Finish::Length ? "length" : called(f, r) ? "tool_calls" : "stop";
+}
+const char* anthropic_stop(Finish f, const chat::Reply& r) {
   return f == Finish::Length         ? "max_tokens"
+         : called(f, r)              ? "tool_use"
          : f == Finish::StopSequence ? "stop_sequence"
                                      : "end_turn";
 }
+
+// What a chat request asks of its reply: how to read it, which tools it may call.
+struct Plan {
+  const chat::ReplyFormat* format = nullptr;  // null: the text is all answer
+  chat::ParseOptions parse;
+  std::vector<std::string> call_ids;  // one per call, made as calls appear
+  const std::string& call_id(size_t i, Api api) {
+    while (call_ids.size() <= i)
+      call_ids.push_back(random_id(api == Api::Anthropic ? "toolu_" : "call_"));
+    return call_ids[i];
+  }
+};
 
 }  // namespace
 
@@ -137,14 +151,16 @@ struct Server::Impl {
   const engine::Tokenizer& tok;
   ModelChat chat;
   Metrics& metrics;
+  Grammars& grammars;
   net::io_context io;
   tcp::acceptor acceptor{io};
   std::atomic<bool> stopping{false};
   std::atomic<int> connections{0};
   const int64_t started = unix_now();
 
-  Impl(ServerOptions opts, Backend& s, const engine::Tokenizer& t, ModelChat c, Metrics& m)
-      : o(std::move(opts)), sched(s), tok(t), chat(std::move(c)), metrics(m) {}
+  Impl(ServerOptions opts, Backend& s, const engine::Tokenizer& t, ModelChat c, Metrics& m,
+       Grammars& g)
+      : o(std::move(opts)), sched(s), tok(t), chat(std::move(c)), metrics(m), grammars(g) {}
 
   void handle(tcp::socket sock) {
     beast::flat_buffer buf;
@@ -354,39 +370,150 @@ struct Server::Impl {
     return out;
   }
 
+  // Anthropic's messages as templates read them (OpenAI's shape): tool_use blocks become the
+  // assistant's tool_calls, tool_result blocks tool messages, thinking blocks its reasoning.
   static ordered_json anthropic_messages(const ordered_json& b) {
     ordered_json out = ordered_json::array();
     if (b.contains("system") && !b["system"].is_null())
       out.push_back({{"role", "system"}, {"content", content_text(b["system"], "system")}});
     if (!b.contains("messages") || !b["messages"].is_array() || b["messages"].empty())
       throw bad_request("messages must be a non-empty array");
-    for (const auto& m : b["messages"]) {
+    std::map<std::string, std::string> tool_names;  // tool_use id -> name
+    for (size_t i = 0; i < b["messages"].size(); ++i) {
+      const auto& m = b["messages"][i];
+      const std::string at = "messages[" + std::to_string(i) + "]";
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
         throw bad_request("each message needs a string role");
       const std::string role = m["role"];
       if (role != "user" && role != "assistant")
         throw bad_request("role must be user or assistant");
-      out.push_back({{"role", role},
-                     {"content", content_text(m.value("content", ordered_json()), "content")}});
+      const ordered_json content = m.value("content", ordered_json());
+      if (!content.is_array()) {
+        out.push_back({{"role", role}, {"content", content_text(content, "content")}});
+        continue;
+      }
+      std::string text, thinking;
+      ordered_json calls = ordered_json::array();
+      for (size_t k = 0; k < content.size(); ++k) {
+        const auto& part = content[k];
+        const std::string pat = at + ".content[" + std::to_string(k) + "]";
+        const std::string type = part.is_object() ? part.value("type", "") : "";
+        if (type == "text" && part.contains("text") && part["text"].is_string()) {
+          text += part["text"].get<std::string>();
+        } else if (type == "thinking" && role == "assistant") {
+          thinking += part.value("thinking", "");
+        } else if (type == "redacted_thinking" && role == "assistant") {
+        } else if (type == "tool_use" && role == "assistant") {
+          if (!part.contains("id") || !part["id"].is_string() || !part.contains("name") ||
+              !part["name"].is_string())
+            throw bad_request(pat + ": a tool_use block needs a string id and name");
+          const ordered_json input = part.value("input", ordered_json::object());
+          if (!input.is_object()) throw bad_request(pat + ".input must be an object");
+          tool_names[part["id"]] = part["name"];
+          calls.push_back({{"id", part["id"]},
+                           {"type", "function"},
+                           {"function", {{"name", part["name"]}, {"arguments", input}}}});
+        } else if (type == "tool_result" && role == "user") {
+          if (!part.contains("tool_use_id") || !part["tool_use_id"].is_string())
+            throw bad_request(pat + ": a tool_result block needs a string tool_use_id");
+          const std::string id = part["tool_use_id"];
+          std::string result =
+              content_text(part.value("content", ordered_json("")), (pat + ".content").c_str());
+          if (part.value("is_error", false)) result = "Error: " + result;
+          ordered_json tm{{"role", "tool"}, {"tool_call_id", id}, {"content", result}};
+          if (tool_names.count(id)) tm["name"] = tool_names[id];
+          out.push_back(std::move(tm));
+        } else {
+          throw bad_request(pat +
+                            ": only text, tool_use, tool_result and thinking blocks are "
+                            "supported");
+        }
+      }
+      if (role == "user" && text.empty() && !out.empty() && out.back()["role"] == "tool") continue;
+      ordered_json n{{"role", role}, {"content", text}};
+      if (!calls.empty()) n["tool_calls"] = calls;
+      if (!thinking.empty()) n["reasoning_content"] = thinking;
+      out.push_back(std::move(n));
     }
     return out;
   }
 
-  std::vector<int32_t> render_chat(const ordered_json& messages, const ordered_json& body) const {
+  struct Rendered {
+    std::vector<int32_t> tokens;
+    bool in_reasoning = false;
+  };
+  Rendered render_chat(const ordered_json& messages, const ordered_json& body,
+                       const ordered_json& tools, Api api) const {
     if (!chat.tmpl)
       throw bad_request(
           "this model has no chat template (tokenizer.chat_template): use "
           "/v1/completions, or start expert-serve with --chat-template FILE");
     chat::ChatOptions co;
-    if (body.contains("tools") && body["tools"].is_array() && !body["tools"].empty())
-      co.tools = body["tools"];
+    if (!tools.empty()) co.tools = tools;
     if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object())
       co.extra = body["chat_template_kwargs"];
     if (body.contains("reasoning_effort") && body["reasoning_effort"].is_string())
       co.extra["reasoning_effort"] = body["reasoning_effort"];
+    if (api == Api::Anthropic && body.contains("thinking") && body["thinking"].is_object()) {
+      const std::string t = body["thinking"].value("type", "");
+      if (t != "enabled" && t != "disabled")
+        throw bad_request("thinking.type must be enabled or disabled");
+      // The families name the switch differently (Qwen3/GLM enable_thinking, DeepSeek/Kimi
+      // thinking).
+      co.extra["enable_thinking"] = t == "enabled";
+      co.extra["thinking"] = t == "enabled";
+    }
     auto text = chat.render(messages, co);
     if (!text) throw bad_request(text.error().message);
-    return tok.encode(*text, chat.needs_bos(tok, *text), true);
+    return {tok.encode(*text, chat.needs_bos(tok, *text), true),
+            chat::prompt_opens_reasoning(chat.reply, *text)};
+  }
+
+  // Tools, tool choice and response format: the reply's parser and, where the request forces
+  // a call or a JSON answer, the grammar the sampler follows.
+  void plan_reply(const ordered_json& b, Api api, const ordered_json& tools, bool in_reasoning,
+                  Plan& plan, GenParams& p) {
+    const chat::ReplyFormat& f = chat.reply;
+    plan.format = &f;
+    plan.parse.starts_in_reasoning = in_reasoning;
+    plan.parse.tools = tools;
+    ToolChoice choice;
+    if (b.contains("tool_choice"))
+      choice = api == Api::Anthropic ? anthropic_tool_choice(b["tool_choice"], tools)
+                                     : openai_tool_choice(b["tool_choice"], tools);
+    plan.parse.calls = !tools.empty() && choice.mode != ToolChoice::Mode::None;
+    p.special_text = f.tools != chat::ToolSyntax::None;
+    const std::string prefix = reply_prefix(f, in_reasoning);
+    if (choice.mode == ToolChoice::Mode::Required || choice.mode == ToolChoice::Mode::Named) {
+      p.grammar = call_grammar(f, tools, choice, prefix);
+    } else {
+      const char* key = api == Api::Anthropic ? "output_format" : "response_format";
+      if (b.contains(key) && !b[key].is_null()) {
+        const auto& rf = b[key];
+        const std::string type = rf.is_object() ? rf.value("type", "") : "";
+        if (type == "json_object") {
+          p.grammar = json_grammar(nullptr, prefix);
+        } else if (type == "json_schema") {
+          const ordered_json* schema = nullptr;
+          if (api == Api::OpenAI && rf.contains("json_schema") && rf["json_schema"].is_object() &&
+              rf["json_schema"].contains("schema"))
+            schema = &rf["json_schema"]["schema"];
+          else if (api == Api::Anthropic && rf.contains("schema"))
+            schema = &rf["schema"];
+          if (!schema)
+            throw bad_request(std::string(key) +
+                              (api == Api::OpenAI ? ".json_schema.schema" : ".schema") +
+                              " is required");
+          check_schema(*schema, std::string(key) + ".schema");
+          p.grammar = json_grammar(schema, prefix);
+        } else if (type != "text") {
+          throw bad_request(std::string(key) + ".type must be text, json_object or json_schema");
+        }
+      }
+    }
+    if (p.grammar) {
+      if (auto g = grammars.compile(p.grammar); !g) throw bad_request(g.error().message);
+    }
   }
 
   // ---- generation ----
@@ -429,6 +556,8 @@ struct Server::Impl {
     std::vector<int32_t> prompt;
     const int n_ctx = sched.n_ctx();
     int default_max = 16;
+    ordered_json tools = ordered_json::array();
+    bool in_reasoning = false, is_chat = false;
     if (path == "/v1/completions") {
       if (!b.contains("prompt")) throw bad_request("prompt is required");
       const auto& pr = b["prompt"];
@@ -446,12 +575,25 @@ struct Server::Impl {
       } else {
         throw bad_request("prompt must be a string, one string in an array, or token ids");
       }
-    } else if (path == "/v1/chat/completions") {
-      prompt = render_chat(openai_messages(b.value("messages", ordered_json())), b);
-      default_max = 1 << 30;  // until the end of the text or the context
     } else {
-      if (!b.contains("max_tokens")) throw bad_request("max_tokens is required");
-      prompt = render_chat(anthropic_messages(b), b);
+      const bool oa = path == "/v1/chat/completions";
+      if (!oa && !b.contains("max_tokens")) throw bad_request("max_tokens is required");
+      if (oa) default_max = 1 << 30;  // until the end of the text or the context
+      if (b.contains("tools") && !b["tools"].is_null() &&
+          !(b["tools"].is_array() && b["tools"].empty())) {
+        tools = oa ? check_tools(b["tools"], "tools") : anthropic_tools(b["tools"]);
+        if (chat.tmpl && chat.reply.tools == chat::ToolSyntax::None)
+          throw bad_request(
+              "this model's chat template has no tool-call format expert-serve knows (none of "
+              "the Qwen3/Hermes, Qwen3-Coder, GLM, Kimi-K2/K3, DeepSeek V3.1/V3.2/V4 or gpt-oss "
+              "markers): tools cannot be offered to it");
+      }
+      const ordered_json msgs =
+          oa ? openai_messages(b.value("messages", ordered_json())) : anthropic_messages(b);
+      Rendered rd = render_chat(msgs, b, tools, oa ? Api::OpenAI : Api::Anthropic);
+      prompt = std::move(rd.tokens);
+      in_reasoning = rd.in_reasoning;
+      is_chat = true;
     }
     if (prompt.empty()) throw bad_request("the prompt is empty");
     if (int(prompt.size()) >= n_ctx)
@@ -459,6 +601,8 @@ struct Server::Impl {
                         " tokens; the context holds " + std::to_string(n_ctx) +
                         " (expert-serve --ctx), and the reply needs room");
     GenParams p = params(b, api, default_max);
+    Plan plan;
+    if (is_chat) plan_reply(b, api, tools, in_reasoning, plan, p);
     auto r = std::make_shared<Request>(prompt, p);
     switch (sched.submit(r)) {
       case Backend::Admit::Ok:
@@ -477,34 +621,32 @@ struct Server::Impl {
         return 503;
     }
     const int n_prompt = int(prompt.size());
-    if (path == "/v1/messages") return anthropic(r, b, c, stream, n_prompt);
-    return openai(r, b, c, stream, n_prompt, path == "/v1/chat/completions");
+    if (path == "/v1/messages") return anthropic(r, plan, c, stream, n_prompt);
+    return openai(r, b, plan, c, stream, n_prompt, path == "/v1/chat/completions");
   }
 
-  int openai(const std::shared_ptr<Request>& r, const ordered_json& b, Conn& c, bool stream,
-             int n_prompt, bool is_chat) {
+  // The OpenAI shape of a reply's calls: ids, names and JSON arguments.
+  static json openai_calls(const chat::Reply& rep, Plan& plan) {
+    json calls = json::array();
+    for (size_t i = 0; i < rep.calls.size(); ++i)
+      calls.push_back(
+          {{"id", plan.call_id(i, Api::OpenAI)},
+           {"type", "function"},
+           {"function", {{"name", rep.calls[i].name}, {"arguments", rep.calls[i].arguments}}}});
+    return calls;
+  }
+
+  int openai(const std::shared_ptr<Request>& r, const ordered_json& b, Plan& plan, Conn& c,
+             bool stream, int n_prompt, bool is_chat) {
     const std::string id = random_id(is_chat ? "chatcmpl-" : "cmpl-");
     const int64_t created = unix_now();
     const char* object =
         is_chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    ReplyTracker tracker(is_chat ? plan.format : nullptr, plan.parse);
     auto usage = [&](int completion) {
       return json{{"prompt_tokens", n_prompt},
                   {"completion_tokens", completion},
                   {"total_tokens", n_prompt + completion}};
-    };
-    auto choice = [&](const std::string& text, const char* finish, bool first) {
-      json ch{{"index", 0}};
-      if (is_chat) {
-        json delta = json::object();
-        if (first) delta["role"] = "assistant";
-        if (!text.empty() || first) delta["content"] = text;
-        ch[stream ? "delta" : "message"] = delta;
-      } else {
-        ch["text"] = text;
-        ch["logprobs"] = nullptr;
-      }
-      ch["finish_reason"] = finish ? json(finish) : json(nullptr);
-      return ch;
     };
     if (!stream) {
       Outcome out = drive(r, c, nullptr);
@@ -513,8 +655,21 @@ struct Server::Impl {
         c.send_json(503, error_body(Api::OpenAI, {503, "server_error", out.last.error}));
         return 503;
       }
-      json ch = choice(out.text, openai_finish(out.last.finish), true);
-      if (is_chat) ch["message"] = {{"role", "assistant"}, {"content", out.text}};
+      tracker.update(out.text, true);
+      const chat::Reply& rep = tracker.reply();
+      json ch{{"index", 0}};
+      if (is_chat) {
+        json msg{{"role", "assistant"},
+                 {"content",
+                  rep.content.empty() && !rep.calls.empty() ? json(nullptr) : json(rep.content)}};
+        if (!rep.reasoning.empty()) msg["reasoning_content"] = rep.reasoning;
+        if (!rep.calls.empty()) msg["tool_calls"] = openai_calls(rep, plan);
+        ch["message"] = std::move(msg);
+      } else {
+        ch["text"] = out.text;
+        ch["logprobs"] = nullptr;
+      }
+      ch["finish_reason"] = openai_finish(out.last.finish, rep);
       json j{{"id", id},
              {"object", object},
              {"created", created},
@@ -535,22 +690,48 @@ struct Server::Impl {
       if (include_usage) j["usage"] = nullptr;
       return sse(j);
     };
+    auto delta_chunk = [&](json delta, const char* finish) {
+      json ch{{"index", 0}};
+      if (is_chat) {
+        ch["delta"] = std::move(delta);
+      } else {
+        ch["text"] = delta.value("content", "");
+        ch["logprobs"] = nullptr;
+      }
+      ch["finish_reason"] = finish ? json(finish) : json(nullptr);
+      return chunk(std::move(ch));
+    };
+    // One chunk per kind of news (reasoning, answer, each call's start and arguments).
+    auto send_delta = [&](const ReplyDelta& d) {
+      bool ok = true;
+      if (!d.reasoning.empty())
+        ok = ok && c.chunk(delta_chunk({{"reasoning_content", d.reasoning}}, nullptr));
+      if (!d.content.empty()) ok = ok && c.chunk(delta_chunk({{"content", d.content}}, nullptr));
+      for (const auto& call : d.calls) {
+        json tc{{"index", call.index}};
+        if (call.start) {
+          tc["id"] = plan.call_id(size_t(call.index), Api::OpenAI);
+          tc["type"] = "function";
+          tc["function"] = {{"name", call.name}, {"arguments", ""}};
+        } else {
+          tc["function"] = {{"arguments", call.arguments}};
+        }
+        ok = ok && c.chunk(delta_chunk({{"tool_calls", json::array({tc})}}, nullptr));
+      }
+      return ok;
+    };
     if (!c.start_stream()) {
       r->cancel();
       return 499;
     }
-    bool first = true;
-    if (is_chat) {
-      if (!c.chunk(chunk(choice("", nullptr, true)))) {
-        r->cancel();
-        return 499;
-      }
-      first = false;
+    if (is_chat && !c.chunk(delta_chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) {
+      r->cancel();
+      return 499;
     }
+    std::string text;
     Outcome out = drive(r, c, [&](const std::string& t) {
-      const bool ok = c.chunk(chunk(choice(t, nullptr, first)));
-      first = false;
-      return ok;
+      text += t;
+      return send_delta(tracker.update(text, false));
     });
     if (out.gone) return 499;
     if (out.last.finish == Finish::Error) {
@@ -559,9 +740,8 @@ struct Server::Impl {
       c.keep_alive = false;
       return 200;
     }
-    json fin = choice("", openai_finish(out.last.finish), false);
-    if (is_chat) fin["delta"] = json::object();
-    c.chunk(chunk(fin));
+    send_delta(tracker.update(text, true));
+    c.chunk(delta_chunk(json::object(), openai_finish(out.last.finish, tracker.reply())));
     if (include_usage) {
       json j{{"id", id},
              {"object", object},
@@ -576,9 +756,17 @@ struct Server::Impl {
     return 200;
   }
 
-  int anthropic(const std::shared_ptr<Request>& r, const ordered_json&, Conn& c, bool stream,
-                int n_prompt) {
+  // A call's input as Anthropic carries it: an object (an unfinished call's is empty; the
+  // stop_reason max_tokens says it was cut).
+  static json call_input(const chat::ToolCall& call) {
+    if (!call.complete) return json::object();
+    json j = json::parse(call.arguments, nullptr, false);
+    return j.is_object() ? j : json::object();
+  }
+
+  int anthropic(const std::shared_ptr<Request>& r, Plan& plan, Conn& c, bool stream, int n_prompt) {
     const std::string id = random_id("msg_");
+    ReplyTracker tracker(plan.format, plan.parse);
     auto stop_seq = [](const Request::Update& u) {
       return u.finish == Finish::StopSequence ? json(u.stop_sequence) : json(nullptr);
     };
@@ -589,13 +777,25 @@ struct Server::Impl {
         c.send_json(503, error_body(Api::Anthropic, {503, "api_error", out.last.error}));
         return 503;
       }
+      tracker.update(out.text, true);
+      const chat::Reply& rep = tracker.reply();
+      json content = json::array();
+      if (!rep.reasoning.empty())
+        content.push_back({{"type", "thinking"}, {"thinking", rep.reasoning}, {"signature", ""}});
+      if (!rep.content.empty() || rep.calls.empty())
+        content.push_back({{"type", "text"}, {"text", rep.content}});
+      for (size_t i = 0; i < rep.calls.size(); ++i)
+        content.push_back({{"type", "tool_use"},
+                           {"id", plan.call_id(i, Api::Anthropic)},
+                           {"name", rep.calls[i].name},
+                           {"input", call_input(rep.calls[i])}});
       json j{
           {"id", id},
           {"type", "message"},
           {"role", "assistant"},
           {"model", o.model_id},
-          {"content", json::array({{{"type", "text"}, {"text", out.text}}})},
-          {"stop_reason", anthropic_stop(out.last.finish)},
+          {"content", content},
+          {"stop_reason", anthropic_stop(out.last.finish, rep)},
           {"stop_sequence", stop_seq(out.last)},
           {"usage", {{"input_tokens", n_prompt}, {"output_tokens", out.last.completion_tokens}}}};
       c.send_json(200, dump(j));
@@ -615,20 +815,58 @@ struct Server::Impl {
                  {"stop_reason", nullptr},
                  {"stop_sequence", nullptr},
                  {"usage", {{"input_tokens", n_prompt}, {"output_tokens", 0}}}}}};
-    bool ok = c.chunk(event("message_start", start)) &&
-              c.chunk(event("content_block_start",
-                            {{"type", "content_block_start"},
-                             {"index", 0},
-                             {"content_block", {{"type", "text"}, {"text", ""}}}}));
-    if (!ok) {
+    if (!c.chunk(event("message_start", start))) {
       r->cancel();
       return 499;
     }
-    Outcome out = drive(r, c, [&](const std::string& t) {
+    // Blocks open as their kind of text appears; one is open at a time.
+    int index = -1;
+    std::string open_kind;
+    auto open = [&](const std::string& kind, json block) {
+      bool ok = true;
+      if (!open_kind.empty())
+        ok = c.chunk(
+            event("content_block_stop", {{"type", "content_block_stop"}, {"index", index}}));
+      open_kind = kind;
+      ++index;
+      return ok && c.chunk(event("content_block_start", {{"type", "content_block_start"},
+                                                         {"index", index},
+                                                         {"content_block", std::move(block)}}));
+    };
+    auto delta = [&](json d) {
       return c.chunk(
-          event("content_block_delta", {{"type", "content_block_delta"},
-                                        {"index", 0},
-                                        {"delta", {{"type", "text_delta"}, {"text", t}}}}));
+          event("content_block_delta",
+                {{"type", "content_block_delta"}, {"index", index}, {"delta", std::move(d)}}));
+    };
+    auto send = [&](const ReplyDelta& d) {
+      bool ok = true;
+      if (!d.reasoning.empty()) {
+        if (open_kind != "thinking")
+          ok = ok && open("thinking", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+        ok = ok && delta({{"type", "thinking_delta"}, {"thinking", d.reasoning}});
+      }
+      if (!d.content.empty()) {
+        if (open_kind != "text") ok = ok && open("text", {{"type", "text"}, {"text", ""}});
+        ok = ok && delta({{"type", "text_delta"}, {"text", d.content}});
+      }
+      for (const auto& call : d.calls) {
+        if (call.start) {
+          ok = ok && open("tool_use" + std::to_string(call.index),
+                          {{"type", "tool_use"},
+                           {"id", plan.call_id(size_t(call.index), Api::Anthropic)},
+                           {"name", call.name},
+                           {"input", json::object()}});
+        } else {
+          const auto& tc = tracker.reply().calls[size_t(call.index)];
+          ok = ok && delta({{"type", "input_json_delta"}, {"partial_json", dump(call_input(tc))}});
+        }
+      }
+      return ok;
+    };
+    std::string text;
+    Outcome out = drive(r, c, [&](const std::string& t) {
+      text += t;
+      return send(tracker.update(text, false));
     });
     if (out.gone) return 499;
     if (out.last.finish == Finish::Error) {
@@ -638,12 +876,15 @@ struct Server::Impl {
       c.keep_alive = false;
       return 200;
     }
-    c.chunk(event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}));
-    c.chunk(event("message_delta", {{"type", "message_delta"},
-                                    {"delta",
-                                     {{"stop_reason", anthropic_stop(out.last.finish)},
-                                      {"stop_sequence", stop_seq(out.last)}}},
-                                    {"usage", {{"output_tokens", out.last.completion_tokens}}}}));
+    send(tracker.update(text, true));
+    if (open_kind.empty()) open("text", {{"type", "text"}, {"text", ""}});
+    c.chunk(event("content_block_stop", {{"type", "content_block_stop"}, {"index", index}}));
+    c.chunk(
+        event("message_delta", {{"type", "message_delta"},
+                                {"delta",
+                                 {{"stop_reason", anthropic_stop(out.last.finish, tracker.reply())},
+                                  {"stop_sequence", stop_seq(out.last)}}},
+                                {"usage", {{"output_tokens", out.last.completion_tokens}}}}));
     c.chunk(event("message_stop", {{"type", "message_stop"}}));
     c.end_stream();
     return 200;
@@ -651,8 +892,8 @@ struct Server::Impl {
 };
 
 Server::Server(ServerOptions o, Backend& sched, const engine::Tokenizer& tok, ModelChat chat,
-               Metrics& metrics)
-    : impl_(std::make_unique<Impl>(std::move(o), sched, tok, std::move(chat), metrics)) {}
+               Metrics& metrics, Grammars& grammars)
+    : impl_(std::make_unique<Impl>(std::move(o), sched, tok, std::move(chat), metrics, grammars)) {}
 
 Server::~Server() {
   stop();

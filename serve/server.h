@@ -12,6 +12,7 @@
 #include "chat/model_chat.h"
 #include "common/result.h"
 #include "engine/tokenizer.h"
+#include "serve/grammar.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
 
@@ -31,8 +32,9 @@ using chat::ModelChat;
 
 class Server {
  public:
+  // `grammars` compiles the requests' grammars (tool_choice, response_format) to check them.
   Server(ServerOptions o, Backend& sched, const engine::Tokenizer& tok, ModelChat chat,
-         Metrics& metrics);
+         Metrics& metrics, Grammars& grammars);
   ~Server();
   Status listen();
   int port() const { return port_; }

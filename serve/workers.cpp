@@ -94,14 +94,7 @@ int run_worker(int fd, Scheduler& sched, Metrics& metrics) {
     const std::string op = m.value("op", "");
     if (op == "gen") {
       const uint64_t id = m["id"];
-      const json& p = m["params"];
-      GenParams g;
-      g.max_tokens = p.value("max_tokens", 16);
-      g.temperature = p.value("temperature", 1.0f);
-      g.top_p = p.value("top_p", 1.0f);
-      g.top_k = p.value("top_k", 0);
-      g.seed = p.value("seed", uint64_t{0});
-      g.stop = p.value("stop", std::vector<std::string>{});
+      const GenParams g = params_from_json(m["params"]);
       auto r = std::make_shared<Request>(m["prompt"].get<std::vector<int32_t>>(), g);
       const auto admit = sched.submit(r);
       if (admit != Backend::Admit::Ok) {
@@ -324,16 +317,7 @@ void Workers::dispatch() {
     }
     const uint64_t id = next_id_++;
     const GenParams& p = r->params;
-    json msg{{"op", "gen"},
-             {"id", id},
-             {"prompt", r->prompt},
-             {"params",
-              {{"max_tokens", p.max_tokens},
-               {"temperature", p.temperature},
-               {"top_p", p.top_p},
-               {"top_k", p.top_k},
-               {"seed", p.seed},
-               {"stop", p.stop}}}};
+    json msg{{"op", "gen"}, {"id", id}, {"prompt", r->prompt}, {"params", params_to_json(p)}};
     live_[id] = {r, best, 0, {}, Clock::now(), false};
     ++w_[best]->active;
     if (!send(best, dump(msg))) {

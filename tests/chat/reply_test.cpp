@@ -72,21 +72,25 @@ void expect_reply(const std::string& tmpl, ToolSyntax syntax, const std::string&
 
 TEST(Reply, Qwen3HermesCalls) {
   const std::string t = "Qwen-Qwen3-0.6B.jinja";
-  expect_reply(t, ToolSyntax::Hermes, "Hello, world!\nWhat's up?", {"", "Hello, world!\nWhat's up?"});
-  expect_reply(t, ToolSyntax::Hermes,
-               "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}\n</tool_call>",
-               {"", "", {{"special_function", R"({"arg1": 1})"}}});
+  expect_reply(t, ToolSyntax::Hermes, "Hello, world!\nWhat's up?",
+               {"", "Hello, world!\nWhat's up?"});
+  expect_reply(
+      t, ToolSyntax::Hermes,
+      "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}\n</tool_call>",
+      {"", "", {{"special_function", R"({"arg1": 1})"}}});
   expect_reply(t, ToolSyntax::Hermes,
                "<think>I'm\nthinking</think>\n\nLet me see.\n<tool_call>\n{\"name\": \"get_time\", "
                "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": "
                "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
-               {"I'm\nthinking", "Let me see.",
+               {"I'm\nthinking",
+                "Let me see.",
                 {{"get_time", R"({"city": "Paris"})"}, {"get_weather", R"({"city": "Paris"})"}}});
 }
 
 TEST(Reply, Qwen3CoderXmlCalls) {
   const std::string t = "Qwen3-Coder.jinja";
-  expect_reply(t, ToolSyntax::Qwen3Coder, "Hello, world!\nWhat's up?", {"", "Hello, world!\nWhat's up?"});
+  expect_reply(t, ToolSyntax::Qwen3Coder, "Hello, world!\nWhat's up?",
+               {"", "Hello, world!\nWhat's up?"});
   expect_reply(t, ToolSyntax::Qwen3Coder,
                "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n"
                "</function>\n</tool_call>",
@@ -107,25 +111,29 @@ TEST(Reply, GlmArgKeyCalls) {
                "I'm\nthinking</think>Hello, world!\nWhat's up?",
                {"I'm\nthinking", "Hello, world!\nWhat's up?"}, true);
   // A string-typed parameter stays a string even when it reads as JSON.
-  expect_reply("GLM-4.6.jinja", ToolSyntax::Glm,
-               "<tool_call>get_time\n<arg_key>city</arg_key>\n<arg_value>1234</arg_value>\n</tool_call>",
-               {"", "", {{"get_time", R"({"city": "1234"})"}}});
+  expect_reply(
+      "GLM-4.6.jinja", ToolSyntax::Glm,
+      "<tool_call>get_time\n<arg_key>city</arg_key>\n<arg_value>1234</arg_value>\n</tool_call>",
+      {"", "", {{"get_time", R"({"city": "1234"})"}}});
 }
 
 TEST(Reply, KimiK2SectionCalls) {
   const std::string t = "Kimi-K2-Thinking.jinja";
-  expect_reply(t, ToolSyntax::KimiK2, "Hello, world!\nWhat's up?", {"", "Hello, world!\nWhat's up?"});
-  expect_reply(t, ToolSyntax::KimiK2,
-               "<think>I'm thinking about this</think><|tool_calls_section_begin|><|tool_call_begin|>"
-               "functions.special_function:0<|tool_call_argument_begin|>{\"arg1\": 1}"
-               "<|tool_call_end|><|tool_calls_section_end|>",
-               {"I'm thinking about this", "", {{"special_function", R"({"arg1": 1})"}}});
-  expect_reply("Kimi-K2-Instruct.jinja", ToolSyntax::KimiK2,
-               "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:0"
-               "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>"
-               "functions.get_weather:1<|tool_call_argument_begin|>{\"city\": \"Paris\"}"
-               "<|tool_call_end|><|tool_calls_section_end|>",
-               {"", "", {{"get_time", R"({"city": "Paris"})"}, {"get_weather", R"({"city": "Paris"})"}}});
+  expect_reply(t, ToolSyntax::KimiK2, "Hello, world!\nWhat's up?",
+               {"", "Hello, world!\nWhat's up?"});
+  expect_reply(
+      t, ToolSyntax::KimiK2,
+      "<think>I'm thinking about this</think><|tool_calls_section_begin|><|tool_call_begin|>"
+      "functions.special_function:0<|tool_call_argument_begin|>{\"arg1\": 1}"
+      "<|tool_call_end|><|tool_calls_section_end|>",
+      {"I'm thinking about this", "", {{"special_function", R"({"arg1": 1})"}}});
+  expect_reply(
+      "Kimi-K2-Instruct.jinja", ToolSyntax::KimiK2,
+      "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:0"
+      "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>"
+      "functions.get_weather:1<|tool_call_argument_begin|>{\"city\": \"Paris\"}"
+      "<|tool_call_end|><|tool_calls_section_end|>",
+      {"", "", {{"get_time", R"({"city": "Paris"})"}, {"get_weather", R"({"city": "Paris"})"}}});
 }
 
 TEST(Reply, KimiK3XtmlCalls) {
@@ -152,24 +160,27 @@ TEST(Reply, DeepSeekV31Calls) {
                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"city\": "
                "\"XYZCITY\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
                {"", "", {{"get_time", R"({"city":"XYZCITY"})"}}});
-  expect_reply(t, ToolSyntax::DeepSeekV3,
-               "REASONING</think>CONTENT<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>"
-               "{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
-               "{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-               {"REASONING", "CONTENT",
-                {{"get_time", R"({"city":"Paris"})"}, {"get_weather", R"({"city":"Paris"})"}}},
-               true);
+  expect_reply(
+      t, ToolSyntax::DeepSeekV3,
+      "REASONING</think>CONTENT<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>"
+      "{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+      "{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      {"REASONING",
+       "CONTENT",
+       {{"get_time", R"({"city":"Paris"})"}, {"get_weather", R"({"city":"Paris"})"}}},
+      true);
 }
 
 TEST(Reply, DeepSeekV4DsmlCalls) {
   const std::string t = "deepseek-ai-DeepSeek-V4.jinja";
   expect_reply(t, ToolSyntax::DeepSeekDsml, "I'm\nthinking</think>Hello, world!\nWhat's up?",
                {"I'm\nthinking", "Hello, world!\nWhat's up?"}, true);
-  expect_reply(t, ToolSyntax::DeepSeekDsml,
-               "Let me check the time</think>\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_time\">\n"
-               "<｜DSML｜parameter name=\"city\" string=\"true\">Tokyo</｜DSML｜parameter>\n"
-               "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
-               {"Let me check the time", "", {{"get_time", R"({"city": "Tokyo"})"}}}, true);
+  expect_reply(
+      t, ToolSyntax::DeepSeekDsml,
+      "Let me check the time</think>\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_time\">\n"
+      "<｜DSML｜parameter name=\"city\" string=\"true\">Tokyo</｜DSML｜parameter>\n"
+      "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+      {"Let me check the time", "", {{"get_time", R"({"city": "Tokyo"})"}}}, true);
   expect_reply(t, ToolSyntax::DeepSeekDsml,
                "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"special_function\">\n"
                "<｜DSML｜parameter name=\"arg1\" string=\"false\">1</｜DSML｜parameter>\n"
@@ -181,10 +192,11 @@ TEST(Reply, GptOssHarmonyChannels) {
   const std::string t = "openai-gpt-oss-120b.jinja";
   expect_reply(t, ToolSyntax::Harmony, "<|channel|>final<|message|>Hello, world!\nWhat's up?",
                {"", "Hello, world!\nWhat's up?"});
-  expect_reply(t, ToolSyntax::Harmony,
-               "<|channel|>analysis<|message|>I'm\nthinking<|end|><|start|>assistant<|channel|>final"
-               "<|message|>Hello, world!\nWhat's up?",
-               {"I'm\nthinking", "Hello, world!\nWhat's up?"});
+  expect_reply(
+      t, ToolSyntax::Harmony,
+      "<|channel|>analysis<|message|>I'm\nthinking<|end|><|start|>assistant<|channel|>final"
+      "<|message|>Hello, world!\nWhat's up?",
+      {"I'm\nthinking", "Hello, world!\nWhat's up?"});
   expect_reply(t, ToolSyntax::Harmony,
                " to=functions.special_function<|channel|>analysis<|message|>{\"arg1\": 1}",
                {"", "", {{"special_function", R"({"arg1": 1})"}}});
@@ -215,7 +227,8 @@ TEST(Reply, MalformedCallsStayTheAnswer) {
 
 TEST(Reply, FamiliesAreToldApartByTheirTemplates) {
   EXPECT_EQ(format_of("Qwen3.5-4B.jinja").tools, ToolSyntax::Qwen3Coder);
-  EXPECT_EQ(format_of("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja").tools, ToolSyntax::Hermes);
+  EXPECT_EQ(format_of("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja").tools,
+            ToolSyntax::Hermes);
   EXPECT_EQ(format_of("moonshotai-Kimi-K2.jinja").tools, ToolSyntax::KimiK2);
   EXPECT_EQ(format_of("deepseek-ai-DeepSeek-V3.2.jinja").tools, ToolSyntax::DeepSeekDsml);
   EXPECT_EQ(format_of("deepseek-ai-DeepSeek-V3.2.jinja").dsml_block, "function_calls");

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Agents against expert-serve with the official `openai` and `anthropic` clients: a real expertd
+serving the bundled model's pack, a real expert-serve with a tool-calling family's real template.
+A full tool loop in both APIs (tools -> a forced call whose arguments validate against the
+tool's schema -> the result sent back -> an answer), streamed and not (the streamed pieces
+assemble to exactly the non-streamed reply); a named tool; json_schema output; reasoning split
+off and switched per request (GLM-4.7's template, which opens the reasoning block); bad input.
+The bundled model is trained on the KJV and knows nothing of tools: every call it makes is the
+grammar's doing, which is the point (any model, random weights included).
+
+Usage: agent_test.py --bin BUILD_DIR --source SOURCE_DIR
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--bin", required=True)
+ap.add_argument("--source", required=True)
+args = ap.parse_args()
+
+VENV = os.path.join(args.bin, "serve-venv-openai3.57-anthropic2.15")  # shared with serve_test.py
+PY = os.path.join(VENV, "bin", "python")
+if os.path.realpath(sys.prefix) != os.path.realpath(VENV):
+    if not os.path.exists(os.path.join(VENV, ".ready")):
+        shutil.rmtree(VENV, ignore_errors=True)
+        subprocess.check_call([sys.executable, "-m", "venv", VENV])
+        subprocess.check_call([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                               "openai==3.57.0", "anthropic==2.15.0"])
+        open(os.path.join(VENV, ".ready"), "w").close()
+    os.execv(PY, [PY] + sys.argv)
+
+import anthropic  # noqa: E402
+import openai  # noqa: E402
+
+B = args.bin
+MODEL = os.path.join(args.source, "model", "kjv-moe-q8_0.gguf")
+TEMPLATES = os.path.join(args.source, "tests", "data", "templates")
+tmp = tempfile.mkdtemp(prefix="agent-test-", dir=B)
+procs = []
+failures = []
+
+
+def check(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def start_serve(extra):
+    log = os.path.join(tmp, f"serve{len(procs)}.log")
+    p = subprocess.Popen([os.path.join(B, "serve", "expert-serve"), "--port", "0", "--threads", "2",
+                          "--ctx", "1024", "--parallel", "2"] + extra,
+                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    for _ in range(500):
+        m = re.search(r"on http://127\.0\.0\.1:(\d+)", open(log).read())
+        if m:
+            url = f"http://127.0.0.1:{m.group(1)}"
+            for _ in range(200):
+                try:
+                    urllib.request.urlopen(url + "/health", timeout=2)
+                    return url
+                except Exception:  # noqa: BLE001
+                    time.sleep(0.05)
+        if p.poll() is not None:
+            break
+        time.sleep(0.02)
+    raise RuntimeError("expert-serve did not start: " + open(log).read())
+
+
+# Tools whose arguments a call must satisfy; bounded so that any model ends them.
+WEATHER = {"type": "object",
+           "properties": {"city": {"type": "string", "enum": ["Paris", "London", "Rome"]},
+                          "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+           "required": ["city", "days"]}
+TIME = {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+        "required": ["zone"]}
+OA_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Forecast",
+                                              "parameters": WEATHER}},
+            {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]
+
+
+def valid_weather(a):
+    return (isinstance(a, dict) and set(a) == {"city", "days"} and a["city"] in ("Paris", "London", "Rome")
+            and isinstance(a["days"], int) and 1 <= a["days"] <= 7)
+
+
+try:
+    shutil.copy(MODEL, os.path.join(tmp, "kjv.gguf"))
+    subprocess.run([os.path.join(B, "pack", "expert-pack"), "-q", "build", os.path.join(tmp, "kjv.gguf")],
+                   check=True)
+    sock = os.path.join(tmp, "d.sock")
+    open(sock + ".conf", "w").write("# flags only\n")
+    procs.append(subprocess.Popen([os.path.join(B, "daemon", "expertd"), "--manifest",
+                                   os.path.join(tmp, "kjv.manifest.json"), "--socket", sock, "--config",
+                                   sock + ".conf", "--lock-memory", "false", "--reserve-mib", "64",
+                                   "--cache-slots", "64"], stdout=open(sock + ".log", "w"),
+                                  stderr=subprocess.STDOUT))
+    for _ in range(500):
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sock)
+            s.close()
+            break
+        except OSError:
+            time.sleep(0.02)
+    url = start_serve(["--model", os.path.join(tmp, "kjv.core.gguf"), "--socket", sock, "--alias", "kjv",
+                       "--chat-template", os.path.join(TEMPLATES, "Qwen-Qwen3-0.6B.jinja")])
+    oa = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    an = anthropic.Anthropic(base_url=url, api_key="none", max_retries=0)
+
+    # ---- OpenAI: the tool loop ----
+    msgs = [{"role": "user", "content": "What is the weather in Paris for three days?"}]
+    r = oa.chat.completions.create(model="kjv", messages=msgs, tools=OA_TOOLS, tool_choice="required",
+                                   max_tokens=300, temperature=0)
+    ch = r.choices[0]
+    calls = ch.message.tool_calls or []
+    check(ch.finish_reason == "tool_calls" and len(calls) == 1, f"required: one call, finish tool_calls ({ch.finish_reason})")
+    call = calls[0]
+    a = json.loads(call.function.arguments) if calls else None
+    check(call.function.name in ("get_weather", "get_time") and call.id.startswith("call_"),
+          f"the call names a listed tool ({call.function.name}) with an id")
+    check((call.function.name == "get_weather" and valid_weather(a)) or
+          (call.function.name == "get_time" and a in ({"zone": "UTC"}, {"zone": "CET"})),
+          f"its arguments validate against the tool's schema ({call.function.arguments})")
+
+    # Streamed: the pieces assemble to exactly the same reply.
+    name, arg_text, ids, finish = "", "", set(), None
+    for chunk in oa.chat.completions.create(model="kjv", messages=msgs, tools=OA_TOOLS, tool_choice="required",
+                                            max_tokens=300, temperature=0, stream=True):
+        d = chunk.choices[0].delta
+        for tc in d.tool_calls or []:
+            name += tc.function.name or "" if tc.function else ""
+            arg_text += tc.function.arguments or "" if tc.function else ""
+            if tc.id:
+                ids.add(tc.id)
+        finish = chunk.choices[0].finish_reason or finish
+    check(name == call.function.name and arg_text == call.function.arguments and len(ids) == 1 and
+          finish == "tool_calls", "streamed delta.tool_calls assemble to the non-streamed call")
+
+    # The result goes back in (role tool, with the call's id) and the model answers.
+    msgs2 = msgs + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": call.id, "type": "function", "function": {"name": call.function.name,
+                                                           "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": '{"forecast": "sunny", "high_c": 24}'}]
+    r2 = oa.chat.completions.create(model="kjv", messages=msgs2, tools=OA_TOOLS, max_tokens=12, temperature=0)
+    check(r2.choices[0].message.content and not r2.choices[0].message.tool_calls and
+          r2.choices[0].finish_reason in ("length", "stop"), "after the tool result: an answer")
+    check(r2.usage.prompt_tokens > r.usage.prompt_tokens + 20,
+          f"the call and its result are in the prompt ({r.usage.prompt_tokens} -> {r2.usage.prompt_tokens})")
+
+    # A named tool.
+    r = oa.chat.completions.create(model="kjv", messages=msgs, tools=OA_TOOLS, max_tokens=200, temperature=0,
+                                   tool_choice={"type": "function", "function": {"name": "get_time"}})
+    c = (r.choices[0].message.tool_calls or [None])[0]
+    check(c is not None and c.function.name == "get_time" and
+          json.loads(c.function.arguments) in ({"zone": "UTC"}, {"zone": "CET"}), "a named tool is the one called")
+
+    # json_schema output: content parses and validates.
+    schema = {"type": "object", "properties": {"answer": {"type": "boolean"},
+                                               "count": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["answer", "count"]}
+    r = oa.chat.completions.create(model="kjv", messages=[{"role": "user", "content": "Is it so?"}], max_tokens=200,
+                                   temperature=0, response_format={"type": "json_schema", "json_schema": {
+                                       "name": "verdict", "schema": schema}})
+    try:
+        v = json.loads(r.choices[0].message.content)
+    except ValueError:
+        v = None
+    check(isinstance(v, dict) and set(v) == {"answer", "count"} and isinstance(v["answer"], bool) and
+          0 <= v["count"] <= 99 and r.choices[0].finish_reason == "stop",
+          f"response_format json_schema: content validates ({r.choices[0].message.content!r})")
+
+    # A call cut by max_tokens: returned unfinished, finish_reason length.
+    r = oa.chat.completions.create(model="kjv", messages=msgs, tools=OA_TOOLS, tool_choice="required",
+                                   max_tokens=20, temperature=0)
+    check(r.choices[0].finish_reason == "length", "a call cut by max_tokens: finish_reason length")
+
+    # ---- Anthropic: the tool loop ----
+    AN_TOOLS = [{"name": "get_weather", "description": "Forecast", "input_schema": WEATHER}]
+    amsgs = [{"role": "user", "content": "What is the weather in Rome?"}]
+    m = an.messages.create(model="kjv", max_tokens=300, tools=AN_TOOLS, tool_choice={"type": "any"},
+                           messages=amsgs, extra_body={"temperature": 0})
+    uses = [b for b in m.content if b.type == "tool_use"]
+    check(m.stop_reason == "tool_use" and len(uses) == 1 and uses[0].name == "get_weather" and
+          valid_weather(uses[0].input) and uses[0].id.startswith("toolu_"),
+          f"anthropic tool_choice any: a tool_use block that validates ({m.stop_reason})")
+    with an.messages.stream(model="kjv", max_tokens=300, tools=AN_TOOLS, tool_choice={"type": "any"},
+                            messages=amsgs, extra_body={"temperature": 0}) as s:
+        final = s.get_final_message()
+    fuses = [b for b in final.content if b.type == "tool_use"]
+    check(final.stop_reason == "tool_use" and len(fuses) == 1 and fuses[0].name == uses[0].name and
+          fuses[0].input == uses[0].input, "anthropic stream (input_json_delta) == messages.create")
+    m2 = an.messages.create(model="kjv", max_tokens=12, tools=AN_TOOLS, extra_body={"temperature": 0},
+                            messages=amsgs + [{"role": "assistant", "content": m.content},
+                                              {"role": "user", "content": [
+                                                  {"type": "tool_result", "tool_use_id": uses[0].id,
+                                                   "content": [{"type": "text", "text": "sunny, 24 C"}]},
+                                                  {"type": "text", "text": "Thanks."}]}])
+    check(m2.content[0].type == "text" and m2.content[0].text and m2.stop_reason in ("max_tokens", "end_turn") and
+          m2.usage.input_tokens > m.usage.input_tokens + 10, "anthropic: tool_result in, an answer out")
+    m3 = an.messages.create(model="kjv", max_tokens=300, tools=AN_TOOLS + [
+        {"name": "get_time", "input_schema": TIME}], tool_choice={"type": "tool", "name": "get_time"},
+        messages=amsgs, extra_body={"temperature": 0})
+    check([b.name for b in m3.content if b.type == "tool_use"] == ["get_time"], "anthropic tool_choice tool: that tool")
+
+    # ---- Bad input ----
+    def bad(fn, *needles):
+        try:
+            fn()
+            return False
+        except (openai.BadRequestError, anthropic.BadRequestError) as e:
+            return all(n in str(e) for n in needles)
+    check(bad(lambda: oa.chat.completions.create(model="kjv", messages=msgs, tools=[
+        {"type": "function", "function": {"parameters": WEATHER}}]), "tools[0].function.name"),
+        "a tool without a name: 400 naming the field")
+    check(bad(lambda: oa.chat.completions.create(model="kjv", messages=msgs, tools=OA_TOOLS,
+                                                 tool_choice={"type": "function", "function": {"name": "nope"}}),
+              "nope", "not in tools"), "tool_choice naming an absent tool: 400")
+    check(bad(lambda: oa.chat.completions.create(model="kjv", messages=msgs, tools=[
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "not": {}}}}],
+        tool_choice="required"), "'not'", "tools[0].function.parameters"),
+        "an unsupported schema keyword: 400 naming it")
+    check(bad(lambda: an.messages.create(model="kjv", max_tokens=8, messages=amsgs, tools=[{"name": "x"}]),
+              "tools[0].input_schema"), "anthropic: a tool without input_schema: 400 naming it")
+
+    # ---- Reasoning (GLM-4.7: its prompt opens <think>) and a template without tools ----
+    url2 = start_serve(["--model", MODEL, "--local", "--alias", "kjv",
+                        "--chat-template", os.path.join(TEMPLATES, "GLM-4.7-Flash.jinja")])
+    oa2 = openai.OpenAI(base_url=url2 + "/v1", api_key="none", max_retries=0)
+    an2 = anthropic.Anthropic(base_url=url2, api_key="none", max_retries=0)
+    r = oa2.chat.completions.create(model="kjv", messages=[{"role": "user", "content": "hi"}], max_tokens=10,
+                                    temperature=0)
+    msg = r.choices[0].message
+    check(getattr(msg, "reasoning_content", None) and not msg.content,
+          "thinking on: the text is reasoning_content, not content")
+    r = oa2.chat.completions.create(model="kjv", messages=[{"role": "user", "content": "hi"}], max_tokens=10,
+                                    temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    check(r.choices[0].message.content and not getattr(r.choices[0].message, "reasoning_content", None),
+          "thinking off (chat_template_kwargs): the text is content")
+    rs = ""
+    for chunk in oa2.chat.completions.create(model="kjv", messages=[{"role": "user", "content": "hi"}],
+                                             max_tokens=10, temperature=0, stream=True):
+        rs += (chunk.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+    check(rs == msg.reasoning_content, "delta.reasoning_content assembles to message.reasoning_content")
+    m = an2.messages.create(model="kjv", max_tokens=10, messages=[{"role": "user", "content": "hi"}],
+                            thinking={"type": "enabled", "budget_tokens": 1024}, extra_body={"temperature": 0})
+    check(m.content[0].type == "thinking" and m.content[0].thinking, "anthropic thinking enabled: a thinking block")
+    # A forced call from inside the reasoning block: closed first, then GLM's own call syntax.
+    r = oa2.chat.completions.create(model="kjv", messages=msgs, tools=OA_TOOLS, tool_choice="required",
+                                    max_tokens=300, temperature=0)
+    c = (r.choices[0].message.tool_calls or [None])[0]
+    check(c is not None and r.choices[0].finish_reason == "tool_calls" and
+          (c.function.name != "get_weather" or valid_weather(json.loads(c.function.arguments))),
+          "GLM (XML arguments, reasoning open): a forced call parses and validates")
+
+    url3 = start_serve(["--model", MODEL, "--local", "--alias", "kjv",
+                        "--chat-template", os.path.join(TEMPLATES, "google-gemma-2-2b-it.jinja")])
+    oa3 = openai.OpenAI(base_url=url3 + "/v1", api_key="none", max_retries=0)
+    check(bad(lambda: oa3.chat.completions.create(model="kjv", messages=msgs, tools=OA_TOOLS),
+              "no tool-call format"), "a template without tool support asked for tools: 400 saying so")
+
+    # The grammar's cost per step, as the server measured it.
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    s = float(re.search(r"^expert_serve_grammar_mask_seconds_sum (\S+)$", text, re.M).group(1))
+    n = float(re.search(r"^expert_serve_grammar_mask_seconds_count (\S+)$", text, re.M).group(1))
+    ts = float(re.search(r"^expert_serve_time_per_token_seconds_sum (\S+)$", text, re.M).group(1))
+    tn = float(re.search(r"^expert_serve_time_per_token_seconds_count (\S+)$", text, re.M).group(1))
+    print(f"grammar mask: {1e6 * s / n:.1f} us per constrained step over {n:.0f} steps; "
+          f"a step: {1e3 * ts / tn:.2f} ms ({100 * (s / n) / (ts / tn):.2f}%)")
+    check(n > 100, "the constrained steps were counted in /metrics")
+finally:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    if not failures:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
