@@ -58,6 +58,11 @@ expertd::Status Engine::eval(std::span<const SeqTokens> seqs, std::vector<float>
   return run(seqs, /*all_logits=*/false, logits);
 }
 
+expertd::Status Engine::eval(std::span<const SeqTokens> seqs, bool all_logits,
+                             std::vector<float>& logits) {
+  return run(seqs, all_logits, logits);
+}
+
 expertd::Status Engine::run(std::span<const SeqTokens> seqs, bool all_logits,
                             std::vector<float>& logits) {
   const Hparams& hp = m_.hp;

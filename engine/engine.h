@@ -55,6 +55,9 @@ class Engine {
   // cache. Writes the logits of each sequence's last token, in the order given. A sequence's
   // logits are the same as when it is evaluated alone.
   expertd::Status eval(std::span<const SeqTokens> seqs, std::vector<float>& logits);
+  // The same with every token's logits (all_logits: the sequences' rows in the order given).
+  expertd::Status eval(std::span<const SeqTokens> seqs, bool all_logits,
+                       std::vector<float>& logits);
   int n_past(int slot = 0) const { return n_past_[slot]; }
   int n_ctx() const { return n_ctx_; }
   int n_seq() const { return int(n_past_.size()); }

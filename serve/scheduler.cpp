@@ -1,6 +1,7 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace expertd::serve {
 
@@ -11,11 +12,32 @@ constexpr size_t kPrefillChunk = 512;  // prompt tokens a joining sequence feeds
 double secs(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
+
+// log-softmax of `row` at `token`, and the `top` most likely tokens.
+TokenLogprob logprob_of(std::span<const float> row, int32_t token, int top) {
+  float mx = -INFINITY;
+  for (float v : row) mx = std::max(mx, v);
+  double sum = 0;
+  for (float v : row) sum += std::exp(double(v) - mx);
+  const float lse = float(mx + std::log(sum));
+  TokenLogprob t;
+  t.token = token;
+  t.logprob = row[size_t(token)] - lse;
+  if (top > 0) {
+    std::vector<int32_t> ids(row.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+    const size_t k = std::min(ids.size(), size_t(top));
+    std::partial_sort(ids.begin(), ids.begin() + long(k), ids.end(),
+                      [&](int32_t a, int32_t b) { return row[size_t(a)] > row[size_t(b)]; });
+    for (size_t i = 0; i < k; ++i) t.top.push_back({ids[i], row[size_t(ids[i])] - lse});
+  }
+  return t;
+}
 }  // namespace
 
 Request::Update Request::take(std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
-  cv_.wait_for(lk, timeout, [&] { return done_ || !text_.empty(); });
+  cv_.wait_for(lk, timeout, [&] { return done_ || !text_.empty() || !logprobs_.empty(); });
   Update u;
   u.text = std::move(text_);
   text_.clear();
@@ -24,7 +46,19 @@ Request::Update Request::take(std::chrono::milliseconds timeout) {
   u.stop_sequence = stop_sequence_;
   u.error = error_;
   u.completion_tokens = completion_tokens_;
+  u.logprobs = std::move(logprobs_);
+  u.prompt_logprobs = std::move(prompt_logprobs_);
+  logprobs_.clear(), prompt_logprobs_.clear();
   return u;
+}
+
+void Request::add_logprobs(std::vector<TokenLogprob> lp, bool prompt) {
+  {
+    std::lock_guard lk(mu_);
+    auto& to = prompt ? prompt_logprobs_ : logprobs_;
+    to.insert(to.end(), std::make_move_iterator(lp.begin()), std::make_move_iterator(lp.end()));
+  }
+  cv_.notify_all();
 }
 
 void Request::append(const std::string& text, int completion_tokens) {
@@ -55,7 +89,9 @@ nlohmann::json params_to_json(const GenParams& p) {
           {"stop", p.stop},
           {"grammar", kind_name(p.grammar.kind)},
           {"grammar_text", p.grammar.text},
-          {"special_text", p.special_text}};
+          {"special_text", p.special_text},
+          {"logprobs", p.logprobs},
+          {"prompt_logprobs", p.prompt_logprobs}};
 }
 
 GenParams params_from_json(const nlohmann::json& j) {
@@ -70,7 +106,31 @@ GenParams params_from_json(const nlohmann::json& j) {
   g.grammar.kind = kind ? *kind : GrammarSpec::Kind::None;
   g.grammar.text = j.value("grammar_text", std::string());
   g.special_text = j.value("special_text", false);
+  g.logprobs = j.value("logprobs", -1);
+  g.prompt_logprobs = j.value("prompt_logprobs", false);
   return g;
+}
+
+nlohmann::json logprobs_to_json(const std::vector<TokenLogprob>& v) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& t : v) {
+    nlohmann::json top = nlohmann::json::array();
+    for (const auto& [id, lp] : t.top) top.push_back({id, lp});
+    out.push_back({t.token, t.logprob, std::move(top)});
+  }
+  return out;
+}
+
+std::vector<TokenLogprob> logprobs_from_json(const nlohmann::json& j) {
+  std::vector<TokenLogprob> out;
+  if (!j.is_array()) return out;
+  for (const auto& e : j) {
+    if (!e.is_array() || e.size() != 3) continue;
+    TokenLogprob t{e[0].get<int32_t>(), e[1].get<float>(), {}};
+    for (const auto& x : e[2]) t.top.push_back({x[0].get<int32_t>(), x[1].get<float>()});
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 Scheduler::Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int n_ctx,
@@ -250,12 +310,17 @@ bool Scheduler::emit(Seq& s, bool final) {
 void Scheduler::step() {
   std::vector<engine::SeqTokens> batch;
   std::vector<bool> samples(active_.size());
+  std::vector<size_t> first_row(active_.size()), chunk_from(active_.size());
   size_t rows = 0;
+  bool all_logits = false;  // a prompt's own log-probabilities are asked for
   for (size_t i = 0; i < active_.size(); ++i) {
     Seq& s = active_[i];
     const auto& prompt = s.req->prompt;
+    first_row[i] = rows;
+    chunk_from[i] = s.fed;
     if (s.fed < prompt.size()) {
       const size_t n = std::min(kPrefillChunk, prompt.size() - s.fed);
+      all_logits = all_logits || s.req->params.prompt_logprobs;
       batch.push_back({s.slot, {prompt.data() + s.fed, n}});
       s.fed += n;
       samples[i] = s.fed == prompt.size();
@@ -268,7 +333,7 @@ void Scheduler::step() {
     }
   }
   std::vector<float> logits;
-  auto st = engine_->eval(batch, logits);
+  auto st = engine_->eval(batch, all_logits, logits);
   ++metrics_.steps;
   metrics_.batched_rows += rows;
   if (!st) {
@@ -283,13 +348,33 @@ void Scheduler::step() {
     engine_.reset();
     return;
   }
-  const int V = int(logits.size() / batch.size());
+  const int V = int(logits.size() / (all_logits ? rows : batch.size()));
+  // Each sequence's last row (its next token's distribution).
+  auto last_row = [&](size_t i) {
+    return all_logits ? first_row[i] + batch[i].tokens.size() - 1 : i;
+  };
+  if (all_logits)
+    for (size_t i = 0; i < active_.size(); ++i) {
+      Seq& s = active_[i];
+      if (!s.req->params.prompt_logprobs || chunk_from[i] >= s.req->prompt.size()) continue;
+      // Row j of this chunk predicts prompt token chunk_from + j + 1.
+      std::vector<TokenLogprob> lp;
+      const auto& prompt = s.req->prompt;
+      for (size_t j = 0; j < batch[i].tokens.size(); ++j) {
+        const size_t at = chunk_from[i] + j + 1;
+        if (at >= prompt.size()) break;
+        lp.push_back(logprob_of({logits.data() + (first_row[i] + j) * size_t(V), size_t(V)},
+                                prompt[at], std::max(0, s.req->params.logprobs)));
+      }
+      s.req->add_logprobs(std::move(lp), true);
+    }
   const auto now = Clock::now();
   std::vector<size_t> done;
   for (size_t i = 0; i < active_.size(); ++i) {
     if (!samples[i]) continue;
     Seq& s = active_[i];
-    std::span<const float> row{logits.data() + size_t(i) * V, size_t(V)};
+    std::span<const float> row{logits.data() + last_row(i) * size_t(V), size_t(V)};
+    const std::span<const float> raw = row;
     if (s.constraint) {
       const auto t0 = Clock::now();
       masked_.assign(row.begin(), row.end());
@@ -308,6 +393,8 @@ void Scheduler::step() {
     else
       metrics_.token_s.observe(secs(now - s.last_token));
     s.last_token = now;
+    if (s.req->params.logprobs >= 0 && !tok_.is_end_of_generation(tok))
+      s.req->add_logprobs({logprob_of(raw, tok, s.req->params.logprobs)}, false);
     if (tok_.is_end_of_generation(tok)) {
       s.text += s.utf8.flush();
       emit(s, true);

@@ -35,12 +35,26 @@ struct GenParams {
   std::vector<std::string> stop;  // stop sequences (not included in the text)
   GrammarSpec grammar;            // constrained decoding: only tokens it allows are drawn
   bool special_text = false;      // control tokens' text kept (a family's call markers)
+  int logprobs = -1;              // >= 0: each drawn token's log-probability and this many others
+  bool prompt_logprobs = false;   // and the prompt's tokens' (completions with echo)
+};
+
+// A token's log-probability under the model (its raw logits, before temperature or grammar)
+// and the most likely alternatives.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
 };
 // The parameters as the worker protocol carries them (one codec for both ends).
 nlohmann::json params_to_json(const GenParams& p);
 GenParams params_from_json(const nlohmann::json& j);
 
 enum class Finish { None, EndOfText, Length, StopSequence, Error };
+
+// Log-probabilities as the worker protocol carries them: [token, logprob, [[token, logprob]..]].
+nlohmann::json logprobs_to_json(const std::vector<TokenLogprob>& v);
+std::vector<TokenLogprob> logprobs_from_json(const nlohmann::json& j);
 
 // One generation: the HTTP thread submits it and reads its text as it comes; the engine loop
 // appends to it. Thread-safe.
@@ -58,6 +72,8 @@ class Request {
     Finish finish = Finish::None;
     std::string stop_sequence, error;
     int completion_tokens = 0;
+    std::vector<TokenLogprob> logprobs;         // of the tokens drawn since the last take
+    std::vector<TokenLogprob> prompt_logprobs;  // once: the prompt's from its second token on
   };
   // Waits up to `timeout` for new text or the end; returns what is new.
   Update take(std::chrono::milliseconds timeout);
@@ -68,6 +84,7 @@ class Request {
   // The engine loop's side.
   void append(const std::string& text, int completion_tokens);
   void finish(Finish f, std::string stop_sequence = {}, std::string error = {});
+  void add_logprobs(std::vector<TokenLogprob> lp, bool prompt);
 
  private:
   std::mutex mu_;
@@ -77,6 +94,7 @@ class Request {
   Finish finish_ = Finish::None;
   std::string stop_sequence_, error_;
   int completion_tokens_ = 0;
+  std::vector<TokenLogprob> logprobs_, prompt_logprobs_;
   std::atomic<bool> cancelled_{false};
 };
 

@@ -136,6 +136,7 @@ struct Plan {
   const chat::ReplyFormat* format = nullptr;  // null: the text is all answer
   chat::ParseOptions parse;
   std::vector<std::string> call_ids;  // one per call, made as calls appear
+  std::string echo;                   // completions with echo: the prompt's text, returned first
   const std::string& call_id(size_t i, Api api) {
     while (call_ids.size() <= i)
       call_ids.push_back(random_id(api == Api::Anthropic ? "toolu_" : "call_"));
@@ -522,15 +523,30 @@ struct Server::Impl {
     std::string text;
     Request::Update last;
     bool gone = false;
+    std::vector<TokenLogprob> logprobs, prompt_logprobs;
   };
-  // Runs r to its end, handing each new piece of text to on_text (streaming: false when the
-  // client cannot be written to); a client that goes away cancels it at once.
+  // Runs r to its end, handing each new piece of text (and new log-probabilities, gathered in
+  // `lps`) to on_text (streaming: false when the client cannot be written to); a client that
+  // goes away cancels it at once.
+  struct LogprobSink {
+    std::vector<TokenLogprob> gen, prompt;
+  };
   Outcome drive(const std::shared_ptr<Request>& r, Conn& c,
-                const std::function<bool(const std::string&)>& on_text) {
+                const std::function<bool(const std::string&)>& on_text,
+                LogprobSink* lps = nullptr) {
     Outcome out;
     for (;;) {
       Request::Update u = r->take(std::chrono::milliseconds(50));
-      if (!u.text.empty()) {
+      const bool new_lp = !u.logprobs.empty();
+      for (auto& x : u.prompt_logprobs) {
+        if (lps) lps->prompt.push_back(x);
+        out.prompt_logprobs.push_back(std::move(x));
+      }
+      for (auto& x : u.logprobs) {
+        if (lps) lps->gen.push_back(x);
+        out.logprobs.push_back(std::move(x));
+      }
+      if (!u.text.empty() || new_lp) {
         out.text += u.text;
         if (on_text && !on_text(u.text)) {
           r->cancel();
@@ -547,6 +563,73 @@ struct Server::Impl {
         out.gone = true;
         return out;
       }
+    }
+  }
+
+  // ---- log-probabilities, as each API shapes them ----
+
+  std::string token_text(int32_t t) const { return tok.piece(t, true); }
+  static json bytes_of(const std::string& s) {
+    json b = json::array();
+    for (unsigned char ch : s) b.push_back(int(ch));
+    return b;
+  }
+  // Chat: {content: [{token, logprob, bytes, top_logprobs: [...]}]}.
+  json chat_logprobs(std::span<const TokenLogprob> lps) const {
+    json content = json::array();
+    for (const auto& t : lps) {
+      const std::string s = token_text(t.token);
+      json top = json::array();
+      for (const auto& [id, lp] : t.top) {
+        const std::string ts = token_text(id);
+        top.push_back({{"token", ts}, {"logprob", lp}, {"bytes", bytes_of(ts)}});
+      }
+      content.push_back(
+          {{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  // Completions: {tokens, token_logprobs, top_logprobs, text_offset}; `first` (echo) is the
+  // prompt's first token, which has no log-probability. `offset` runs on across chunks.
+  json completion_logprobs(std::span<const TokenLogprob> lps, const int32_t* first,
+                           size_t& offset) const {
+    json tokens = json::array(), lp = json::array(), top = json::array(), off = json::array();
+    auto add = [&](int32_t id, json l, json t) {
+      const std::string s = token_text(id);
+      tokens.push_back(s), lp.push_back(std::move(l)), top.push_back(std::move(t));
+      off.push_back(offset);
+      offset += s.size();
+    };
+    if (first) add(*first, nullptr, nullptr);
+    for (const auto& t : lps) {
+      json alts = json::object();
+      for (const auto& [id, l] : t.top) alts[token_text(id)] = l;
+      add(t.token, t.logprob, alts);
+    }
+    return {
+        {"tokens", tokens}, {"token_logprobs", lp}, {"top_logprobs", top}, {"text_offset", off}};
+  }
+
+  // logprobs / top_logprobs (chat) and logprobs / echo (completions).
+  void logprob_params(const ordered_json& b, bool is_chat, GenParams& p) const {
+    auto count = [&](const char* k) {
+      const auto& v = b[k];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 20)
+        throw bad_request(std::string(k) + " must be an integer in [0, 20]");
+      return int(v.get<int64_t>());
+    };
+    if (is_chat) {
+      const bool on =
+          b.contains("logprobs") && b["logprobs"].is_boolean() && b["logprobs"].get<bool>();
+      if (b.contains("logprobs") && !b["logprobs"].is_null() && !b["logprobs"].is_boolean())
+        throw bad_request("logprobs must be a boolean");
+      const bool top = b.contains("top_logprobs") && !b["top_logprobs"].is_null();
+      if (top && !on) throw bad_request("top_logprobs needs logprobs: true");
+      if (on) p.logprobs = top ? count("top_logprobs") : 0;
+    } else {
+      if (b.contains("logprobs") && !b["logprobs"].is_null()) p.logprobs = count("logprobs");
+      const bool echo = b.contains("echo") && b["echo"].is_boolean() && b["echo"].get<bool>();
+      p.prompt_logprobs = echo && p.logprobs >= 0;
     }
   }
 
@@ -601,8 +684,17 @@ struct Server::Impl {
                         " tokens; the context holds " + std::to_string(n_ctx) +
                         " (expert-serve --ctx), and the reply needs room");
     GenParams p = params(b, api, default_max);
+    if (api == Api::OpenAI) logprob_params(b, is_chat, p);
     Plan plan;
     if (is_chat) plan_reply(b, api, tools, in_reasoning, plan, p);
+    if (!is_chat && b.contains("echo") && b["echo"].is_boolean() && b["echo"].get<bool>()) {
+      const auto& pr = b["prompt"];
+      if (pr.is_string() || (pr.is_array() && pr[0].is_string())) {
+        plan.echo = pr.is_string() ? pr.get<std::string>() : pr[0].get<std::string>();
+      } else {
+        for (int32_t t : prompt) plan.echo += tok.piece(t, true);
+      }
+    }
     auto r = std::make_shared<Request>(prompt, p);
     switch (sched.submit(r)) {
       case Backend::Admit::Ok:
@@ -666,8 +758,19 @@ struct Server::Impl {
         if (!rep.calls.empty()) msg["tool_calls"] = openai_calls(rep, plan);
         ch["message"] = std::move(msg);
       } else {
-        ch["text"] = out.text;
+        ch["text"] = plan.echo + out.text;
         ch["logprobs"] = nullptr;
+      }
+      if (r->params.logprobs >= 0) {
+        size_t offset = 0;
+        if (is_chat) {
+          ch["logprobs"] = chat_logprobs(out.logprobs);
+        } else {
+          std::vector<TokenLogprob> all = out.prompt_logprobs;
+          all.insert(all.end(), out.logprobs.begin(), out.logprobs.end());
+          ch["logprobs"] =
+              completion_logprobs(all, r->params.prompt_logprobs ? &r->prompt[0] : nullptr, offset);
+        }
       }
       ch["finish_reason"] = openai_finish(out.last.finish, rep);
       json j{{"id", id},
@@ -690,6 +793,11 @@ struct Server::Impl {
       if (include_usage) j["usage"] = nullptr;
       return sse(j);
     };
+    // The log-probabilities not yet sent ride on the next chunk.
+    LogprobSink sink;
+    std::vector<TokenLogprob>& lps = sink.gen;
+    size_t lp_sent = 0, lp_offset = 0;
+    bool prompt_lp_sent = false;
     auto delta_chunk = [&](json delta, const char* finish) {
       json ch{{"index", 0}};
       if (is_chat) {
@@ -697,6 +805,12 @@ struct Server::Impl {
       } else {
         ch["text"] = delta.value("content", "");
         ch["logprobs"] = nullptr;
+      }
+      if (r->params.logprobs >= 0 && lp_sent < lps.size()) {
+        const std::span<const TokenLogprob> fresh(lps.data() + lp_sent, lps.size() - lp_sent);
+        ch["logprobs"] =
+            is_chat ? chat_logprobs(fresh) : completion_logprobs(fresh, nullptr, lp_offset);
+        lp_sent = lps.size();
       }
       ch["finish_reason"] = finish ? json(finish) : json(nullptr);
       return chunk(std::move(ch));
@@ -729,10 +843,28 @@ struct Server::Impl {
       return 499;
     }
     std::string text;
-    Outcome out = drive(r, c, [&](const std::string& t) {
-      text += t;
-      return send_delta(tracker.update(text, false));
-    });
+    Outcome out = drive(
+        r, c,
+        [&](const std::string& t) {
+          text += t;
+          if (!is_chat && !prompt_lp_sent && (!plan.echo.empty() || r->params.prompt_logprobs)) {
+            // Echo: the prompt and its log-probabilities come first.
+            prompt_lp_sent = true;
+            json ch{{"index", 0},
+                    {"text", plan.echo},
+                    {"logprobs", nullptr},
+                    {"finish_reason", nullptr}};
+            // (The prompt's are all in by its first generated token.)
+            if (r->params.prompt_logprobs)
+              ch["logprobs"] = completion_logprobs(sink.prompt, &r->prompt[0], lp_offset);
+            if (!c.chunk(chunk(std::move(ch)))) return false;
+          }
+          const ReplyDelta d = tracker.update(text, false);
+          if (d.reasoning.empty() && d.content.empty() && d.calls.empty() && lp_sent < lps.size())
+            return c.chunk(delta_chunk(json::object(), nullptr));
+          return send_delta(d);
+        },
+        &sink);
     if (out.gone) return 499;
     if (out.last.finish == Finish::Error) {
       c.chunk(sse(json{{"error", {{"message", out.last.error}, {"type", "server_error"}}}}));

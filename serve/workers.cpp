@@ -113,7 +113,12 @@ int run_worker(int fd, Scheduler& sched, Metrics& metrics) {
       std::thread([&, r, id] {
         for (;;) {
           Request::Update u = r->take(std::chrono::milliseconds(50));
-          if (!u.text.empty()) send({{"id", id}, {"text", u.text}, {"n", u.completion_tokens}});
+          if (!u.text.empty() || !u.logprobs.empty() || !u.prompt_logprobs.empty()) {
+            json m{{"id", id}, {"text", u.text}, {"n", u.completion_tokens}};
+            if (!u.logprobs.empty()) m["lp"] = logprobs_to_json(u.logprobs);
+            if (!u.prompt_logprobs.empty()) m["plp"] = logprobs_to_json(u.prompt_logprobs);
+            send(m);
+          }
           if (u.done) {
             send({{"id", id},
                   {"done", true},
@@ -272,6 +277,8 @@ void Workers::read_loop(int i) {
         metrics_.token_s.observe(std::chrono::duration<double>(now - l.last).count() /
                                  (n - l.generated));
       l.generated = n, l.last = now;
+      if (m.contains("plp")) l.req->add_logprobs(logprobs_from_json(m["plp"]), true);
+      if (m.contains("lp")) l.req->add_logprobs(logprobs_from_json(m["lp"]), false);
       l.req->append(m["text"].get<std::string>(), n);
     }
     if (m.value("done", false)) {

@@ -234,6 +234,51 @@ try:
     check(bad(lambda: an.messages.create(model="kjv", max_tokens=8, messages=amsgs, tools=[{"name": "x"}]),
               "tools[0].input_schema"), "anthropic: a tool without input_schema: 400 naming it")
 
+    # ---- logprobs: what evaluation harnesses score with ----
+    text = "And God said, Let there be light"
+    ids = [int(x) for x in subprocess.run([os.path.join(B, "engine", "expert-run"), "tokenize", "--model", MODEL,
+                                           "--text", text], capture_output=True, text=True,
+                                          check=True).stdout.split()]
+    out = os.path.join(tmp, "logits.f32")
+    subprocess.run([os.path.join(B, "engine", "expert-run"), "logits", "--model", MODEL, "--local", "--threads",
+                    "2", "--tokens", ",".join(map(str, ids)), "--out", out], check=True, capture_output=True)
+    import array
+    import math
+    lg = array.array("f")
+    lg.frombytes(open(out, "rb").read())
+    V = len(lg) // len(ids)
+
+    def logsoftmax(row, t):
+        m = max(row)
+        return row[t] - m - math.log(sum(math.exp(v - m) for v in row))
+    want = [logsoftmax(lg[i * V:(i + 1) * V], ids[i + 1]) for i in range(len(ids) - 1)]
+    r = oa.completions.create(model="kjv", prompt=ids, max_tokens=1, logprobs=3, echo=True, temperature=0)
+    lp = r.choices[0].logprobs
+    got = lp.token_logprobs[1:len(ids)]
+    check(lp.token_logprobs[0] is None and len(got) == len(want) and
+          all(abs(g - w) < 1e-3 for g, w in zip(got, want)),
+          f"echo + logprobs: the prompt's log-probabilities are the model's (max |diff| "
+          f"{max(abs(g - w) for g, w in zip(got, want)):.2e} against expert-run logits)")
+    check(r.choices[0].text.startswith(text) and lp.text_offset[0] == 0 and
+          "".join(lp.tokens) == r.choices[0].text, "echo: the prompt's text first, offsets into it")
+    last = lp.top_logprobs[-1]
+    check(len(last) == 3 and max(last.values()) == lp.token_logprobs[-1],
+          "greedy: the drawn token is the most likely of its top_logprobs")
+    r = oa.chat.completions.create(model="kjv", messages=[{"role": "user", "content": "hi"}], max_tokens=6,
+                                   temperature=0, logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    check(len(content) == 6 and "".join(t.token for t in content) == r.choices[0].message.content and
+          all(len(t.top_logprobs) == 2 and t.top_logprobs[0].logprob == t.logprob for t in content),
+          "chat logprobs: one entry per token, top_logprobs led by the greedy token")
+    streamed = []
+    for chunk in oa.chat.completions.create(model="kjv", messages=[{"role": "user", "content": "hi"}], max_tokens=6,
+                                            temperature=0, logprobs=True, top_logprobs=2, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs:
+            streamed += [(t.token, t.logprob) for t in chunk.choices[0].logprobs.content]
+    check(streamed == [(t.token, t.logprob) for t in content], "streamed chat logprobs == non-streamed")
+    check(bad(lambda: oa.chat.completions.create(model="kjv", messages=msgs, top_logprobs=2), "top_logprobs"),
+          "top_logprobs without logprobs: 400 naming it")
+
     # ---- Reasoning (GLM-4.7: its prompt opens <think>) and a template without tools ----
     url2 = start_serve(["--model", MODEL, "--local", "--alias", "kjv",
                         "--chat-template", os.path.join(TEMPLATES, "GLM-4.7-Flash.jinja")])
