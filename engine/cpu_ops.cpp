@@ -63,6 +63,31 @@ class CpuOps final : public Ops {
     }
   }
 
+  bool save_slot(int slot, int64_t n, std::vector<float>& out) override {
+    out.clear();
+    for (int il = 0; il < n_layer_; ++il) {
+      const Cache& c = cache(slot, il);
+      out.insert(out.end(), c.k.begin(), c.k.begin() + n * c.rows.k);
+      out.insert(out.end(), c.v.begin(), c.v.begin() + n * c.rows.v);
+      out.insert(out.end(), c.state.begin(), c.state.end());
+    }
+    return true;
+  }
+
+  bool load_slot(int slot, int64_t n_saved, int64_t n, std::span<const float> in) override {
+    size_t at = 0;
+    for (int il = 0; il < n_layer_; ++il) {
+      Cache& c = cache(slot, il);
+      const size_t k = size_t(n_saved * c.rows.k), v = size_t(n_saved * c.rows.v);
+      if (at + k + v + c.state.size() > in.size()) return false;
+      std::copy_n(in.begin() + long(at), size_t(n * c.rows.k), c.k.begin());
+      std::copy_n(in.begin() + long(at + k), size_t(n * c.rows.v), c.v.begin());
+      std::copy_n(in.begin() + long(at + k + v), c.state.size(), c.state.begin());
+      at += k + v + c.state.size();
+    }
+    return at == in.size();
+  }
+
   void embed(const Tensor& emb, std::span<const int32_t> tokens, Act x) override {
     for (size_t t = 0; t < tokens.size(); ++t)
       kernels::dequantize_row(emb.type, emb.data + emb.row_bytes() * tokens[t], x.row(t), x.cols);

@@ -37,11 +37,32 @@ void Engine::init(int n_seq) {
   std::vector<KvRows> rows;
   for (int il = 0; il < m_.hp.n_layer; ++il) {
     rows.push_back(m_.arch->kv_rows(m_.hp, il, n_ctx_));
+    if (rows.back().state > 0) can_cut_ = false;
     cache_bytes_ += sizeof(float) * (uint64_t(n_ctx_) * (rows.back().k + rows.back().v) +
                                      uint64_t(rows.back().state));
   }
   cache_bytes_ *= uint64_t(n_seq);
   ops_->init_cache(rows, n_ctx_, n_seq);
+}
+
+expertd::Status Engine::save_state(int slot, SeqState& out) {
+  if (slot < 0 || slot >= n_seq()) return make_error("no sequence " + std::to_string(slot));
+  if (!ops_->save_slot(slot, n_past_[size_t(slot)], out.data))
+    return make_error("this backend cannot copy a sequence's state out");
+  out.n_past = n_past_[size_t(slot)];
+  return {};
+}
+
+expertd::Status Engine::load_state(int slot, const SeqState& s, int n) {
+  if (slot < 0 || slot >= n_seq()) return make_error("no sequence " + std::to_string(slot));
+  if (n < 0 || n > s.n_past || (n != s.n_past && !can_cut_))
+    return make_error("a state of " + std::to_string(s.n_past) + " positions cannot resume at " +
+                      std::to_string(n) + (can_cut_ ? "" : " (this model keeps recurrent states)"));
+  if (n > n_ctx_) return make_error("the state is longer than the context");
+  if (!ops_->load_slot(slot, s.n_past, n, s.data))
+    return make_error("the state does not fit this model's caches (or the backend cannot load it)");
+  n_past_[size_t(slot)] = n;
+  return {};
 }
 
 void Engine::reset_prediction_stats() {

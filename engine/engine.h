@@ -29,6 +29,15 @@ struct PredictionStats {
   double waste() const { return correct ? double(predicted - correct) / double(correct) : 0.0; }
 };
 
+// A sequence's state after its first n_past positions (every layer's cache rows and recurrent
+// state): saved from one slot, loaded into any slot of an engine of the same model, it resumes
+// there exactly as if those positions had been evaluated in it.
+struct SeqState {
+  int n_past = 0;
+  std::vector<float> data;
+  size_t bytes() const { return data.size() * sizeof(float); }
+};
+
 // One sequence's tokens in a batched eval: appended to the cache of sequence `slot`.
 struct SeqTokens {
   int slot = 0;
@@ -62,6 +71,12 @@ class Engine {
   int n_ctx() const { return n_ctx_; }
   int n_seq() const { return int(n_past_.size()); }
   void reset(int slot = 0) { n_past_[slot] = 0; }
+  // Sequence `slot`'s state now (an error where the backend cannot copy its caches).
+  expertd::Status save_state(int slot, SeqState& out);
+  // Sequence `slot` resumes from `s` at position n: n == s.n_past, or any n <= s.n_past where
+  // can_cut() (no layer keeps a recurrent state: its cache is rows per position).
+  expertd::Status load_state(int slot, const SeqState& s, int n);
+  bool can_cut() const { return can_cut_; }
   // Before a layer's experts run, hint the next MoE layer's likely experts to the source: the
   // next router applied to the current residual stream (DESIGN.md, "Overlap").
   // two_ahead: also predict two layers ahead (scored only, never hinted: an extra router per
@@ -110,6 +125,7 @@ class Engine {
   std::vector<int32_t> tokens_;  // of every sequence of the eval in progress, in row order
   std::vector<SeqRows> rows_;
   uint64_t cache_bytes_ = 0;
+  bool can_cut_ = true;
   std::vector<Act> carried_;  // the architecture's activations across the eval's blocks
   expertd::Status failed_;    // the first error of the eval in progress
   std::vector<std::vector<Route>> routes_;

@@ -165,6 +165,16 @@ class Ops {
   }
   // n_slots caches (sequences) of n_ctx positions, each with per_layer rows.
   virtual void init_cache(const std::vector<KvRows>& per_layer, int n_ctx, int n_slots) = 0;
+  // Cache slot `slot` after its first n positions, as floats, layer by layer: the key rows and
+  // value rows of positions [0, n), then the recurrent state — what resuming at n needs.
+  // Backends that cannot copy their caches out return false (prefix reuse is then off).
+  virtual bool save_slot(int /*slot*/, int64_t /*n*/, std::vector<float>& /*out*/) { return false; }
+  // The reverse, of a copy saved after n_saved positions, keeping its first n (n < n_saved only
+  // where no layer has a recurrent state).
+  virtual bool load_slot(int /*slot*/, int64_t /*n_saved*/, int64_t /*n*/,
+                         std::span<const float> /*in*/) {
+    return false;
+  }
 
   virtual void embed(const Tensor& tok_embd, std::span<const int32_t> tokens, Act x) = 0;
   virtual void to_host(Act x, float* dst) = 0;  // waits for the backend

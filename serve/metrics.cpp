@@ -67,6 +67,22 @@ std::string Metrics::render(const std::vector<proto::Metric>& daemon) const {
           "gauge");
   counter("expert_serve_active_sequences", "sequences in the engine", double(active_sequences),
           "gauge");
+  counter("expert_serve_prefix_reused_tokens_total",
+          "prompt tokens resumed from the prefix cache instead of computed",
+          double(prefix_reused_tokens));
+  counter("expert_serve_prefix_hits_total", "requests that resumed a cached prefix",
+          double(prefix_hits));
+  counter("expert_serve_prefix_misses_total", "requests with no cached prefix",
+          double(prefix_misses));
+  counter("expert_serve_prefix_errors_total",
+          "cached prefixes that could not be loaded (the prompt was computed)",
+          double(prefix_errors));
+  counter("expert_serve_prefix_evictions_total", "prefix states evicted (least recently used)",
+          double(prefix_evictions));
+  counter("expert_serve_prefix_cache_bytes", "bytes of prefix states in RAM", double(prefix_bytes),
+          "gauge");
+  counter("expert_serve_prefix_cache_entries", "prefix states in RAM", double(prefix_entries),
+          "gauge");
   ttft_s.render(out, "expert_serve_time_to_first_token_seconds",
                 "from the request's arrival to its first token");
   token_s.render(out, "expert_serve_time_per_token_seconds", "between a sequence's tokens");

@@ -46,6 +46,7 @@ Request::Update Request::take(std::chrono::milliseconds timeout) {
   u.stop_sequence = stop_sequence_;
   u.error = error_;
   u.completion_tokens = completion_tokens_;
+  u.cached_tokens = cached_;
   u.logprobs = std::move(logprobs_);
   u.prompt_logprobs = std::move(prompt_logprobs_);
   logprobs_.clear(), prompt_logprobs_.clear();
@@ -134,7 +135,7 @@ std::vector<TokenLogprob> logprobs_from_json(const nlohmann::json& j) {
 }
 
 Scheduler::Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int n_ctx,
-                     int queue_max, Metrics& metrics, Grammars& grammars)
+                     int queue_max, Metrics& metrics, Grammars& grammars, size_t prefix_cache_bytes)
     : make_(std::move(make)),
       tok_(tok),
       parallel_(parallel),
@@ -142,6 +143,7 @@ Scheduler::Scheduler(EngineFactory make, const engine::Tokenizer& tok, int paral
       n_ctx_(n_ctx),
       metrics_(metrics),
       grammars_(grammars),
+      prefix_bytes_(prefix_cache_bytes),
       slot_used_(size_t(parallel), false) {
   thread_ = std::thread([this] { loop(); });
 }
@@ -252,6 +254,7 @@ void Scheduler::loop() {
             engine::SamplerParams{p.temperature, p.top_k, p.top_p, p.seed});
         s.last_token = s.req->arrived;  // the first token's latency counts from the arrival
         engine_->reset(s.slot);
+        resume(s);
         active_.push_back(std::move(s));
       }
       metrics_.queue_length = int64_t(queue_.size());
@@ -270,6 +273,59 @@ void Scheduler::loop() {
   std::lock_guard lk(mu_);
   for (auto& r : queue_) r->finish(Finish::Error, {}, "expert-serve is shutting down");
   queue_.clear();
+}
+
+// A joining sequence resumes from the longest cached prefix of its prompt.
+void Scheduler::resume(Seq& s) {
+  if (prefix_bytes_ == 0) return;
+  if (!prefix_) prefix_ = std::make_unique<PrefixCache>(prefix_bytes_, engine_->can_cut());
+  const auto hit = prefix_->find(s.req->prompt);
+  if (hit.n == 0) {
+    ++metrics_.prefix_misses;
+    return;
+  }
+  if (auto st = engine_->load_state(s.slot, *hit.state, hit.n); !st) {
+    ++metrics_.prefix_errors;  // the sequence computes its whole prompt instead
+    engine_->reset(s.slot);
+    return;
+  }
+  s.fed = size_t(hit.n), s.saved = size_t(hit.n);
+  s.req->set_cached(hit.n);
+  ++metrics_.prefix_hits;
+  metrics_.prefix_reused_tokens += uint64_t(hit.n);
+}
+
+// A prompt's state is kept when its prefill ends; where states cannot be cut, at each chunk's
+// end too, so a prompt sharing only part of this one resumes at the nearest checkpoint.
+void Scheduler::checkpoint(Seq& s) {
+  if (!prefix_ || s.fed == s.saved || s.generated > 0) return;
+  const auto& prompt = s.req->prompt;
+  if (s.fed != prompt.size() && engine_->can_cut()) return;
+  engine::SeqState st;
+  if (!engine_->save_state(s.slot, st)) {
+    prefix_.reset();  // this backend cannot copy states: reuse stays off
+    return;
+  }
+  s.saved = s.fed;
+  prefix_->put({prompt.data(), s.fed}, std::move(st));
+  metrics_.prefix_bytes = int64_t(prefix_->bytes());
+  metrics_.prefix_entries = int64_t(prefix_->entries());
+  metrics_.prefix_evictions = prefix_->evictions();
+}
+
+// A finished sequence's state (its prompt and the reply it evaluated) is kept too: the next
+// turn of a conversation sends both back.
+void Scheduler::keep_reply(Seq& s) {
+  if (!prefix_ || s.evaluated.empty()) return;
+  std::vector<int32_t> tokens = s.req->prompt;
+  tokens.insert(tokens.end(), s.evaluated.begin(), s.evaluated.end());
+  if (engine_->n_past(s.slot) != int(tokens.size())) return;
+  engine::SeqState st;
+  if (!engine_->save_state(s.slot, st)) return;
+  prefix_->put(tokens, std::move(st));
+  metrics_.prefix_bytes = int64_t(prefix_->bytes());
+  metrics_.prefix_entries = int64_t(prefix_->entries());
+  metrics_.prefix_evictions = prefix_->evictions();
 }
 
 bool Scheduler::emit(Seq& s, bool final) {
@@ -328,6 +384,7 @@ void Scheduler::step() {
       rows += n;
     } else {
       batch.push_back({s.slot, {&s.next, 1}});
+      if (prefix_) s.evaluated.push_back(s.next);
       samples[i] = true;
       ++rows;
     }
@@ -368,6 +425,7 @@ void Scheduler::step() {
       }
       s.req->add_logprobs(std::move(lp), true);
     }
+  for (size_t i = 0; i < active_.size(); ++i) checkpoint(active_[i]);
   const auto now = Clock::now();
   std::vector<size_t> done;
   for (size_t i = 0; i < active_.size(); ++i) {
@@ -418,6 +476,7 @@ void Scheduler::step() {
     s.next = tok;
   }
   for (auto it = done.rbegin(); it != done.rend(); ++it) {
+    keep_reply(active_[*it]);
     slot_used_[active_[*it].slot] = false;
     active_.erase(active_.begin() + long(*it));
   }

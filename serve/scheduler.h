@@ -24,6 +24,7 @@
 #include "proto/metrics.h"
 #include "serve/grammar.h"
 #include "serve/metrics.h"
+#include "serve/prefix_cache.h"
 
 namespace expertd::serve {
 
@@ -74,6 +75,7 @@ class Request {
     int completion_tokens = 0;
     std::vector<TokenLogprob> logprobs;         // of the tokens drawn since the last take
     std::vector<TokenLogprob> prompt_logprobs;  // once: the prompt's from its second token on
+    int cached_tokens = 0;                      // prompt tokens resumed from the prefix cache
   };
   // Waits up to `timeout` for new text or the end; returns what is new.
   Update take(std::chrono::milliseconds timeout);
@@ -85,6 +87,7 @@ class Request {
   void append(const std::string& text, int completion_tokens);
   void finish(Finish f, std::string stop_sequence = {}, std::string error = {});
   void add_logprobs(std::vector<TokenLogprob> lp, bool prompt);
+  void set_cached(int n) { cached_ = n; }
 
  private:
   std::mutex mu_;
@@ -95,6 +98,7 @@ class Request {
   std::string stop_sequence_, error_;
   int completion_tokens_ = 0;
   std::vector<TokenLogprob> logprobs_, prompt_logprobs_;
+  std::atomic<int> cached_{0};
   std::atomic<bool> cancelled_{false};
 };
 
@@ -118,9 +122,10 @@ class Backend {
 
 class Scheduler final : public Backend {
  public:
-  // `grammars` compiles the requests' grammars (shared with the HTTP side, which checks them).
+  // `grammars` compiles the requests' grammars (shared with the HTTP side, which checks them);
+  // prefix_cache_bytes: the RAM kept for prompt prefixes' states (0: no reuse).
   Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int n_ctx,
-            int queue_max, Metrics& metrics, Grammars& grammars);
+            int queue_max, Metrics& metrics, Grammars& grammars, size_t prefix_cache_bytes = 0);
   ~Scheduler() override;
 
   Admit submit(std::shared_ptr<Request> r) override;
@@ -142,6 +147,8 @@ class Scheduler final : public Backend {
     engine::Utf8Stream utf8;
     std::unique_ptr<engine::Sampler> sampler;
     std::unique_ptr<Constraint> constraint;  // the request's grammar, if any
+    size_t saved = 0;                        // prompt positions last saved to the prefix cache
+    std::vector<int32_t> evaluated;          // reply tokens evaluated (kept with the prefix)
     std::chrono::steady_clock::time_point last_token;
   };
   void loop();
@@ -158,6 +165,11 @@ class Scheduler final : public Backend {
   Grammars& grammars_;
   std::unique_ptr<engine::Engine> engine_;
   std::vector<float> masked_;  // one row of logits under a grammar
+  const size_t prefix_bytes_;
+  std::unique_ptr<PrefixCache> prefix_;  // made with the first engine (it knows the caches)
+  void resume(Seq& s);
+  void checkpoint(Seq& s);
+  void keep_reply(Seq& s);
   std::vector<Seq> active_;
   std::vector<bool> slot_used_;
 

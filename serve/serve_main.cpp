@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   size_t max_body_mb = 8;
   int workers = 1, worker_fd = -1;
   bool prefetch = false;
+  size_t prefix_cache_mib = 1024;
   app.add_option("--model", model,
                  "model GGUF, or the core GGUF of an expert pack (default: the bundled model)");
   app.add_option("--socket", socket, "expertd socket: experts come from the daemon");
@@ -95,6 +96,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_option("--worker-fd", worker_fd, "(internal: run as an engine process on this socket)")
       ->group("");
+  app.add_option("--prefix-cache-mib", prefix_cache_mib,
+                 "RAM for prompt prefixes' attention states, reused by later requests whose "
+                 "prompts begin the same way (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));
   app.add_option("--alias", alias, "the model's name in the API (default: its file name)");
   app.add_option("--max-body-mb", max_body_mb, "largest request body (413 beyond)")
       ->capture_default_str();
@@ -148,7 +154,8 @@ int main(int argc, char** argv) {
   serve::Grammars grammars(*tok);
   if (worker_fd >= 0) {  // an engine process of --workers: no HTTP, the protocol on the fd
     ::signal(SIGPIPE, SIG_IGN);
-    serve::Scheduler sched(make, *tok, parallel, ctx, 2 * parallel, metrics, grammars);
+    serve::Scheduler sched(make, *tok, parallel, ctx, 2 * parallel, metrics, grammars,
+                           prefix_cache_mib << 20);
     return serve::run_worker(worker_fd, sched, metrics);
   }
   std::unique_ptr<serve::Backend> backend;
@@ -156,8 +163,8 @@ int main(int argc, char** argv) {
     backend = std::make_unique<serve::Workers>(std::vector<std::string>(argv, argv + argc), workers,
                                                parallel, ctx, queue_max, metrics);
   else
-    backend =
-        std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics, grammars);
+    backend = std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics,
+                                                 grammars, prefix_cache_mib << 20);
   serve::Backend& sched = *backend;
   serve::ServerOptions so;
   so.host = host, so.port = port, so.api_key = api_key, so.max_body = max_body_mb << 20;

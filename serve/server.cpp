@@ -735,10 +735,11 @@ struct Server::Impl {
     const char* object =
         is_chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
     ReplyTracker tracker(is_chat ? plan.format : nullptr, plan.parse);
-    auto usage = [&](int completion) {
+    auto usage = [&](const Request::Update& u) {
       return json{{"prompt_tokens", n_prompt},
-                  {"completion_tokens", completion},
-                  {"total_tokens", n_prompt + completion}};
+                  {"completion_tokens", u.completion_tokens},
+                  {"total_tokens", n_prompt + u.completion_tokens},
+                  {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
     };
     if (!stream) {
       Outcome out = drive(r, c, nullptr);
@@ -778,7 +779,7 @@ struct Server::Impl {
              {"created", created},
              {"model", o.model_id},
              {"choices", json::array({ch})},
-             {"usage", usage(out.last.completion_tokens)}};
+             {"usage", usage(out.last)}};
       c.send_json(200, dump(j));
       return 200;
     }
@@ -880,7 +881,7 @@ struct Server::Impl {
              {"created", created},
              {"model", o.model_id},
              {"choices", json::array()},
-             {"usage", usage(out.last.completion_tokens)}};
+             {"usage", usage(out.last)}};
       c.chunk(sse(j));
     }
     c.chunk("data: [DONE]\n\n");
@@ -894,6 +895,14 @@ struct Server::Impl {
     if (!call.complete) return json::object();
     json j = json::parse(call.arguments, nullptr, false);
     return j.is_object() ? j : json::object();
+  }
+
+  // Anthropic counts the prompt tokens read from the cache apart from input_tokens.
+  static json anthropic_usage(int n_prompt, const Request::Update& u) {
+    return {{"input_tokens", n_prompt - u.cached_tokens},
+            {"output_tokens", u.completion_tokens},
+            {"cache_read_input_tokens", u.cached_tokens},
+            {"cache_creation_input_tokens", 0}};
   }
 
   int anthropic(const std::shared_ptr<Request>& r, Plan& plan, Conn& c, bool stream, int n_prompt) {
@@ -921,15 +930,14 @@ struct Server::Impl {
                            {"id", plan.call_id(i, Api::Anthropic)},
                            {"name", rep.calls[i].name},
                            {"input", call_input(rep.calls[i])}});
-      json j{
-          {"id", id},
-          {"type", "message"},
-          {"role", "assistant"},
-          {"model", o.model_id},
-          {"content", content},
-          {"stop_reason", anthropic_stop(out.last.finish, rep)},
-          {"stop_sequence", stop_seq(out.last)},
-          {"usage", {{"input_tokens", n_prompt}, {"output_tokens", out.last.completion_tokens}}}};
+      json j{{"id", id},
+             {"type", "message"},
+             {"role", "assistant"},
+             {"model", o.model_id},
+             {"content", content},
+             {"stop_reason", anthropic_stop(out.last.finish, rep)},
+             {"stop_sequence", stop_seq(out.last)},
+             {"usage", anthropic_usage(n_prompt, out.last)}};
       c.send_json(200, dump(j));
       return 200;
     }
@@ -1016,7 +1024,7 @@ struct Server::Impl {
                                 {"delta",
                                  {{"stop_reason", anthropic_stop(out.last.finish, tracker.reply())},
                                   {"stop_sequence", stop_seq(out.last)}}},
-                                {"usage", {{"output_tokens", out.last.completion_tokens}}}}));
+                                {"usage", anthropic_usage(n_prompt, out.last)}}));
     c.chunk(event("message_stop", {{"type", "message_stop"}}));
     c.end_stream();
     return 200;

@@ -114,7 +114,10 @@ int run_worker(int fd, Scheduler& sched, Metrics& metrics) {
         for (;;) {
           Request::Update u = r->take(std::chrono::milliseconds(50));
           if (!u.text.empty() || !u.logprobs.empty() || !u.prompt_logprobs.empty()) {
-            json m{{"id", id}, {"text", u.text}, {"n", u.completion_tokens}};
+            json m{{"id", id},
+                   {"text", u.text},
+                   {"n", u.completion_tokens},
+                   {"cached", u.cached_tokens}};
             if (!u.logprobs.empty()) m["lp"] = logprobs_to_json(u.logprobs);
             if (!u.prompt_logprobs.empty()) m["plp"] = logprobs_to_json(u.prompt_logprobs);
             send(m);
@@ -125,7 +128,8 @@ int run_worker(int fd, Scheduler& sched, Metrics& metrics) {
                   {"finish", finish_code(u.finish)},
                   {"stop", u.stop_sequence},
                   {"error", u.error},
-                  {"n", u.completion_tokens}});
+                  {"n", u.completion_tokens},
+                  {"cached", u.cached_tokens}});
             break;
           }
         }
@@ -277,11 +281,13 @@ void Workers::read_loop(int i) {
         metrics_.token_s.observe(std::chrono::duration<double>(now - l.last).count() /
                                  (n - l.generated));
       l.generated = n, l.last = now;
+      l.req->set_cached(m.value("cached", 0));
       if (m.contains("plp")) l.req->add_logprobs(logprobs_from_json(m["plp"]), true);
       if (m.contains("lp")) l.req->add_logprobs(logprobs_from_json(m["lp"]), false);
       l.req->append(m["text"].get<std::string>(), n);
     }
     if (m.value("done", false)) {
+      l.req->set_cached(m.value("cached", 0));
       if (m.value("n", 0) > 0) l.req->append("", m.value("n", 0));
       l.req->finish(static_cast<Finish>(m.value("finish", 0)), m.value("stop", ""),
                     m.value("error", ""));

@@ -208,7 +208,8 @@ try:
                                                    "content": [{"type": "text", "text": "sunny, 24 C"}]},
                                                   {"type": "text", "text": "Thanks."}]}])
     check(m2.content[0].type == "text" and m2.content[0].text and m2.stop_reason in ("max_tokens", "end_turn") and
-          m2.usage.input_tokens > m.usage.input_tokens + 10, "anthropic: tool_result in, an answer out")
+          m2.usage.input_tokens + m2.usage.cache_read_input_tokens >
+          m.usage.input_tokens + m.usage.cache_read_input_tokens + 10, "anthropic: tool_result in, an answer out")
     m3 = an.messages.create(model="kjv", max_tokens=300, tools=AN_TOOLS + [
         {"name": "get_time", "input_schema": TIME}], tool_choice={"type": "tool", "name": "get_time"},
         messages=amsgs, extra_body={"temperature": 0})
@@ -278,6 +279,33 @@ try:
     check(streamed == [(t.token, t.logprob) for t in content], "streamed chat logprobs == non-streamed")
     check(bad(lambda: oa.chat.completions.create(model="kjv", messages=msgs, top_logprobs=2), "top_logprobs"),
           "top_logprobs without logprobs: 400 naming it")
+
+    # ---- Long conversations: the prompt's prefix resumed, never changing the text ----
+    url_nc = start_serve(["--model", MODEL, "--local", "--alias", "kjv", "--prefix-cache-mib", "0",
+                          "--chat-template", os.path.join(TEMPLATES, "Qwen-Qwen3-0.6B.jinja")])
+    oa_nc = openai.OpenAI(base_url=url_nc + "/v1", api_key="none", max_retries=0)
+    conv = [{"role": "system", "content": "You are a scribe of the old books. " * 12},
+            {"role": "user", "content": "Tell me of Moses and the people."}]
+    cached, same = [], True
+    for turn in range(3):
+        a = oa.chat.completions.create(model="kjv", messages=conv, max_tokens=16, temperature=0)
+        b = oa_nc.chat.completions.create(model="kjv", messages=conv, max_tokens=16, temperature=0)
+        same = same and a.choices[0].message.content == b.choices[0].message.content
+        cached.append(a.usage.prompt_tokens_details.cached_tokens)
+        check(b.usage.prompt_tokens_details.cached_tokens == 0, f"turn {turn}: no reuse with --prefix-cache-mib 0")
+        conv += [{"role": "assistant", "content": a.choices[0].message.content},
+                 {"role": "user", "content": "And then what happened in the land?"}]
+    check(same, "prefix reuse never changes the text (3 turns, through expertd vs --local without reuse)")
+    check(cached[0] == 0 and all(c > 64 for c in cached[1:]),
+          f"from turn 2 on the history is resumed (cached_tokens {cached})")
+    m = an.messages.create(model="kjv", max_tokens=8, extra_body={"temperature": 0},
+                           system="You are a scribe of the old books. " * 12,
+                           messages=[{"role": "user", "content": "Tell me of Moses and the people."}])
+    check(m.usage.cache_read_input_tokens > 64 and m.usage.input_tokens + m.usage.cache_read_input_tokens > 100,
+          f"anthropic: usage.cache_read_input_tokens ({m.usage.cache_read_input_tokens})")
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    reused = float(re.search(r"^expert_serve_prefix_reused_tokens_total (\S+)$", text, re.M).group(1))
+    check(reused >= sum(cached) + m.usage.cache_read_input_tokens, f"/metrics counts the reused tokens ({reused:.0f})")
 
     # ---- Reasoning (GLM-4.7: its prompt opens <think>) and a template without tools ----
     url2 = start_serve(["--model", MODEL, "--local", "--alias", "kjv",
