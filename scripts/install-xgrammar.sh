@@ -16,13 +16,16 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "building xgrammar $VERSION (C++ core) into $PREFIX"
 python3 - "$VERSION" "$SHA256" "$work/xgrammar.tar.gz" <<'PY'
-import hashlib, json, sys, urllib.request
+import hashlib, re, sys, urllib.request
 version, sha, out = sys.argv[1:]
-meta = json.load(urllib.request.urlopen(f"https://pypi.org/pypi/xgrammar/{version}/json", timeout=60))
-url = next(u["url"] for u in meta["urls"] if u["packagetype"] == "sdist")
-data = urllib.request.urlopen(url, timeout=300).read()
+# PyPI's simple index (what pip reads) links each file with its sha256.
+index = urllib.request.urlopen("https://pypi.org/simple/xgrammar/", timeout=60).read().decode()
+m = re.search(r'href="([^"]*/xgrammar-' + re.escape(version) + r'\.tar\.gz)[^"]*"', index)
+if not m:
+    sys.exit(f"xgrammar {version}: no sdist in PyPI's index")
+data = urllib.request.urlopen(m.group(1), timeout=300).read()
 if hashlib.sha256(data).hexdigest() != sha:
-    sys.exit(f"xgrammar {version} sdist: sha256 mismatch ({url})")
+    sys.exit(f"xgrammar {version} sdist: sha256 mismatch ({m.group(1)})")
 open(out, "wb").write(data)
 PY
 tar -xzf "$work/xgrammar.tar.gz" -C "$work"
