@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "serve/prefix_disk.h"
+
 namespace expertd::serve {
 
 namespace {
@@ -72,6 +74,34 @@ std::string Metrics::render(const std::vector<proto::Metric>& daemon) const {
           double(prefix_reused_tokens));
   counter("expert_serve_prefix_hits_total", "requests that resumed a cached prefix",
           double(prefix_hits));
+  counter("expert_serve_prefix_disk_hits_total",
+          "requests that resumed a prefix read from the SSD tier", double(prefix_disk_hits));
+  if (prefix_disk) {
+    const auto& c = prefix_disk->counters();
+    counter("expert_serve_prefix_disk_writes_total", "prefix states written to the SSD tier",
+            double(c.writes));
+    counter("expert_serve_prefix_disk_write_bytes_total", "bytes written to the SSD tier",
+            double(c.write_bytes));
+    counter("expert_serve_prefix_disk_reads_total", "prefix states read from the SSD tier",
+            double(c.reads));
+    counter("expert_serve_prefix_disk_read_bytes_total", "bytes read from the SSD tier",
+            double(c.read_bytes));
+    counter("expert_serve_prefix_disk_damaged_total",
+            "SSD-tier files whose header, size or checksum failed (a miss; removed)",
+            double(c.damaged));
+    counter("expert_serve_prefix_disk_evictions_total",
+            "SSD-tier files evicted (least recently used)", double(c.evictions));
+    counter("expert_serve_prefix_disk_dropped_total",
+            "states not written: the write queue was full", double(c.dropped));
+    counter("expert_serve_prefix_disk_write_errors_total", "failed SSD-tier writes",
+            double(c.write_errors));
+    counter("expert_serve_prefix_disk_full", "1: a write met a full disk and writes stopped",
+            c.full ? 1.0 : 0.0, "gauge");
+    counter("expert_serve_prefix_disk_bytes", "bytes of prefix states on the SSD tier",
+            double(prefix_disk->bytes()), "gauge");
+    counter("expert_serve_prefix_disk_entries", "prefix states on the SSD tier",
+            double(prefix_disk->entries()), "gauge");
+  }
   counter("expert_serve_prefix_misses_total", "requests with no cached prefix",
           double(prefix_misses));
   counter("expert_serve_prefix_errors_total",

@@ -33,9 +33,10 @@ struct Metrics {
   std::atomic<uint64_t> prompt_tokens{0}, generated_tokens{0}, steps{0}, batched_rows{0};
   std::atomic<int64_t> queue_length{0}, active_sequences{0};
   // Prompt prefixes reused (serve/prefix_cache.h).
-  std::atomic<uint64_t> prefix_hits{0}, prefix_misses{0}, prefix_errors{0}, prefix_reused_tokens{0},
-      prefix_evictions{0};
+  std::atomic<uint64_t> prefix_hits{0}, prefix_disk_hits{0}, prefix_misses{0}, prefix_errors{0},
+      prefix_reused_tokens{0}, prefix_evictions{0};
   std::atomic<int64_t> prefix_bytes{0}, prefix_entries{0};
+  const class PrefixDisk* prefix_disk = nullptr;  // its counters, when the SSD tier is on
   Histogram ttft_s{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram token_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   // The grammar's share of a constrained step: the token mask and its application.

@@ -135,7 +135,8 @@ std::vector<TokenLogprob> logprobs_from_json(const nlohmann::json& j) {
 }
 
 Scheduler::Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int n_ctx,
-                     int queue_max, Metrics& metrics, Grammars& grammars, size_t prefix_cache_bytes)
+                     int queue_max, Metrics& metrics, Grammars& grammars, size_t prefix_cache_bytes,
+                     PrefixDisk* prefix_disk)
     : make_(std::move(make)),
       tok_(tok),
       parallel_(parallel),
@@ -144,6 +145,7 @@ Scheduler::Scheduler(EngineFactory make, const engine::Tokenizer& tok, int paral
       metrics_(metrics),
       grammars_(grammars),
       prefix_bytes_(prefix_cache_bytes),
+      disk_(prefix_disk),
       slot_used_(size_t(parallel), false) {
   thread_ = std::thread([this] { loop(); });
 }
@@ -279,7 +281,20 @@ void Scheduler::loop() {
 void Scheduler::resume(Seq& s) {
   if (prefix_bytes_ == 0) return;
   if (!prefix_) prefix_ = std::make_unique<PrefixCache>(prefix_bytes_, engine_->can_cut());
-  const auto hit = prefix_->find(s.req->prompt);
+  auto hit = prefix_->find(s.req->prompt);
+  bool from_disk = false;
+  if (disk_) {
+    // The SSD tier when it holds a longer prefix than RAM: read, checked, and kept in RAM again.
+    int n = 0;
+    if (auto e = disk_->find(s.req->prompt, engine_->can_cut(), n); e && n > hit.n) {
+      if (auto st = disk_->read(*e)) {
+        auto sp = std::make_shared<const engine::SeqState>(std::move(*st));
+        prefix_->put(e->tokens, *sp);
+        hit = {std::move(sp), n};
+        from_disk = true;
+      }
+    }
+  }
   if (hit.n == 0) {
     ++metrics_.prefix_misses;
     return;
@@ -291,8 +306,16 @@ void Scheduler::resume(Seq& s) {
   }
   s.fed = size_t(hit.n), s.saved = size_t(hit.n);
   s.req->set_cached(hit.n);
-  ++metrics_.prefix_hits;
+  ++(from_disk ? metrics_.prefix_disk_hits : metrics_.prefix_hits);
   metrics_.prefix_reused_tokens += uint64_t(hit.n);
+}
+
+void Scheduler::keep(std::span<const int32_t> tokens, engine::SeqState st, bool to_disk) {
+  if (disk_ && to_disk) disk_->write(tokens, st);
+  prefix_->put(tokens, std::move(st));
+  metrics_.prefix_bytes = int64_t(prefix_->bytes());
+  metrics_.prefix_entries = int64_t(prefix_->entries());
+  metrics_.prefix_evictions = prefix_->evictions();
 }
 
 // A prompt's state is kept when its prefill ends; where states cannot be cut, at each chunk's
@@ -307,10 +330,8 @@ void Scheduler::checkpoint(Seq& s) {
     return;
   }
   s.saved = s.fed;
-  prefix_->put({prompt.data(), s.fed}, std::move(st));
-  metrics_.prefix_bytes = int64_t(prefix_->bytes());
-  metrics_.prefix_entries = int64_t(prefix_->entries());
-  metrics_.prefix_evictions = prefix_->evictions();
+  // Chunk checkpoints stay in RAM; the prompt's end goes to the SSD tier too.
+  keep({prompt.data(), s.fed}, std::move(st), s.fed == prompt.size());
 }
 
 // A finished sequence's state (its prompt and the reply it evaluated) is kept too: the next
@@ -322,10 +343,7 @@ void Scheduler::keep_reply(Seq& s) {
   if (engine_->n_past(s.slot) != int(tokens.size())) return;
   engine::SeqState st;
   if (!engine_->save_state(s.slot, st)) return;
-  prefix_->put(tokens, std::move(st));
-  metrics_.prefix_bytes = int64_t(prefix_->bytes());
-  metrics_.prefix_entries = int64_t(prefix_->entries());
-  metrics_.prefix_evictions = prefix_->evictions();
+  keep(tokens, std::move(st), true);
 }
 
 bool Scheduler::emit(Seq& s, bool final) {

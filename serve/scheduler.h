@@ -25,6 +25,7 @@
 #include "serve/grammar.h"
 #include "serve/metrics.h"
 #include "serve/prefix_cache.h"
+#include "serve/prefix_disk.h"
 
 namespace expertd::serve {
 
@@ -124,8 +125,10 @@ class Scheduler final : public Backend {
  public:
   // `grammars` compiles the requests' grammars (shared with the HTTP side, which checks them);
   // prefix_cache_bytes: the RAM kept for prompt prefixes' states (0: no reuse).
+  // prefix_disk: the prefix cache's SSD tier (none: RAM only).
   Scheduler(EngineFactory make, const engine::Tokenizer& tok, int parallel, int n_ctx,
-            int queue_max, Metrics& metrics, Grammars& grammars, size_t prefix_cache_bytes = 0);
+            int queue_max, Metrics& metrics, Grammars& grammars, size_t prefix_cache_bytes = 0,
+            PrefixDisk* prefix_disk = nullptr);
   ~Scheduler() override;
 
   Admit submit(std::shared_ptr<Request> r) override;
@@ -167,6 +170,8 @@ class Scheduler final : public Backend {
   std::vector<float> masked_;  // one row of logits under a grammar
   const size_t prefix_bytes_;
   std::unique_ptr<PrefixCache> prefix_;  // made with the first engine (it knows the caches)
+  PrefixDisk* disk_;
+  void keep(std::span<const int32_t> tokens, engine::SeqState st, bool to_disk);
   void resume(Seq& s);
   void checkpoint(Seq& s);
   void keep_reply(Seq& s);

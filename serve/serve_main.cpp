@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -46,6 +47,17 @@ std::string model_id(const std::string& path) {
   return n;
 }
 
+// What the SSD tier's states belong to: the model file's size and its first 16 MiB (its metadata
+// and leading tensors), so that another model's states are never read as this one's.
+uint64_t model_identity(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(size_t{16} << 20, '\0');
+  in.read(head.data(), std::streamsize(head.size()));
+  head.resize(size_t(in.gcount()));
+  const uint64_t size = std::filesystem::file_size(path);
+  return XXH3_64bits_withSeed(head.data(), head.size(), size);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,6 +72,8 @@ int main(int argc, char** argv) {
   int workers = 1, worker_fd = -1;
   bool prefetch = false;
   size_t prefix_cache_mib = 1024;
+  std::string prefix_cache_dir;
+  double prefix_cache_gib = 16;
   app.add_option("--model", model,
                  "model GGUF, or the core GGUF of an expert pack (default: the bundled model)");
   app.add_option("--socket", socket, "expertd socket: experts come from the daemon");
@@ -101,6 +115,12 @@ int main(int argc, char** argv) {
                  "prompts begin the same way (0: off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 24));
+  app.add_option("--prefix-cache-dir", prefix_cache_dir,
+                 "a directory on the SSD for prompt prefixes' states beyond RAM (written with "
+                 "O_DIRECT, checksummed, kept across restarts and shared by --workers)");
+  app.add_option("--prefix-cache-gib", prefix_cache_gib, "the SSD tier's size")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 1e6));
   app.add_option("--alias", alias, "the model's name in the API (default: its file name)");
   app.add_option("--max-body-mb", max_body_mb, "largest request body (413 beyond)")
       ->capture_default_str();
@@ -152,10 +172,20 @@ int main(int argc, char** argv) {
 
   serve::Metrics metrics;
   serve::Grammars grammars(*tok);
+  std::unique_ptr<serve::PrefixDisk> disk;
+  if (!prefix_cache_dir.empty()) {
+    if (prefix_cache_mib == 0)
+      die("--prefix-cache-dir needs the RAM tier (--prefix-cache-mib > 0)");
+    auto d = serve::PrefixDisk::open(prefix_cache_dir, uint64_t(prefix_cache_gib * (1ull << 30)),
+                                     model_identity(model));
+    if (!d) die(d.error().message);
+    disk = std::move(*d);
+    metrics.prefix_disk = disk.get();
+  }
   if (worker_fd >= 0) {  // an engine process of --workers: no HTTP, the protocol on the fd
     ::signal(SIGPIPE, SIG_IGN);
     serve::Scheduler sched(make, *tok, parallel, ctx, 2 * parallel, metrics, grammars,
-                           prefix_cache_mib << 20);
+                           prefix_cache_mib << 20, disk.get());
     return serve::run_worker(worker_fd, sched, metrics);
   }
   std::unique_ptr<serve::Backend> backend;
@@ -164,7 +194,7 @@ int main(int argc, char** argv) {
                                                parallel, ctx, queue_max, metrics);
   else
     backend = std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics,
-                                                 grammars, prefix_cache_mib << 20);
+                                                 grammars, prefix_cache_mib << 20, disk.get());
   serve::Backend& sched = *backend;
   serve::ServerOptions so;
   so.host = host, so.port = port, so.api_key = api_key, so.max_body = max_body_mb << 20;

@@ -307,6 +307,55 @@ try:
     reused = float(re.search(r"^expert_serve_prefix_reused_tokens_total (\S+)$", text, re.M).group(1))
     check(reused >= sum(cached) + m.usage.cache_read_input_tokens, f"/metrics counts the reused tokens ({reused:.0f})")
 
+    # ---- The SSD tier: a restart resumes what was written before it; damage is a miss ----
+    pdir = os.path.join(tmp, "prefix-tier")
+    tier = ["--model", MODEL, "--local", "--alias", "kjv", "--prefix-cache-mib", "64", "--prefix-cache-dir",
+            pdir, "--chat-template", os.path.join(TEMPLATES, "Qwen-Qwen3-0.6B.jinja")]
+
+    def metric_of(u, name):
+        t = urllib.request.urlopen(u + "/metrics").read().decode()
+        m_ = re.search(r"^" + re.escape(name) + r" (\S+)$", t, re.M)
+        return float(m_.group(1)) if m_ else None
+
+    def stop_last():
+        procs[-1].send_signal(signal.SIGTERM)
+        procs[-1].wait(timeout=20)
+    conv = [{"role": "system", "content": "You are a scribe of the old books. " * 12},
+            {"role": "user", "content": "Tell me of Moses and the people."}]
+    u = start_serve(tier)
+    c1 = openai.OpenAI(base_url=u + "/v1", api_key="none", max_retries=0)
+    first = c1.chat.completions.create(model="kjv", messages=conv, max_tokens=16, temperature=0)
+    for _ in range(100):
+        if (metric_of(u, "expert_serve_prefix_disk_writes_total") or 0) >= 2:
+            break
+        time.sleep(0.05)
+    check(metric_of(u, "expert_serve_prefix_disk_writes_total") >= 2, "the prompt and reply states are written to the SSD tier")
+    stop_last()
+    conv2 = conv + [{"role": "assistant", "content": first.choices[0].message.content},
+                    {"role": "user", "content": "And then what happened in the land?"}]
+    want2 = oa_nc.chat.completions.create(model="kjv", messages=conv2, max_tokens=16, temperature=0)
+    u = start_serve(tier)
+    c2 = openai.OpenAI(base_url=u + "/v1", api_key="none", max_retries=0)
+    r = c2.chat.completions.create(model="kjv", messages=conv2, max_tokens=16, temperature=0)
+    check(r.usage.prompt_tokens_details.cached_tokens > 64 and metric_of(u, "expert_serve_prefix_disk_hits_total") == 1,
+          f"after a restart the SSD tier resumes the history ({r.usage.prompt_tokens_details.cached_tokens} tokens)")
+    check(r.choices[0].message.content == want2.choices[0].message.content, "a resume from the SSD tier changes nothing")
+    stop_last()
+    for f in os.listdir(pdir):  # every state damaged: one byte of it, past the header and tokens
+        with open(os.path.join(pdir, f), "r+b") as fh:
+            fh.seek(3 * 4096)
+            b = fh.read(1)
+            fh.seek(3 * 4096)
+            fh.write(bytes([b[0] ^ 0x40]))
+    u = start_serve(tier)
+    c3 = openai.OpenAI(base_url=u + "/v1", api_key="none", max_retries=0)
+    r = c3.chat.completions.create(model="kjv", messages=conv2, max_tokens=16, temperature=0)
+    check(r.usage.prompt_tokens_details.cached_tokens == 0 and
+          metric_of(u, "expert_serve_prefix_disk_damaged_total") >= 1 and
+          r.choices[0].message.content == want2.choices[0].message.content,
+          "damaged SSD-tier states: a counted miss, the same text")
+    stop_last()
+
     # ---- Reasoning (GLM-4.7: its prompt opens <think>) and a template without tools ----
     url2 = start_serve(["--model", MODEL, "--local", "--alias", "kjv",
                         "--chat-template", os.path.join(TEMPLATES, "GLM-4.7-Flash.jinja")])
