@@ -6,7 +6,7 @@ restarts the server between the two, its RAM tier empty, to time a resume from t
 --seed picks the words, so that each round's conversation is new to the server.
 
 Prints one line per turn and a JSON summary line (bench/turns.sh reads it).
-Usage: bench/turns.py URL [--turns 8] [--new-words 150] [--n-gen 16] [--label NAME]
+Usage: bench/turns.py URL [--turns 8] [--first-words 180] [--new-words 60] [--n-gen 16] [--label NAME]
 """
 import argparse
 import json
@@ -16,7 +16,8 @@ import urllib.request
 ap = argparse.ArgumentParser()
 ap.add_argument("url")
 ap.add_argument("--turns", type=int, default=8)
-ap.add_argument("--new-words", type=int, default=150)
+ap.add_argument("--new-words", type=int, default=60)
+ap.add_argument("--first-words", type=int, default=180)
 ap.add_argument("--n-gen", type=int, default=16)
 ap.add_argument("--label", default="server")
 ap.add_argument("--model", default=None)
@@ -32,7 +33,8 @@ WORDS = ("and the king said unto them go ye into the land which i give you for a
 
 def new_text(turn):
     k = turn * 7 + args.seed * 13
-    return " ".join(WORDS[(k + i * (1 + args.seed % 5)) % len(WORDS)] for i in range(args.new_words))
+    n = args.first_words if turn == 0 else args.new_words
+    return " ".join(WORDS[(k + i * (1 + args.seed % 5)) % len(WORDS)] for i in range(n))
 
 
 def ask(prompt):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Long conversations at the drive's speed: an 8-turn conversation (each turn the whole history
-# again plus ~150 new words, a short streamed reply; past 2,000 tokens by the end) replayed on
+# again plus ~200 new tokens after a first turn of ~600, a short streamed reply; past 2,000
+# tokens by the end) replayed on
 # expert-serve over expertd, on the model of bench/memlimit.sh under its memory limit (cgroup v1,
 # page cache included), with prefix reuse and without it (--prefix-cache-mib 0), in alternating
 # rounds (a new conversation each round), medians per turn: time to first token and the ratio.

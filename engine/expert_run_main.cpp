@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -13,6 +14,7 @@
 
 #include "chat/model_chat.h"
 #include "engine/engine.h"
+#include "engine/state_file.h"
 #ifdef EXPERTD_HAVE_CUDA_ENGINE
 #include "engine/cuda_engine.h"
 #endif
@@ -229,8 +231,25 @@ struct GenOptions {
   int n = 128;
   bool chat = false, verbose = false;
   std::string chat_template;  // a file, instead of the model's
+  std::string prompt_cache;   // resume the prompt's longest cached prefix; save its state
   engine::SamplerParams sp;
 };
+
+// --prompt-cache: the prefix of `ids` the file holds, loaded into sequence 0 (its length).
+size_t resume_prompt(engine::Forward& eng, const std::string& path, uint64_t model_id,
+                     const std::vector<int32_t>& ids) {
+  if (!std::filesystem::exists(path)) return 0;
+  auto f = engine::load_state_file(path, model_id);
+  if (!f) die(f.error().message);
+  size_t n = 0;
+  const size_t upto = std::min(f->tokens.size(), ids.size() - 1);  // the last is evaluated
+  while (n < upto && f->tokens[n] == ids[n]) ++n;
+  if (!eng.can_cut() && n != f->tokens.size()) return 0;  // a recurrent state resumes only whole
+  if (n == 0) return 0;
+  if (auto st = eng.load_state(0, f->state, int(n)); !st)
+    die("--prompt-cache: " + st.error().message);
+  return n;
+}
 
 // One user turn as the model's chat template (its tokenizer.chat_template, or the file given)
 // renders it: the generation prompt added, thinking off (enable_thinking and thinking false).
@@ -272,9 +291,26 @@ int cmd_generate(const Common& o, GenOptions g) {
   engine::Sampler sampler(g.sp);
   auto before = eng->daemon_metrics();
   std::vector<float> logits;
+  uint64_t model_id = 0;
+  size_t resumed = 0;
+  if (!g.prompt_cache.empty()) {
+    auto id = engine::model_identity(o.model);
+    if (!id) die(id.error().message);
+    model_id = *id;
+    resumed = resume_prompt(*eng, g.prompt_cache, model_id, ids);
+  }
   auto t0 = Clock::now();
-  if (auto st = eng->eval(ids, false, logits); !st) die(st.error().message);
+  if (auto st = eng->eval(std::span<const int32_t>(ids).subspan(resumed), false, logits); !st)
+    die(st.error().message);
   double prefill_s = secs(t0);
+  if (!g.prompt_cache.empty()) {
+    engine::SeqState state;
+    if (auto st = eng->save_state(0, state); !st) die("--prompt-cache: " + st.error().message);
+    if (auto st = engine::save_state_file(g.prompt_cache, model_id, ids, state); !st)
+      die(st.error().message);
+    std::fprintf(stderr, "expert-run: prompt cache %s: %zu of %zu prompt tokens resumed\n",
+                 g.prompt_cache.c_str(), resumed, ids.size());
+  }
   engine::Utf8Stream out;
   auto t1 = Clock::now();
   int generated = 0;
@@ -487,6 +523,10 @@ int main(int argc, char** argv) {
   GenOptions g;
   gen->add_option("--prompt", g.prompt, "prompt text (special tokens in it are recognised)");
   gen->add_option("--prompt-file", g.prompt_file, "read the prompt from a file");
+  gen->add_option("--prompt-cache", g.prompt_cache,
+                  "a file holding a prompt's attention state: its longest prefix of this prompt "
+                  "is resumed, and this prompt's state saved to it (another model's file is an "
+                  "error)");
   gen->add_option("-n,--n-predict", g.n, "tokens to generate")->capture_default_str();
   gen->add_option("--temp", g.sp.temperature, "temperature (0: greedy)")->capture_default_str();
   gen->add_option("--top-k", g.sp.top_k, "keep the k most likely tokens (0: off)")

@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/expert_source.h"
 #include "engine/model.h"
+#include "engine/state_file.h"
 #include "engine/tokenizer.h"
 #include "gguf/gguf_reader.h"
 #include "serve/metrics.h"
@@ -45,17 +45,6 @@ std::string model_id(const std::string& path) {
   for (const char* ext : {".gguf", ".core"})
     if (n.size() > std::strlen(ext) && n.ends_with(ext)) n.resize(n.size() - std::strlen(ext));
   return n;
-}
-
-// What the SSD tier's states belong to: the model file's size and its first 16 MiB (its metadata
-// and leading tensors), so that another model's states are never read as this one's.
-uint64_t model_identity(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string head(size_t{16} << 20, '\0');
-  in.read(head.data(), std::streamsize(head.size()));
-  head.resize(size_t(in.gcount()));
-  const uint64_t size = std::filesystem::file_size(path);
-  return XXH3_64bits_withSeed(head.data(), head.size(), size);
 }
 
 }  // namespace
@@ -176,8 +165,11 @@ int main(int argc, char** argv) {
   if (!prefix_cache_dir.empty()) {
     if (prefix_cache_mib == 0)
       die("--prefix-cache-dir needs the RAM tier (--prefix-cache-mib > 0)");
+    // The states are the model's: its file's identity names them (engine/state_file.h).
+    auto model_identity = engine::model_identity(model);
+    if (!model_identity) die(model_identity.error().message);
     auto d = serve::PrefixDisk::open(prefix_cache_dir, uint64_t(prefix_cache_gib * (1ull << 30)),
-                                     model_identity(model));
+                                     *model_identity);
     if (!d) die(d.error().message);
     disk = std::move(*d);
     metrics.prefix_disk = disk.get();

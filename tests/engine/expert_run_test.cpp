@@ -348,3 +348,60 @@ TEST(ExpertRun, NextLayerPredictionIsScoredAndLeavesTheLogitsAlone) {
   ASSERT_EQ(p.first, 0) << p.second;
   EXPECT_TRUE(read_file(d / "a.bin") == read_file(d / "p.bin"));
 }
+
+// --prompt-cache, as llama.cpp's flag: a later prompt that begins with an earlier one resumes
+// its state (the text unchanged); another model's file or a damaged one is a clear error.
+TEST(ExpertRun, PromptCacheResumesTheSharedPrefixAndRefusesAnotherModelsFile) {
+  TempDir dir;
+  const std::string model = std::string(EXPERTD_SOURCE_DIR) + "/model/kjv-moe-q8_0.gguf";
+  const std::string cache = dir / "prompt.cache";
+  const std::string p1 =
+      "And God said unto Moses, Go down, and charge the people, lest they "
+      "break through unto the LORD to gaze";
+  const std::string p2 = p1 + ", and many of them perish";
+  // The generated text, and the prompt cache's line (on stderr, merged by run()).
+  struct Out {
+    int rc;
+    std::string text, said;
+  };
+  auto gen = [&](const std::string& m, const std::string& prompt, const std::string& extra) {
+    auto r = run(run_bin() + " generate --model " + m + " --local --threads 2 -n 16 --temp 0 " +
+                 "--prompt '" + prompt + "' " + extra);
+    Out o{r.first, r.second, ""};
+    const size_t at = o.text.find("expert-run: ");
+    if (at != std::string::npos) {
+      const size_t nl = o.text.find('\n', at);
+      o.said = o.text.substr(at, nl - at);
+      o.text.erase(at, nl - at + 1);
+    }
+    return o;
+  };
+  auto first = gen(model, p1, "--prompt-cache " + cache);
+  ASSERT_EQ(first.rc, 0) << first.text;
+  EXPECT_NE(first.said.find(": 0 of "), std::string::npos) << first.said;
+  auto resumed = gen(model, p2, "--prompt-cache " + cache);
+  ASSERT_EQ(resumed.rc, 0) << resumed.text;
+  auto plain = gen(model, p2, "");
+  EXPECT_EQ(resumed.text, plain.text);
+  EXPECT_NE(resumed.said.find("prompt tokens resumed"), std::string::npos) << resumed.said;
+  EXPECT_EQ(resumed.said.find(": 0 of "), std::string::npos) << resumed.said;  // a prefix resumed
+  // Another model's file.
+  const std::string other = dir / "other.gguf";
+  {
+    std::ifstream in(model, std::ios::binary);
+    std::ofstream out(other, std::ios::binary);
+    out << in.rdbuf() << "x";  // another file (its size, so its identity)
+  }
+  auto refused = gen(other, p2, "--prompt-cache " + cache);
+  EXPECT_NE(refused.rc, 0);
+  EXPECT_NE(refused.said.find("of another model"), std::string::npos) << refused.text;
+  // A damaged file.
+  {
+    std::fstream f(cache, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x55');
+  }
+  auto damaged = gen(model, p2, "--prompt-cache " + cache);
+  EXPECT_NE(damaged.rc, 0);
+  EXPECT_NE(damaged.said.find("damaged"), std::string::npos) << damaged.text;
+}

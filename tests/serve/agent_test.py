@@ -307,6 +307,25 @@ try:
     reused = float(re.search(r"^expert_serve_prefix_reused_tokens_total (\S+)$", text, re.M).group(1))
     check(reused >= sum(cached) + m.usage.cache_read_input_tokens, f"/metrics counts the reused tokens ({reused:.0f})")
 
+    # ---- --workers: the grammar and the logprobs travel to the engine processes ----
+    uw = start_serve(["--model", os.path.join(tmp, "kjv.core.gguf"), "--socket", sock, "--alias", "kjv",
+                      "--workers", "2", "--chat-template", os.path.join(TEMPLATES, "Qwen-Qwen3-0.6B.jinja")])
+    for _ in range(100):
+        try:
+            if urllib.request.urlopen(uw + "/health", timeout=2).status == 200:
+                break
+        except Exception:  # noqa: BLE001
+            time.sleep(0.05)
+    ow = openai.OpenAI(base_url=uw + "/v1", api_key="none", max_retries=0)
+    r = ow.chat.completions.create(model="kjv", messages=msgs, tools=OA_TOOLS, tool_choice="required",
+                                   max_tokens=300, temperature=0, logprobs=True)
+    c = (r.choices[0].message.tool_calls or [None])[0]
+    check(c is not None and c.function.name == call.function.name and c.function.arguments == call.function.arguments
+          and r.choices[0].logprobs and len(r.choices[0].logprobs.content) == r.usage.completion_tokens,
+          "--workers 2: the same forced call, with its logprobs")
+    procs[-1].send_signal(signal.SIGTERM)
+    procs[-1].wait(timeout=20)
+
     # ---- The SSD tier: a restart resumes what was written before it; damage is a miss ----
     pdir = os.path.join(tmp, "prefix-tier")
     tier = ["--model", MODEL, "--local", "--alias", "kjv", "--prefix-cache-mib", "64", "--prefix-cache-dir",
