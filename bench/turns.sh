@@ -86,3 +86,33 @@ print(f"last turn after a restart: from the SSD tier {dm:.3f} s ({d[0]['cached_t
 PY
 du -sh "$pdir" | sed 's/^/SSD tier after the run: /'
 echo "peak memory of the run: $(( $(cat $cg/memory.max_usage_in_bytes) >> 20 )) MiB (limit $((limit >> 20)) MiB)"
+[ -n "${LLAMA_PY:-}" ] || exit 0
+kill -TERM "$dpid"; wait "$dpid" || true; dpid=""
+sync; echo 3 > /proc/sys/vm/drop_caches
+port=$((port + 1))
+# llama.cpp's server (llama-cpp-python's) with its prompt cache on (cache=True: a RAM cache of
+# prompt states, reused for the longest matching prefix), the GGUF through mmap, no repack.
+sh -c "echo \$\$ > $cg/cgroup.procs; exec $LLAMA_PY - $dir/$m.gguf $port $ctx" > "$dir/llama-turns.log" 2>&1 <<'PY' &
+import sys
+import llama_cpp.llama_cpp as C
+default_params = C.llama_model_default_params
+def no_repack():
+    p = default_params()
+    p.use_extra_bufts = False
+    return p
+C.llama_model_default_params = no_repack
+import uvicorn
+from llama_cpp.server.app import create_app
+from llama_cpp.server.settings import ModelSettings, ServerSettings
+app = create_app(server_settings=ServerSettings(host="127.0.0.1", port=int(sys.argv[2])),
+                 model_settings=[ModelSettings(model=sys.argv[1], n_threads=2, n_threads_batch=2,
+                                               n_ctx=int(sys.argv[3]), n_batch=512, n_gpu_layers=0,
+                                               use_mmap=True, use_mlock=False, cache=True,
+                                               cache_type="ram", verbose=False)])
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+PY
+spid=$!
+for _ in $(seq 1200); do curl -sf "localhost:$port/v1/models" >/dev/null 2>&1 && break; sleep 0.5; done
+echo "llama.cpp's server (llama-cpp-python $($LLAMA_PY -c 'import llama_cpp; print(llama_cpp.__version__)'), prompt cache on, mmap, no repack), one round:"
+python3 bench/turns.py "http://127.0.0.1:$port" --turns "$turns" --seed 1 --label llama.cpp | tee "$out/llama.log"
+echo "peak memory of the run: $(( $(cat $cg/memory.max_usage_in_bytes) >> 20 )) MiB (limit $((limit >> 20)) MiB)"

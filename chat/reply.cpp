@@ -189,7 +189,12 @@ Got parse_call(const ReplyFormat& f, Cur& c, const ParseOptions& o, ToolCall& ca
   // The XML forms: a name, then key/value pairs.
   const ordered_json* params = nullptr;
   ordered_json args = ordered_json::object();
+  // Values of the tag-per-argument forms are taken without the blank lines around them (the
+  // templates write one; a grammar may allow a few).
+  const bool trim_values = f.tools == ToolSyntax::Qwen3Coder || f.tools == ToolSyntax::Glm ||
+                           f.tools == ToolSyntax::KimiK3;
   auto put = [&](std::string_view key, std::string_view value, int is_string) {
+    if (trim_values) value = trim(value);
     const std::string k(key);
     args[k] = is_string == 1   ? ordered_json(std::string(value))
               : is_string == 0 ? ordered_json::parse(value, nullptr, false)
@@ -265,6 +270,7 @@ Got parse_call(const ReplyFormat& f, Cur& c, const ParseOptions& o, ToolCall& ca
       if (!c.until("<|sep|>", attrs)) return done(Got::Short);
       call.name = attr(attrs, "tool");
       for (;;) {
+        c.ws();
         if (c.lit("<|close|>call<|sep|>")) break;
         if (c.lit("<|open|>json")) {
           if (!c.until("<|sep|>", attrs) || !c.until("<|close|>json<|sep|>", v))

@@ -100,6 +100,10 @@ TEST(Reply, Qwen3CoderXmlCalls) {
                "Let me call it.\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n"
                "</function>\n</tool_call>",
                {"", "Let me call it.", {{"special_function", R"({"arg1": 1})"}}});
+  expect_reply(t, ToolSyntax::Qwen3Coder,
+               "<tool_call>\n<function=get_time>\n<parameter=city>\n\nParis \n\n</parameter>\n"
+               "</function>\n</tool_call>",
+               {"", "", {{"get_time", R"({"city": "Paris"})"}}});
 }
 
 TEST(Reply, GlmArgKeyCalls) {
@@ -152,6 +156,13 @@ TEST(Reply, KimiK3XtmlCalls) {
                "<|open|>argument key=\"arg1\" type=\"number\"<|sep|>1<|close|>argument<|sep|>"
                "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>",
                {"", "", {{"special_function", R"({"arg1": 1})"}}});
+  // Blank lines between the tags and around the values (what a grammar may let through).
+  expect_reply(t, ToolSyntax::KimiK3,
+               "<|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>"
+               "<|open|>call tool=\"get_time\" index=\"1\"<|sep|>\n\n"
+               "<|open|>argument key=\"city\" type=\"string\"<|sep|>\n\nRome\n\n"
+               "<|close|>argument<|sep|>\n\n<|close|>call<|sep|><|close|>tools<|sep|>",
+               {"", "", {{"get_time", R"({"city": "Rome"})"}}});
 }
 
 TEST(Reply, DeepSeekV31Calls) {

@@ -56,10 +56,10 @@ def check(cond, what):
         failures.append(what)
 
 
-def start_serve(extra):
+def start_serve(extra, ctx=1024):
     log = os.path.join(tmp, f"serve{len(procs)}.log")
     p = subprocess.Popen([os.path.join(B, "serve", "expert-serve"), "--port", "0", "--threads", "2",
-                          "--ctx", "1024", "--parallel", "2"] + extra,
+                          "--ctx", str(ctx), "--parallel", "2"] + extra,
                          stdout=open(log, "w"), stderr=subprocess.STDOUT)
     procs.append(p)
     for _ in range(500):
@@ -306,6 +306,26 @@ try:
     text = urllib.request.urlopen(url + "/metrics").read().decode()
     reused = float(re.search(r"^expert_serve_prefix_reused_tokens_total (\S+)$", text, re.M).group(1))
     check(reused >= sum(cached) + m.usage.cache_read_input_tokens, f"/metrics counts the reused tokens ({reused:.0f})")
+
+    # ---- Every family's own syntax, forced and read back, and the result rendered back in ----
+    for fam in ["Qwen3-Coder.jinja", "Qwen3.5-4B.jinja", "moonshotai-Kimi-K2.jinja", "Kimi-K2-Thinking.jinja",
+                "Kimi-K3.jinja", "deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-ai-DeepSeek-V3.2.jinja",
+                "deepseek-ai-DeepSeek-V4.jinja", "GLM-4.6.jinja", "openai-gpt-oss-120b.jinja"]:
+        uf = start_serve(["--model", MODEL, "--local", "--alias", "kjv", "--chat-template", os.path.join(TEMPLATES, fam)],
+                         ctx=2048)
+        of = openai.OpenAI(base_url=uf + "/v1", api_key="none", max_retries=0)
+        r = of.chat.completions.create(model="kjv", messages=msgs, tools=OA_TOOLS[:1], tool_choice="required",
+                                       max_tokens=300, temperature=0)
+        c = (r.choices[0].message.tool_calls or [None])[0]
+        check(r.choices[0].finish_reason == "tool_calls" and c is not None and c.function.name == "get_weather" and
+              valid_weather(json.loads(c.function.arguments)), f"{fam}: a forced call in its syntax, read back valid")
+        back = msgs + [{"role": "assistant", "content": None, "tool_calls": [c.model_dump()] if c else []},
+                       {"role": "tool", "tool_call_id": c.id if c else "x", "name": "get_weather", "content": "sunny"}]
+        if fam != "Kimi-K2-Thinking.jinja":  # its template appends to a list: Jinja2's sandbox refuses
+            r = of.chat.completions.create(model="kjv", messages=back, tools=OA_TOOLS[:1], max_tokens=4, temperature=0)
+            check(r.choices[0].finish_reason in ("length", "stop"), f"{fam}: the call and its result rendered back in")
+        procs[-1].send_signal(signal.SIGTERM)
+        procs[-1].wait(timeout=20)
 
     # ---- --workers: the grammar and the logprobs travel to the engine processes ----
     uw = start_serve(["--model", os.path.join(tmp, "kjv.core.gguf"), "--socket", sock, "--alias", "kjv",
