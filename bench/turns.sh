@@ -47,7 +47,8 @@ serve() {  # serve MIB: expert-serve with that RAM tier (0: no reuse), the SSD t
 }
 unserve() { kill -TERM "$spid"; wait "$spid" || true; spid=""; }
 out="$dir/turns-results"
-rm -rf "$out" "$pdir"; mkdir -p "$out"
+[ "${LLAMA_ONLY:-0}" = 1 ] && rounds=0
+[ "$rounds" -gt 0 ] && { rm -rf "$out" "$pdir"; mkdir -p "$out"; }
 for r in $(seq "$rounds"); do
   order="reuse recompute"; [ $((r % 2)) -eq 0 ] && order="recompute reuse"
   for side in $order; do
@@ -65,7 +66,7 @@ for r in $(seq "$rounds"); do
   python3 bench/turns.py "http://127.0.0.1:$port" --once "$out/last-reuse-$r.txt" --label cold | tee "$out/cold-$r.log"
   unserve
 done
-python3 - "$out" "$rounds" <<'PY'
+[ "$rounds" -gt 0 ] && python3 - "$out" "$rounds" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 def last_json(path):
@@ -84,15 +85,16 @@ dm, cm = statistics.median(x["ttft_s"] for x in d), statistics.median(x["ttft_s"
 print(f"last turn after a restart: from the SSD tier {dm:.3f} s ({d[0]['cached_tokens']} tokens resumed) "
       f"vs recomputed {cm:.3f} s: {cm / dm:.1f}x")
 PY
-du -sh "$pdir" | sed 's/^/SSD tier after the run: /'
+[ "$rounds" -gt 0 ] && du -sh "$pdir" | sed 's/^/SSD tier after the run: /'
 echo "peak memory of the run: $(( $(cat $cg/memory.max_usage_in_bytes) >> 20 )) MiB (limit $((limit >> 20)) MiB)"
 [ -n "${LLAMA_PY:-}" ] || exit 0
 kill -TERM "$dpid"; wait "$dpid" || true; dpid=""
 sync; echo 3 > /proc/sys/vm/drop_caches
 port=$((port + 1))
-# llama.cpp's server (llama-cpp-python's) with its prompt cache on (cache=True: a RAM cache of
-# prompt states, reused for the longest matching prefix), the GGUF through mmap, no repack.
-sh -c "echo \$\$ > $cg/cgroup.procs; exec $LLAMA_PY - $dir/$m.gguf $port $ctx" > "$dir/llama-turns.log" 2>&1 <<'PY' &
+# llama.cpp's server (llama-cpp-python's): its one context keeps the last prompt's KV and reuses
+# the longest common prefix of the next; LLAMA_CACHE=1 adds its prompt cache (cache=True: a RAM
+# cache of prompt states, as large as our RAM tier). The GGUF through mmap, no repack.
+sh -c "echo \$\$ > $cg/cgroup.procs; exec $LLAMA_PY - $dir/$m.gguf $port $ctx $prefix_mib ${LLAMA_CACHE:-0}" > "$dir/llama-turns.log" 2>&1 <<'PY' &
 import sys
 import llama_cpp.llama_cpp as C
 default_params = C.llama_model_default_params
@@ -107,12 +109,13 @@ from llama_cpp.server.settings import ModelSettings, ServerSettings
 app = create_app(server_settings=ServerSettings(host="127.0.0.1", port=int(sys.argv[2])),
                  model_settings=[ModelSettings(model=sys.argv[1], n_threads=2, n_threads_batch=2,
                                                n_ctx=int(sys.argv[3]), n_batch=512, n_gpu_layers=0,
-                                               use_mmap=True, use_mlock=False, cache=True,
-                                               cache_type="ram", verbose=False)])
+                                               use_mmap=True, use_mlock=False, cache=sys.argv[5] == "1",
+                                               cache_type="ram", cache_size=int(sys.argv[4]) << 20,
+                                               verbose=False)])
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 PY
 spid=$!
 for _ in $(seq 1200); do curl -sf "localhost:$port/v1/models" >/dev/null 2>&1 && break; sleep 0.5; done
-echo "llama.cpp's server (llama-cpp-python $($LLAMA_PY -c 'import llama_cpp; print(llama_cpp.__version__)'), prompt cache on, mmap, no repack), one round:"
+echo "llama.cpp's server (llama-cpp-python $($LLAMA_PY -c 'import llama_cpp; print(llama_cpp.__version__)'), prompt cache ${LLAMA_CACHE:-0}, mmap, no repack), one round:"
 python3 bench/turns.py "http://127.0.0.1:$port" --turns "$turns" --seed 1 --label llama.cpp | tee "$out/llama.log"
 echo "peak memory of the run: $(( $(cat $cg/memory.max_usage_in_bytes) >> 20 )) MiB (limit $((limit >> 20)) MiB)"
