@@ -11,7 +11,8 @@ STAMP="$PREFIX/share/xgrammar/version"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$VERSION" ] && [ -f "$PREFIX/lib/libxgrammar.a" ]; then
   exit 0
 fi
-SUDO=""; [ -w "$PREFIX" ] || SUDO="sudo"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then mkdir -p "$PREFIX" 2>/dev/null || true; [ -w "$PREFIX" ] || SUDO="sudo"; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "building xgrammar $VERSION (C++ core) into $PREFIX"
