@@ -28,17 +28,10 @@ ap.add_argument("--bin", required=True)
 ap.add_argument("--source", required=True)
 args = ap.parse_args()
 
-# The client versions the test was written against (pinned: their APIs move).
-VENV = os.path.join(args.bin, "serve-venv-openai3.57-anthropic2.15")
-PY = os.path.join(VENV, "bin", "python")
-if os.path.realpath(sys.prefix) != os.path.realpath(VENV):
-    if not os.path.exists(os.path.join(VENV, ".ready")):
-        shutil.rmtree(VENV, ignore_errors=True)
-        subprocess.check_call([sys.executable, "-m", "venv", VENV])
-        subprocess.check_call([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               "openai==3.57.0", "anthropic==2.15.0"])
-        open(os.path.join(VENV, ".ready"), "w").close()
-    os.execv(PY, [PY] + sys.argv)
+from serve_util import check, failures, in_client_venv  # noqa: E402
+import serve_util  # noqa: E402
+
+in_client_venv(args.bin)
 
 import anthropic  # noqa: E402
 import openai  # noqa: E402
@@ -49,15 +42,6 @@ QWEN3 = os.path.join(args.source, "tests", "data", "templates", "Qwen-Qwen3-0.6B
 KEY = "sekrit"
 tmp = tempfile.mkdtemp(prefix="serve-test-", dir=B)
 procs = []
-failures = []
-
-
-def check(cond, what):
-    if cond:
-        print(f"ok: {what}", flush=True)
-    else:
-        print(f"FAIL: {what}", flush=True)
-        failures.append(what)
 
 
 def run(cmd):
@@ -86,24 +70,7 @@ def start_expertd(sock):
 
 
 def start_serve(extra):
-    log = os.path.join(tmp, f"serve{len(procs)}.log")
-    p = subprocess.Popen([os.path.join(B, "serve", "expert-serve"), "--port", "0", "--threads", "2"]
-                         + extra, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    for _ in range(500):
-        m = re.search(r"on http://127\.0\.0\.1:(\d+)", open(log).read())
-        if m:
-            url = f"http://127.0.0.1:{m.group(1)}"
-            for _ in range(200):
-                try:
-                    urllib.request.urlopen(url + "/health", timeout=2)
-                    return p, url
-                except Exception:  # noqa: BLE001
-                    time.sleep(0.05)
-        if p.poll() is not None:
-            break
-        time.sleep(0.02)
-    raise RuntimeError("expert-serve did not start: " + open(log).read())
+    return serve_util.start_serve(B, tmp, procs, extra)
 
 
 def http(url, body=None, headers=None, method=None):
