@@ -34,6 +34,8 @@ void Engine::init(int n_seq) {
   n_past_.assign(n_seq, 0);
   for (int d = 0; d < 2; ++d)
     predicted_[d].assign(m_.hp.n_layer, {}), pred_stats_[d].assign(m_.hp.n_layer, {});
+  hashed_.assign(m_.hp.n_layer, {});
+  hashed_stats_.assign(m_.hp.n_layer, {});
   std::vector<KvRows> rows;
   for (int il = 0; il < m_.hp.n_layer; ++il) {
     rows.push_back(m_.arch->kv_rows(m_.hp, il, n_ctx_));
@@ -67,6 +69,7 @@ expertd::Status Engine::load_state(int slot, const SeqState& s, int n) {
 
 void Engine::reset_prediction_stats() {
   for (auto& s : pred_stats_) s.assign(m_.hp.n_layer, {});
+  hashed_stats_.assign(m_.hp.n_layer, {});
 }
 
 expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits,
@@ -113,6 +116,7 @@ expertd::Status Engine::run(std::span<const SeqTokens> seqs, bool all_logits,
   if (auto st = ops_->status(); !st) return st;
   ops_->begin_eval(rows_);
   failed_ = {};
+  if (prefetch_) prefetch_hashed();
   Act emb = ops_->alloc(T, hp.n_embd);
   ops_->embed(m_.tok_embd, tokens_, emb);
   const int64_t cols = m_.arch->residual_cols(hp);

@@ -84,6 +84,10 @@ class Engine {
   void set_prefetch(bool on, bool two_ahead = false) { prefetch_ = on, two_ahead_ = two_ahead; }
   // With prefetch on: for each MoE layer, the predictions made 1 and 2 layers ahead (depth 1 is
   // what is hinted) scored against the experts it used; [depth - 1][layer].
+  // Hash-routed layers (DeepSeek-V4's ffn_gate_tid2eid): their experts follow from the tokens
+  // alone, so with prefetch on they are hinted as the eval starts, before the first layer, and
+  // never mispredicted; scored apart from the routers' predictions (per layer).
+  const std::vector<PredictionStats>& hashed_stats() const { return hashed_stats_; }
   const std::vector<PredictionStats>& prediction_stats(int depth) const {
     return pred_stats_[depth - 1];
   }
@@ -132,6 +136,9 @@ class Engine {
   MoeRoutes moe_routes_;                             // kept across layers (their buffers)
   std::vector<std::vector<uint32_t>> predicted_[2];  // [depth - 1][layer]: awaiting the layer
   std::vector<PredictionStats> pred_stats_[2];
+  std::vector<std::vector<uint32_t>> hashed_;  // [layer]: the hash-routed layers' experts
+  std::vector<PredictionStats> hashed_stats_;
+  void prefetch_hashed();
 };
 
 using Forward = Engine;  // what expert-run drives, whatever the backend

@@ -427,6 +427,12 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
     j["decode_prediction"] = layers;
     j["decode_recall_1"] = n1 ? r1 / n1 : 0.0;
     j["decode_recall_2"] = n2 ? r2 / n2 : 0.0;
+    // Hash-routed layers, apart: their experts are read off the token before the first layer.
+    nlohmann::ordered_json hashed = nlohmann::json::array();
+    for (int il = 0; il < l.model->hp.n_layer; ++il)
+      if (const auto& h = eng->hashed_stats()[il]; h.used)
+        hashed.push_back({{"layer", il}, {"recall", h.recall()}, {"waste", h.waste()}});
+    if (!hashed.empty()) j["decode_hashed"] = hashed;
   }
   if (json) {
     std::printf("%s\n", j.dump().c_str());
@@ -445,6 +451,12 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
         std::printf("  layer %2d: recall %.3f waste %.2f | two ahead: recall %.3f waste %.2f\n",
                     x["layer"].get<int>(), x["recall_1"].get<double>(), x["waste_1"].get<double>(),
                     x["recall_2"].get<double>(), x["waste_2"].get<double>());
+      if (j.contains("decode_hashed"))
+        for (const auto& x : j["decode_hashed"])
+          std::printf(
+              "  layer %2d: hash-routed, hinted from the token before the first layer: "
+              "recall %.3f waste %.2f\n",
+              x["layer"].get<int>(), x["recall"].get<double>(), x["waste"].get<double>());
     }
   }
   return 0;

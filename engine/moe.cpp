@@ -105,10 +105,25 @@ std::vector<uint32_t> likely_experts(const float* logits, int T, int X, int K) {
 // (after this layer's attention), normalised with their norms: their top-k experts are the
 // prediction, scored when those layers route; the next layer's is hinted to the source. Hints
 // never change the math.
+// The hash-routed layers' experts, known from the eval's tokens: hinted before the first layer
+// runs (layer 0 included, which no router ahead of it could predict).
+void Engine::prefetch_hashed() {
+  for (int il = 0; il < m_.hp.n_layer; ++il) {
+    const MoeWeights* w = m_.moe(il);
+    if (!w || !w->tid2eid) continue;
+    std::vector<int32_t> ids = hashed_experts(*w, tokens_, m_.hp.n_expert_used);
+    auto& p = hashed_[il];
+    p.assign(ids.begin(), ids.end());
+    std::sort(p.begin(), p.end());
+    p.erase(std::unique(p.begin(), p.end()), p.end());
+    if (experts_.wants_hints()) experts_.prefetch(il, p);
+  }
+}
+
 void Engine::prefetch_next(int il) {
   for (int d = 1; d <= (two_ahead_ ? 2 : 1) && il + d < m_.hp.n_layer; ++d) {
     const MoeWeights* next = m_.moe(il + d);
-    if (!next) continue;
+    if (!next || next->tid2eid) continue;  // hash-routed: hinted when the eval began
     const size_t mark = ops_->mark();
     Act h = ops_->rms_norm(m_.arch->router_stream(*this, x_), next->norm, m_.hp.eps);
     Act lg = ops_->matmul(next->router, h);
@@ -117,17 +132,17 @@ void Engine::prefetch_next(int il) {
     ops_->release_to(mark);
     auto& p = predicted_[d - 1][il + d];
     p = likely_experts(host.data(), static_cast<int>(lg.rows), m_.hp.n_expert, m_.hp.n_expert_used);
-    if (next->tid2eid) {  // a hash-routed layer: its experts are known from the tokens
-      std::vector<int32_t> ids = hashed_experts(*next, tokens_, m_.hp.n_expert_used);
-      p.assign(ids.begin(), ids.end());
-      std::sort(p.begin(), p.end());
-      p.erase(std::unique(p.begin(), p.end()), p.end());
-    }
     if (d == 1 && experts_.wants_hints()) experts_.prefetch(il + 1, p);
   }
 }
 
 void Engine::score_predictions(int il, const std::vector<uint32_t>& used) {
+  if (auto& p = hashed_[il]; !p.empty()) {
+    PredictionStats& s = hashed_stats_[il];
+    s.used += used.size(), s.predicted += p.size();
+    for (uint32_t e : p) s.correct += std::binary_search(used.begin(), used.end(), e);
+    p.clear();
+  }
   for (int d = 0; d < 2; ++d) {
     auto& p = predicted_[d][il];
     if (p.empty()) continue;

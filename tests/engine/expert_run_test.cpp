@@ -293,6 +293,17 @@ TEST(ExpertRun, DeepseekV4ChatFormatAndPrefetch) {
   ASSERT_EQ(a.first, 0) << a.second;
   ASSERT_EQ(p.first, 0) << p.second;
   EXPECT_TRUE(read_file(d / "a.bin") == read_file(d / "p.bin"));
+  // The hash-routed layer (layer 0 here) is predicted from the token before any layer runs and
+  // never wrongly; it is reported apart from the routers' predictions.
+  auto b = run(run_bin() + " bench --model " + model + " --local --prefetch -p 8 -n 8 --json");
+  ASSERT_EQ(b.first, 0) << b.second;
+  auto j = nlohmann::json::parse(b.second.substr(b.second.find('{')));
+  ASSERT_TRUE(j.contains("decode_hashed")) << b.second;
+  ASSERT_EQ(j["decode_hashed"].size(), 1u);
+  EXPECT_EQ(j["decode_hashed"][0]["layer"], 0);
+  EXPECT_EQ(j["decode_hashed"][0]["recall"].get<double>(), 1.0);
+  EXPECT_EQ(j["decode_hashed"][0]["waste"].get<double>(), 0.0);
+  for (const auto& x : j["decode_prediction"]) EXPECT_NE(x["layer"], 0) << b.second;
 }
 
 // Architectures without golden data, as `expert-pack synth` writes them at test size (their
