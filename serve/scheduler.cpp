@@ -279,7 +279,9 @@ void Scheduler::loop() {
 
 // A joining sequence resumes from the longest cached prefix of its prompt.
 void Scheduler::resume(Seq& s) {
-  if (prefix_bytes_ == 0) return;
+  // A prompt whose own log-probabilities are asked for (echo) is computed whole: they come from
+  // its rows.
+  if (prefix_bytes_ == 0 || s.req->params.prompt_logprobs) return;
   if (!prefix_) prefix_ = std::make_unique<PrefixCache>(prefix_bytes_, engine_->can_cut());
   auto hit = prefix_->find(s.req->prompt);
   bool from_disk = false;

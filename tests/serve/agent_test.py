@@ -234,6 +234,13 @@ try:
     last = lp.top_logprobs[-1]
     check(len(last) == 3 and max(last.values()) == lp.token_logprobs[-1],
           "greedy: the drawn token is the most likely of its top_logprobs")
+    # A prompt long enough to be cached, scored twice: the second is not cut short by the cache.
+    long_text = "And the LORD spake unto Moses, saying, Speak unto the children of Israel. " * 6
+    scored = [oa.completions.create(model="kjv", prompt=long_text, max_tokens=1, logprobs=0, echo=True,
+                                    temperature=0) for _ in range(2)]
+    check(len(scored[0].choices[0].logprobs.token_logprobs) > 64 and
+          scored[1].choices[0].logprobs.token_logprobs == scored[0].choices[0].logprobs.token_logprobs,
+          "echo + logprobs of a cached prompt: every prompt token scored again")
     r = oa.chat.completions.create(model="kjv", messages=[{"role": "user", "content": "hi"}], max_tokens=6,
                                    temperature=0, logprobs=True, top_logprobs=2)
     content = r.choices[0].logprobs.content
