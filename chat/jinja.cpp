@@ -1441,7 +1441,8 @@ class Interp {
       Scope s;
       s["\x01macro"] = Value(true);
       for (size_t i = 0; i < node->params.size(); ++i) {
-        const auto& [name, def] = node->params[i];
+        const auto& name = node->params[i].first;
+        const auto& def = node->params[i].second;
         if (i < args.size()) {
           s[name] = args[i];
         } else {

@@ -1,5 +1,7 @@
 #include "kernels/kernels.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -11,11 +13,17 @@
 
 namespace kernels {
 
+// F16C from CPUID (leaf 1, ECX bit 29): clang before 16 does not know "f16c" in
+// __builtin_cpu_supports.
+static bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 Backend best_backend() {
   static const Backend b = [] {
     __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                         __builtin_cpu_supports("avx512vnni");

@@ -40,6 +40,14 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
   out += name + "_sum " + num(sum_) + "\n" + name + "_count " + std::to_string(n_) + "\n";
 }
 
+const char* closed_name(Closed c) {
+  static const char* names[] = {"header_timeout", "body_timeout", "keepalive", "write_timeout",
+                                "peer_cap",       "total_cap",    "evicted",   "unauthorized",
+                                "busy",           "malformed",    "too_large"};
+  static_assert(std::size(names) == size_t(Closed::kCount));
+  return names[size_t(c)];
+}
+
 void Metrics::count_request(const std::string& endpoint, int status) {
   std::lock_guard lk(mu_);
   ++requests_[{endpoint, status}];
@@ -60,6 +68,21 @@ std::string Metrics::render(const std::vector<proto::Metric>& daemon) const {
       out += "expert_serve_requests_total{endpoint=\"" + k.first + "\",status=\"" +
              std::to_string(k.second) + "\"} " + std::to_string(v) + "\n";
   }
+  out +=
+      "# HELP expert_serve_connections_closed_total connections closed or refused by the front, "
+      "by reason\n# TYPE expert_serve_connections_closed_total counter\n";
+  for (size_t i = 0; i < closed.size(); ++i)
+    out += std::string("expert_serve_connections_closed_total{reason=\"") + closed_name(Closed(i)) +
+           "\"} " + std::to_string(closed[i].load()) + "\n";
+  out +=
+      "# HELP expert_serve_connections open connections: pending (before their first request's "
+      "headers and key) and established\n# TYPE expert_serve_connections gauge\n"
+      "expert_serve_connections{state=\"pending\"} " +
+      std::to_string(connections_pending.load()) +
+      "\nexpert_serve_connections{state=\"established\"} " +
+      std::to_string(connections_established.load()) + "\n";
+  counter("expert_serve_requests_active", "requests being answered (each holds a thread)",
+          double(requests_active), "gauge");
   counter("expert_serve_prompt_tokens_total", "prompt tokens evaluated", double(prompt_tokens));
   counter("expert_serve_generated_tokens_total", "tokens generated", double(generated_tokens));
   counter("expert_serve_steps_total", "batched engine steps", double(steps));

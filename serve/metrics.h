@@ -29,6 +29,24 @@ class Histogram {
   uint64_t n_ = 0;
 };
 
+// Why the front closed or refused a connection (GET /metrics:
+// expert_serve_connections_closed_total).
+enum class Closed {
+  HeaderTimeout,  // request line and headers not in within --header-timeout-s
+  BodyTimeout,    // the body not in within --body-timeout-s
+  Keepalive,      // idle between requests past --keepalive-s
+  WriteTimeout,   // the client stopped reading a response for --write-timeout-s
+  PeerCap,        // refused: --peer-connections-max from its address
+  TotalCap,       // refused: --max-connections established ones
+  Evicted,       // the oldest not-yet-authenticated one, for a newcomer (--pending-connections-max)
+  Unauthorized,  // a /v1/ request without the key (answered 401 before its body is read)
+  Busy,          // refused: --requests-max requests being answered
+  Malformed,     // not HTTP, or headers over their limit (answered 400)
+  TooLarge,      // the body over --max-body-mb (answered 413)
+  kCount
+};
+const char* closed_name(Closed c);
+
 struct Metrics {
   std::atomic<uint64_t> prompt_tokens{0}, generated_tokens{0}, steps{0}, batched_rows{0};
   std::atomic<int64_t> queue_length{0}, active_sequences{0};
@@ -41,6 +59,10 @@ struct Metrics {
   Histogram token_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   // The grammar's share of a constrained step: the token mask and its application.
   Histogram grammar_mask_s{{1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1}};
+  // The HTTP front (serve/front.cpp).
+  std::array<std::atomic<uint64_t>, size_t(Closed::kCount)> closed{};
+  std::atomic<int64_t> connections_pending{0}, connections_established{0}, requests_active{0};
+  void count_closed(Closed c) { ++closed[size_t(c)]; }
   void count_request(const std::string& endpoint, int status);
   // The Prometheus text: these, then expertd's (prefix expertd_).
   std::string render(const std::vector<proto::Metric>& daemon) const;

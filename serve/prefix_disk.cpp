@@ -161,7 +161,8 @@ void PrefixDisk::scan() {
   std::sort(by_age.begin(), by_age.end(), [](auto& a, auto& b) { return a.first < b.first; });
   std::lock_guard lk(mu_);
   // Keep what this process knows of recency; files new to it join as the oldest known.
-  for (auto& [age, e] : by_age) {
+  for (auto& aged : by_age) {
+    Entry& e = aged.second;
     auto it = std::find_if(entries_.begin(), entries_.end(),
                            [&](const Entry& x) { return x.file == e.file; });
     if (it != entries_.end()) continue;

@@ -1,6 +1,7 @@
 // expert-serve: an OpenAI- and Anthropic-compatible HTTP server over the bundled engine, its
 // concurrent requests batched so that each MoE layer reads the union of their experts once.
 #include <signal.h>
+#include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -113,6 +114,58 @@ int main(int argc, char** argv) {
   app.add_option("--alias", alias, "the model's name in the API (default: its file name)");
   app.add_option("--max-body-mb", max_body_mb, "largest request body (413 beyond)")
       ->capture_default_str();
+  serve::ServerOptions so;
+  auto* lim = "Limits (slow and hostile clients)";
+  app.add_option("--header-timeout-s", so.header_timeout_s,
+                 "a request's line and headers must arrive within this, from its first byte "
+                 "(a new connection's: from its accept)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0))
+      ->group(lim);
+  app.add_option("--body-timeout-s", so.body_timeout_s,
+                 "a request's body must arrive within this, from the end of its headers")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0))
+      ->group(lim);
+  app.add_option("--keepalive-s", so.keepalive_s, "an idle connection is closed after this")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0))
+      ->group(lim);
+  app.add_option("--write-timeout-s", so.write_timeout_s,
+                 "each write of a response must finish within this; a client that stops reading "
+                 "is dropped and its generation ended")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0))
+      ->group(lim);
+  app.add_option("--max-connections", so.max_connections,
+                 "established connections (past their first request's headers and key); more "
+                 "get 503 (/health and /metrics are still answered)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24))
+      ->group(lim);
+  app.add_option("--pending-connections-max", so.pending_connections_max,
+                 "connections not yet past their first request's headers and key, held apart; "
+                 "when full, the oldest is closed for a new one")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24))
+      ->group(lim);
+  app.add_option("--peer-connections-max", so.peer_connections_max,
+                 "connections from one address, of each kind: established ones beyond it get 503, "
+                 "pending ones make way oldest first (0: no cap; behind a reverse proxy every "
+                 "client has its address)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24))
+      ->group(lim);
+  app.add_option("--requests-max", so.requests_max,
+                 "requests being answered at once, each on a thread of its own (generations "
+                 "waiting in --queue-max included); more get 503")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(lim);
+  app.add_option("--io-threads", so.io_threads, "threads reading and writing connections")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64))
+      ->group(lim);
   app.set_config("--config", "",
                  "read options from this file (key = value lines, as "
                  "systemd/expert-serve.conf.example)");
@@ -188,7 +241,21 @@ int main(int argc, char** argv) {
     backend = std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics,
                                                  grammars, prefix_cache_mib << 20, disk.get());
   serve::Backend& sched = *backend;
-  serve::ServerOptions so;
+  // Every connection is a descriptor: the soft limit goes to the hard one, and the caps must fit.
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    if (rl.rlim_cur < rl.rlim_max) {
+      rl.rlim_cur = rl.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+      ::getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    const uint64_t need = uint64_t(so.max_connections) + uint64_t(so.pending_connections_max) + 64;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+      std::fprintf(stderr,
+                   "expert-serve: warning: the descriptor limit (%llu, ulimit -n) is below "
+                   "--max-connections + --pending-connections-max; beyond it new connections "
+                   "wait in the kernel's backlog\n",
+                   static_cast<unsigned long long>(rl.rlim_cur));
+  }
   so.host = host, so.port = port, so.api_key = api_key, so.max_body = max_body_mb << 20;
   so.model_id = alias.empty() ? model_id(model) : alias;
   serve::Server server(so, sched, *tok, std::move(*chat), metrics, grammars);

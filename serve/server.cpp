@@ -2,62 +2,37 @@
 
 #include <chrono>
 #include <cstdio>
-#include <thread>
 
 #include "serve/server_impl.h"
 
 namespace expertd::serve {
 
-void Server::Impl::handle(tcp::socket sock) {
-  beast::flat_buffer buf;
-  Conn c(sock);
-  while (c.keep_alive && !stopping) {
-    http::request_parser<http::string_body> parser;
-    parser.body_limit(o.max_body);
-    parser.header_limit(64 * 1024);
-    beast::error_code ec;
-    http::read(sock, buf, parser, ec);
-    if (ec == http::error::end_of_stream || ec == net::error::eof ||
-        ec == net::error::connection_reset)
-      break;
-    if (ec == http::error::body_limit) {
-      c.keep_alive = false;
-      c.send_json(413, error_body(Api::OpenAI, {413, "request_too_large",
-                                                "the request body is over the limit of " +
-                                                    std::to_string(o.max_body) + " bytes"}));
-      metrics.count_request("other", 413);
-      // Let the client finish sending (and so read the answer) before the connection closes.
-      beast::error_code ig;
-      sock.shutdown(tcp::socket::shutdown_send, ig);
-      char sink[65536];
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      pollfd p{sock.native_handle(), POLLIN, 0};
-      while (std::chrono::steady_clock::now() < until && ::poll(&p, 1, 200) > 0 &&
-             ::recv(sock.native_handle(), sink, sizeof sink, 0) > 0) {
-      }
-      break;
-    }
-    if (ec) {
-      c.keep_alive = false;
-      c.send_json(400,
-                  error_body(Api::OpenAI, bad_request("malformed HTTP request: " + ec.message())));
-      break;
-    }
-    auto& req = parser.get();
-    c.keep_alive = req.keep_alive();
-    route(req, c);
-  }
-  beast::error_code ec;
-  sock.shutdown(tcp::socket::shutdown_both, ec);
-  sock.close(ec);
-}
-
-bool Server::Impl::authorized(const http::request<http::string_body>& req) const {
+bool Server::Impl::authorized(const http::fields& req) const {
   if (o.api_key.empty()) return true;
   auto auth = req[http::field::authorization];
   if (auth == "Bearer " + o.api_key) return true;
   auto x = req["x-api-key"];
   return x == o.api_key;
+}
+
+std::optional<HttpError> Server::Impl::check_headers(const http::request_header<>& req) const {
+  const std::string_view target = sv(req.target());
+  if (!o.api_key.empty() && target.starts_with("/v1/") && !authorized(req))
+    return HttpError{401, "authentication_error",
+                     "invalid API key (Authorization: Bearer or x-api-key)"};
+  return std::nullopt;
+}
+
+HttpError Server::Impl::parse_error(const beast::error_code& ec, Closed& why) const {
+  if (ec == http::error::body_limit) {
+    why = Closed::TooLarge;
+    return {413, "request_too_large",
+            "the request body is over the limit of " + std::to_string(o.max_body) +
+                " bytes (expert-serve --max-body-mb)"};
+  }
+  why = Closed::Malformed;
+  if (ec == http::error::header_limit) return bad_request("the request's headers are over 64 KiB");
+  return bad_request("malformed HTTP request: " + ec.message());
 }
 
 void Server::Impl::route(http::request<http::string_body>& req, Conn& c) {
@@ -353,6 +328,9 @@ int Server::Impl::generate(const std::string& path, const ordered_json& b, Api a
                       " tokens; the context holds " + std::to_string(n_ctx) +
                       " (expert-serve --ctx), and the reply needs room");
   GenParams p = params(b, api, default_max);
+  // A reply cannot outgrow the context: max_tokens beyond what is left after the prompt is
+  // capped there (the reply ends with finish_reason "length" / stop_reason "max_tokens").
+  p.max_tokens = std::min(p.max_tokens, n_ctx - int(prompt.size()));
   if (api == Api::OpenAI) logprob_params(b, is_chat, p);
   Plan plan;
   if (is_chat) plan_reply(b, api, tools, in_reasoning, plan, p);
@@ -384,69 +362,6 @@ int Server::Impl::generate(const std::string& path, const ordered_json& b, Api a
   const int n_prompt = int(prompt.size());
   if (path == "/v1/messages") return anthropic(r, plan, c, stream, n_prompt);
   return openai(r, b, plan, c, stream, n_prompt, path == "/v1/chat/completions");
-}
-
-Server::Server(ServerOptions o, Backend& sched, const engine::Tokenizer& tok, ModelChat chat,
-               Metrics& metrics, Grammars& grammars)
-    : impl_(std::make_unique<Impl>(std::move(o), sched, tok, std::move(chat), metrics, grammars)) {}
-
-Server::~Server() {
-  stop();
-}
-
-Status Server::listen() {
-  beast::error_code ec;
-  auto addr = net::ip::make_address(impl_->o.host, ec);
-  if (ec) return make_error("--host " + impl_->o.host + ": " + ec.message());
-  tcp::endpoint ep{addr, static_cast<unsigned short>(impl_->o.port)};
-  auto& a = impl_->acceptor;
-  a.open(ep.protocol(), ec);
-  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) a.bind(ep, ec);
-  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
-  if (ec)
-    return make_error("cannot listen on " + impl_->o.host + ":" + std::to_string(impl_->o.port) +
-                      ": " + ec.message());
-  port_ = a.local_endpoint().port();
-  return {};
-}
-
-void Server::run() {
-  Impl& im = *impl_;
-  while (!im.stopping) {
-    tcp::socket s{im.io};
-    beast::error_code ec;
-    im.acceptor.accept(s, ec);
-    if (ec) {
-      if (im.stopping) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // EMFILE and the like
-      continue;
-    }
-    if (im.connections >= im.o.max_connections) {
-      Conn c(s);
-      c.keep_alive = false;
-      c.send(503, "application/json",
-             error_body(Api::OpenAI, {503, "server_error", "too many connections"}),
-             {{"Retry-After", "1"}});
-      continue;
-    }
-    ++im.connections;
-    std::thread([&im, sock = std::move(s)]() mutable {
-      im.handle(std::move(sock));
-      --im.connections;
-    }).detach();
-  }
-}
-
-void Server::stop() {
-  if (impl_->stopping.exchange(true)) return;
-  // shutdown() wakes an accept() blocked on another thread (Linux); then close.
-  if (impl_->acceptor.is_open()) ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
-  beast::error_code ec;
-  impl_->acceptor.close(ec);
-  // Connection threads see `stopping` within 50 ms and end their requests.
-  for (int i = 0; i < 100 && impl_->connections > 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 }  // namespace expertd::serve

@@ -1,13 +1,15 @@
 // expert-serve's HTTP side (Boost.Beast): the OpenAI endpoints (/v1/models, /v1/completions,
 // /v1/chat/completions, streaming as server-sent events), Anthropic's /v1/messages, /health and
-// /metrics. Each connection has its own thread; generations go to a Backend (the engine loop
-// in this process, or engine processes).
+// /metrics. Connections are read and written asynchronously on a few I/O threads (serve/front.cpp)
+// under deadlines and caps; a request, once read, is answered on a thread of its own; generations
+// go to a Backend (the engine loop in this process, or engine processes).
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "chat/model_chat.h"
 #include "common/result.h"
@@ -24,7 +26,17 @@ struct ServerOptions {
   std::string api_key;  // empty: no authentication
   size_t max_body = size_t{8} << 20;
   std::string model_id;  // what /v1/models lists and requests must name
-  int max_connections = 256;
+  // The front's limits (README "Limits"): a slow or hostile client costs a socket and a timer,
+  // never a thread, and cannot hold the places of real ones.
+  int max_connections = 10000;         // established connections (past their first headers)
+  int pending_connections_max = 1024;  // not yet: when full, the oldest is closed for a new one
+  int peer_connections_max = 256;      // from one address, of each kind (0: no cap)
+  int requests_max = 512;              // being answered at once; /health, /metrics have 16 more
+  double header_timeout_s = 10;        // request line and headers, from the first byte
+  double body_timeout_s = 60;          // the whole body, from the end of the headers
+  double keepalive_s = 30;             // idle between requests
+  double write_timeout_s = 30;         // each write of a response (a client that stops reading)
+  int io_threads = 2;
 };
 
 // The model's chat template (absent: chat endpoints answer 400) and its BOS/EOS text.
@@ -38,9 +50,12 @@ class Server {
   ~Server();
   Status listen();
   int port() const { return port_; }
-  // Accepts until stop(); each connection on its own thread.
+  // Serves until stop(), on this thread and io_threads - 1 more.
   void run();
   void stop();
+  // One request's bytes answered as a connection would answer them (no deadlines, no engine
+  // beyond the Backend): the HTTP fuzz target's entry. Empty while the request is incomplete.
+  std::string answer(std::string_view bytes);
 
  private:
   struct Impl;

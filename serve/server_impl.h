@@ -1,12 +1,18 @@
-// The server's inside, shared by its three rooms: server.cpp (connections, routing, the
-// request's parameters and prompt, generation), openai_api.cpp and anthropic_api.cpp (each
-// API's messages in and replies out).
+// The server's inside, shared by its rooms: front.cpp (connections: reading, deadlines, caps),
+// server.cpp (routing, the request's parameters and prompt, generation), openai_api.cpp and
+// anthropic_api.cpp (each API's messages in and replies out).
 #pragma once
 
 #include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,6 +29,10 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 using nlohmann::ordered_json;
 using json = nlohmann::json;
+
+inline std::string_view sv(beast::string_view v) {
+  return {v.data(), v.size()};
+}
 
 // A reply that ends with complete calls (and not cut by max_tokens) is a tool-call turn.
 inline bool called(Finish f, const chat::Reply& r) {
@@ -52,18 +62,29 @@ struct Server::Impl {
   ModelChat chat;
   Metrics& metrics;
   Grammars& grammars;
+  // front.cpp: the connections' bookkeeping, and one connection. Declared before the I/O
+  // context: connections still queued there are destroyed with it, and leave the bookkeeping.
+  struct Front;
+  struct Session;
+  std::unique_ptr<Front> front;
   net::io_context io;
-  tcp::acceptor acceptor{io};
+  tcp::acceptor acceptor{net::make_strand(io)};
+  net::steady_timer accept_retry{acceptor.get_executor()};
   std::atomic<bool> stopping{false};
-  std::atomic<int> connections{0};
+  std::atomic<int> handlers{0};  // requests being answered (each on its thread)
   const int64_t started = unix_now();
+  void accept();
+  void admit(tcp::socket s);
 
   Impl(ServerOptions opts, Backend& s, const engine::Tokenizer& t, ModelChat c, Metrics& m,
-       Grammars& g)
-      : o(std::move(opts)), sched(s), tok(t), chat(std::move(c)), metrics(m), grammars(g) {}
+       Grammars& g);  // front.cpp, with ~Impl
 
-  void handle(tcp::socket sock);
-  bool authorized(const http::request<http::string_body>& req) const;
+  ~Impl();
+  bool authorized(const http::fields& req) const;
+  // A request's headers, before its body is read: the 401 of a /v1/ request without the key.
+  std::optional<HttpError> check_headers(const http::request_header<>& req) const;
+  // A parse error's answer (400 malformed, 413 too large) and its closure's reason.
+  HttpError parse_error(const beast::error_code& ec, Closed& why) const;
   void route(http::request<http::string_body>& req, Conn& c);
 
   // ---- request parsing ----

@@ -2,44 +2,15 @@
 // flips, truncations, hostile integers and random runs must give errors, never a crash, a hang
 // or a broken invariant (the entries abort on those). With EXPERTD_WRITE_FUZZ_CORPUS=DIR the
 // seeds are written there as libFuzzer corpora (tests/data/fuzz/ holds them).
-#include <cstring>
 #include <fstream>
-#include <random>
 
 #include "fuzz/fuzz_targets.h"
+#include "fuzz/mutate.h"
 #include "test_util.h"
 
 using namespace expertd;
 
 namespace {
-
-std::string mutate(std::string m, std::mt19937_64& rng) {
-  if (m.empty()) return m;
-  switch (rng() % 5) {
-    case 0:  // flip bits
-      for (int k = 0; k < 1 + int(rng() % 8); ++k)
-        m[rng() % m.size()] ^= static_cast<char>(1u << (rng() % 8));
-      break;
-    case 1:  // truncate
-      m.resize(rng() % m.size());
-      break;
-    case 2: {  // a hostile integer at a random position
-      uint64_t v = rng() % 2 ? ~0ull >> (rng() % 64) : rng();
-      size_t at = rng() % m.size();
-      std::memcpy(m.data() + at, &v, std::min<size_t>(rng() % 2 ? 4 : 8, m.size() - at));
-      break;
-    }
-    case 3:  // a random run
-      for (size_t at = rng() % m.size(), n = 1 + rng() % 32; n-- && at < m.size(); ++at)
-        m[at] = static_cast<char>(rng());
-      break;
-    default: {  // duplicate a slice (JSON: repeated keys and brackets; frames: stuttering)
-      size_t at = rng() % m.size(), n = std::min<size_t>(1 + rng() % 64, m.size() - at);
-      m.insert(rng() % m.size(), m.substr(at, n));
-    }
-  }
-  return m;
-}
 
 void run(const char* what, int (*entry)(const uint8_t*, size_t),
          const std::vector<std::string>& seeds, uint64_t seed, int per_seed) {
@@ -56,7 +27,8 @@ void run(const char* what, int (*entry)(const uint8_t*, size_t),
     entry(reinterpret_cast<const uint8_t*>(s.data()), s.size());
     std::string m = s;
     for (int i = 0; i < per_seed; ++i, ++runs) {
-      m = i % 4 == 0 ? mutate(s, rng) : mutate(m, rng);  // fresh, or stacked on the last one
+      m = i % 4 == 0 ? fuzz::mutate(s, rng)
+                     : fuzz::mutate(m, rng);  // fresh, or stacked on the last one
       entry(reinterpret_cast<const uint8_t*>(m.data()), m.size());
     }
   }
