@@ -227,12 +227,22 @@ class KimiK3 final : public Arch {
   }
 
   std::vector<std::string> synth_presets() const override { return {"kimi-k3"}; }
-  // Kimi-K3's published config is not at hand: its shapes here are Kimi-K2's where K3 keeps its
-  // lineage (n_embd, heads, MLA ranks, vocabulary), llama.cpp's for the rest (93 blocks, the
-  // -5 gate bound), and expert sizes chosen so that the Q2_K/Q3_K model is the seed's 1,009 GB
-  // (768 experts of 3,584 x 3,584 at a 3,584 latent width, top-8: about 50 B active).
+  // Kimi-K3's shapes, each from its source:
+  // - 93 blocks, 92 of them routed MoE (one dense lead block); 896 routed experts per layer,
+  //   top-16, 2 shared experts; the latent MoE 7,168 -> 3,584 (82,432 routed experts in all):
+  //   the public descriptions of the model (colibri's docs/kimi_k3.md) and the SGLang SSD-pack
+  //   write-up (92 routed layers, top-16, Q2_K gate/up and Q3_K down, 1,009.51 GB in 38 shards).
+  // - The routed experts' width 3,072 is derived, not published: it is the width at which 82,432
+  //   Q2_K/Q3_K experts of 3,584 x 3,072 (11.96 MB each) make the write-up's 1,009.51 GB beside
+  //   the rest of the model. The shared experts are 2 x 3,072 wide at n_embd (as llama.cpp's
+  //   kimi-k3 shapes ffn_*_shexp: the expert width times the shared count).
+  // - n_embd 7,168, 64 heads, MLA ranks (q 1,536, kv 512, nope 128, rope 64, v 128), the dense
+  //   FFN 18,432 and the 163,840-token vocabulary: no source gives K3's; they are Kimi-K2's
+  //   (its published config.json), the lineage K3 keeps, as before.
+  // - KDA head 128, the -5 gate bound, attention residual blocks of 3, situ betas: llama.cpp's
+  //   kimi-k3 defaults (no published config either).
   expertd::Result<SynthModel> synth(const std::string&, const SynthDims& d) const override {
-    archs::SynthSizes s{7168, 93, 768, 8, 3584, 64, 1, 112, 163840};
+    archs::SynthSizes s{7168, 93, 896, 16, 3072, 64, 1, 112, 163840};
     int kda_head = 128, kv_lora = 512, q_lora = 1536, qk_nope = 128, rope = 64, v_head = 128,
         latent = 3584, n_ff = 18432, res_bs = 3;
     EXPERTD_TRY(archs::apply_dims(s, d));
@@ -252,7 +262,7 @@ class KimiK3 final : public Arch {
     for (int il = 0; il < s.n_layer; ++il) kv[il] = (il + 1) % 4 == 0 || il == s.n_layer - 1;
     m->arrays["attention.head_count_kv"] = kv;
     m->u32["leading_dense_block_count"] = 1;
-    m->u32["expert_shared_count"] = 1;
+    m->u32["expert_shared_count"] = 2;
     m->u32["feed_forward_length"] = n_ff;
     m->u32["attention.q_lora_rank"] = q_lora;
     m->u32["attention.kv_lora_rank"] = kv_lora;
