@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -203,6 +204,14 @@ Status write_core(const gguf::Model& model, const Manifest& m, const std::string
       EXPERTD_TRY(pwrite_full(fd->get(), buf.data(), n, w.tensor_offset(i) + done, path));
       done += n;
     }
+    // Read once, written once: neither stays in the page cache (written pages once on disk).
+    ::posix_fadvise(s.fd, static_cast<off_t>(t->file_offset), static_cast<off_t>(t->nbytes),
+                    POSIX_FADV_DONTNEED);
+    const auto out = static_cast<off64_t>(w.tensor_offset(i));
+    ::sync_file_range(
+        fd->get(), out, static_cast<off64_t>(t->nbytes),
+        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    ::posix_fadvise(fd->get(), out, static_cast<off_t>(t->nbytes), POSIX_FADV_DONTNEED);
   }
   if (::ftruncate(fd->get(), static_cast<off_t>(w.file_bytes())) != 0)
     return errno_error("truncate " + path);
@@ -302,7 +311,8 @@ Status write_pack(const gguf::Model& model, Manifest& m, int fd, const std::stri
 
 }  // namespace
 
-Result<BuildReport> build_pack(const BuildOptions& opts) {
+namespace {
+Result<BuildReport> build(const BuildOptions& opts, std::vector<std::string>& sources) {
   auto model = gguf::Model::open(opts.model_path);
   if (!model) return model.error();
   auto planned = plan_layout(*model);
@@ -311,6 +321,10 @@ Result<BuildReport> build_pack(const BuildOptions& opts) {
 
   BuildReport rep;
   std::string dir = opts.out_dir.empty() ? dir_of(opts.model_path) : opts.out_dir;
+  if (std::error_code ec;
+      !opts.out_dir.empty() && !std::filesystem::create_directories(dir, ec) && ec)
+    return make_error("--out " + dir + ": cannot create it: " + ec.message());
+  for (const auto& s : model->shards()) sources.push_back(s.path);
   std::string stem = model_stem(opts.model_path);
   rep.pack_path = dir + "/" + stem + ".expertpack";
   rep.core_path = dir + "/" + stem + ".core.gguf";
@@ -358,6 +372,20 @@ Result<BuildReport> build_pack(const BuildOptions& opts) {
     ::close(dfd);
   }
   rep.seconds = progress.seconds();
+  return rep;
+}
+}  // namespace
+
+Result<BuildReport> build_pack(const BuildOptions& opts) {
+  std::vector<std::string> sources;
+  auto rep = build(opts, sources);
+  // The model is closed (its mapping gone): what reading it left in the page cache is dropped,
+  // so packing a model larger than memory does not push everything else out.
+  for (const auto& p : sources)
+    if (int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+    }
   return rep;
 }
 

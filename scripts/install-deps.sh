@@ -2,6 +2,7 @@
 # Installs everything expertd needs to build and test on Debian 12 / Ubuntu 22.04+.
 # Called by the README quick start and by .ci/run, so both install the same set.
 set -euo pipefail
+source "$(dirname "$0")/step.sh"
 pkgs=(
   build-essential cmake ninja-build git
   libboost-dev liburing-dev libflatbuffers-dev flatbuffers-compiler
@@ -14,8 +15,10 @@ for p in "${pkgs[@]}"; do
 done
 if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  echo "installing: ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  step apt-update "apt-get update" $SUDO apt-get update -qq
+  step apt-install "installing ${#missing[@]} Debian packages (${missing[*]})" \
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
 fi
-bash "$(dirname "$0")/install-xgrammar.sh"
+step xgrammar "xgrammar's C++ core (built from PyPI once, about 4 min on 2 cores)" \
+  bash "$(dirname "$0")/install-xgrammar.sh"

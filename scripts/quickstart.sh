@@ -6,12 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 source scripts/cuda-env.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO} \
-  -DEXPERTD_WERROR=${EXPERTD_WERROR:-OFF} -DEXPERTD_REQUIRE_GOLDEN=${EXPERTD_REQUIRE_GOLDEN:-OFF} >/dev/null
-cmake --build build -j"$(nproc)"
+source scripts/step.sh
+step cmake "configuring (cmake)" cmake -S . -B build -G Ninja \
+  -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO} \
+  -DEXPERTD_WERROR=${EXPERTD_WERROR:-OFF} -DEXPERTD_REQUIRE_GOLDEN=${EXPERTD_REQUIRE_GOLDEN:-OFF}
+step build "building ($(nproc) jobs; about 10 min on 2 cores, 25 with the CUDA tier)" \
+  cmake --build build -j"$(nproc)"
 
 mkdir -p demo
 cp -f model/kjv-moe-q8_0.gguf demo/kjv.gguf
+echo "== expert-pack build: the bundled model into a core GGUF and an expert pack"
 build/pack/expert-pack build demo/kjv.gguf --verify
 
 sock=demo/expertd.sock

@@ -1,6 +1,9 @@
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/fd.h"
@@ -270,6 +273,39 @@ TEST(ExpertPack, BadInputsFailClearlyAndLeaveNothing) {
   expect_fail(d / "badtype.gguf", "unknown ggml type 250");
   EXPECT_EQ(std::distance(fs::directory_iterator(d.path()), fs::directory_iterator()),
             5);  // only the inputs
+}
+
+// --out names a directory that need not exist (it is made, parents too; a path through a file
+// is an error naming it); the source read and the files written do not stay in the page cache.
+TEST(ExpertPack, OutDirectoryIsMadeAndThePageCacheIsLeftAlone) {
+  TempDir d;
+  const std::string src = d / "kjv.gguf";
+  fs::copy_file(std::string(EXPERTD_SOURCE_DIR) + "/model/kjv-moe-q8_0.gguf", src);
+  {  // on disk and out of the cache, as a downloaded model is
+    UniqueFd fd(::open(src.c_str(), O_RDONLY));
+    ASSERT_EQ(::fsync(fd.get()), 0);
+    ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);
+  }
+  auto [rc, out] = run(bin("pack/expert-pack") + " -q build " + src + " --out " + d / "new/dir");
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* f : {"kjv.expertpack", "kjv.core.gguf", "kjv.manifest.json"})
+    EXPECT_TRUE(fs::exists(d / (std::string("new/dir/") + f))) << f;
+  // Pages of each file in the page cache (mincore over a mapping).
+  auto resident = [](const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY));
+    const size_t size = fs::file_size(path), page = size_t(::sysconf(_SC_PAGESIZE));
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+    std::vector<unsigned char> v((size + page - 1) / page);
+    ::mincore(map, size, v.data());
+    ::munmap(map, size);
+    return size_t(std::count_if(v.begin(), v.end(), [](unsigned char c) { return c & 1; }));
+  };
+  EXPECT_EQ(resident(src), 0u) << "the source's pages stayed cached";
+  EXPECT_EQ(resident(d / "new/dir/kjv.core.gguf"), 0u) << "the core's pages stayed cached";
+  write_file(d / "file", "x");
+  auto [rc2, out2] = run(bin("pack/expert-pack") + " -q build " + src + " --out " + d / "file/x");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("--out " + (d / "file/x")), std::string::npos) << out2;
 }
 
 // A full disk (here: the file size limit, which fails writes the same way) leaves no pack.
