@@ -8,6 +8,7 @@ pkgs=(
   libboost-dev liburing-dev libflatbuffers-dev flatbuffers-compiler
   libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcli11-dev
   libxxhash-dev libpcre2-dev libsystemd-dev systemd python3 python3-numpy python3-venv xz-utils
+  pkg-config binutils
 )
 missing=()
 for p in "${pkgs[@]}"; do
