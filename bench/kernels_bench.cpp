@@ -47,9 +47,8 @@ int bench_kernels(const std::string& lib, std::vector<std::string> types, int64_
   if (types.empty())
     for (uint32_t t = 0; t < 64; ++t)
       if (kernels::weight_type_supported(t)) types.push_back(kernels::type_traits(t)->name);
-  std::printf("kernels %s, rows of %lld, %d rounds%s\n",
-              kernels::backend_name(kernels::best_backend()), (long long)n, rounds,
-              traits ? ", against llama.cpp's vec_dot" : "");
+  std::printf("kernels %s, rows of %lld, %d rounds%s\n", kernels::isa_name(kernels::best_isa()),
+              (long long)n, rounds, traits ? ", against llama.cpp's vec_dot" : "");
   std::vector<double> ratios;
   for (const std::string& name : types) {
     const kernels::TypeTraits* t = kernels::type_by_name(name);

@@ -123,7 +123,8 @@ int run(const Config& cfg) {
   auto io = IoEngine::create(pack_fd->get(), cfg.queue_depth, cfg.inflight_mib << 20,
                              [&](uint64_t job, Status st) { cache_ptr->on_read_done(job, st); });
   if (!io) throw std::runtime_error(io.error().message);
-  struct NullSink final : CacheSink {
+  // The cache is made before the server it reports to: its events go there once it exists.
+  struct DeferredSink final : CacheSink {
     CacheSink* target = nullptr;
     void acquire_granted(ClientId c, uint64_t r, uint64_t l, std::span<const uint32_t> s,
                          std::span<const uint8_t> rd) override {

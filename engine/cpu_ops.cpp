@@ -39,9 +39,9 @@ float glu(const Glu& a, float g, float u) {
 
 class CpuOps final : public Ops {
  public:
-  explicit CpuOps(int n_threads) : pool_(n_threads), be_(kernels::best_backend()) {}
+  explicit CpuOps(int n_threads) : pool_(n_threads), be_(kernels::best_isa()) {}
 
-  std::string name() const override { return kernels::backend_name(be_); }
+  std::string name() const override { return kernels::isa_name(be_); }
   expertd::Status status() const override { return {}; }  // nothing on the CPU fails
 
   Act alloc(int64_t rows, int64_t cols) override {
@@ -655,7 +655,7 @@ class CpuOps final : public Ops {
   }
 
   kernels::ThreadPool pool_;
-  kernels::Backend be_;
+  kernels::Isa be_;
   kernels::Scratch scratch_;
   HostArena arena_;
   int n_ctx_ = 0, n_layer_ = 0;

@@ -115,7 +115,7 @@ expertd::Status Engine::run(std::span<const SeqTokens> seqs, bool all_logits,
   const int T = static_cast<int>(tokens_.size());
   if (auto st = ops_->status(); !st) return st;
   ops_->begin_eval(rows_);
-  failed_ = {};
+  first_error_ = {};
   if (prefetch_) prefetch_hashed();
   Act emb = ops_->alloc(T, hp.n_embd);
   ops_->embed(m_.tok_embd, tokens_, emb);
@@ -128,7 +128,7 @@ expertd::Status Engine::run(std::span<const SeqTokens> seqs, bool all_logits,
     const size_t mark = ops_->mark();
     m_.arch->block(*this, il, x_);
     ops_->release_to(mark);
-    if (!failed_) return failed_;
+    if (!first_error_) return first_error_;
     if (auto st = ops_->status(); !st) return st;
   }
   Act out = m_.arch->end_eval(*this, x_);

@@ -130,8 +130,8 @@ class Engine {
   std::vector<SeqRows> rows_;
   uint64_t cache_bytes_ = 0;
   bool can_cut_ = true;
-  std::vector<Act> carried_;  // the architecture's activations across the eval's blocks
-  expertd::Status failed_;    // the first error of the eval in progress
+  std::vector<Act> carried_;     // the architecture's activations across the eval's blocks
+  expertd::Status first_error_;  // the first error of the eval in progress
   std::vector<std::vector<Route>> routes_;
   MoeRoutes moe_routes_;                             // kept across layers (their buffers)
   std::vector<std::vector<uint32_t>> predicted_[2];  // [depth - 1][layer]: awaiting the layer

@@ -192,7 +192,7 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
       il, r.experts, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {
         ops_->moe_experts(w, idx, ws);
       });
-  if (!st && failed_) failed_ = st;
+  if (!st && first_error_) first_error_ = st;
   ops_->moe_end(out);
   if (w.gate_shexp) {
     Act shared = ops_->alloc(T, m_.hp.n_embd);

@@ -20,30 +20,30 @@ static bool has_f16c() {
   return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
-Backend best_backend() {
-  static const Backend b = [] {
+Isa best_isa() {
+  static const Isa b = [] {
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                         __builtin_cpu_supports("avx512vnni");
-    Backend best = avx512 ? Backend::Avx512 : avx2 ? Backend::Avx2 : Backend::Scalar;
+    Isa best = avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar;
     if (const char* f = std::getenv("EXPERTD_KERNELS")) {  // only ever lowers the choice
       if (std::strcmp(f, "scalar") == 0)
-        best = Backend::Scalar;
-      else if (std::strcmp(f, "avx2") == 0 && best == Backend::Avx512)
-        best = Backend::Avx2;
+        best = Isa::Scalar;
+      else if (std::strcmp(f, "avx2") == 0 && best == Isa::Avx512)
+        best = Isa::Avx2;
     }
     return best;
   }();
   return b;
 }
 
-const char* backend_name(Backend b) {
+const char* isa_name(Isa b) {
   switch (b) {
-    case Backend::Avx512:
+    case Isa::Avx512:
       return "avx512-vnni";
-    case Backend::Avx2:
+    case Isa::Avx2:
       return "avx2";
     default:
       return "scalar";
@@ -72,23 +72,23 @@ void dequantize_row(uint32_t type, const void* src, float* y, int64_t n) {
 
 // The table's function for this backend, or the next lower backend's.
 template <class Fn>
-static Fn pick(const Fn (&per_backend)[kBackends], Backend be) {
+static Fn pick(const Fn (&per_backend)[kIsas], Isa be) {
   for (int b = static_cast<int>(be); b >= 0; --b)
     if (per_backend[b]) return per_backend[b];
   return nullptr;
 }
 
-void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n, Backend be) {
+void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n, Isa be) {
   const TypeTraits* tr = type_traits(vec_dot_type(wtype));
   assert(tr && tr->quantize[0]);
   pick(tr->quantize, be)(x, dst, n);
 }
 
-static DotFn dot_fn(const TypeTraits& tr, Backend be) {
+static DotFn dot_fn(const TypeTraits& tr, Isa be) {
   return pick(tr.dot, be);
 }
 
-float dot(uint32_t wtype, const void* w, const void* x, int64_t n, Backend be) {
+float dot(uint32_t wtype, const void* w, const void* x, int64_t n, Isa be) {
   return dot_fn(*type_traits(wtype), be)(w, x, n);
 }
 
@@ -99,7 +99,7 @@ namespace {
 struct TileOp {
   TileFn tile = nullptr;
   DotFn dot;
-  TileOp(const TypeTraits& tr, Backend be) : dot(dot_fn(tr, be)) {
+  TileOp(const TypeTraits& tr, Isa be) : dot(dot_fn(tr, be)) {
     for (int b = static_cast<int>(be); b >= 0; --b)
       if (tr.dot[b]) {
         tile = tr.tile[b];
@@ -114,7 +114,7 @@ struct TileOp {
 }  // namespace
 
 void dot_tile(uint32_t wtype, const void* w, const void* const* xs, int n_tok, int64_t n,
-              float* out, Backend be) {
+              float* out, Isa be) {
   TileOp(*type_traits(wtype), be)(w, xs, n_tok, n, out);
 }
 
@@ -132,7 +132,7 @@ uint8_t* Scratch::get(size_t n) {
 }
 
 void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x,
-            int64_t n_tokens, float* y, Scratch& scratch, ThreadPool* pool, Backend be) {
+            int64_t n_tokens, float* y, Scratch& scratch, ThreadPool* pool, Isa be) {
   const size_t xq_row = row_size(vec_dot_type(wtype), cols);
   uint8_t* xq = scratch.get(xq_row * n_tokens);
   for (int64_t t = 0; t < n_tokens; ++t)
@@ -141,7 +141,7 @@ void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const flo
   matmul_batch(&job, 1, pool, be);
 }
 
-void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backend be) {
+void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be) {
   // Rows of all jobs laid end to end; a chunk of the loop may span jobs.
   std::vector<int64_t> first(n_jobs + 1, 0);
   int64_t work = 0;
@@ -183,27 +183,27 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Backen
 }
 
 // Float ops: the AVX-512 build has no bodies of its own for these; it runs AVX2's.
-float dot_f32(const float* a, const float* b, int64_t n, Backend be) {
-  return be == Backend::Scalar ? ref::dot_f32(a, b, n) : avx2::dot_f32(a, b, n);
+float dot_f32(const float* a, const float* b, int64_t n, Isa be) {
+  return be == Isa::Scalar ? ref::dot_f32(a, b, n) : avx2::dot_f32(a, b, n);
 }
 
-float dot_f32_ggml(const float* a, const float* b, int64_t n, Backend be) {
-  return be == Backend::Scalar ? ref::dot_f32(a, b, n) : avx2::dot_f32_ggml(a, b, n);
+float dot_f32_ggml(const float* a, const float* b, int64_t n, Isa be) {
+  return be == Isa::Scalar ? ref::dot_f32(a, b, n) : avx2::dot_f32_ggml(a, b, n);
 }
 
-void axpy_ggml(float a, const float* x, float* y, int64_t n, Backend be) {
-  be == Backend::Scalar ? ref::axpy(a, x, y, n) : avx2::axpy_ggml(a, x, y, n);
+void axpy_ggml(float a, const float* x, float* y, int64_t n, Isa be) {
+  be == Isa::Scalar ? ref::axpy(a, x, y, n) : avx2::axpy_ggml(a, x, y, n);
 }
 
-void axpy(float a, const float* x, float* y, int64_t n, Backend be) {
-  be == Backend::Scalar ? ref::axpy(a, x, y, n) : avx2::axpy(a, x, y, n);
+void axpy(float a, const float* x, float* y, int64_t n, Isa be) {
+  be == Isa::Scalar ? ref::axpy(a, x, y, n) : avx2::axpy(a, x, y, n);
 }
 
 void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
             int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s, float* out,
-            Backend be) {
-  (be == Backend::Scalar ? ref::attend : avx2::attend)(q, k, v, n_keys, k_stride, v_stride, dk, dv,
-                                                       scale, sink, s, out);
+            Isa be) {
+  (be == Isa::Scalar ? ref::attend : avx2::attend)(q, k, v, n_keys, k_stride, v_stride, dk, dv,
+                                                   scale, sink, s, out);
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {

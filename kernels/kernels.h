@@ -16,8 +16,8 @@ namespace kernels {
 
 inline constexpr int kMaxTile = 4;  // tokens per weight-row pass in a matmul
 
-Backend best_backend();  // what this CPU runs
-const char* backend_name(Backend b);
+Isa best_isa();  // what this CPU runs
+const char* isa_name(Isa b);
 
 bool weight_type_supported(uint32_t type);  // the kernels run it (its table row has dots)
 uint32_t vec_dot_type(uint32_t wtype);      // activation type for dots with `wtype`
@@ -25,13 +25,12 @@ size_t row_size(uint32_t type, int64_t n);  // bytes of n elements (n a multiple
 
 void dequantize_row(uint32_t type, const void* src, float* dst, int64_t n);
 // Quantizes activations to vec_dot_type(wtype); dst holds row_size(vec_dot_type, n) bytes.
-void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n,
-                          Backend b = best_backend());
-float dot(uint32_t wtype, const void* wrow, const void* xq, int64_t n, Backend b = best_backend());
+void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n, Isa b = best_isa());
+float dot(uint32_t wtype, const void* wrow, const void* xq, int64_t n, Isa b = best_isa());
 // One weight row against n_tok (1..kMaxTile) quantized activation rows; out[t] is bit-identical to
 // dot(wtype, wrow, xs[t], n, b) whatever n_tok is.
 void dot_tile(uint32_t wtype, const void* wrow, const void* const* xs, int n_tok, int64_t n,
-              float* out, Backend b = best_backend());
+              float* out, Isa b = best_isa());
 
 // y[t*rows + r] = sum_c W[r, c] * x[t*cols + c] for t < n_tokens. W is rows x cols, row-major in
 // `wtype`. `scratch` is resized as needed (activations quantized once per call).
@@ -42,8 +41,7 @@ struct Scratch {
   uint8_t* get(size_t n);
 };
 void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x,
-            int64_t n_tokens, float* y, Scratch& scratch, ThreadPool* pool,
-            Backend b = best_backend());
+            int64_t n_tokens, float* y, Scratch& scratch, ThreadPool* pool, Isa b = best_isa());
 
 // One weight matrix against already-quantized activation rows: token i's row is
 // xq + tok[i] * xq_row (tok == nullptr: row i). y[i * rows + r] receives row r's dot.
@@ -59,23 +57,22 @@ struct MatmulJob {
 };
 // Runs every job in one parallel loop over all their rows (one fork-join however many matrices:
 // a decode step's experts are many small matrices). Each y value is exactly what matmul() gives.
-void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool,
-                  Backend b = best_backend());
+void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa b = best_isa());
 
 // Elementwise and small ops (float32).
-float dot_f32(const float* a, const float* b, int64_t n, Backend be = best_backend());
-void axpy(float a, const float* x, float* y, int64_t n, Backend be = best_backend());  // y += a * x
+float dot_f32(const float* a, const float* b, int64_t n, Isa be = best_isa());
+void axpy(float a, const float* x, float* y, int64_t n, Isa be = best_isa());  // y += a * x
 // The same in ggml's order on SIMD backends (ggml_vec_dot_f32 / ggml_vec_mad_f32 as llama.cpp's
 // AVX2 build runs them), for ops whose bits should be llama.cpp's (the KDA recurrence).
-float dot_f32_ggml(const float* a, const float* b, int64_t n, Backend be = best_backend());
-void axpy_ggml(float a, const float* x, float* y, int64_t n, Backend be = best_backend());
+float dot_f32_ggml(const float* a, const float* b, int64_t n, Isa be = best_isa());
+void axpy_ggml(float a, const float* x, float* y, int64_t n, Isa be = best_isa());
 // One attention head for one query: softmax(q . k_j * scale) over n_keys keys (dk floats each,
 // k_j = k + j * k_stride), then the weighted sum of the v_j (dv floats, v + j * v_stride). A finite
 // `sink` is one more logit in the softmax's denominator (gpt-oss); -INFINITY for none. `s` holds
 // n_keys floats of scratch.
 void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
             int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s, float* out,
-            Backend be = best_backend());
+            Isa be = best_isa());
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 // Rotates pairs of one head of head_dim values at position pos: NeoX pairs (i, i+n_rot/2) or
 // normal adjacent pairs (2i, 2i+1); only the first n_rot dims.

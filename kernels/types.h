@@ -50,8 +50,8 @@ enum Type : uint32_t {
   Q2_0 = 42,
 };
 
-enum class Backend { Scalar, Avx2, Avx512 };  // Avx512: F, BW, VL and VNNI
-inline constexpr int kBackends = 3;
+enum class Isa { Scalar, Avx2, Avx512 };  // Avx512: F, BW, VL and VNNI
+inline constexpr int kIsas = 3;
 
 using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
 using QuantizeFn = void (*)(const float* src, void* dst, int64_t n);
@@ -65,11 +65,10 @@ struct TypeTraits {
   // The kernels' part (null where the kernels do not run the type).
   uint32_t vec_dot_type = 0;          // the activations' type in its dots
   DequantizeFn dequantize = nullptr;  // the reference
-  QuantizeFn quantize[kBackends] =
-      {};                       // into this type (the activation types), per Backend, filled down
-  DotFn dot[kBackends] = {};    // per Backend; filled down (a missing one is the next lower's)
-  TileFn tile[kBackends] = {};  // one row x up to kMaxTile tokens; null: a dot per token
-  bool cuda = false;            // the CUDA kernels run it
+  QuantizeFn quantize[kIsas] = {};    // into this type (the activation types), per ISA, filled down
+  DotFn dot[kIsas] = {};              // per ISA; filled down (a missing one is the next lower's)
+  TileFn tile[kIsas] = {};            // one row x up to kMaxTile tokens; null: a dot per token
+  bool cuda = false;                  // the CUDA kernels run it
 };
 
 // nullptr for an id ggml does not define (or that this build does not know).

@@ -303,7 +303,7 @@ struct Server::Impl::Session : std::enable_shared_from_this<Session> {
   }
 };
 
-Server::Impl::Impl(ServerOptions opts, Backend& s, const engine::Tokenizer& t, ModelChat c,
+Server::Impl::Impl(ServerOptions opts, Generator& s, const engine::Tokenizer& t, ModelChat c,
                    Metrics& m, Grammars& g)
     : o(std::move(opts)),
       sched(s),
@@ -375,7 +375,7 @@ void Server::Impl::accept() {
   });
 }
 
-Server::Server(ServerOptions o, Backend& sched, const engine::Tokenizer& tok, ModelChat chat,
+Server::Server(ServerOptions o, Generator& sched, const engine::Tokenizer& tok, ModelChat chat,
                Metrics& metrics, Grammars& grammars)
     : impl_(std::make_unique<Impl>(std::move(o), sched, tok, std::move(chat), metrics, grammars)) {}
 

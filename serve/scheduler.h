@@ -108,9 +108,9 @@ using EngineFactory = std::function<Result<std::unique_ptr<engine::Engine>>()>;
 
 // What the HTTP side hands generations to: the engine loop in this process (Scheduler), or
 // engine processes (Workers, serve/workers.h).
-class Backend {
+class Generator {
  public:
-  virtual ~Backend() = default;
+  virtual ~Generator() = default;
   enum class Admit { Ok, QueueFull, Unavailable };
   virtual Admit submit(std::shared_ptr<Request> r) = 0;
   // The engine is up (expertd connected): what /health reports.
@@ -121,7 +121,7 @@ class Backend {
   virtual std::vector<proto::Metric> daemon_metrics() = 0;
 };
 
-class Scheduler final : public Backend {
+class Scheduler final : public Generator {
  public:
   // `grammars` compiles the requests' grammars (shared with the HTTP side, which checks them);
   // prefix_cache_bytes: the RAM kept for prompt prefixes' states (0: no reuse).

@@ -233,14 +233,14 @@ int main(int argc, char** argv) {
                            prefix_cache_mib << 20, disk.get());
     return serve::run_worker(worker_fd, sched, metrics);
   }
-  std::unique_ptr<serve::Backend> backend;
+  std::unique_ptr<serve::Generator> generator;
   if (workers > 1)
-    backend = std::make_unique<serve::Workers>(std::vector<std::string>(argv, argv + argc), workers,
-                                               parallel, ctx, queue_max, metrics);
+    generator = std::make_unique<serve::Workers>(std::vector<std::string>(argv, argv + argc),
+                                                 workers, parallel, ctx, queue_max, metrics);
   else
-    backend = std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics,
-                                                 grammars, prefix_cache_mib << 20, disk.get());
-  serve::Backend& sched = *backend;
+    generator = std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics,
+                                                   grammars, prefix_cache_mib << 20, disk.get());
+  serve::Generator& sched = *generator;
   // Every connection is a descriptor: the soft limit goes to the hard one, and the caps must fit.
   if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
     if (rl.rlim_cur < rl.rlim_max) {

@@ -344,15 +344,15 @@ int Server::Impl::generate(const std::string& path, const ordered_json& b, Api a
   }
   auto r = std::make_shared<Request>(prompt, p);
   switch (sched.submit(r)) {
-    case Backend::Admit::Ok:
+    case Generator::Admit::Ok:
       break;
-    case Backend::Admit::QueueFull:
+    case Generator::Admit::QueueFull:
       c.send(503, "application/json",
              error_body(api, {503, api == Api::Anthropic ? "overloaded_error" : "server_error",
                               "the request queue is full (expert-serve --queue-max); retry"}),
              {{"Retry-After", "1"}});
       return 503;
-    case Backend::Admit::Unavailable:
+    case Generator::Admit::Unavailable:
       c.send(503, "application/json",
              error_body(api, {503, api == Api::Anthropic ? "api_error" : "server_error",
                               "the engine is not available: " + sched.last_error()}),

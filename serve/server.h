@@ -2,7 +2,7 @@
 // /v1/chat/completions, streaming as server-sent events), Anthropic's /v1/messages, /health and
 // /metrics. Connections are read and written asynchronously on a few I/O threads (serve/front.cpp)
 // under deadlines and caps; a request, once read, is answered on a thread of its own; generations
-// go to a Backend (the engine loop in this process, or engine processes).
+// go to a Generator (the engine loop in this process, or engine processes).
 #pragma once
 
 #include <atomic>
@@ -45,7 +45,7 @@ using chat::ModelChat;
 class Server {
  public:
   // `grammars` compiles the requests' grammars (tool_choice, response_format) to check them.
-  Server(ServerOptions o, Backend& sched, const engine::Tokenizer& tok, ModelChat chat,
+  Server(ServerOptions o, Generator& sched, const engine::Tokenizer& tok, ModelChat chat,
          Metrics& metrics, Grammars& grammars);
   ~Server();
   Status listen();
@@ -54,7 +54,7 @@ class Server {
   void run();
   void stop();
   // One request's bytes answered as a connection would answer them (no deadlines, no engine
-  // beyond the Backend): the HTTP fuzz target's entry. Empty while the request is incomplete.
+  // beyond the Generator): the HTTP fuzz target's entry. Empty while the request is incomplete.
   std::string answer(std::string_view bytes);
 
  private:

@@ -57,7 +57,7 @@ struct Plan {
 
 struct Server::Impl {
   ServerOptions o;
-  Backend& sched;
+  Generator& sched;
   const engine::Tokenizer& tok;
   ModelChat chat;
   Metrics& metrics;
@@ -76,7 +76,7 @@ struct Server::Impl {
   void accept();
   void admit(tcp::socket s);
 
-  Impl(ServerOptions opts, Backend& s, const engine::Tokenizer& t, ModelChat c, Metrics& m,
+  Impl(ServerOptions opts, Generator& s, const engine::Tokenizer& t, ModelChat c, Metrics& m,
        Grammars& g);  // front.cpp, with ~Impl
 
   ~Impl();

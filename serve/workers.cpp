@@ -97,11 +97,11 @@ int run_worker(int fd, Scheduler& sched, Metrics& metrics) {
       const GenParams g = params_from_json(m["params"]);
       auto r = std::make_shared<Request>(m["prompt"].get<std::vector<int32_t>>(), g);
       const auto admit = sched.submit(r);
-      if (admit != Backend::Admit::Ok) {
+      if (admit != Generator::Admit::Ok) {
         send({{"id", id},
               {"done", true},
               {"finish", finish_code(Finish::Error)},
-              {"error", admit == Backend::Admit::QueueFull
+              {"error", admit == Generator::Admit::QueueFull
                             ? "the worker's queue is full"
                             : "the engine is not available: " + sched.last_error()}});
         continue;
@@ -372,7 +372,7 @@ void Workers::watch() {
   }
 }
 
-Backend::Admit Workers::submit(std::shared_ptr<Request> r) {
+Generator::Admit Workers::submit(std::shared_ptr<Request> r) {
   std::lock_guard lk(mu_);
   bool any = false;
   for (auto& w : w_) any |= w->healthy;

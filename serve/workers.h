@@ -24,7 +24,7 @@ namespace expertd::serve {
 // goes away (end of file). Returns the exit status.
 int run_worker(int fd, Scheduler& sched, Metrics& metrics);
 
-class Workers final : public Backend {
+class Workers final : public Generator {
  public:
   // Starts n workers: `argv` (this program's arguments) plus --worker-fd FD each.
   Workers(std::vector<std::string> argv, int n, int parallel, int n_ctx, int queue_max,

@@ -29,7 +29,7 @@ const std::string kSource = EXPERTD_SOURCE_DIR;
 // What reaches generation must be a request the engine can run: a prompt that fits the
 // context and a reply that fits what is left of it. Answered at once, with a tool call in the
 // template's family (Qwen3's Hermes form) so that the replies' parsing and shaping run too.
-struct CheckingBackend final : serve::Backend {
+struct CheckingGenerator final : serve::Generator {
   static constexpr int kCtx = 512;
   size_t admitted = 0;
   Admit submit(std::shared_ptr<serve::Request> r) override {
@@ -59,7 +59,7 @@ struct Fixture {
   std::unique_ptr<engine::Tokenizer> tok;
   serve::Metrics metrics;
   std::unique_ptr<serve::Grammars> grammars;
-  CheckingBackend backend;
+  CheckingGenerator generator;
   std::unique_ptr<serve::Server> server;
 
   Fixture() {
@@ -78,7 +78,7 @@ struct Fixture {
     o.model_id = "m";
     o.max_body = 1 << 20;
     server =
-        std::make_unique<serve::Server>(o, backend, *tok, std::move(*chat), metrics, *grammars);
+        std::make_unique<serve::Server>(o, generator, *tok, std::move(*chat), metrics, *grammars);
   }
 };
 
@@ -153,7 +153,7 @@ std::vector<std::string> http_seeds() {
 }
 
 size_t http_admitted() {
-  return fixture().backend.admitted;
+  return fixture().generator.admitted;
 }
 
 }  // namespace expertd::fuzz

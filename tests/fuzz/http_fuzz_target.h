@@ -1,6 +1,6 @@
 // The HTTP front's fuzz entry: one request's bytes through Server::answer (Beast's parser with
 // the server's limits, the key check, routing, each API's JSON validation, the chat template,
-// tools, tool choice and grammars) to a Backend that checks what reaches it and answers at once.
+// tools, tool choice and grammars) to a Generator that checks what reaches it and answers at once.
 // A libFuzzer target with -DEXPERTD_FUZZ=ON (clang); driven by seeded mutations of real clients'
 // requests (tests/data/fuzz/http/, tests/fuzz/capture_http_corpus.py) in the test suite.
 #pragma once

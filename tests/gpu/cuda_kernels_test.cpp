@@ -259,7 +259,7 @@ TEST(CudaKernels, AttentionOfMlaShapeSlidingWindowWithSinksAndALongContext) {
         const float* vv = mla ? k.data() : v.data();
         attend(&q[(t * H + h) * dk], &k[first * k_row + kvh * dk], vv + first * v_row + kvh * dv,
                n_keys - first, k_row, v_row, dk, dv, 0.125f, mla ? -INFINITY : sinks[h], s.data(),
-               ref.data(), Backend::Scalar);
+               ref.data(), Isa::Scalar);
         for (int64_t i = 0; i < dv; ++i)
           ASSERT_NEAR(out[(t * H + h) * dv + i], ref[i], 1e-4)
               << "token " << t << " head " << h << " dim " << i;

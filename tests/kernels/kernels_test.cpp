@@ -30,10 +30,10 @@ const std::vector<uint32_t> kTypes = all_types();
 const uint32_t kBitIdentical[] = {TQ1_0, Q2_0, Q5_1, IQ4_NL};
 
 // Every backend this CPU can run, the scalar reference included.
-std::vector<Backend> runnable_backends() {
-  std::vector<Backend> v = {Backend::Scalar};
-  if (best_backend() != Backend::Scalar) v.push_back(Backend::Avx2);
-  if (best_backend() == Backend::Avx512) v.push_back(Backend::Avx512);
+std::vector<Isa> runnable_backends() {
+  std::vector<Isa> v = {Isa::Scalar};
+  if (best_isa() != Isa::Scalar) v.push_back(Isa::Avx2);
+  if (best_isa() == Isa::Avx512) v.push_back(Isa::Avx512);
   return v;
 }
 
@@ -50,7 +50,7 @@ TEST(Kernels, DotMatchesDequantizedReferenceOnEveryBackend) {
     for (auto& v : x) v = g(rng);
     // Reference: dequantized weights against dequantized (quantized) activations, in double.
     std::vector<uint8_t> xq(row_size(vec_dot_type(t), n));
-    quantize_activations(t, x.data(), xq.data(), n, Backend::Scalar);
+    quantize_activations(t, x.data(), xq.data(), n, Isa::Scalar);
     dequantize_row(t, w.data(), wf.data(), n);
     if (vec_dot_type(t) == Q8_K) {
       auto* b = reinterpret_cast<const BlockQ8K*>(xq.data());
@@ -74,10 +74,10 @@ TEST(Kernels, DotMatchesDequantizedReferenceOnEveryBackend) {
         ref += double(fp16_to_fp32(m)) * (double(fp16_to_fp32(yb[b].s)) - sum_x);
       }
     }
-    float scalar = dot(t, w.data(), xq.data(), n, Backend::Scalar);
+    float scalar = dot(t, w.data(), xq.data(), n, Isa::Scalar);
     EXPECT_NEAR(scalar, ref, 1e-5 * mag + 1e-6);
-    for (Backend be : runnable_backends()) {
-      SCOPED_TRACE(backend_name(be));
+    for (Isa be : runnable_backends()) {
+      SCOPED_TRACE(isa_name(be));
       std::vector<uint8_t> xq2(xq.size());
       quantize_activations(t, x.data(), xq2.data(), n, be);
       EXPECT_EQ(0, std::memcmp(xq.data(), xq2.data(), xq.size()))
@@ -112,8 +112,8 @@ TEST(Kernels, TileEqualsSingleDotsOnEveryBackend) {
       quantize_activations(t, x.data(), xq.data() + k * xq_row, n);
       xs[k] = xq.data() + k * xq_row;
     }
-    for (Backend be : runnable_backends()) {
-      SCOPED_TRACE(backend_name(be));
+    for (Isa be : runnable_backends()) {
+      SCOPED_TRACE(isa_name(be));
       for (int nt = 1; nt <= kMaxTile; ++nt) {
         float out[kMaxTile] = {};
         dot_tile(t, w.data(), xs, nt, n, out, be);
@@ -128,7 +128,7 @@ TEST(Kernels, Q8KQuantizationIsLlamaCpps) {
   std::vector<float> x(256);
   for (int i = 0; i < 256; ++i) x[i] = std::sin(i * 0.1f) * (i == 77 ? 5.f : 1.f);
   BlockQ8K b;
-  quantize_activations(Q4_K, x.data(), &b, 256, Backend::Scalar);
+  quantize_activations(Q4_K, x.data(), &b, 256, Isa::Scalar);
   // iscale = -127 / max (max = the signed element of largest magnitude): x[77] maps to -127.
   EXPECT_EQ(b.qs[77], -127);
   EXPECT_FLOAT_EQ(b.d, 1.0f / (-127.f / x[77]));
@@ -160,7 +160,7 @@ TEST(Kernels, MatmulIsTheSameOnOneOrManyThreads) {
 // accumulators, then ggml's pairwise reduction; leftovers one at a time. Checked here against
 // the same arithmetic written out in scalar code (std::fma per lane), on a length with leftovers.
 TEST(Kernels, GgmlOrderDotAndMad) {
-  if (best_backend() == Backend::Scalar) GTEST_SKIP() << "no SIMD backend on this CPU";
+  if (best_isa() == Isa::Scalar) GTEST_SKIP() << "no SIMD backend on this CPU";
   std::mt19937 rng(3);
   std::normal_distribution<float> g;
   const int n = 75;  // two steps of 32 and 11 leftovers
@@ -176,7 +176,7 @@ TEST(Kernels, GgmlOrderDotAndMad) {
   float dot = (h0 + h1) + (h2 + h3);
   for (int i = 64; i < n; ++i) dot += a[i] * b[i];
   EXPECT_EQ(dot_f32_ggml(a.data(), b.data(), n), dot);
-  EXPECT_NEAR(dot_f32_ggml(a.data(), b.data(), n), dot_f32(a.data(), b.data(), n, Backend::Scalar),
+  EXPECT_NEAR(dot_f32_ggml(a.data(), b.data(), n), dot_f32(a.data(), b.data(), n, Isa::Scalar),
               1e-4);
   axpy_ggml(0.37f, a.data(), y.data(), n);
   for (int i = 0; i < n; ++i)
