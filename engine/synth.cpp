@@ -316,9 +316,17 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
             // The routed hidden state has norm sqrt(n_embd) and leans on `dir` (cosine ~0.5), and
             // the noise part of a router logit has std ~1: expert of rank r gets about
             // +kRouterSkew/(1+r) std, a Zipf(1) popularity that still routes to most experts.
-            if (t.role == Role::Router)
+            if (t.role == Role::Router && o.routing == SynthRouting::Zipf)
               x += 2.0f * kRouterSkew / std::sqrt(float(n_embd)) * dir[c] / float(1 + perm[r0 + r]);
             row[c] = x;
+          }
+          // Balanced: the router row has no part along `dir`, the direction every hidden state
+          // shares, so no expert is favoured for all tokens; each token's own part routes it.
+          if (t.role == Role::Router && o.routing == SynthRouting::Balanced) {
+            double along = 0, norm = 0;
+            for (uint64_t c = 0; c < ne0; ++c)
+              along += double(row[c]) * dir[c], norm += double(dir[c]) * dir[c];
+            for (uint64_t c = 0; c < ne0; ++c) row[c] -= float(along / norm) * dir[c];
           }
           quantize_row(type, {row.data(), ne0}, buf.data() + r * rb);
         }

@@ -14,6 +14,12 @@
 
 namespace engine {
 
+// How the synthetic routers choose: Zipf, a few experts popular in every layer (as DeepSeek-V4's
+// and Qwen3's routing is skewed); Balanced, no expert favoured by the routers' weights (as a
+// router trained for flat use, Kimi-K3's quantile balancing). model/README.md sets the two
+// beside the bundled trained model's trace.
+enum class SynthRouting { Zipf, Balanced };
+
 struct SynthOptions {
   std::string preset;  // a preset of some architecture (engine/archs/): synth_preset_names()
   std::vector<uint64_t>
@@ -24,6 +30,7 @@ struct SynthOptions {
   std::optional<gguf::GgmlType> gate_type, up_type, down_type;
   uint32_t layers = 0;  // 0 = the preset's depth
   uint64_t seed = 1;
+  SynthRouting routing = SynthRouting::Zipf;
   std::string chat_template;  // written as tokenizer.chat_template when not empty
   std::string out_path;
   bool progress = true;

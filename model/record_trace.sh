@@ -4,7 +4,11 @@
 # per-layer expert popularity and lru / lfu / lfru / Belady hit rates at 10, 25, 50% caches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# usage: record_trace.sh [MODEL [NAME]]: NAME names the files (default: the bundled model's).
 model=${1:-model/kjv-moe-q8_0.gguf}
+name=${2:-kjv-2000-tokens}
+report=model/trace/policy-report.txt
+[ "$name" = kjv-2000-tokens ] || report=model/trace/$name-policy-report.txt
 work=$(mktemp -d)
 trap 'kill -TERM $pid 2>/dev/null || true; rm -rf "$work"' EXIT
 cp "$model" "$work/m.gguf"
@@ -25,10 +29,10 @@ done
 kill -TERM $pid
 wait $pid
 mkdir -p model/trace
-gzip -9 -n -c "$work/trace.bin" > model/trace/kjv-2000-tokens.trace.gz
+gzip -9 -n -c "$work/trace.bin" > "model/trace/$name.trace.gz"
 {
-  echo "# Routing of the bundled model: 8 prompts x 250 generated tokens (temperature 0.8, seeds 1-8)"
-  echo "# recorded by model/record_trace.sh; replay: expert-bench policy --trace <(zcat model/trace/kjv-2000-tokens.trace.gz)"
-  build/bench/expert-bench policy --trace "$work/trace.bin" | sed "s|$work/trace.bin|model/trace/kjv-2000-tokens.trace (gunzipped)|"
-} > model/trace/policy-report.txt
-cat model/trace/policy-report.txt
+  echo "# Routing of $(basename "$model"): 8 prompts x 250 generated tokens (temperature 0.8, seeds 1-8)"
+  echo "# recorded by model/record_trace.sh; replay: expert-bench policy --trace <(zcat model/trace/$name.trace.gz)"
+  build/bench/expert-bench policy --trace "$work/trace.bin" | sed "s|$work/trace.bin|model/trace/$name.trace (gunzipped)|"
+} > "$report"
+cat "$report"

@@ -71,6 +71,14 @@ int main(int argc, char** argv) {
                     "is Kimi-K3's mix");
   synth->add_option("--layers", sopt.layers, "cut the depth to this many layers");
   synth->add_option("--seed", sopt.seed, "random seed")->capture_default_str();
+  std::string routing = "zipf";
+  synth
+      ->add_option("--routing", routing,
+                   "the routers' expert use: zipf (a few experts popular in every layer, as "
+                   "DeepSeek-V4's and Qwen3's routing) or balanced (none favoured, as a router "
+                   "trained for flat use: Kimi-K3's)")
+      ->check(CLI::IsMember({"zipf", "balanced"}))
+      ->capture_default_str();
   std::string chat_template_file;
   synth
       ->add_option("--chat-template", chat_template_file,
@@ -124,6 +132,8 @@ int main(int argc, char** argv) {
   auto t = gguf::type_from_name(type_name);
   if (!t) return fail(make_error("unknown --type " + type_name));
   sopt.type = *t;
+  sopt.routing =
+      routing == "balanced" ? engine::SynthRouting::Balanced : engine::SynthRouting::Zipf;
   for (auto [name, opt, field] : {std::tuple{&gate_type, "--gate-type", &sopt.gate_type},
                                   std::tuple{&up_type, "--up-type", &sopt.up_type},
                                   std::tuple{&down_type, "--down-type", &sopt.down_type}}) {

@@ -90,6 +90,31 @@ TEST(Quantize, RoundTripsWithinTheTypesPrecision) {
   EXPECT_FLOAT_EQ(fp16_to_fp32(pack::fp32_to_fp16(0.1f)), 0.0999755859375f);
 }
 
+// How often each of 16 experts is among the top 4 of layer 0's router, over the (normalised)
+// Q4_K embeddings of the first n_tokens tokens of a 256-wide model.
+std::vector<int> layer0_picks(const gguf::Model& m, int n_tokens) {
+  const auto* r = m.tensor("blk.0.ffn_gate_inp.weight");
+  EXPECT_EQ(r->type, gguf::GgmlType::F32);
+  const auto* emb = m.tensor("token_embd.weight");
+  std::vector<int> picks(16, 0);
+  for (int tok = 0; tok < n_tokens; ++tok) {
+    auto h = dequant_q4_k(emb->data + tok * 144, 256);
+    double ss = 0;
+    for (float v : h) ss += v * v;
+    for (float& v : h) v /= static_cast<float>(std::sqrt(ss / 256));
+    std::vector<std::pair<float, int>> logits;
+    for (int e = 0; e < 16; ++e) {
+      const float* row = reinterpret_cast<const float*>(r->data) + e * 256;
+      float z = 0;
+      for (int i = 0; i < 256; ++i) z += row[i] * h[i];
+      logits.push_back({z, e});
+    }
+    std::sort(logits.rbegin(), logits.rend());
+    for (int k = 0; k < 4; ++k) ++picks[logits[k].second];
+  }
+  return picks;
+}
+
 TEST(Synth, WritesALoadableSkewedMoeModelThatPacks) {
   TempDir d;
   engine::SynthOptions o;
@@ -121,26 +146,8 @@ TEST(Synth, WritesALoadableSkewedMoeModelThatPacks) {
   // Routing is skewed but not degenerate: route the (normalised) token embeddings through the
   // layer-0 router; the most popular expert is picked far more often than average, yet most
   // experts are used.
-  const auto* r = m->tensor("blk.0.ffn_gate_inp.weight");
-  ASSERT_EQ(r->type, gguf::GgmlType::F32);
-  const auto* emb = m->tensor("token_embd.weight");
-  std::vector<int> picks(16, 0);
   const int n_tokens = 400;
-  for (int tok = 0; tok < n_tokens; ++tok) {
-    auto h = dequant_q4_k(emb->data + tok * 144, 256);
-    double ss = 0;
-    for (float v : h) ss += v * v;
-    for (float& v : h) v /= static_cast<float>(std::sqrt(ss / 256));
-    std::vector<std::pair<float, int>> logits;
-    for (int e = 0; e < 16; ++e) {
-      const float* row = reinterpret_cast<const float*>(r->data) + e * 256;
-      float z = 0;
-      for (int i = 0; i < 256; ++i) z += row[i] * h[i];
-      logits.push_back({z, e});
-    }
-    std::sort(logits.rbegin(), logits.rend());
-    for (int k = 0; k < 4; ++k) ++picks[logits[k].second];
-  }
+  std::vector<int> picks = layer0_picks(*m, n_tokens);
   int top = *std::max_element(picks.begin(), picks.end());
   int used =
       static_cast<int>(std::count_if(picks.begin(), picks.end(), [](int c) { return c > 0; }));
@@ -217,4 +224,32 @@ TEST(Synth, EveryWeightTypeAndThePerRoleMix) {
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("Q8_K is not one the kernels run"), std::string::npos)
       << r.error().message;
+}
+
+// --routing balanced: no expert favoured for every token (Kimi-K3's flat use), where the default
+// Zipf routing of the same model has a popular one (model/README.md: both beside the trained
+// model's trace).
+TEST(Synth, BalancedRoutingFavoursNoExpert) {
+  TempDir d;
+  auto picks_of = [&](engine::SynthRouting routing) {
+    engine::SynthOptions o;
+    o.dims = {256, 2, 16, 4, 256, 4, 2, 1024};
+    o.type = gguf::GgmlType::Q4_K;
+    o.routing = routing;
+    o.out_path = d / "synth.gguf";
+    o.progress = false;
+    auto bytes = engine::write_synth(o);
+    EXPECT_TRUE(bytes) << bytes.error().message;
+    auto m = gguf::Model::open(o.out_path);
+    return layer0_picks(*m, 800);
+  };
+  const auto zipf = picks_of(engine::SynthRouting::Zipf);
+  const auto flat = picks_of(engine::SynthRouting::Balanced);
+  const int mean = 800 * 4 / 16;
+  const int top_zipf = *std::max_element(zipf.begin(), zipf.end());
+  const int top_flat = *std::max_element(flat.begin(), flat.end());
+  const int low_flat = *std::min_element(flat.begin(), flat.end());
+  EXPECT_GT(top_zipf, 2 * mean);
+  EXPECT_LT(top_flat, 3 * mean / 2) << "balanced routing still favours an expert";
+  EXPECT_GT(low_flat, mean / 2) << "balanced routing starves an expert";
 }
