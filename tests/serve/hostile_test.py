@@ -19,6 +19,7 @@ Usage: hostile_test.py --bin BUILD_DIR --source SOURCE_DIR
 """
 import argparse
 import json
+import multiprocessing
 import os
 import resource
 import selectors
@@ -172,6 +173,32 @@ class Hostile:
             key.fileobj.close()
 
 
+def hostile_main(port, half_open, trickle, srcs, pipe):
+    """The load in a process of its own, so that its work never holds the measuring client's
+    interpreter lock: holds the connections until told to stop, then sends what it saw."""
+    h = Hostile(port, half_open, trickle, srcs, {"half": [], "trickle": []})
+    h.start()
+    pipe.send(h.held)
+    pipe.recv()
+    h.stop()
+    pipe.send((h.lives, h.errors))
+
+
+class HostileProcess:
+    def __init__(self, port, half_open, trickle, srcs):
+        self.pipe, child = multiprocessing.Pipe()
+        self.proc = multiprocessing.get_context("fork").Process(
+            target=hostile_main, args=(port, half_open, trickle, srcs, child), daemon=True)
+        self.proc.start()
+        self.held = self.pipe.recv()
+
+    def stop(self):
+        self.pipe.send("stop")
+        lives, errors = self.pipe.recv()
+        self.proc.join(timeout=30)
+        return lives, errors
+
+
 def ttft(oa, prompt):
     t0 = time.perf_counter()
     first = None
@@ -192,26 +219,33 @@ try:
               "--peer-connections-max", "300", "--pending-connections-max", "2048"]
     p, url = serve_util.start_serve(B, tmp, procs, ["--model", MODEL, "--local", "--ctx", "4096",
                                                     "--parallel", "2", "--api-key", KEY,
-                                                    "--alias", "kjv"] + limits)
+                                                    "--alias", "kjv", "--prefix-cache-mib", "0"] + limits)
     port = int(url.rsplit(":", 1)[1])
     oa = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=60)
-    prompts = ["And God said", "In the beginning", "The LORD is my shepherd", "And it came to pass"]
+    # Prompts of some 150 tokens, the prefix cache off: each first token takes a real prefill,
+    # not only the round trip (whose few milliseconds any scheduling hiccup doubles).
+    verses = ["And God said, Let there be light: and there was light. ",
+              "In the beginning God created the heaven and the earth. ",
+              "The LORD is my shepherd; I shall not want. ",
+              "And it came to pass in those days, that there went out a decree. ",
+              "Blessed are the poor in spirit: for theirs is the kingdom of heaven. ",
+              "Now the serpent was more subtil than any beast of the field. "]
+    prompts = [v * 12 for v in verses]
     for pr in prompts:  # warm: the model's pages and the server's paths
         ttft(oa, pr)
 
     srcs = {"half": [f"127.0.0.{a}" for a in range(2, 6)],  # 250 each, under the cap of 300
             "trickle": ["127.0.0.6"]}
     lives = {"half": [], "trickle": []}
+    errors = []
     base, loaded, texts, ok = [], [], {}, True
     for rnd in range(3):  # alternating rounds: without the load, then with it
         for pr in prompts:
             t, text = ttft(oa, pr)
             base.append(t)
             texts[pr] = text
-        hostile = Hostile(port, HALF_OPEN_N, 100, srcs, lives)
-        hostile.start()
+        hostile = HostileProcess(port, HALF_OPEN_N, 100, srcs)
         time.sleep(0.3)
-        held = hostile.held
         for pr in prompts:
             try:
                 t, text = ttft(oa, pr)
@@ -221,9 +255,12 @@ try:
                 ok = False
                 print("real request failed under load:", e, flush=True)
         h = urllib.request.urlopen(url + "/health", timeout=5).status
-        check(h == 200, f"round {rnd}: /health answers under {held} hostile connections")
+        check(h == 200, f"round {rnd}: /health answers under {hostile.held} hostile connections")
         if rnd < 2:
-            hostile.stop()
+            got, err = hostile.stop()
+            errors += err
+            for k in lives:
+                lives[k] += got[k]
     check(ok, f"every real request succeeded under {HALF_OPEN_N} half-open + 100 trickling "
               f"connections, with the same text as without them")
     mb, ml = statistics.median(base), statistics.median(loaded)
@@ -233,14 +270,17 @@ try:
 
     # Keep the load a full deadline and more, so that every connection meets it.
     time.sleep(HEADER_S + SLACK_S + 0.5)
-    hostile.stop()
+    got, err = hostile.stop()
+    errors += err
+    for k in lives:
+        lives[k] += got[k]
     every = lives["half"] + lives["trickle"]
     check(len(lives["half"]) >= HALF_OPEN_N and len(lives["trickle"]) >= 100,
           f"every half-open and trickling connection was closed by the server "
           f"({len(lives['half'])} and {len(lives['trickle'])} closures)")
     check(every and max(every) <= HEADER_S + SLACK_S,
           f"each within --header-timeout-s {HEADER_S} (longest {max(every):.2f} s)")
-    check(not hostile.errors, f"no connection refused by the kernel ({hostile.errors[:2]})")
+    check(not errors, f"no connection refused by the kernel ({errors[:2]})")
 
     # Slow bodies: 5 bytes of 5,000,000, then nothing. Unauthenticated: a 401 before the body.
     slow = []
