@@ -446,7 +446,8 @@ std::string Server::answer(std::string_view bytes) {
   }
   if (ec) {
     Closed why;
-    c.send_json(im.parse_error(ec, why).status, error_body(Api::OpenAI, im.parse_error(ec, why)));
+    const HttpError e = im.parse_error(ec, why);
+    c.send_json(e.status, error_body(Api::OpenAI, e));
     return out;
   }
   if (!p.is_header_done()) return out;
