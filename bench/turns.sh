@@ -9,6 +9,9 @@
 # dropped), the last turn sent again, against recomputing it. Needs root and the build.
 # LLAMA_PY=python-with-llama-cpp-python[server]: llama.cpp's server with its prompt cache
 # (cache=True, RAM) under the same limit, one round.
+# KV_TYPE=f16: expert-serve's caches and prefix states in F16 (--kv-type). FIRST_WORDS (180, ~600
+# tokens): the first turn's words; an agent's first turn carries its system prompt and tool
+# definitions, 2-10k tokens (FIRST_WORDS=600: ~2,000).
 #   ROUNDS=3 TURNS=8 bash bench/turns.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +19,8 @@ rounds=${ROUNDS:-3}
 turns=${TURNS:-8}
 ctx=${CTX:-4096}
 prefix_mib=${PREFIX_MIB:-256}
+kv_type=${KV_TYPE:-f32}
+first_words=${FIRST_WORDS:-180}
 source bench/memlimit-env.sh
 # The RAM tier lives inside the limit too: the arena gives it up.
 cache_mib=$((cache_mib - prefix_mib))
@@ -32,6 +37,7 @@ echo "$limit" > "$cg/memory.limit_in_bytes"
 echo "$model_line; prefix RAM tier $prefix_mib MiB (taken from the arena: $cache_mib MiB)"
 sync; echo 3 > /proc/sys/vm/drop_caches
 rm -f "$dir/t.sock"
+: > "$dir/turns-serve.log"
 sh -c "echo \$\$ > $cg/cgroup.procs; exec build/daemon/expertd --manifest $dir/$m.manifest.json --socket $dir/t.sock \
   --config /dev/null --cache-mib $cache_mib --reserve-mib 0 --clients-max 4 --lock-memory false --log-level warn" &
 dpid=$!
@@ -41,7 +47,7 @@ serve() {  # serve MIB: expert-serve with that RAM tier (0: no reuse), the SSD t
   local tier=()
   [ "$1" != 0 ] && tier=(--prefix-cache-dir "$pdir")
   sh -c "echo \$\$ > $cg/cgroup.procs; exec build/serve/expert-serve --model $dir/$m.core.gguf --socket $dir/t.sock \
-    --port $port --parallel 1 --ctx $ctx --threads 2 --prefix-cache-mib $1 ${tier[*]}" 2>> "$dir/turns-serve.log" &
+    --port $port --parallel 1 --ctx $ctx --threads 2 --kv-type $kv_type --prefix-cache-mib $1 ${tier[*]}" 2>> "$dir/turns-serve.log" &
   spid=$!
   for _ in $(seq 600); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; sleep 0.1; done
 }
@@ -53,7 +59,7 @@ for r in $(seq "$rounds"); do
   order="reuse recompute"; [ $((r % 2)) -eq 0 ] && order="recompute reuse"
   for side in $order; do
     serve $([ "$side" = reuse ] && echo "$prefix_mib" || echo 0)
-    python3 bench/turns.py "http://127.0.0.1:$port" --turns "$turns" --seed "$r" --label "$side" \
+    python3 bench/turns.py "http://127.0.0.1:$port" --turns "$turns" --seed "$r" --label "$side" --first-words "$first_words" \
       --save-last "$out/last-$side-$r.txt" | tee "$out/$side-$r.log"
     unserve
   done
@@ -86,6 +92,7 @@ print(f"last turn after a restart: from the SSD tier {dm:.3f} s ({d[0]['cached_t
       f"vs recomputed {cm:.3f} s: {cm / dm:.1f}x")
 PY
 [ "$rounds" -gt 0 ] && du -sh "$pdir" | sed 's/^/SSD tier after the run: /'
+grep 'KV cache' "$dir/turns-serve.log" | tail -1 || true
 echo "peak memory of the run: $(( $(cat $cg/memory.max_usage_in_bytes) >> 20 )) MiB (limit $((limit >> 20)) MiB)"
 [ -n "${LLAMA_PY:-}" ] || exit 0
 kill -TERM "$dpid"; wait "$dpid" || true; dpid=""

@@ -51,39 +51,56 @@ class CpuOps final : public Ops {
   void release_to(size_t mark) override { arena_.release_to(mark); }
   void consolidate() override { arena_.consolidate(); }
 
-  void init_cache(const std::vector<KvRows>& layers, int n_ctx, int n_slots) override {
-    n_ctx_ = n_ctx, n_layer_ = int(layers.size());
+  void init_cache(const std::vector<KvRows>& layers, int n_ctx, int n_slots, KvType type) override {
+    n_ctx_ = n_ctx, n_layer_ = int(layers.size()), f16_ = type == KvType::F16;
     cache_.resize(layers.size() * size_t(n_slots));
     for (size_t i = 0; i < cache_.size(); ++i) {  // slot-major
       const KvRows& rows = layers[i % layers.size()];
-      cache_[i].rows = rows;
-      cache_[i].k.assign(size_t(n_ctx) * rows.k, 0.0f);
-      cache_[i].v.assign(size_t(n_ctx) * rows.v, 0.0f);
-      cache_[i].state.assign(size_t(rows.state), 0.0f);
+      Cache& c = cache_[i];
+      c.rows = rows;
+      c.f16 = f16_;
+      (f16_ ? c.k16.assign(size_t(n_ctx) * rows.k, 0) : c.k.assign(size_t(n_ctx) * rows.k, 0.0f));
+      (f16_ ? c.v16.assign(size_t(n_ctx) * rows.v, 0) : c.v.assign(size_t(n_ctx) * rows.v, 0.0f));
+      (f16_ ? c.kvs16.assign(size_t(rows.kv_state), 0) : c.kvs.assign(size_t(rows.kv_state), 0.0f));
+      c.state.assign(size_t(rows.state), 0.0f);
     }
   }
 
-  bool save_slot(int slot, int64_t n, std::vector<float>& out) override {
+  bool save_slot(int slot, int64_t n, std::vector<uint8_t>& out) override {
     out.clear();
+    auto put = [&](const auto& v, size_t count) {
+      const auto* b = reinterpret_cast<const uint8_t*>(v.data());
+      out.insert(out.end(), b, b + count * sizeof(v[0]));
+    };
     for (int il = 0; il < n_layer_; ++il) {
       const Cache& c = cache(slot, il);
-      out.insert(out.end(), c.k.begin(), c.k.begin() + n * c.rows.k);
-      out.insert(out.end(), c.v.begin(), c.v.begin() + n * c.rows.v);
-      out.insert(out.end(), c.state.begin(), c.state.end());
+      if (f16_)
+        put(c.k16, n * c.rows.k), put(c.v16, n * c.rows.v), put(c.kvs16, c.kvs16.size());
+      else
+        put(c.k, n * c.rows.k), put(c.v, n * c.rows.v), put(c.kvs, c.kvs.size());
+      put(c.state, c.state.size());
     }
     return true;
   }
 
-  bool load_slot(int slot, int64_t n_saved, int64_t n, std::span<const float> in) override {
+  bool load_slot(int slot, int64_t n_saved, int64_t n, std::span<const uint8_t> in) override {
     size_t at = 0;
+    // `count` values of the copy into v, then skip past `saved` of them
+    auto get = [&](auto& v, size_t count, size_t saved) {
+      const size_t e = sizeof(v[0]);
+      if (at + saved * e > in.size()) return false;
+      std::memcpy(v.data(), in.data() + at, count * e);
+      at += saved * e;
+      return true;
+    };
     for (int il = 0; il < n_layer_; ++il) {
       Cache& c = cache(slot, il);
-      const size_t k = size_t(n_saved * c.rows.k), v = size_t(n_saved * c.rows.v);
-      if (at + k + v + c.state.size() > in.size()) return false;
-      std::copy_n(in.begin() + long(at), size_t(n * c.rows.k), c.k.begin());
-      std::copy_n(in.begin() + long(at + k), size_t(n * c.rows.v), c.v.begin());
-      std::copy_n(in.begin() + long(at + k + v), c.state.size(), c.state.begin());
-      at += k + v + c.state.size();
+      const size_t k = size_t(c.rows.k), v = size_t(c.rows.v), kvs = size_t(c.rows.kv_state);
+      const bool ok = f16_ ? get(c.k16, n * k, n_saved * k) && get(c.v16, n * v, n_saved * v) &&
+                                 get(c.kvs16, kvs, kvs)
+                           : get(c.k, n * k, n_saved * k) && get(c.v, n * v, n_saved * v) &&
+                                 get(c.kvs, kvs, kvs);
+      if (!ok || !get(c.state, c.state.size(), c.state.size())) return false;
     }
     return at == in.size();
   }
@@ -136,10 +153,7 @@ class CpuOps final : public Ops {
     const int64_t D = o.head_dim, KV = o.n_head_kv * D, H = o.n_head, T = q.rows;
     Cache& c = cache(slot, il);
     assert(c.rows.k == KV && c.rows.v == KV);
-    for (int64_t t = 0; t < T; ++t) {
-      std::copy_n(k.row(t), KV, &c.k[size_t(pos0 + t) * KV]);
-      std::copy_n(v.row(t), KV, &c.v[size_t(pos0 + t) * KV]);
-    }
+    for (int64_t t = 0; t < T; ++t) c.store_k(pos0 + t, k.row(t)), c.store_v(pos0 + t, v.row(t));
     const int64_t group = H / o.n_head_kv;
     pool_.parallel_for(T * H, 1, [&](int64_t b, int64_t e) {
       std::vector<float> s(pos0 + T);
@@ -148,10 +162,14 @@ class CpuOps final : public Ops {
         const int64_t n_keys = pos0 + t + 1;  // causal
         // Sliding window: key j is visible iff pos - j < window.
         const int64_t first = o.window > 0 ? std::max<int64_t>(0, n_keys - o.window) : 0;
-        kernels::attend(q.row(t) + hh * D, &c.k[size_t(first) * KV + kvh * D],
-                        &c.v[size_t(first) * KV + kvh * D], n_keys - first, KV, KV, D, D, o.scale,
-                        o.sinks ? o.sinks.f32()[hh] : -INFINITY, s.data(), out.row(t) + hh * D,
-                        be_);
+        const size_t at = size_t(first) * KV + kvh * D;
+        const float sink = o.sinks ? o.sinks.f32()[hh] : -INFINITY;
+        if (f16_)
+          kernels::attend_f16(q.row(t) + hh * D, &c.k16[at], &c.v16[at], n_keys - first, KV, KV, D,
+                              D, o.scale, sink, s.data(), out.row(t) + hh * D, be_);
+        else
+          kernels::attend(q.row(t) + hh * D, &c.k[at], &c.v[at], n_keys - first, KV, KV, D, D,
+                          o.scale, sink, s.data(), out.row(t) + hh * D, be_);
       }
     });
   }
@@ -165,8 +183,7 @@ class CpuOps final : public Ops {
                   nope = o.qk_nope, KM = nope + R;
     Cache& c = cache(slot, il);
     assert(c.rows.k == KL);
-    float* cache = c.k.data();
-    for (int64_t t = 0; t < T; ++t) std::copy_n(kv.row(t), KL, cache + size_t(pos0 + t) * KL);
+    for (int64_t t = 0; t < T; ++t) c.store_k(pos0 + t, kv.row(t));
     // Per head: q_abs = k_b[h] . q_nope (T x kv_lora), then the full query [q_abs, q_pe].
     Act qf = alloc(T, H * KL), xin = alloc(T, std::max(nope, C)),
         yout = alloc(T, std::max(C, o.v_mla));
@@ -186,8 +203,12 @@ class CpuOps final : public Ops {
       std::vector<float> s(pos0 + T);
       for (int64_t job = b; job < e; ++job) {
         const int64_t t = job / H, hh = job % H;
-        kernels::attend(qf.row(t) + hh * KL, cache, cache, pos0 + t + 1, KL, KL, KL, C, o.scale,
-                        -INFINITY, s.data(), lat.row(t) + hh * C, be_);
+        if (f16_)
+          kernels::attend_f16(qf.row(t) + hh * KL, c.k16.data(), c.k16.data(), pos0 + t + 1, KL, KL,
+                              KL, C, o.scale, -INFINITY, s.data(), lat.row(t) + hh * C, be_);
+        else
+          kernels::attend(qf.row(t) + hh * KL, c.k.data(), c.k.data(), pos0 + t + 1, KL, KL, KL, C,
+                          o.scale, -INFINITY, s.data(), lat.row(t) + hh * C, be_);
       }
     });
     // Per head back out of the latent space: v_b[h] . lat (T x v_mla).
@@ -381,13 +402,23 @@ class CpuOps final : public Ops {
   // per head with the sink; last, the window ring takes this eval's newest rows.
   void attention_dsv4_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in,
                          int64_t pos0, Act out) override {
+    Cache& c = cache(slot, il);
+    if (f16_)
+      dsv4_at(c.kvs16.data(), c.state.data(), o, in, pos0, out);
+    else
+      dsv4_at(c.kvs.data(), c.state.data(), o, in, pos0, out);
+  }
+  // The ring and the entries in the cache's type E (widened as they are read, rounded as they are
+  // written), the pending rows in F32.
+  template <typename E>
+  void dsv4_at(E* kvs, float* st, const Dsv4AttnOpts& o, const Dsv4AttnIn& in, int64_t pos0,
+               Act out) {
     const int64_t T = in.q.rows, D = o.head_dim, H = o.n_head, W = o.window, r = o.ratio;
-    float* st = cache(slot, il).state.data();
-    float* ring = st;
-    st += W * D;
-    Pool comp{}, idx{};
-    if (r > 0) comp = pool_at(st, o.pending(), o.coff() * D, D, o.entries(n_ctx_));
-    if (r == 4) idx = pool_at(st, o.pending(), 2 * o.idx_dim, o.idx_dim, o.entries(n_ctx_));
+    E* ring = kvs;
+    kvs += W * D;
+    Pool<E> comp{}, idx{};
+    if (r > 0) comp = pool_at(st, kvs, o.pending(), o.coff() * D, D, o.entries(n_ctx_));
+    if (r == 4) idx = pool_at(st, kvs, o.pending(), 2 * o.idx_dim, o.idx_dim, o.entries(n_ctx_));
     for (int64_t t = 0; t < T && r > 0; ++t) {
       const int64_t p = pos0 + t;
       compress(comp, o, o.ape, o.norm, in.comp_kv.row(t), in.comp_score.row(t), p);
@@ -397,7 +428,7 @@ class CpuOps final : public Ops {
     std::vector<std::vector<int32_t>> sel(T);
     if (r > 0)
       pool_.parallel_for(T, 1, [&](int64_t b, int64_t e) {
-        std::vector<float> score;
+        std::vector<float> score, krow(size_t(o.idx_dim));
         std::vector<int32_t> order;
         for (int64_t t = b; t < e; ++t) {
           const int64_t n_vis = (pos0 + t + 1) / r;
@@ -411,7 +442,7 @@ class CpuOps final : public Ops {
           score.resize(n_vis);
           const float *q = in.idx_q.row(t), *w = in.idx_w.row(t);
           for (int64_t j = 0; j < n_vis; ++j) {
-            const float* k = idx.entries + j * o.idx_dim;
+            const float* k = row_of(idx.entries + j * o.idx_dim, krow.data(), o.idx_dim);
             float sum = 0.0f;
             for (int h = 0; h < o.idx_heads; ++h)
               sum += std::max(kernels::dot_f32_ggml(q + h * o.idx_dim, k, o.idx_dim, be_), 0.0f) *
@@ -438,8 +469,11 @@ class CpuOps final : public Ops {
           keys.resize(size_t(n_keys) * D);
           float* k = keys.data();
           for (int64_t j = first; j <= p; ++j, k += D)
-            std::copy_n(j >= pos0 ? in.kv.row(j - pos0) : ring + (j % W) * D, D, k);
-          for (int32_t j : sel[t]) std::copy_n(comp.entries + j * D, D, k), k += D;
+            if (j >= pos0)
+              std::copy_n(in.kv.row(j - pos0), D, k);
+            else
+              widen(ring + (j % W) * D, k, D);
+          for (int32_t j : sel[t]) widen(comp.entries + j * D, k, D), k += D;
           sc.resize(n_keys);
           have = t;
         }
@@ -448,7 +482,7 @@ class CpuOps final : public Ops {
       }
     });
     for (int64_t j = std::max(pos0, pos0 + T - W); j < pos0 + T; ++j)
-      std::copy_n(in.kv.row(j - pos0), D, ring + (j % W) * D);
+      narrow(in.kv.row(j - pos0), ring + (j % W) * D, D);
   }
 
   void route(Act logits, const MoeWeights& w, int k, const int32_t* forced,
@@ -540,8 +574,18 @@ class CpuOps final : public Ops {
  private:
   struct Cache {
     KvRows rows;
-    std::vector<float> k, v;  // [pos][rows]
+    bool f16 = false;
+    std::vector<float> k, v, kvs;           // F32: [pos][rows], then the kv_state
+    std::vector<uint16_t> k16, v16, kvs16;  // F16: the same
     std::vector<float> state;
+    void store_k(int64_t pos, const float* x) {
+      const size_t at = size_t(pos * rows.k);
+      f16 ? kernels::to_f16(x, &k16[at], rows.k) : void(std::copy_n(x, rows.k, &k[at]));
+    }
+    void store_v(int64_t pos, const float* x) {
+      const size_t at = size_t(pos * rows.v);
+      f16 ? kernels::to_f16(x, &v16[at], rows.v) : void(std::copy_n(x, rows.v, &v[at]));
+    }
   };
   struct Quantized {  // a layer's inputs quantized for the gate/up activation type
     uint32_t type = ~0u;
@@ -592,23 +636,33 @@ class CpuOps final : public Ops {
     for (int i = 1; i < o.sinkhorn_iters; ++i) norm_rows(), norm_cols();
   }
 
-  // A compressor's place in a layer's state: its pending rows (kv, then scores, `width` floats
-  // each) and its entries (`dim` floats each).
+  // A compressor's place in a layer's cache: its pending rows (kv, then scores, `width` floats
+  // each) in the state, its entries (`dim` values each) in the kv_state.
+  template <typename E>
   struct Pool {
-    float *kv = nullptr, *score = nullptr, *entries = nullptr;
+    float *kv = nullptr, *score = nullptr;
+    E* entries = nullptr;
     int64_t slots = 0, width = 0, dim = 0;
   };
-  static Pool pool_at(float*& st, int64_t slots, int64_t width, int64_t dim, int64_t entries) {
-    Pool p{st, st + slots * width, st + 2 * slots * width, slots, width, dim};
-    st += 2 * slots * width + entries * dim;
+  template <typename E>
+  static Pool<E> pool_at(float*& st, E*& kvs, int64_t slots, int64_t width, int64_t dim,
+                         int64_t entries) {
+    Pool<E> p{st, st + slots * width, kvs, slots, width, dim};
+    st += 2 * slots * width, kvs += entries * dim;
     return p;
   }
-  // Position p's row joins the pending ones (its score plus the position bias); when it ends a
-  // block, the block's entry: per channel a softmax of the scores over its positions (ratio 4:
-  // the previous block's first halves, then this block's second halves; before the first block,
-  // nothing), the weighted sum in double as ggml's sum_rows, then the norm and the rotation at
-  // the block's first position.
-  void compress(Pool& c, const Dsv4AttnOpts& o, const Tensor& ape, const Tensor& norm,
+  static void widen(const float* x, float* y, int64_t n) { std::copy_n(x, n, y); }
+  static void widen(const uint16_t* x, float* y, int64_t n) { kernels::from_f16(x, y, n); }
+  static void narrow(const float* x, float* y, int64_t n) { std::copy_n(x, n, y); }
+  static void narrow(const float* x, uint16_t* y, int64_t n) { kernels::to_f16(x, y, n); }
+  // A row of the cache as floats: itself, or widened into tmp.
+  static const float* row_of(const float* x, float*, int64_t) { return x; }
+  static const float* row_of(const uint16_t* x, float* tmp, int64_t n) {
+    kernels::from_f16(x, tmp, n);
+    return tmp;
+  }
+  template <typename E>
+  void compress(Pool<E>& c, const Dsv4AttnOpts& o, const Tensor& ape, const Tensor& norm,
                 const float* kv, const float* score, int64_t p) {
     const int64_t r = o.ratio, d = c.dim, w = c.width;
     const int64_t slot = p % c.slots;
@@ -619,7 +673,7 @@ class CpuOps final : public Ops {
     const int64_t blk = p / r, start = blk * r;
     const bool overlap = w == 2 * d;
     const int64_t n = overlap ? 2 * r : r;
-    std::vector<float> v(n), s(n), ent(d);
+    std::vector<float> v(n), s(n), ent(d), e(d);
     for (int64_t ch = 0; ch < d; ++ch) {
       for (int64_t j = 0; j < n; ++j) {
         int64_t pos = start + j, off = ch;
@@ -636,9 +690,10 @@ class CpuOps final : public Ops {
       for (int64_t j = 0; j < n; ++j) acc += double(v[j] * s[j]);
       ent[ch] = static_cast<float>(acc);
     }
-    float* e = c.entries + blk * d;
-    kernels::rms_norm(ent.data(), norm.f32(), e, d, o.eps);
-    kernels::rope(e + d - o.n_rot, o.n_rot, o.n_rot, start, o.rope.base, o.rope.neox, o.rope.yarn);
+    kernels::rms_norm(ent.data(), norm.f32(), e.data(), d, o.eps);
+    kernels::rope(e.data() + d - o.n_rot, o.n_rot, o.n_rot, start, o.rope.base, o.rope.neox,
+                  o.rope.yarn);
+    narrow(e.data(), c.entries + blk * d, d);
   }
 
   const Quantized& quantized_h(uint32_t wtype) {
@@ -659,6 +714,7 @@ class CpuOps final : public Ops {
   kernels::Scratch scratch_;
   HostArena arena_;
   int n_ctx_ = 0, n_layer_ = 0;
+  bool f16_ = false;  // the caches' type (KvType::F16)
   Cache& cache(int slot, int il) { return cache_[size_t(slot) * n_layer_ + il]; }
   std::vector<Cache> cache_;  // [slot][layer]
   // The MoE layer in progress; buffers kept across layers and calls.

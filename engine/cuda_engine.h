@@ -11,9 +11,11 @@
 namespace engine {
 
 // socket empty: experts from the model file, uploaded to VRAM; else from the cuda expertd there.
-// n_seq sequences of n_ctx positions each (Engine's batched eval).
+// n_seq sequences of n_ctx positions each (Engine's batched eval), their caches in kv (an error
+// for a type the backend does not keep).
 expertd::Result<std::unique_ptr<Forward>> make_cuda_forward(const Model& m,
                                                             const std::string& socket, int n_ctx,
-                                                            int reconnect_ms = 0, int n_seq = 1);
+                                                            int reconnect_ms = 0, int n_seq = 1,
+                                                            KvType kv = KvType::F32);
 
 }  // namespace engine

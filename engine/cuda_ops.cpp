@@ -95,7 +95,10 @@ class CudaOps final : public Ops {
     arena_.consolidate();
   }
 
-  void init_cache(const std::vector<KvRows>& layers, int n_ctx, int n_slots) override {
+  void init_cache(const std::vector<KvRows>& layers, int n_ctx, int n_slots, KvType type) override {
+    if (type != KvType::F32)
+      return fail(make_error(std::string("the CUDA backend keeps its KV cache in f32, not ") +
+                             kv_type_name(type) + " (--kv-type f16 is the CPU backend's)"));
     n_ctx_ = n_ctx, n_layer_ = int(layers.size());
     cache_.resize(layers.size() * size_t(n_slots));
     auto buffer = [&](int64_t floats) {
@@ -107,6 +110,7 @@ class CudaOps final : public Ops {
       cache_[i].k = buffer(int64_t{n_ctx} * rows.k);
       cache_[i].v = buffer(int64_t{n_ctx} * rows.v);
       cache_[i].state = buffer(rows.state);
+      cache_[i].kv_state = buffer(rows.kv_state);
     }
   }
 
@@ -310,16 +314,17 @@ class CudaOps final : public Ops {
                          int64_t pos0, Act out) override {
     if (!ok()) return;
     const int64_t T = in.q.rows, D = o.head_dim, W = o.window, r = o.ratio;
-    float* st = cache(slot, il).state;
-    float* ring = st;
-    st += W * D;
+    float* st = cache(slot, il).state;      // the compressors' pending rows
+    float* kvs = cache(slot, il).kv_state;  // the window ring, then the entries
+    float* ring = kvs;
+    kvs += W * D;
     auto compress = [&](Act kv, Act score, const Tensor& ape, const Tensor& norm, int64_t width,
                         int64_t dim) {
       kernels::cuda::Dsv4Compress c;
       c.kv = kv.data, c.score = score.data, c.ape = dev_f32(ape), c.norm = dev_f32(norm);
       const int64_t slots = o.pending();
-      c.pend_kv = st, c.pend_score = st + slots * width, c.entries = st + 2 * slots * width;
-      st += 2 * slots * width + o.entries(n_ctx_) * dim;
+      c.pend_kv = st, c.pend_score = st + slots * width, c.entries = kvs;
+      st += 2 * slots * width, kvs += o.entries(n_ctx_) * dim;
       c.n_tokens = T, c.pos0 = pos0, c.ratio = r, c.slots = slots, c.width = width, c.dim = dim,
       c.n_rot = o.n_rot, c.eps = o.eps, c.rope_base = o.rope.base;
       if (o.rope.yarn) c.use_yarn = true, c.yarn = *o.rope.yarn;
@@ -449,7 +454,7 @@ class CudaOps final : public Ops {
  private:
   struct Cache {
     KvRows rows;
-    float *k = nullptr, *v = nullptr, *state = nullptr;
+    float *k = nullptr, *v = nullptr, *state = nullptr, *kv_state = nullptr;
   };
   struct Placed {
     size_t bytes;
@@ -595,7 +600,7 @@ class CudaSlotMemory final : public SlotMemory {
 
 expertd::Result<std::unique_ptr<Engine>> make_cuda_forward(const Model& m,
                                                            const std::string& socket, int n_ctx,
-                                                           int reconnect_ms, int n_seq) {
+                                                           int reconnect_ms, int n_seq, KvType kv) {
   auto fail = [](const expertd::Error& e) { return make_error("--device cuda: " + e.message); };
   std::unique_ptr<expertd::client::Client> client;
   std::unique_ptr<expertd::client::CudaSlots> slots;
@@ -616,7 +621,7 @@ expertd::Result<std::unique_ptr<Engine>> make_cuda_forward(const Model& m,
                                   std::make_unique<CudaSlotMemory>(std::move(slots), stream),
                                   {socket, "cuda", reconnect_ms})
              : make_local_source(m);
-  auto e = std::make_unique<Engine>(m, std::move(ops), std::move(source), n_ctx, n_seq);
+  auto e = std::make_unique<Engine>(m, std::move(ops), std::move(source), n_ctx, n_seq, kv);
   if (auto st = e->ops().status(); !st) return fail(st.error());
   return e;
 }

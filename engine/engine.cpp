@@ -8,22 +8,24 @@ namespace engine {
 
 using expertd::make_error;
 
-Engine::Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx, int n_seq)
-    : Engine(m, make_cpu_ops(n_threads), experts, n_ctx, n_seq) {}
+Engine::Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx, int n_seq,
+               KvType kv)
+    : Engine(m, make_cpu_ops(n_threads), experts, n_ctx, n_seq, kv) {}
 
 Engine::Engine(const Model& m, std::unique_ptr<Ops> ops, ExpertSource& experts, int n_ctx,
-               int n_seq)
-    : m_(m), ops_(std::move(ops)), experts_(experts), n_ctx_(n_ctx) {
+               int n_seq, KvType kv)
+    : m_(m), ops_(std::move(ops)), experts_(experts), n_ctx_(n_ctx), kv_(kv) {
   init(n_seq);
 }
 
 Engine::Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertSource> experts,
-               int n_ctx, int n_seq)
+               int n_ctx, int n_seq, KvType kv)
     : m_(m),
       ops_(std::move(ops)),
       owned_experts_(std::move(experts)),
       experts_(*owned_experts_),
-      n_ctx_(n_ctx) {
+      n_ctx_(n_ctx),
+      kv_(kv) {
   init(n_seq);
 }
 
@@ -39,12 +41,14 @@ void Engine::init(int n_seq) {
   std::vector<KvRows> rows;
   for (int il = 0; il < m_.hp.n_layer; ++il) {
     rows.push_back(m_.arch->kv_rows(m_.hp, il, n_ctx_));
-    if (rows.back().state > 0) can_cut_ = false;
-    cache_bytes_ += sizeof(float) * (uint64_t(n_ctx_) * (rows.back().k + rows.back().v) +
-                                     uint64_t(rows.back().state));
+    const KvRows& r = rows.back();
+    if (r.state > 0 || r.kv_state > 0) can_cut_ = false;
+    cache_bytes_ +=
+        kv_type_size(kv_) * (uint64_t(n_ctx_) * uint64_t(r.k + r.v) + uint64_t(r.kv_state)) +
+        sizeof(float) * uint64_t(r.state);
   }
   cache_bytes_ *= uint64_t(n_seq);
-  ops_->init_cache(rows, n_ctx_, n_seq);
+  ops_->init_cache(rows, n_ctx_, n_seq, kv_);
 }
 
 expertd::Status Engine::save_state(int slot, SeqState& out) {

@@ -34,8 +34,8 @@ struct PredictionStats {
 // there exactly as if those positions had been evaluated in it.
 struct SeqState {
   int n_past = 0;
-  std::vector<float> data;
-  size_t bytes() const { return data.size() * sizeof(float); }
+  std::vector<uint8_t> data;  // the backend's copy (Ops::save_slot), in the engine's KvType
+  size_t bytes() const { return data.size(); }
 };
 
 // One sequence's tokens in a batched eval: appended to the cache of sequence `slot`.
@@ -47,12 +47,14 @@ struct SeqTokens {
 class Engine {
  public:
   // The CPU backend with n_threads threads; experts from `experts`. n_seq sequences (slots),
-  // each with its own cache of n_ctx positions.
-  Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx, int n_seq = 1);
+  // each with its own cache of n_ctx positions, kept in `kv`.
+  Engine(const Model& m, ExpertSource& experts, int n_threads, int n_ctx, int n_seq = 1,
+         KvType kv = KvType::F32);
   // Any backend; the engine may own its expert source.
-  Engine(const Model& m, std::unique_ptr<Ops> ops, ExpertSource& experts, int n_ctx, int n_seq = 1);
+  Engine(const Model& m, std::unique_ptr<Ops> ops, ExpertSource& experts, int n_ctx, int n_seq = 1,
+         KvType kv = KvType::F32);
   Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertSource> experts, int n_ctx,
-         int n_seq = 1);
+         int n_seq = 1, KvType kv = KvType::F32);
   ~Engine();
 
   // Evaluates tokens at positions n_past().. of sequence 0 and appends them to its cache.
@@ -77,6 +79,7 @@ class Engine {
   // can_cut() (no layer keeps a recurrent state: its cache is rows per position).
   expertd::Status load_state(int slot, const SeqState& s, int n);
   bool can_cut() const { return can_cut_; }
+  KvType kv_type() const { return kv_; }
   // Before a layer's experts run, hint the next MoE layer's likely experts to the source: the
   // next router applied to the current residual stream (DESIGN.md, "Overlap").
   // two_ahead: also predict two layers ahead (scored only, never hinted: an extra router per
@@ -123,6 +126,7 @@ class Engine {
   std::unique_ptr<ExpertSource> owned_experts_;
   ExpertSource& experts_;
   int n_ctx_;
+  KvType kv_ = KvType::F32;
   std::vector<int> n_past_;  // per sequence
   bool prefetch_ = false, two_ahead_ = false;
   Act x_;                        // the residual stream of the eval in progress

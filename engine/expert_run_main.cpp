@@ -8,19 +8,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "chat/model_chat.h"
 #include "engine/engine.h"
-#include "engine/state_file.h"
-#ifdef EXPERTD_HAVE_CUDA_ENGINE
-#include "engine/cuda_engine.h"
-#endif
-#include <nlohmann/json.hpp>
-
+#include "engine/factory.h"
 #include "engine/sampler.h"
+#include "engine/state_file.h"
 #include "engine/tokenizer.h"
 
 using namespace engine;
@@ -39,6 +37,7 @@ struct Common {
   int ctx = 4096;
   bool prefetch = false;
   std::string device = "cpu";
+  KvType kv_type = KvType::F32;
   bool reconnect = false;  // the subcommand's default (generate: on) unless given
   int reconnect_s = 30;
   std::vector<CLI::Option*> reconnect_opts;
@@ -60,6 +59,12 @@ void add_common(CLI::App* c, Common& o) {
                 "expertd's VRAM slots (or uploaded whole with --local)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  c->add_option("--kv-type", o.kv_type,
+                "the KV cache's type: f32, or f16 (half the bytes per position, as llama.cpp's "
+                "default; logits within the F16 rounding)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, KvType>{{"f32", KvType::F32}, {"f16", KvType::F16}}))
+      ->default_str("f32");
   o.reconnect_opts.push_back(c->add_flag(
       "--reconnect,!--no-reconnect", o.reconnect,
       "when expertd goes away mid-run (a restart, a crash), wait for it to come back serving the "
@@ -71,7 +76,6 @@ void add_common(CLI::App* c, Common& o) {
 struct Loaded {
   std::unique_ptr<gguf::Model> file;
   std::unique_ptr<Model> model;
-  std::unique_ptr<ExpertSource> source;
 };
 
 // The bundled model (model/kjv-moe-q8_0.gguf): installed copy first, then the source tree's.
@@ -112,36 +116,18 @@ Loaded load(Common o) {
   if (!m) die(m.error().message);
   l.model = std::make_unique<Model>(std::move(*m));
   if (o.local && !o.socket.empty()) die("--local and --socket exclude each other");
-  if (o.device == "cuda") {
-    if (o.socket.empty() && !l.model->has_local_experts)
-      die(o.model +
-          " is a core GGUF without experts: pass --socket of the expertd serving its pack");
-    return l;  // the CUDA engine opens its own expert access (engine/cuda_engine.h)
-  }
-  if (!o.socket.empty()) {
-    auto s = make_daemon_source(*l.model, o.socket, o.reconnect_ms());
-    if (!s) die(s.error().message);
-    l.source = std::move(*s);
-  } else {
-    if (!l.model->has_local_experts)
-      die(o.model +
-          " is a core GGUF without experts: pass --socket of the expertd serving its pack");
-    l.source = make_local_source(*l.model);
-  }
+  if (o.socket.empty() && !l.model->has_local_experts)
+    die(o.model + " is a core GGUF without experts: pass --socket of the expertd serving its pack");
   return l;
 }
 
 std::unique_ptr<Forward> forward(Loaded& l, const Common& o, int n_ctx) {
-  if (o.device == "cuda") {
-#ifdef EXPERTD_HAVE_CUDA_ENGINE
-    auto f = make_cuda_forward(*l.model, o.socket, n_ctx, o.reconnect_ms());
-    if (!f) die(f.error().message);
-    return std::move(*f);
-#else
-    die("--device cuda: this build has no CUDA tier (configure with -DEXPERTD_CUDA=ON)");
-#endif
-  }
-  return std::make_unique<Engine>(*l.model, *l.source, o.threads, n_ctx);
+  EngineSpec spec;
+  spec.device = o.device, spec.socket = o.socket, spec.threads = o.threads, spec.n_ctx = n_ctx;
+  spec.kv = o.kv_type, spec.reconnect_ms = o.reconnect_ms();
+  auto e = make_engine(*l.model, spec);
+  if (!e) die(e.error().message);
+  return std::move(*e);
 }
 
 double cache_mib(const Forward& f) {
@@ -294,7 +280,7 @@ int cmd_generate(const Common& o, GenOptions g) {
   uint64_t model_id = 0;
   size_t resumed = 0;
   if (!g.prompt_cache.empty()) {
-    auto id = engine::model_identity(o.model);
+    auto id = engine::model_identity(o.model, o.kv_type);
     if (!id) die(id.error().message);
     model_id = *id;
     resumed = resume_prompt(*eng, g.prompt_cache, model_id, ids);

@@ -52,12 +52,25 @@ struct MlaOpts {
   float scale = 1.0f;
 };
 
-// The cache a layer keeps: floats of keys and of values per position (0: none), and a
-// recurrent state of fixed size (Kimi-K3's KDA layers), zeroed when an eval starts at position 0.
+// The cache a layer keeps: values of keys and of values per position (0: none), a part of fixed
+// size kept like them (DeepSeek-V4's window ring and compressed entries), and a recurrent state of
+// fixed size in F32 (Kimi-K3's KDA layers, DeepSeek-V4's compressors' pending rows), zeroed where
+// the layer needs it when an eval starts at position 0. The counts are of values, not bytes.
 struct KvRows {
   int64_t k = 0, v = 0;
   int64_t state = 0;
+  int64_t kv_state = 0;
 };
+
+// The element type of the keys, values and kv_state: F32, or F16 (llama.cpp's default cache type;
+// half the bytes per position, every value rounded to nearest even as it is stored).
+enum class KvType { F32, F16 };
+inline size_t kv_type_size(KvType t) {
+  return t == KvType::F16 ? 2 : 4;
+}
+inline const char* kv_type_name(KvType t) {
+  return t == KvType::F16 ? "f16" : "f32";
+}
 
 // One sequence's part of an eval: rows [first, first + n) of every activation are its tokens at
 // positions pos0.. of cache slot `slot` (each slot is a sequence's own KV cache and state).
@@ -114,11 +127,15 @@ struct Dsv4AttnOpts {
   int64_t coff() const { return ratio == 4 ? 2 : 1; }
   int pending() const { return ratio == 4 ? 2 * ratio : ratio; }  // rows kept per compressor
   int64_t entries(int n_ctx) const { return ratio > 0 ? (n_ctx + ratio - 1) / ratio : 0; }
-  int64_t state_floats(int n_ctx) const {
-    int64_t n = int64_t{window} * head_dim;
-    if (ratio > 0) n += 2 * pending() * coff() * head_dim + entries(n_ctx) * head_dim;
-    if (ratio == 4) n += 2 * pending() * 2 * idx_dim + entries(n_ctx) * idx_dim;
-    return n;
+  // The layer's cache: the pending rows (F32 state: per compressor kv then scores) and the
+  // window ring then the entries (kv_state, in the cache's type).
+  KvRows cache_rows(int n_ctx) const {
+    KvRows r;
+    r.kv_state = int64_t{window} * head_dim;
+    if (ratio > 0)
+      r.state += 2 * pending() * coff() * head_dim, r.kv_state += entries(n_ctx) * head_dim;
+    if (ratio == 4) r.state += 2 * pending() * 2 * idx_dim, r.kv_state += entries(n_ctx) * idx_dim;
+    return r;
   }
 };
 struct Dsv4AttnIn {
@@ -163,16 +180,21 @@ class Ops {
     seqs_.assign(seqs.begin(), seqs.end());
     consolidate();
   }
-  // n_slots caches (sequences) of n_ctx positions, each with per_layer rows.
-  virtual void init_cache(const std::vector<KvRows>& per_layer, int n_ctx, int n_slots) = 0;
-  // Cache slot `slot` after its first n positions, as floats, layer by layer: the key rows and
-  // value rows of positions [0, n), then the recurrent state — what resuming at n needs.
-  // Backends that cannot copy their caches out return false (prefix reuse is then off).
-  virtual bool save_slot(int /*slot*/, int64_t /*n*/, std::vector<float>& /*out*/) { return false; }
+  // n_slots caches (sequences) of n_ctx positions, each with per_layer rows, in `type`. A backend
+  // that cannot keep that type says so in status().
+  virtual void init_cache(const std::vector<KvRows>& per_layer, int n_ctx, int n_slots,
+                          KvType type) = 0;
+  // Cache slot `slot` after its first n positions, as bytes, layer by layer: the key rows and
+  // value rows of positions [0, n) and the kv_state in the cache's type, then the recurrent state
+  // (F32) — what resuming at n needs. Backends that cannot copy their caches out return false
+  // (prefix reuse is then off).
+  virtual bool save_slot(int /*slot*/, int64_t /*n*/, std::vector<uint8_t>& /*out*/) {
+    return false;
+  }
   // The reverse, of a copy saved after n_saved positions, keeping its first n (n < n_saved only
   // where no layer has a recurrent state).
   virtual bool load_slot(int /*slot*/, int64_t /*n_saved*/, int64_t /*n*/,
-                         std::span<const float> /*in*/) {
+                         std::span<const uint8_t> /*in*/) {
     return false;
   }
 

@@ -13,8 +13,9 @@
 
 namespace engine {
 
-// The identity of the model file at `path` (another file's states are refused).
-expertd::Result<uint64_t> model_identity(const std::string& path);
+// The identity of the model file at `path` with the cache type its states are kept in (another
+// file's states, or another type's, are refused).
+expertd::Result<uint64_t> model_identity(const std::string& path, KvType kv = KvType::F32);
 
 struct StateFile {
   std::vector<int32_t> tokens;

@@ -1,5 +1,6 @@
-// One attention head for one query (kernels::attend), written once over an instruction set's
-// dot and axpy; ref.cpp and avx2.cpp instantiate it.
+// One attention head for one query (kernels::attend, kernels::attend_f16), written once over an
+// instruction set's dot and axpy and the cache's element type (float, or F16 as uint16_t); ref.cpp
+// and avx2.cpp instantiate it.
 #pragma once
 
 #include <cmath>
@@ -7,9 +8,9 @@
 
 namespace kernels {
 
-template <float (*Dot)(const float*, const float*, int64_t),
-          void (*Axpy)(float, const float*, float*, int64_t)>
-void attend_with(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
+template <typename Elem, float (*Dot)(const float*, const Elem*, int64_t),
+          void (*Axpy)(float, const Elem*, float*, int64_t)>
+void attend_with(const float* q, const Elem* k, const Elem* v, int64_t n_keys, int64_t k_stride,
                  int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
                  float* out) {
   float mx = sink;  // -inf without an attention sink

@@ -182,6 +182,40 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// dot_f32 and axpy with b (x) widened from F16 as it is loaded: the same steps, the same sums.
+float dot_f32_f16(const float* a, const uint16_t* b, int64_t n) {
+  __m256 acc[4];
+  for (int k = 0; k < 4; ++k) acc[k] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k)
+      acc[k] = _mm256_fmadd_ps(
+          _mm256_loadu_ps(a + i + 8 * k),
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i + 8 * k))),
+          acc[k]);
+  float s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  for (; i < n; ++i) s += a[i] * fp16_to_fp32(b[i]);
+  return s;
+}
+
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  const __m256 va = _mm256_set1_ps(a);
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(
+        y + i, _mm256_fmadd_ps(
+                   va, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))),
+                   _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
+                int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
+                float* s, float* out) {
+  attend_with<uint16_t, dot_f32_f16, axpy_f16>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale,
+                                               sink, s, out);
+}
+
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
   float s = 0;
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
@@ -289,7 +323,8 @@ float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n) {
 void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
             int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
             float* out) {
-  attend_with<dot_f32, axpy>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s, out);
+  attend_with<float, dot_f32, axpy>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s,
+                                    out);
 }
 
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {

@@ -21,6 +21,14 @@ void axpy(float a, const float* x, float* y, int64_t n);
 void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
             int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
             float* out);
+// The same over F16 keys and values (a --kv-type f16 cache): each element widened exactly, then
+// the F32 arithmetic of dot_f32/axpy in the same order, so the result is attend's over the
+// widened rows, bit for bit.
+float dot_f32_f16(const float* a, const uint16_t* b, int64_t n);
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
+void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
+                int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
+                float* s, float* out);
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);
@@ -63,6 +71,14 @@ void axpy(float a, const float* x, float* y, int64_t n);
 void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
             int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
             float* out);
+// The same over F16 keys and values (a --kv-type f16 cache): each element widened exactly, then
+// the F32 arithmetic of dot_f32/axpy in the same order, so the result is attend's over the
+// widened rows, bit for bit.
+float dot_f32_f16(const float* a, const uint16_t* b, int64_t n);
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
+void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
+                int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
+                float* s, float* out);
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);

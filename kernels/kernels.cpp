@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/fp16.h"
 #include "kernels/isa.h"
 
 namespace kernels {
@@ -204,6 +205,21 @@ void attend(const float* q, const float* k, const float* v, int64_t n_keys, int6
             Isa be) {
   (be == Isa::Scalar ? ref::attend : avx2::attend)(q, k, v, n_keys, k_stride, v_stride, dk, dv,
                                                    scale, sink, s, out);
+}
+
+void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
+                int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
+                float* s, float* out, Isa be) {
+  (be == Isa::Scalar ? ref::attend_f16 : avx2::attend_f16)(q, k, v, n_keys, k_stride, v_stride, dk,
+                                                           dv, scale, sink, s, out);
+}
+
+void to_f16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+void from_f16(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {

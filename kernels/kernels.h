@@ -73,6 +73,14 @@ void axpy_ggml(float a, const float* x, float* y, int64_t n, Isa be = best_isa()
 void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
             int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s, float* out,
             Isa be = best_isa());
+// attend over F16 keys and values (k, v and the strides in uint16_t elements); the same result as
+// attend over the rows widened to float.
+void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
+                int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
+                float* s, float* out, Isa be = best_isa());
+// Rows of floats to F16 and back (round to nearest even; exact widening).
+void to_f16(const float* x, uint16_t* y, int64_t n);
+void from_f16(const uint16_t* x, float* y, int64_t n);
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 // Rotates pairs of one head of head_dim values at position pos: NeoX pairs (i, i+n_rot/2) or
 // normal adjacent pairs (2i, 2i+1); only the first n_rot dims.

@@ -44,6 +44,23 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+float dot_f32_f16(const float* a, const uint16_t* b, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * fp16_to_fp32(b[i]);
+  return s;
+}
+
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
+                int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
+                float* s, float* out) {
+  attend_with<uint16_t, dot_f32_f16, axpy_f16>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale,
+                                               sink, s, out);
+}
+
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
   float s = 0;
   for (int64_t i = 0; i < n; ++i) s += fp16_to_fp32(a[i]) * fp16_to_fp32(b[i]);
@@ -190,7 +207,8 @@ float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
 void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
             int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
             float* out) {
-  attend_with<dot_f32, axpy>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s, out);
+  attend_with<float, dot_f32, axpy>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s,
+                                    out);
 }
 
 }  // namespace kernels::ref

@@ -17,13 +17,13 @@ namespace expertd::serve {
 namespace {
 
 constexpr size_t kAlign = 4096;
-constexpr char kMagic[8] = {'E', 'X', 'P', 'F', 'X', '0', '1', '\0'};
+constexpr char kMagic[8] = {'E', 'X', 'P', 'F', 'X', '0', '2', '\0'};  // 02: n_bytes
 
 struct Header {
   char magic[8];
-  uint64_t model_id, n_tokens, n_past, n_floats;
-  uint64_t tokens_xxh3, payload_xxh3;  // the token list; tokens and state together
-  uint64_t header_xxh3;                // the fields above
+  uint64_t model_id, n_tokens, n_past, n_bytes;  // n_bytes: the state's
+  uint64_t tokens_xxh3, payload_xxh3;            // the token list; tokens and state together
+  uint64_t header_xxh3;                          // the fields above
 };
 static_assert(sizeof(Header) <= kAlign);
 
@@ -136,7 +136,7 @@ void PrefixDisk::scan() {
     }
     Header h;
     std::memcpy(&h, hb.data(), sizeof h);
-    if (!header_ok(h) || uint64_t(st.st_size) != kAlign + round_up((h.n_tokens + h.n_floats) * 4)) {
+    if (!header_ok(h) || uint64_t(st.st_size) != kAlign + round_up(h.n_tokens * 4 + h.n_bytes)) {
       ++c_.damaged;
       ::unlink(path.c_str());
       continue;
@@ -219,7 +219,7 @@ std::optional<engine::SeqState> PrefixDisk::read(const Entry& e) {
   if (!buf.p || !read_all(f.fd, buf.data(), size_t(st.st_size), 0)) return damaged();
   Header h;
   std::memcpy(&h, buf.data(), sizeof h);
-  const size_t payload = (h.n_tokens + h.n_floats) * 4;
+  const size_t payload = h.n_tokens * 4 + h.n_bytes;
   if (!header_ok(h) || h.model_id != model_id_ ||
       uint64_t(st.st_size) != kAlign + round_up(payload) ||
       XXH3_64bits(buf.data() + kAlign, payload) != h.payload_xxh3 ||
@@ -228,8 +228,8 @@ std::optional<engine::SeqState> PrefixDisk::read(const Entry& e) {
     return damaged();
   engine::SeqState s;
   s.n_past = int(h.n_past);
-  s.data.resize(h.n_floats);
-  std::memcpy(s.data.data(), buf.data() + kAlign + h.n_tokens * 4, h.n_floats * 4);
+  s.data.resize(h.n_bytes);
+  std::memcpy(s.data.data(), buf.data() + kAlign + h.n_tokens * 4, h.n_bytes);
   ++c_.reads;
   c_.read_bytes += uint64_t(st.st_size);
   return s;
@@ -288,7 +288,7 @@ void PrefixDisk::writer() {
 }
 
 bool PrefixDisk::write_file(const std::vector<int32_t>& tokens, const engine::SeqState& s) {
-  const size_t payload = (tokens.size() + s.data.size()) * 4;
+  const size_t payload = tokens.size() * 4 + s.data.size();
   const size_t total = kAlign + round_up(payload);
   if (total > budget_) return false;
   evict_to(budget_ - total);
@@ -296,11 +296,11 @@ bool PrefixDisk::write_file(const std::vector<int32_t>& tokens, const engine::Se
   if (!buf.p) return false;
   std::memset(buf.data(), 0, total);
   std::memcpy(buf.data() + kAlign, tokens.data(), tokens.size() * 4);
-  std::memcpy(buf.data() + kAlign + tokens.size() * 4, s.data.data(), s.data.size() * 4);
+  std::memcpy(buf.data() + kAlign + tokens.size() * 4, s.data.data(), s.data.size());
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.model_id = model_id_, h.n_tokens = tokens.size(), h.n_past = uint64_t(s.n_past);
-  h.n_floats = s.data.size();
+  h.n_bytes = s.data.size();
   h.tokens_xxh3 = XXH3_64bits(tokens.data(), tokens.size() * 4);
   h.payload_xxh3 = XXH3_64bits(buf.data() + kAlign, payload);
   h.header_xxh3 = XXH3_64bits(&h, offsetof(Header, header_xxh3));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace expertd::serve {
 
@@ -226,6 +227,16 @@ void Scheduler::loop() {
       engine_ = std::move(*e);
       last_error_.clear();
       healthy_ = true;
+      if (!announced_) {  // once: what the engine is, and what a position of state costs
+        announced_ = true;
+        const double per_pos =
+            double(engine_->cache_bytes()) / double(uint64_t(parallel_) * uint64_t(n_ctx_));
+        std::fprintf(stderr,
+                     "expert-serve: engine on %s, %s KV cache %.1f MiB (%.1f KiB per position "
+                     "and sequence at this context)\n",
+                     engine_->device_name().c_str(), engine::kv_type_name(engine_->kv_type()),
+                     double(engine_->cache_bytes()) / (1 << 20), per_pos / 1024);
+      }
     }
     {  // admit queued requests into free slots; drop cancelled ones
       std::unique_lock lk(mu_);

@@ -186,6 +186,7 @@ class Scheduler final : public Generator {
   std::condition_variable metrics_cv_;
   std::string last_error_;
   std::atomic<bool> healthy_{false};
+  bool announced_ = false;  // the engine's one line at its first start
   std::thread thread_;
 };
 

@@ -9,12 +9,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "chat/model_chat.h"
-#include "engine/cpu_ops.h"
 #include "engine/engine.h"
-#include "engine/expert_source.h"
+#include "engine/factory.h"
 #include "engine/model.h"
 #include "engine/state_file.h"
 #include "engine/tokenizer.h"
@@ -61,6 +61,8 @@ int main(int argc, char** argv) {
   size_t max_body_mb = 8;
   int workers = 1, worker_fd = -1;
   bool prefetch = false;
+  std::string device = "cpu";
+  engine::KvType kv_type = engine::KvType::F32;
   size_t prefix_cache_mib = 1024;
   std::string prefix_cache_dir;
   double prefix_cache_gib = 16;
@@ -87,6 +89,18 @@ int main(int argc, char** argv) {
                  "require this key (Authorization: Bearer KEY, or x-api-key: KEY) on /v1/ "
                  "(default: $EXPERT_SERVE_API_KEY, else none)");
   app.add_option("--threads", threads, "CPU threads")->capture_default_str();
+  app.add_option("--device", device,
+                 "cpu, or cuda: weights, KV caches and MoE kernels on the GPU, experts from a cuda "
+                 "expertd's VRAM slots (or uploaded whole with --local); prompt prefixes are not "
+                 "reused there")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--kv-type", kv_type,
+                 "the KV caches' type: f32, or f16 (half the bytes per position in the caches and "
+                 "in the prefix tiers, as llama.cpp's default; logits within the F16 rounding)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, engine::KvType>{
+          {"f32", engine::KvType::F32}, {"f16", engine::KvType::F16}}))
+      ->default_str("f32");
   app.add_option("--chat-template", chat_template_file,
                  "a Jinja chat template file instead of the model's tokenizer.chat_template")
       ->check(CLI::ExistingFile);
@@ -189,20 +203,15 @@ int main(int argc, char** argv) {
   if (!chat) die(chat.error().message);
 
   const engine::Model& mod = *m;
-  serve::EngineFactory make = [&]() -> Result<std::unique_ptr<engine::Engine>> {
-    std::unique_ptr<engine::ExpertSource> src;
-    if (local) {
-      src = engine::make_local_source(mod);
-    } else {
-      auto s = engine::make_daemon_source(mod, socket, 0);
-      if (!s) return s.error();
-      src = std::move(*s);
-    }
-    auto e = std::make_unique<engine::Engine>(mod, engine::make_cpu_ops(threads), std::move(src),
-                                              ctx, parallel);
-    e->set_prefetch(prefetch);
-    return e;
-  };
+  engine::EngineSpec spec;
+  spec.device = device, spec.socket = local ? "" : socket, spec.threads = threads;
+  spec.n_ctx = ctx, spec.n_seq = parallel, spec.kv = kv_type, spec.prefetch = prefetch;
+  if (auto st = engine::check_spec(spec); !st) die(st.error().message);
+  serve::EngineFactory make = [&]() { return engine::make_engine(mod, spec); };
+  if (device == "cuda" && prefix_cache_mib > 0 && worker_fd < 0)
+    std::fprintf(stderr,
+                 "expert-serve: --device cuda: prompt prefixes are not reused (the CUDA backend "
+                 "does not copy its caches out yet)\n");
 
   // SIGINT/SIGTERM end the server: blocked here, taken by a thread that stops it.
   sigset_t sigs;
@@ -219,7 +228,7 @@ int main(int argc, char** argv) {
     if (prefix_cache_mib == 0)
       die("--prefix-cache-dir needs the RAM tier (--prefix-cache-mib > 0)");
     // The states are the model's: its file's identity names them (engine/state_file.h).
-    auto model_identity = engine::model_identity(model);
+    auto model_identity = engine::model_identity(model, kv_type);
     if (!model_identity) die(model_identity.error().message);
     auto d = serve::PrefixDisk::open(prefix_cache_dir, uint64_t(prefix_cache_gib * (1ull << 30)),
                                      *model_identity);
@@ -268,9 +277,10 @@ int main(int argc, char** argv) {
   });
   std::fprintf(stderr,
                "expert-serve: %s (%s) on http://%s:%d, %d engine process(es) of %d sequences of %d "
-               "positions, experts %s\n",
+               "positions (%s KV cache), device %s, experts %s\n",
                so.model_id.c_str(), mod.hp.arch.c_str(), host.c_str(), server.port(), workers,
-               parallel, ctx, local ? "local" : socket.c_str());
+               parallel, ctx, engine::kv_type_name(kv_type), device.c_str(),
+               local ? "local" : socket.c_str());
   sd_notify(0, "READY=1\nSTATUS=serving");
   server.run();
   sig.join();

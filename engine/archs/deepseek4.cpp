@@ -165,7 +165,7 @@ class Deepseek4 final : public Arch {
   }
 
   KvRows kv_rows(const Hparams&, int il, int n_ctx) const override {
-    return {0, 0, layers_[il].attn.state_floats(n_ctx)};
+    return layers_[il].attn.cache_rows(n_ctx);
   }
   const MoeWeights* moe(int il) const override { return &layers_[il].moe; }
 

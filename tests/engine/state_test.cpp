@@ -22,9 +22,10 @@ std::vector<float> eval_in(engine::Engine& e, int slot, std::span<const int32_t>
   return lg;
 }
 
-void check_resume(const engine::Model& m, const Case& c, bool expect_cut) {
+void check_resume(const engine::Model& m, const Case& c, bool expect_cut,
+                  engine::KvType kv = engine::KvType::F32) {
   auto src = engine::make_local_source(m);
-  engine::Engine e(m, *src, 2, std::max(64, int(c.all.size()) + 8), 2);
+  engine::Engine e(m, *src, 2, std::max(64, int(c.all.size()) + 8), 2, kv);
   ASSERT_EQ(e.can_cut(), expect_cut);
   const std::span<const int32_t> all(c.all);
   const size_t half = all.size() / 2;
@@ -71,6 +72,7 @@ TEST(SeqState, EveryGoldenArchitectureResumesBitForBit) {
       auto model = engine::Model::load(*file);
       ASSERT_TRUE(model) << model.error().message;
       check_resume(*model, c, /*expect_cut=*/true);
+      check_resume(*model, c, /*expect_cut=*/true, engine::KvType::F16);
     }
 }
 
@@ -83,6 +85,7 @@ TEST(SeqState, KimiK3AndDeepseekV4ResumeBitForBitButDoNotCut) {
     auto l = load(c);
     ASSERT_TRUE(l);
     check_resume(l->model, c, /*expect_cut=*/false);
+    check_resume(l->model, c, /*expect_cut=*/false, engine::KvType::F16);
   }
 }
 
@@ -94,7 +97,7 @@ TEST(SeqState, AStateOfAnotherShapeIsRefused) {
   engine::Engine e(l->model, *src, 2, 16, 1);
   engine::SeqState bogus;
   bogus.n_past = 3;
-  bogus.data.assign(10, 0.0f);
+  bogus.data.assign(40, 0);
   auto st = e.load_state(0, bogus, 3);
   ASSERT_FALSE(st);
   EXPECT_NE(st.error().message.find("does not fit"), std::string::npos);

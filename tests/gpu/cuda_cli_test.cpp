@@ -3,6 +3,7 @@
 // cuda counters, and the GPU benchmarks of expert-bench at a small size (they run, count no
 // errors and print their ratio). On a GPU; and in CI against the CPU emulation of the CUDA runtime
 // (tests/cuda_emu) with the programs' _emu builds.
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "gpu_util.h"
@@ -77,6 +78,46 @@ TEST(CudaCli, ExpertBenchStagingAndMissDeliveryRunAndPrintTheirRatio) {
                 " --backend cuda --seconds 0.3 --clients 2 --queue-depth 4 2>&1");
   ASSERT_EQ(io.first, 0) << io.second;
   EXPECT_NE(io.second.find("ratio="), std::string::npos) << io.second;
+}
+
+// expert-serve on the GPU (--device cuda, through the one engine factory, as expert-run): on the
+// bundled model a greedy completion is the CPU's text, and the start-up line names the device; a
+// KV cache type the GPU backend does not keep is refused at start, naming it.
+TEST(CudaCli, ExpertServeOnTheGpuAnswersAsTheCpu) {
+  EXPERTD_REQUIRE_GPU();
+  TempDir d;
+  auto complete = [&](const std::string& device, std::string* log) {
+    const std::string logf = d / ("serve-" + device + ".log");
+    const std::string script =
+        prog("serve/expert-serve") + " --local --device " + device +
+        " --port 0 --threads 2 --parallel 1 --ctx 64 --prefix-cache-mib 0 2> " + logf +
+        " & pid=$!\n"
+        "for i in $(seq 600); do port=$(sed -n 's|.*on http://127.0.0.1:\\([0-9]*\\).*|\\1|p' " +
+        logf +
+        "); [ -n \"$port\" ] && break; sleep 0.1; done\n"
+        "python3 -c 'import json, sys, urllib.request as u\n"
+        "b = json.dumps({\"prompt\": \"And God said\", \"max_tokens\": 8, \"temperature\": 0})\n"
+        "r = u.urlopen(u.Request(sys.argv[1] + \"/v1/completions\", data=b.encode(), "
+        "headers={\"Content-Type\": \"application/json\"}), timeout=600)\n"
+        "print(\"TEXT=\" + json.dumps(json.load(r)[\"choices\"][0][\"text\"]))' "
+        "http://127.0.0.1:$port\n"
+        "rc=$?; kill $pid; wait $pid; exit $rc\n";
+    const std::string sh = d / ("serve-" + device + ".sh");
+    std::ofstream(sh) << script;
+    auto r = run("bash " + sh);
+    *log = read_file(logf);
+    EXPECT_EQ(r.first, 0) << r.second << *log;
+    const size_t at = r.second.find("TEXT=");
+    return at == std::string::npos ? std::string() : r.second.substr(at);
+  };
+  std::string gpu_log, cpu_log;
+  const std::string gpu = complete("cuda", &gpu_log), cpu = complete("cpu", &cpu_log);
+  EXPECT_FALSE(gpu.empty());
+  EXPECT_EQ(gpu, cpu) << "expert-serve --device cuda and --device cpu answer differently";
+  EXPECT_NE(gpu_log.find("engine on cuda:"), std::string::npos) << gpu_log;  // the GPU backend ran
+  auto f16 = run(prog("serve/expert-serve") + " --local --device cuda --kv-type f16 --port 0");
+  EXPECT_NE(f16.first, 0);
+  EXPECT_NE(f16.second.find("keeps its KV cache in f32"), std::string::npos) << f16.second;
 }
 
 }  // namespace

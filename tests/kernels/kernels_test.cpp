@@ -206,3 +206,30 @@ TEST(Kernels, NormsRopeSoftmax) {
   EXPECT_EQ(fp16_to_fp32(fp32_to_fp16(0.333333f)), 0.33325195f);
   EXPECT_EQ(bf16_to_fp32(fp32_to_bf16(1.00390625f)), 1.0f);  // ties to even
 }
+
+// attend over an F16 cache (--kv-type f16): on every instruction set, bit for bit attend over the
+// same rows widened to float (keys with a stride past their head, a window of values, a sink).
+TEST(Kernels, AttendOverF16IsAttendOverTheWidenedRows) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const int64_t dk : {int64_t{64}, int64_t{72}, int64_t{13}}) {
+    const int64_t n_keys = 37, stride = dk + 8, dv = dk - 5;
+    std::vector<float> q(dk), kf(n_keys * stride), widened(kf.size());
+    std::vector<uint16_t> k16(kf.size());
+    for (auto& x : q) x = nd(rng);
+    for (auto& x : kf) x = nd(rng);
+    to_f16(kf.data(), k16.data(), int64_t(kf.size()));
+    from_f16(k16.data(), widened.data(), int64_t(kf.size()));
+    for (size_t i = 0; i < kf.size(); ++i) ASSERT_EQ(widened[i], fp16_to_fp32(fp32_to_fp16(kf[i])));
+    for (Isa be : runnable_backends())
+      for (const float sink : {-INFINITY, 0.7f}) {
+        SCOPED_TRACE(int(be));
+        std::vector<float> s(n_keys), want(dv), got(dv);
+        attend(q.data(), widened.data(), widened.data() + 3, n_keys, stride, stride, dk, dv, 0.125f,
+               sink, s.data(), want.data(), be);
+        attend_f16(q.data(), k16.data(), k16.data() + 3, n_keys, stride, stride, dk, dv, 0.125f,
+                   sink, s.data(), got.data(), be);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), dv * sizeof(float)), 0);
+      }
+  }
+}

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -26,8 +27,10 @@ std::vector<int32_t> toks(size_t n, int32_t seed) {
 engine::SeqState state_of(const std::vector<int32_t>& t, size_t floats) {
   engine::SeqState s;
   s.n_past = int(t.size());
-  s.data.resize(floats);
-  for (size_t i = 0; i < floats; ++i) s.data[i] = float(i) * 0.5f + float(t.size());
+  std::vector<float> f(floats);
+  for (size_t i = 0; i < floats; ++i) f[i] = float(i) * 0.5f + float(t.size());
+  const auto* b = reinterpret_cast<const uint8_t*>(f.data());
+  s.data.assign(b, b + floats * sizeof(float));
   return s;
 }
 
