@@ -4,12 +4,14 @@
 // of many rounds, rows that fit in L2 (the kernels' speed, not memory's). Prints each type's
 // time per weight, the ratio (llama.cpp's time / ours: >= 1 is as fast) and the largest
 // relative difference of the results (llama.cpp's rounding is the reference for how close).
+// expert-bench attention: the CPU backend's attention, per query head against grouped (below).
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -107,5 +109,81 @@ int bench_kernels(const std::string& lib, std::vector<std::string> types, int64_
     std::sort(ratios.begin(), ratios.end());
     std::printf("ratio=%.3f\n", ratios[ratios.size() / 2]);  // the median type
   }
+  return 0;
+}
+
+// expert-bench attention: one prompt chunk's attention over a long cache, as the CPU backend runs
+// it, one thread: each query head alone (attend: the KV head's rows streamed once per query
+// head) against the heads that share a KV head together (attend_group: once per group), the same
+// results bit for bit (checked). Alternating rounds, medians; ratio = per head / grouped.
+int bench_attention(int64_t n_keys, int heads, int kv_heads, int64_t dim, int tokens, bool f16,
+                    int rounds) {
+  using Clock = std::chrono::steady_clock;
+  const int64_t KV = int64_t(kv_heads) * dim, group = heads / kv_heads;
+  uint64_t rng = 9;
+  std::vector<float> q(size_t(tokens) * heads * dim), kv(size_t(n_keys) * KV * 2);
+  for (float& x : q) x = kernels::detail::gauss(rng);
+  for (float& x : kv) x = kernels::detail::gauss(rng);
+  std::vector<uint16_t> kv16(kv.size());
+  kernels::to_f16(kv.data(), kv16.data(), int64_t(kv.size()));
+  const float* k = kv.data();
+  const float* v = kv.data() + n_keys * KV;
+  const uint16_t* k16 = kv16.data();
+  const uint16_t* v16 = kv16.data() + n_keys * KV;
+  std::vector<float> s(size_t(group * n_keys)), a(q.size()), b(q.size());
+  const float scale = 1.0f / std::sqrt(float(dim));
+  auto per_head = [&](float* out) {
+    for (int t = 0; t < tokens; ++t)
+      for (int h = 0; h < heads; ++h) {
+        const int64_t at = (h / group) * dim, n = n_keys - tokens + t + 1;
+        const float* qh = q.data() + (int64_t(t) * heads + h) * dim;
+        float* o = out + (int64_t(t) * heads + h) * dim;
+        if (f16)
+          kernels::attend_f16(qh, k16 + at, v16 + at, n, KV, KV, dim, dim, scale, -INFINITY,
+                              s.data(), o);
+        else
+          kernels::attend(qh, k + at, v + at, n, KV, KV, dim, dim, scale, -INFINITY, s.data(), o);
+      }
+  };
+  auto grouped = [&](float* out) {
+    for (int t = 0; t < tokens; ++t)
+      for (int kh = 0; kh < kv_heads; ++kh) {
+        const int64_t at = kh * dim, n = n_keys - tokens + t + 1, h0 = kh * group;
+        const float* qh = q.data() + (int64_t(t) * heads + h0) * dim;
+        float* o = out + (int64_t(t) * heads + h0) * dim;
+        if (f16)
+          kernels::attend_group_f16(qh, dim, int(group), k16 + at, v16 + at, n, KV, KV, dim, dim,
+                                    scale, nullptr, s.data(), o, dim);
+        else
+          kernels::attend_group(qh, dim, int(group), k + at, v + at, n, KV, KV, dim, dim, scale,
+                                nullptr, s.data(), o, dim);
+      }
+  };
+  std::vector<double> ta, tb;
+  for (int r = 0; r < rounds; ++r) {
+    for (int side = 0; side < 2; ++side) {  // the order alternates each round
+      const bool first = (side == 0) == (r % 2 == 0);
+      const auto t0 = Clock::now();
+      first ? per_head(a.data()) : grouped(b.data());
+      (first ? ta : tb).push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+  }
+  if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) {
+    std::fprintf(stderr, "expert-bench: grouped attention differs from per-head attention\n");
+    return 1;
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  const double ma = ta[ta.size() / 2], mb = tb[tb.size() / 2];
+  const double cache_gb = double(n_keys * KV * 2) * (f16 ? 2 : 4) / 1e9;
+  std::printf(
+      "attention %s, %s cache: %d tokens over %lld keys, %d heads / %d KV heads of %lld, "
+      "%d rounds, one thread\n",
+      kernels::isa_name(kernels::best_isa()), f16 ? "f16" : "f32", tokens, (long long)n_keys, heads,
+      kv_heads, (long long)dim, rounds);
+  std::printf("per head %.1f ms (%.1f GB/s of cache), grouped %.1f ms (%.1f GB/s): same bits\n",
+              ma * 1e3, cache_gb * heads * tokens / ma, mb * 1e3,
+              cache_gb * kv_heads * tokens / mb);
+  std::printf("ratio=%.3f\n", ma / mb);
   return 0;
 }

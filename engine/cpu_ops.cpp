@@ -155,21 +155,29 @@ class CpuOps final : public Ops {
     assert(c.rows.k == KV && c.rows.v == KV);
     for (int64_t t = 0; t < T; ++t) c.store_k(pos0 + t, k.row(t)), c.store_v(pos0 + t, v.row(t));
     const int64_t group = H / o.n_head_kv;
-    pool_.parallel_for(T * H, 1, [&](int64_t b, int64_t e) {
-      std::vector<float> s(pos0 + T);
+    // A job: one token's query heads that share a KV head, so that each key and value row is
+    // read once for all of them (attend_group); halved while there are fewer jobs than threads.
+    int64_t G = group;
+    while (G % 2 == 0 && T * (H / G) < 2 * int64_t(pool_.size())) G /= 2;
+    const int64_t per_t = H / G;
+    pool_.parallel_for(T * per_t, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> s;
       for (int64_t job = b; job < e; ++job) {
-        const int64_t t = job / H, hh = job % H, kvh = hh / group;
+        const int64_t t = job / per_t, h0 = (job % per_t) * G, kvh = h0 / group;
         const int64_t n_keys = pos0 + t + 1;  // causal
         // Sliding window: key j is visible iff pos - j < window.
         const int64_t first = o.window > 0 ? std::max<int64_t>(0, n_keys - o.window) : 0;
         const size_t at = size_t(first) * KV + kvh * D;
-        const float sink = o.sinks ? o.sinks.f32()[hh] : -INFINITY;
+        const float* sinks = o.sinks ? o.sinks.f32() + h0 : nullptr;
+        s.resize(size_t(G * (n_keys - first)));
         if (f16_)
-          kernels::attend_f16(q.row(t) + hh * D, &c.k16[at], &c.v16[at], n_keys - first, KV, KV, D,
-                              D, o.scale, sink, s.data(), out.row(t) + hh * D, be_);
+          kernels::attend_group_f16(q.row(t) + h0 * D, D, int(G), &c.k16[at], &c.v16[at],
+                                    n_keys - first, KV, KV, D, D, o.scale, sinks, s.data(),
+                                    out.row(t) + h0 * D, D, be_);
         else
-          kernels::attend(q.row(t) + hh * D, &c.k[at], &c.v[at], n_keys - first, KV, KV, D, D,
-                          o.scale, sink, s.data(), out.row(t) + hh * D, be_);
+          kernels::attend_group(q.row(t) + h0 * D, D, int(G), &c.k[at], &c.v[at], n_keys - first,
+                                KV, KV, D, D, o.scale, sinks, s.data(), out.row(t) + h0 * D, D,
+                                be_);
       }
     });
   }
@@ -197,18 +205,26 @@ class CpuOps final : public Ops {
         std::copy_n(q.row(t) + hh * KM + nope, R, dst + C);
       }
     }
-    // Attention over the latent rows: keys are whole rows, values their first kv_lora floats.
+    // Attention over the latent rows: keys are whole rows, values their first kv_lora floats,
+    // shared by every head: a job is one token's heads in groups of up to 16 (attend_group: each
+    // latent row read once per group), smaller while there are fewer jobs than threads.
     Act lat = alloc(T, H * C);
-    pool_.parallel_for(T * H, 1, [&](int64_t b, int64_t e) {
-      std::vector<float> s(pos0 + T);
+    int64_t G = std::min<int64_t>(H, 16);
+    while (G > 1 && T * ((H + G - 1) / G) < 2 * int64_t(pool_.size())) G = (G + 1) / 2;
+    const int64_t per_t = (H + G - 1) / G;
+    pool_.parallel_for(T * per_t, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> s;
       for (int64_t job = b; job < e; ++job) {
-        const int64_t t = job / H, hh = job % H;
+        const int64_t t = job / per_t, h0 = (job % per_t) * G, g = std::min(G, H - h0);
+        const int64_t n_keys = pos0 + t + 1;
+        s.resize(size_t(g * n_keys));
         if (f16_)
-          kernels::attend_f16(qf.row(t) + hh * KL, c.k16.data(), c.k16.data(), pos0 + t + 1, KL, KL,
-                              KL, C, o.scale, -INFINITY, s.data(), lat.row(t) + hh * C, be_);
+          kernels::attend_group_f16(qf.row(t) + h0 * KL, KL, int(g), c.k16.data(), c.k16.data(),
+                                    n_keys, KL, KL, KL, C, o.scale, nullptr, s.data(),
+                                    lat.row(t) + h0 * C, C, be_);
         else
-          kernels::attend(qf.row(t) + hh * KL, c.k.data(), c.k.data(), pos0 + t + 1, KL, KL, KL, C,
-                          o.scale, -INFINITY, s.data(), lat.row(t) + hh * C, be_);
+          kernels::attend_group(qf.row(t) + h0 * KL, KL, int(g), c.k.data(), c.k.data(), n_keys, KL,
+                                KL, KL, C, o.scale, nullptr, s.data(), lat.row(t) + h0 * C, C, be_);
       }
     });
     // Per head back out of the latent space: v_b[h] . lat (T x v_mla).

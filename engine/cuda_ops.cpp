@@ -114,6 +114,53 @@ class CudaOps final : public Ops {
     }
   }
 
+  // A sequence's caches to the host and back (prefix reuse), in Ops::save_slot's layout: per
+  // layer the key and value rows of the first n positions, the kv_state, the state.
+  bool save_slot(int slot, int64_t n, std::vector<uint8_t>& out) override {
+    if (!ok()) return false;
+    out.clear();
+    auto put = [&](const float* d, int64_t floats) {
+      const size_t at = out.size();
+      out.resize(at + size_t(floats) * sizeof(float));
+      if (floats)
+        check("save state", cudaMemcpyAsync(out.data() + at, d, size_t(floats) * sizeof(float),
+                                            cudaMemcpyDeviceToHost, stream_));
+    };
+    for (int il = 0; il < n_layer_; ++il) {
+      const Cache& c = cache(slot, il);
+      put(c.k, n * c.rows.k), put(c.v, n * c.rows.v), put(c.kv_state, c.rows.kv_state),
+          put(c.state, c.rows.state);
+    }
+    if (ok()) check("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
+    return ok();
+  }
+
+  bool load_slot(int slot, int64_t n_saved, int64_t n, std::span<const uint8_t> in) override {
+    if (!ok()) return false;
+    size_t at = 0;
+    // `floats` of the copy into d, then past `saved` of them
+    auto get = [&](float* d, int64_t floats, int64_t saved) {
+      const size_t bytes = size_t(saved) * sizeof(float);
+      if (at + bytes > in.size()) return false;
+      if (floats)
+        check("load state", cudaMemcpyAsync(d, in.data() + at, size_t(floats) * sizeof(float),
+                                            cudaMemcpyHostToDevice, stream_));
+      at += bytes;
+      return true;
+    };
+    for (int il = 0; il < n_layer_; ++il) {
+      Cache& c = cache(slot, il);
+      if (!get(c.k, n * c.rows.k, n_saved * c.rows.k) ||
+          !get(c.v, n * c.rows.v, n_saved * c.rows.v) ||
+          !get(c.kv_state, c.rows.kv_state, c.rows.kv_state) ||
+          !get(c.state, c.rows.state, c.rows.state))
+        return false;
+    }
+    // The copies read `in` (pageable host memory the caller may free): finished before return.
+    if (ok()) check("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
+    return ok() && at == in.size();
+  }
+
   // Embeddings: dequantized on the host (one row per token), uploaded.
   void embed(const Tensor& emb, std::span<const int32_t> tokens, Act x) override {
     std::vector<float> h(size_t(x.rows) * x.cols);

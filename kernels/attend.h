@@ -3,13 +3,16 @@
 // and avx2.cpp instantiate it.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 namespace kernels {
 
+// Dot: q . k_j; WSum: out += w_j v_j for j in order, each step what axpy(w_j, v_j, out) does (so
+// that a body may keep out in registers across the keys and still give axpy's bits).
 template <typename Elem, float (*Dot)(const float*, const Elem*, int64_t),
-          void (*Axpy)(float, const Elem*, float*, int64_t)>
+          void (*WSum)(const float*, const Elem*, int64_t, int64_t, float*, int64_t)>
 void attend_with(const float* q, const Elem* k, const Elem* v, int64_t n_keys, int64_t k_stride,
                  int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
                  float* out) {
@@ -24,8 +27,45 @@ void attend_with(const float* q, const Elem* k, const Elem* v, int64_t n_keys, i
     sum += s[j];
   }
   const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < n_keys; ++j) s[j] = s[j] * inv;
   for (int64_t i = 0; i < dv; ++i) out[i] = 0.0f;
-  for (int64_t j = 0; j < n_keys; ++j) Axpy(s[j] * inv, v + j * v_stride, out, dv);
+  WSum(s, v, n_keys, v_stride, out, dv);
+}
+
+// G queries (q + g * q_stride: the query heads that share one KV head, or MLA's heads over the
+// shared latent rows) against the same keys and values: each key and value row is read once for
+// all of them instead of once per query (the caches are streamed from memory G times fewer), and
+// each query's result is attend_with's for it alone, bit for bit: the same dot per key, the same
+// softmax, the same additions in the same order. sinks: G logits or null; s: G * n_keys floats.
+template <typename Elem, float (*Dot)(const float*, const Elem*, int64_t),
+          void (*WSum)(const float*, const Elem*, int64_t, int64_t, float*, int64_t)>
+void attend_group_with(const float* q, int64_t q_stride, int G, const Elem* k, const Elem* v,
+                       int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
+                       float scale, const float* sinks, float* s, float* out, int64_t out_stride) {
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const Elem* kj = k + j * k_stride;
+    for (int g = 0; g < G; ++g) s[g * n_keys + j] = Dot(q + g * q_stride, kj, dk) * scale;
+  }
+  for (int g = 0; g < G; ++g) {
+    float* sg = s + g * n_keys;
+    const float sink = sinks ? sinks[g] : -INFINITY;
+    float mx = sink;
+    for (int64_t j = 0; j < n_keys; ++j) mx = sg[j] > mx ? sg[j] : mx;
+    double sum = sink == -INFINITY ? 0.0 : std::exp(sink - mx);
+    for (int64_t j = 0; j < n_keys; ++j) {
+      sg[j] = std::exp(sg[j] - mx);
+      sum += sg[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < n_keys; ++j) sg[j] = sg[j] * inv;
+    for (int64_t i = 0; i < dv; ++i) out[g * out_stride + i] = 0.0f;
+  }
+  // The values in blocks of keys small enough to stay in cache while every query takes its share.
+  constexpr int64_t kBlock = 256;
+  for (int64_t j0 = 0; j0 < n_keys; j0 += kBlock)
+    for (int g = 0; g < G; ++g)
+      WSum(s + g * n_keys + j0, v + j0 * v_stride, std::min(kBlock, n_keys - j0), v_stride,
+           out + g * out_stride, dv);
 }
 
 }  // namespace kernels

@@ -209,11 +209,76 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
 }
 
+// out += w_j v_j over the rows, j in order, with out's floats held in registers across the rows
+// (64 at a time): each step is axpy's (one FMA per float, the tail's multiply-then-add), so the
+// result is axpy's, bit for bit, without loading and storing out once per row.
+static inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+static inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+static inline float widen1(float x) {
+  return x;
+}
+static inline float widen1(uint16_t x) {
+  return fp16_to_fp32(x);
+}
+template <typename Elem>
+static void wsum_body(const float* w, const Elem* v, int64_t n, int64_t stride, float* out,
+                      int64_t dv) {
+  int64_t i = 0;
+  for (; i + 64 <= dv; i += 64) {
+    __m256 acc[8];
+    for (int k = 0; k < 8; ++k) acc[k] = _mm256_loadu_ps(out + i + 8 * k);
+    for (int64_t j = 0; j < n; ++j) {
+      const __m256 a = _mm256_set1_ps(w[j]);
+      const Elem* vj = v + j * stride + i;
+      for (int k = 0; k < 8; ++k) acc[k] = _mm256_fmadd_ps(a, load8(vj + 8 * k), acc[k]);
+    }
+    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(out + i + 8 * k, acc[k]);
+  }
+  for (; i + 8 <= dv; i += 8) {
+    __m256 acc = _mm256_loadu_ps(out + i);
+    for (int64_t j = 0; j < n; ++j)
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), load8(v + j * stride + i), acc);
+    _mm256_storeu_ps(out + i, acc);
+  }
+  for (; i < dv; ++i) {
+    float o = out[i];
+    for (int64_t j = 0; j < n; ++j) o += w[j] * widen1(v[j * stride + i]);
+    out[i] = o;
+  }
+}
+
+void wsum_f32(const float* w, const float* v, int64_t n, int64_t stride, float* out, int64_t dv) {
+  wsum_body(w, v, n, stride, out, dv);
+}
+
+void wsum_f16(const float* w, const uint16_t* v, int64_t n, int64_t stride, float* out,
+              int64_t dv) {
+  wsum_body(w, v, n, stride, out, dv);
+}
+
 void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
                 int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
                 float* s, float* out) {
-  attend_with<uint16_t, dot_f32_f16, axpy_f16>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale,
+  attend_with<uint16_t, dot_f32_f16, wsum_f16>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale,
                                                sink, s, out);
+}
+
+void attend_group(const float* q, int64_t q_stride, int G, const float* k, const float* v,
+                  int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
+                  float scale, const float* sinks, float* s, float* out, int64_t out_stride) {
+  attend_group_with<float, dot_f32, wsum_f32>(q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk,
+                                              dv, scale, sinks, s, out, out_stride);
+}
+
+void attend_group_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, const uint16_t* v,
+                      int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
+                      float scale, const float* sinks, float* s, float* out, int64_t out_stride) {
+  attend_group_with<uint16_t, dot_f32_f16, wsum_f16>(
+      q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sinks, s, out, out_stride);
 }
 
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
@@ -323,8 +388,8 @@ float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n) {
 void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
             int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
             float* out) {
-  attend_with<float, dot_f32, axpy>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s,
-                                    out);
+  attend_with<float, dot_f32, wsum_f32>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s,
+                                        out);
 }
 
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {

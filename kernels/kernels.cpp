@@ -214,6 +214,22 @@ void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_
                                                            dv, scale, sink, s, out);
 }
 
+void attend_group(const float* q, int64_t q_stride, int G, const float* k, const float* v,
+                  int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
+                  float scale, const float* sinks, float* s, float* out, int64_t out_stride,
+                  Isa be) {
+  (be == Isa::Scalar ? ref::attend_group : avx2::attend_group)(
+      q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sinks, s, out, out_stride);
+}
+
+void attend_group_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, const uint16_t* v,
+                      int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
+                      float scale, const float* sinks, float* s, float* out, int64_t out_stride,
+                      Isa be) {
+  (be == Isa::Scalar ? ref::attend_group_f16 : avx2::attend_group_f16)(
+      q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sinks, s, out, out_stride);
+}
+
 void to_f16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }

@@ -78,6 +78,18 @@ void attend(const float* q, const float* k, const float* v, int64_t n_keys, int6
 void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
                 int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
                 float* s, float* out, Isa be = best_isa());
+// attend for G queries (q + g * q_stride) over the same keys and values, each key and value row
+// read once for all of them (the query heads that share a KV head): out + g * out_stride gets
+// query g's result, bit for bit attend's for it alone. sinks: G logits or null; s: G * n_keys
+// floats of scratch.
+void attend_group(const float* q, int64_t q_stride, int G, const float* k, const float* v,
+                  int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
+                  float scale, const float* sinks, float* s, float* out, int64_t out_stride,
+                  Isa be = best_isa());
+void attend_group_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, const uint16_t* v,
+                      int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
+                      float scale, const float* sinks, float* s, float* out, int64_t out_stride,
+                      Isa be = best_isa());
 // Rows of floats to F16 and back (round to nearest even; exact widening).
 void to_f16(const float* x, uint16_t* y, int64_t n);
 void from_f16(const uint16_t* x, float* y, int64_t n);

@@ -54,11 +54,35 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
 }
 
+// out += w_j v_j over the rows, j in order (attend's values).
+void wsum_f32(const float* w, const float* v, int64_t n, int64_t stride, float* out, int64_t dv) {
+  for (int64_t j = 0; j < n; ++j) axpy(w[j], v + j * stride, out, dv);
+}
+
+void wsum_f16(const float* w, const uint16_t* v, int64_t n, int64_t stride, float* out,
+              int64_t dv) {
+  for (int64_t j = 0; j < n; ++j) axpy_f16(w[j], v + j * stride, out, dv);
+}
+
 void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
                 int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
                 float* s, float* out) {
-  attend_with<uint16_t, dot_f32_f16, axpy_f16>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale,
+  attend_with<uint16_t, dot_f32_f16, wsum_f16>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale,
                                                sink, s, out);
+}
+
+void attend_group(const float* q, int64_t q_stride, int G, const float* k, const float* v,
+                  int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
+                  float scale, const float* sinks, float* s, float* out, int64_t out_stride) {
+  attend_group_with<float, dot_f32, wsum_f32>(q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk,
+                                              dv, scale, sinks, s, out, out_stride);
+}
+
+void attend_group_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, const uint16_t* v,
+                      int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
+                      float scale, const float* sinks, float* s, float* out, int64_t out_stride) {
+  attend_group_with<uint16_t, dot_f32_f16, wsum_f16>(
+      q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sinks, s, out, out_stride);
 }
 
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
@@ -207,8 +231,8 @@ float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
 void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
             int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
             float* out) {
-  attend_with<float, dot_f32, axpy>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s,
-                                    out);
+  attend_with<float, dot_f32, wsum_f32>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s,
+                                        out);
 }
 
 }  // namespace kernels::ref

@@ -208,10 +208,6 @@ int main(int argc, char** argv) {
   spec.n_ctx = ctx, spec.n_seq = parallel, spec.kv = kv_type, spec.prefetch = prefetch;
   if (auto st = engine::check_spec(spec); !st) die(st.error().message);
   serve::EngineFactory make = [&]() { return engine::make_engine(mod, spec); };
-  if (device == "cuda" && prefix_cache_mib > 0 && worker_fd < 0)
-    std::fprintf(stderr,
-                 "expert-serve: --device cuda: prompt prefixes are not reused (the CUDA backend "
-                 "does not copy its caches out yet)\n");
 
   // SIGINT/SIGTERM end the server: blocked here, taken by a thread that stops it.
   sigset_t sigs;

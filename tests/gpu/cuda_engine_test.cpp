@@ -5,6 +5,8 @@
 // against it too; there the golden test keeps to one case per architecture.
 #include "engine/cuda_engine.h"
 
+#include <cstring>
+
 #include "engine/golden_util.h"
 #include "gpu_util.h"
 
@@ -293,5 +295,61 @@ TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts)
           m.name == "prefetch_dropped")
         hints += m.value;
     EXPECT_GT(hints, 0) << "the GPU engine sent no prefetch hints";
+  }
+}
+
+// A sequence's state copied out of the GPU's caches and into another slot (expert-serve's prefix
+// reuse on --device cuda): the rest of the sequence gives bit for bit the logits of the slot that
+// evaluated the prompt, for MLA, Kimi-K3's delta-attention states and DeepSeek-V4's ring,
+// compressors and entries; a cut where no layer is recurrent too.
+TEST(CudaEngine, StatesResumeBitForBitInAnotherSlot) {
+  EXPERTD_REQUIRE_GPU();
+  auto check = [](const engine::Model& m, const Case& c) {
+    auto f = engine::make_cuda_forward(m, "", std::max(64, int(c.all.size()) + 8), 0, 2);
+    ASSERT_TRUE(f) << f.error().message;
+    engine::Engine& e = **f;
+    auto eval_in = [&](int slot, std::span<const int32_t> t) {
+      std::vector<float> lg;
+      const engine::SeqTokens s{slot, t};
+      auto st = e.eval({&s, 1}, true, lg);
+      EXPECT_TRUE(st) << (st ? "" : st.error().message);
+      return lg;
+    };
+    const std::span<const int32_t> all(c.all);
+    const size_t half = all.size() / 2;
+    eval_in(0, all.subspan(0, half));
+    engine::SeqState st;
+    ASSERT_TRUE(e.save_state(0, st));
+    const auto want = eval_in(0, all.subspan(half));
+    ASSERT_TRUE(e.load_state(1, st, int(half)));
+    const auto got = eval_in(1, all.subspan(half));
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << "resumed logits differ";
+    if (!e.can_cut()) return;
+    engine::SeqState whole;
+    ASSERT_TRUE(e.save_state(0, whole));
+    ASSERT_TRUE(e.load_state(1, whole, int(half)));
+    const auto again = eval_in(1, all.subspan(half));
+    EXPECT_EQ(std::memcmp(again.data(), want.data(), again.size() * sizeof(float)), 0)
+        << "logits after a cut differ";
+  };
+  REQUIRE_GOLDEN();
+  {
+    const char* id = "deepseek2-B-s11-q4_k_m";
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    auto file = gguf::Model::open(golden_model(id));
+    ASSERT_TRUE(file);
+    auto model = engine::Model::load(*file);
+    ASSERT_TRUE(model) << model.error().message;
+    check(*model, c);
+  }
+  for (const char* id : {"kimi-k3/k3-q8_0", "deepseek4/v4-f32"}) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    auto l = load(c);
+    ASSERT_TRUE(l);
+    check(l->model, c);
   }
 }

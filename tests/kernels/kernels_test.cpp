@@ -233,3 +233,71 @@ TEST(Kernels, AttendOverF16IsAttendOverTheWidenedRows) {
       }
   }
 }
+
+// attend_group (the query heads that share a KV head, in one pass over the keys): each query's
+// result is attend's for it alone, bit for bit, on every instruction set, F32 and F16 caches,
+// with and without sinks.
+TEST(Kernels, AttendGroupIsAttendPerQuery) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int G = 6;
+  const int64_t dk = 72, dv = 64, n_keys = 53, stride = 80, q_stride = 96, out_stride = 70;
+  std::vector<float> q(G * q_stride), kf(n_keys * stride), sinks(G), widened(kf.size());
+  std::vector<uint16_t> k16(kf.size());
+  for (auto& x : q) x = nd(rng);
+  for (auto& x : kf) x = nd(rng);
+  for (auto& x : sinks) x = nd(rng);
+  to_f16(kf.data(), k16.data(), int64_t(kf.size()));
+  from_f16(k16.data(), widened.data(), int64_t(kf.size()));
+  for (Isa be : runnable_backends())
+    for (const float* sk :
+         {static_cast<const float*>(nullptr), static_cast<const float*>(sinks.data())}) {
+      SCOPED_TRACE(int(be));
+      std::vector<float> s(G * n_keys), got(G * out_stride), got16(G * out_stride), want(dv);
+      attend_group(q.data(), q_stride, G, kf.data(), kf.data() + 5, n_keys, stride, stride, dk, dv,
+                   0.1f, sk, s.data(), got.data(), out_stride, be);
+      attend_group_f16(q.data(), q_stride, G, k16.data(), k16.data() + 5, n_keys, stride, stride,
+                       dk, dv, 0.1f, sk, s.data(), got16.data(), out_stride, be);
+      for (int g = 0; g < G; ++g) {
+        const float sink = sk ? sk[g] : -INFINITY;
+        attend(q.data() + g * q_stride, kf.data(), kf.data() + 5, n_keys, stride, stride, dk, dv,
+               0.1f, sink, s.data(), want.data(), be);
+        EXPECT_EQ(std::memcmp(got.data() + g * out_stride, want.data(), dv * sizeof(float)), 0)
+            << "query " << g;
+        attend(q.data() + g * q_stride, widened.data(), widened.data() + 5, n_keys, stride, stride,
+               dk, dv, 0.1f, sink, s.data(), want.data(), be);
+        EXPECT_EQ(std::memcmp(got16.data() + g * out_stride, want.data(), dv * sizeof(float)), 0)
+            << "f16 query " << g;
+      }
+    }
+}
+
+// attend's values pass (out held in registers across the keys) gives what one axpy per key does,
+// bit for bit: attend against the plain loop of dot_f32 and axpy on every instruction set.
+TEST(Kernels, AttendIsTheLoopOfDotAndAxpy) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const int64_t dv : {int64_t{128}, int64_t{72}, int64_t{13}}) {
+    const int64_t dk = dv, n_keys = 300, stride = dv + 3;
+    std::vector<float> q(dk), kv(n_keys * stride);
+    for (auto& x : q) x = nd(rng);
+    for (auto& x : kv) x = nd(rng);
+    for (Isa be : runnable_backends()) {
+      SCOPED_TRACE(int(be));
+      std::vector<float> s(n_keys), got(dv), want(dv, 0.0f);
+      attend(q.data(), kv.data(), kv.data() + 1, n_keys, stride, stride, dk, dv, 0.2f, -INFINITY,
+             s.data(), got.data(), be);
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        s[j] = dot_f32(q.data(), kv.data() + j * stride, dk, be) * 0.2f;
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < n_keys; ++j) s[j] = std::exp(s[j] - mx), sum += s[j];
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t j = 0; j < n_keys; ++j)
+        axpy(s[j] * inv, kv.data() + 1 + j * stride, want.data(), dv, be);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), dv * sizeof(float)), 0) << "dv " << dv;
+    }
+  }
+}
