@@ -7,7 +7,7 @@ pkgs=(
   build-essential cmake ninja-build git
   libboost-dev liburing-dev libflatbuffers-dev flatbuffers-compiler
   libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcli11-dev
-  libxxhash-dev libpcre2-dev libsystemd-dev systemd python3 python3-numpy python3-venv xz-utils
+  libxxhash-dev libpcre2-dev libsystemd-dev systemd python3 python3-dev python3-numpy python3-venv xz-utils
   pkg-config binutils
 )
 missing=()

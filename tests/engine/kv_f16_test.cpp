@@ -31,7 +31,8 @@ void check_f16(const engine::Model& m, const Case& c, bool check_greedy) {
   EXPECT_LE(d, 1.5e-2) << "f16 cache vs llama.cpp";
   EXPECT_NE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
       << "the f16 cache gives the f32 cache's bits: it is not rounding";
-  std::printf("%-28s f16 cache vs llama.cpp: max |d| %.2e\n", c.id.c_str(), d);
+  std::printf("%-28s f16 cache vs llama.cpp: max |d| %.2e; state per position %.0f -> %.0f bytes\n",
+              c.id.c_str(), d, double(f32.cache_bytes()) / 256, double(f16.cache_bytes()) / 256);
   // The caches: every per-position row and the fixed ring/entries in half the bytes.
   EXPECT_LT(f16.cache_bytes(), f32.cache_bytes());
   EXPECT_GE(2 * f16.cache_bytes(), f32.cache_bytes());

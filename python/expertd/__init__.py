@@ -1,0 +1,126 @@
+"""expertd for Python: experts of a Mixture-of-Experts model from a running expertd's shared cache.
+
+``Client.connect(path)`` opens a connection; ``Client.acquire(layer, experts)`` returns a
+:class:`Lease` (a context manager) whose ``view(i)`` is the i-th requested expert's slot as a
+read-only ``uint8`` NumPy array over the daemon's shared memory (no copy), and ``tensor(i, role)``
+one role of it (gate, up, down, ...) typed where NumPy has the type. ``dequantize`` turns any
+weight type the kernels run into float32.
+
+An array keeps its lease: the daemon is told to release the slots only once the ``with`` block has
+ended *and* every array of the lease is gone, so an array never reads a slot that was given to
+another expert. A client holds one lease at a time (the daemon's rule): acquiring again while an
+earlier lease, or an array of it, is alive raises :class:`Error` saying so (copy what you keep).
+Every failure is an :class:`Error` whose message names the cause.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._expertd import Client as _RawClient
+from ._expertd import Error
+from ._expertd import dequantize as _dequantize
+from ._expertd import type_id as _type_id
+
+__all__ = ["Client", "Lease", "Error", "dequantize"]
+
+
+class Lease:
+    """Experts of one layer pinned in the daemon's cache; use it in a ``with`` block."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Ends the lease (the slots go back once no array of it is alive)."""
+        self._raw.close()
+
+    @property
+    def layer(self) -> int:
+        return self._raw.layer
+
+    @property
+    def experts(self) -> List[int]:
+        return list(self._raw.experts)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def is_ready(self, i: int) -> bool:
+        """Whether expert i (an index into ``experts``) may be read now."""
+        return self._raw.is_ready(i)
+
+    def wait(self, i: Optional[int] = None) -> None:
+        """Blocks until expert i (or every expert) is ready; a failed read raises Error."""
+        self._raw.wait(i)
+
+    def next_ready(self) -> Optional[int]:
+        """Blocks until one more expert is ready; its index, or None when none is pending."""
+        return self._raw.next_ready()
+
+    def view(self, i: int) -> np.ndarray:
+        """Expert i's whole slot, read-only uint8, no copy (waits for the expert)."""
+        return self._raw.view(i)
+
+    def tensor(self, i: int, role: str) -> np.ndarray:
+        """One role of expert i: float32 / float16 rows, or its quantized rows as uint8."""
+        return self._raw.tensor(i, role)
+
+
+class Client:
+    """A connection to expertd (one engine place in the daemon)."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._info: Optional[Dict[str, Any]] = None
+
+    @classmethod
+    def connect(cls, path: str, name: str = "python", monitor: bool = False) -> "Client":
+        """Connects and handshakes; raises Error naming why it could not. A monitor only reads
+        stats: it takes no engine place in the daemon and cannot acquire."""
+        return cls(_RawClient.connect(path, name, monitor))
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """The model: arch, model_id, n_experts, n_experts_used, arena, slot_bytes, layers (each
+        with model_layer and roles: role, type, type_name, shape (rows, columns), offset, bytes)."""
+        if self._info is None:
+            self._info = self._raw.info()
+        return self._info
+
+    def acquire(self, layer: int, experts: Iterable[int]) -> Lease:
+        """Pins experts of a pack layer; hits are ready at once, misses as they are read."""
+        return Lease(self._raw.acquire(int(layer), [int(e) for e in experts]))
+
+    def prefetch(self, layer: int, experts: Iterable[int]) -> None:
+        """Hints experts the daemon may read ahead of an acquire."""
+        self._raw.prefetch(int(layer), [int(e) for e in experts])
+
+    def stats(self) -> Dict[str, float]:
+        """The daemon's counters (as ``expertctl stats``)."""
+        return dict(self._raw.stats())
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+def dequantize(data: np.ndarray, type: Union[int, str], shape: Union[int, Sequence[int]]) -> np.ndarray:
+    """float32 values of ``shape`` ((columns,) or (rows, columns)) from the bytes of weight type
+    ``type`` (a GGML type id or name: "Q8_0", "Q4_K", ...); an unsupported type raises Error."""
+    t = _type_id(type) if isinstance(type, str) else int(type)
+    dims: Tuple[int, ...] = (int(shape),) if isinstance(shape, int) else tuple(int(x) for x in shape)
+    raw = np.ascontiguousarray(np.asarray(data).view(np.uint8).reshape(-1))
+    return _dequantize(raw, t, list(dims))

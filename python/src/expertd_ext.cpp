@@ -1,0 +1,315 @@
+// expertd for Python (the expertd package's _expertd module): libexpertclient's Client over
+// nanobind, each ready expert's slot as a read-only NumPy array over the daemon's shared arena
+// (no copy), and the kernels' dequantizers. Errors are expertd.Error naming the cause.
+//
+// A lease's memory stays the lease's while any view of it lives: each array holds the lease (its
+// owner), and the daemon is told to release the slots only when the `with` block has ended and
+// the last array is gone. A client acquires one lease at a time (the daemon's rule): acquiring
+// while an earlier lease or one of its arrays is alive is an error saying so.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/expert_client.h"
+#include "kernels/kernels.h"
+#include "kernels/types.h"
+
+namespace nb = nanobind;
+using expertd::client::Client;
+
+namespace {
+
+// The package's exception (expertd.Error, a RuntimeError), set at module creation.
+PyObject* g_error = nullptr;
+
+[[noreturn]] void raise(const std::string& why) {
+  PyErr_SetString(g_error, why.c_str());
+  throw nb::python_error();
+}
+
+struct Connection;
+
+// What a Lease and its arrays share: released when the last of them lets go.
+struct LeaseCore {
+  std::shared_ptr<Connection> conn;
+  expertd::client::Lease lease;
+  ~LeaseCore();
+};
+
+struct Connection {
+  std::unique_ptr<Client> client;
+  std::weak_ptr<LeaseCore> current;          // the lease (or its arrays) still alive
+  std::optional<std::string> release_error;  // a release that failed where nothing could raise
+  Client& get() {
+    if (!client) raise("the client is closed");
+    if (release_error) {
+      std::string e = *release_error;
+      release_error.reset();
+      raise("an earlier release failed: " + e);
+    }
+    return *client;
+  }
+};
+
+LeaseCore::~LeaseCore() {
+  if (!conn->client) return;
+  if (auto st = conn->client->release(lease); !st) conn->release_error = st.error().message;
+}
+
+const expertd::client::LayerView& layer_view(Connection& c, uint32_t layer) {
+  const auto& info = c.get().info();
+  if (layer >= info.layers.size())
+    raise("no pack layer " + std::to_string(layer) + " (the pack has " +
+          std::to_string(info.layers.size()) + " MoE layers)");
+  return info.layers[layer];
+}
+
+class PyLease {
+ public:
+  explicit PyLease(std::shared_ptr<LeaseCore> core) : core_(std::move(core)) {}
+
+  size_t size() const { return core().lease.experts.size(); }
+  std::vector<uint32_t> experts() const { return core().lease.experts; }
+  uint32_t layer() const { return core().lease.layer; }
+  bool is_ready(size_t i) const {
+    check_index(i);
+    return core().lease.ready[i] != 0;
+  }
+  // Blocks until expert i (or, with None, every expert) is ready.
+  void wait(std::optional<size_t> i) {
+    auto& c = core();
+    if (i) check_index(*i);
+    if (auto st = c.conn->get().wait_ready(c.lease, i); !st) raise(st.error().message);
+    for (size_t k = 0; k < c.lease.errors.size(); ++k)
+      if ((!i || *i == k) && !c.lease.errors[k].empty())
+        raise("expert " + std::to_string(c.lease.experts[k]) + " of layer " +
+              std::to_string(c.lease.layer) + ": " + c.lease.errors[k]);
+  }
+  // The index of one more expert that became ready, or None when none is pending.
+  std::optional<size_t> next_ready() {
+    auto& c = core();
+    auto r = c.conn->get().next_ready(c.lease);
+    if (!r) raise(r.error().message);
+    return *r;
+  }
+  // Expert i's slot: a read-only uint8 array (waits for the expert first).
+  nb::object view(size_t i) {
+    wait(i);
+    auto& c = core();
+    if (!c.lease.base)
+      raise("expertd's arena is in VRAM (--backend cuda): this package reads host arenas only");
+    return array(c.lease.slot_data(i), {size_t(c.lease.slot_bytes)}, nb::dtype<uint8_t>());
+  }
+  // One role of expert i (gate, up, down, ...): F32 as float32 and F16 as float16 rows
+  // (ne1 x ne0); any other type as its raw rows (ne1 x row bytes, uint8) for dequantize().
+  nb::object tensor(size_t i, const std::string& role) {
+    wait(i);
+    auto& c = core();
+    const auto& lv = layer_view(*c.conn, c.lease.layer);
+    const auto* r = lv.find(role);
+    if (!r) {
+      std::string have;
+      for (const auto& x : lv.roles) have += (have.empty() ? "" : ", ") + x.role;
+      raise("layer " + std::to_string(c.lease.layer) + " has no role '" + role + "' (" + have +
+            ")");
+    }
+    if (!c.lease.base)
+      raise("expertd's arena is in VRAM (--backend cuda): this package reads host arenas only");
+    const uint8_t* p = c.lease.slot_data(i) + r->offset;
+    if (r->ggml_type == kernels::F32)
+      return array(p, {size_t(r->ne1), size_t(r->ne0)}, nb::dtype<float>());
+    if (r->ggml_type == kernels::F16) {
+      nb::dlpack::dtype f16{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
+      return array(p, {size_t(r->ne1), size_t(r->ne0)}, f16);
+    }
+    const size_t rb = r->bytes / (r->ne1 ? r->ne1 : 1);
+    return array(p, {size_t(r->ne1), rb}, nb::dtype<uint8_t>());
+  }
+  void close() { core_.reset(); }  // the `with` block's end: released once no array holds it
+  bool closed() const { return !core_; }
+
+ private:
+  LeaseCore& core() const {
+    if (!core_) raise("the lease was released (its `with` block ended)");
+    return *core_;
+  }
+  void check_index(size_t i) const {
+    if (i >= core().lease.experts.size())
+      raise("no expert " + std::to_string(i) + " in this lease of " +
+            std::to_string(core().lease.experts.size()));
+  }
+  // A read-only NumPy array over p that keeps the lease alive while it lives.
+  nb::object array(const uint8_t* p, std::vector<size_t> shape, nb::dlpack::dtype dt) {
+    auto* keep = new std::shared_ptr<LeaseCore>(core_);
+    nb::capsule owner(keep,
+                      [](void* k) noexcept { delete static_cast<std::shared_ptr<LeaseCore>*>(k); });
+    nb::ndarray<nb::numpy, nb::ro> a(const_cast<uint8_t*>(p), shape.size(), shape.data(), owner,
+                                     nullptr, dt);
+    return nb::cast(a);
+  }
+  std::shared_ptr<LeaseCore> core_;
+};
+
+class PyClient {
+ public:
+  static PyClient connect(const std::string& path, const std::string& name, bool monitor) {
+    Client::Options o;
+    o.name = name;
+    o.monitor = monitor;  // stats only: no engine place, no arena
+    auto c = Client::connect(path, o);
+    if (!c) raise(c.error().message);
+    PyClient p;
+    p.conn_ = std::make_shared<Connection>();
+    p.conn_->client = std::move(*c);
+    return p;
+  }
+
+  nb::dict info() {
+    const auto& i = conn_->get().info();
+    nb::dict d;
+    d["arch"] = i.arch;
+    d["model_id"] = i.model_id;
+    d["n_experts"] = i.n_experts;
+    d["n_experts_used"] = i.n_experts_used;
+    d["arena"] = i.arena_kind;
+    d["slot_bytes"] = i.slot_bytes;
+    d["slot_count"] = i.slot_count;
+    d["max_experts_per_request"] = i.max_experts_per_request;
+    nb::list layers;
+    for (const auto& l : i.layers) {
+      nb::dict ld;
+      ld["model_layer"] = l.model_layer;
+      nb::list roles;
+      for (const auto& r : l.roles) {
+        nb::dict rd;
+        rd["role"] = r.role;
+        rd["type"] = r.ggml_type;
+        const auto* t = kernels::type_traits(r.ggml_type);
+        rd["type_name"] = std::string(t ? t->name : "?");
+        rd["shape"] = nb::make_tuple(r.ne1, r.ne0);
+        rd["offset"] = r.offset;
+        rd["bytes"] = r.bytes;
+        roles.append(rd);
+      }
+      ld["roles"] = roles;
+      layers.append(ld);
+    }
+    d["layers"] = layers;
+    return d;
+  }
+
+  PyLease acquire(uint32_t layer, std::vector<uint32_t> experts) {
+    Client& c = conn_->get();
+    (void)layer_view(*conn_, layer);
+    if (!conn_->current.expired())
+      raise(
+          "an earlier lease of this client is still held (its `with` block, or an array "
+          "viewing it, is alive): end it, or copy the arrays you keep");
+    for (uint32_t e : experts)
+      if (e >= c.info().n_experts)
+        raise("no expert " + std::to_string(e) + " (the model has " +
+              std::to_string(c.info().n_experts) + ")");
+    auto l = c.acquire(layer, experts);
+    if (!l) raise(l.error().message);
+    auto core = std::make_shared<LeaseCore>();
+    core->conn = conn_;
+    core->lease = std::move(*l);
+    conn_->current = core;
+    return PyLease(std::move(core));
+  }
+
+  void prefetch(uint32_t layer, std::vector<uint32_t> experts) {
+    (void)layer_view(*conn_, layer);
+    if (auto st = conn_->get().prefetch(layer, experts); !st) raise(st.error().message);
+  }
+
+  nb::dict stats() {
+    auto s = conn_->get().stats();
+    if (!s) raise(s.error().message);
+    nb::dict d;
+    for (const auto& m : *s) d[m.name.c_str()] = m.value;
+    return d;
+  }
+
+  void close() {
+    if (!conn_->current.expired())
+      raise("a lease of this client is still held: end its `with` block and drop its arrays");
+    conn_->client.reset();
+  }
+
+ private:
+  std::shared_ptr<Connection> conn_;
+};
+
+// F32 values of a row-major block of rows of `type` (ne1 rows of ne0), from their bytes.
+nb::ndarray<nb::numpy, float> dequantize(nb::ndarray<const uint8_t, nb::c_contig> src,
+                                         uint32_t type, std::vector<int64_t> shape) {
+  const auto* t = kernels::type_traits(type);
+  if (!t) raise("unknown GGML type " + std::to_string(type));
+  if (!kernels::weight_type_supported(type))
+    raise(std::string("cannot dequantize ") + t->name + ": the kernels run " +
+          kernels::supported_type_names());
+  if (shape.empty() || shape.size() > 2) raise("shape: (columns,) or (rows, columns)");
+  const int64_t cols = shape.back(), rows = shape.size() == 2 ? shape[0] : 1;
+  if (cols <= 0 || rows <= 0 || cols % t->block_elems)
+    raise("a row of " + std::string(t->name) + " holds a multiple of " +
+          std::to_string(t->block_elems) + " values, not " + std::to_string(cols));
+  const size_t rb = kernels::row_size(type, cols);
+  if (src.size() < rb * size_t(rows))
+    raise("the bytes (" + std::to_string(src.size()) + ") are fewer than " + std::to_string(rows) +
+          " rows of " + std::to_string(cols) + " " + t->name + " (" +
+          std::to_string(rb * size_t(rows)) + ")");
+  auto* out = new float[size_t(rows * cols)];
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::dequantize_row(type, src.data() + rb * size_t(r), out + r * cols, cols);
+  nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+  size_t dims[2] = {size_t(rows), size_t(cols)};
+  return nb::ndarray<nb::numpy, float>(out, shape.size(), shape.size() == 2 ? dims : dims + 1,
+                                       owner);
+}
+
+}  // namespace
+
+NB_MODULE(_expertd, m) {
+  m.doc() = "expertd's client: experts from a shared expertd cache as zero-copy arrays";
+  g_error =
+      PyErr_NewExceptionWithDoc("expertd.Error", "an expertd error: the message names the cause",
+                                PyExc_RuntimeError, nullptr);
+  m.attr("Error") = nb::handle(g_error);
+
+  nb::class_<PyLease>(m, "Lease")
+      .def("__len__", &PyLease::size)
+      .def_prop_ro("experts", &PyLease::experts)
+      .def_prop_ro("layer", &PyLease::layer)
+      .def_prop_ro("closed", &PyLease::closed)
+      .def("is_ready", &PyLease::is_ready, nb::arg("i"))
+      .def("wait", &PyLease::wait, nb::arg("i") = nb::none())
+      .def("next_ready", &PyLease::next_ready)
+      .def("view", &PyLease::view, nb::arg("i"))
+      .def("tensor", &PyLease::tensor, nb::arg("i"), nb::arg("role"))
+      .def("close", &PyLease::close);
+
+  nb::class_<PyClient>(m, "Client")
+      .def_static("connect", &PyClient::connect, nb::arg("path"),
+                  nb::arg("name") = std::string("python"), nb::arg("monitor") = false)
+      .def("info", &PyClient::info)
+      .def("acquire", &PyClient::acquire, nb::arg("layer"), nb::arg("experts"))
+      .def("prefetch", &PyClient::prefetch, nb::arg("layer"), nb::arg("experts"))
+      .def("stats", &PyClient::stats)
+      .def("close", &PyClient::close);
+
+  m.def("dequantize", &dequantize, nb::arg("data"), nb::arg("type"), nb::arg("shape"));
+  m.def("type_id", [](const std::string& name) {
+    const auto* t = kernels::type_by_name(name);
+    if (!t) raise("unknown GGML type '" + name + "'");
+    return t->id;
+  });
+}

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""The expertd Python package (python/) against a real expertd serving the bundled model's pack:
+built with pip into a venv under the build directory (scikit-build-core and nanobind from PyPI),
+then: the model's info as the manifest says; each acquired expert's view equal to the pack's bytes
+for it, read-only and without a copy; a role's rows dequantized equal to NumPy's own Q8_0
+arithmetic; a lease's arrays keeping its slots until they are gone; bad input of every kind as
+expertd.Error naming the cause; two Python processes and expert-run on one expertd at once; and
+python -m expertd stats."""
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--bin", required=True)
+ap.add_argument("--source", required=True)
+args = ap.parse_args()
+B, SRC = os.path.abspath(args.bin), os.path.abspath(args.source)
+VENV = os.path.join(B, "python-venv")
+PY = os.path.join(VENV, "bin", "python")
+
+# The venv with the build requirements and the package, rebuilt incrementally (a persistent
+# build directory) each run, so the test always runs the tree's code.
+if os.path.realpath(sys.prefix) != os.path.realpath(VENV):
+    if not os.path.exists(os.path.join(VENV, ".ready")):
+        shutil.rmtree(VENV, ignore_errors=True)
+        subprocess.check_call([sys.executable, "-m", "venv", VENV])
+        subprocess.check_call([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                               "scikit-build-core>=0.10", "nanobind>=2.0", "numpy>=1.22"])
+        open(os.path.join(VENV, ".ready"), "w").close()
+    subprocess.check_call([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                           "--no-build-isolation", "--force-reinstall", "--no-deps",
+                           "-C", "build-dir=" + os.path.join(B, "python-build"),
+                           os.path.join(SRC, "python")])
+    os.execv(PY, [PY] + sys.argv)
+
+import numpy as np  # noqa: E402
+
+import expertd  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def raises(fn, words, what):
+    try:
+        fn()
+    except expertd.Error as e:
+        check(all(w in str(e) for w in words), f"{what}: {e}")
+        return
+    except Exception as e:  # noqa: BLE001
+        check(False, f"{what}: raised {type(e).__name__}: {e}, not expertd.Error")
+        return
+    check(False, f"{what}: did not raise")
+
+
+tmp = tempfile.mkdtemp(prefix="python-test-", dir=B)
+procs = []
+try:
+    model = os.path.join(tmp, "m.gguf")
+    shutil.copy(os.path.join(SRC, "model", "kjv-moe-q8_0.gguf"), model)
+    subprocess.run([os.path.join(B, "pack", "expert-pack"), "-q", "build", model], check=True,
+                   stdout=subprocess.DEVNULL)
+    manifest = json.load(open(os.path.join(tmp, "m.manifest.json")))
+    pack = open(os.path.join(tmp, manifest["pack_file"]), "rb").read()
+    sock = os.path.join(tmp, "s.sock")
+    open(sock + ".conf", "w").write("# flags only\n")
+    # 48 slots for the model's 128 experts: acquires miss and are read while the test waits.
+    d = subprocess.Popen([os.path.join(B, "daemon", "expertd"), "--manifest",
+                          os.path.join(tmp, "m.manifest.json"), "--socket", sock, "--config",
+                          sock + ".conf", "--lock-memory", "false", "--reserve-mib", "16",
+                          "--cache-slots", "48", "--clients-max", "4"],
+                         stdout=open(sock + ".log", "w"), stderr=subprocess.STDOUT)
+    procs.append(d)
+    for _ in range(500):
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sock)
+            s.close()
+            break
+        except OSError:
+            if d.poll() is not None:
+                raise RuntimeError("expertd did not start: " + open(sock + ".log").read())
+            time.sleep(0.02)
+
+    c = expertd.Client.connect(sock)
+    info = c.info
+    check(info["arch"] == manifest["arch"] and info["n_experts"] == manifest["n_experts"]
+          and len(info["layers"]) == len(manifest["layers"]),
+          f"info: {info['arch']}, {info['n_experts']} experts, {len(info['layers'])} layers")
+    roles = [r["role"] for r in info["layers"][0]["roles"]]
+    check(roles == [r["role"] for r in manifest["layers"][0]["roles"]], f"roles {roles}")
+    check(info["layers"][0]["roles"][0]["type_name"] == "Q8_0", "role types named")
+
+    # Every expert of every layer, in acquires of 4, equal to the pack's bytes.
+    same = total = 0
+    for li, layer in enumerate(manifest["layers"]):
+        for e0 in range(0, manifest["n_experts"], 4):
+            ids = list(range(e0, e0 + 4))
+            with c.acquire(li, ids) as lease:
+                for i, e in enumerate(ids):
+                    v = lease.view(i)
+                    at = layer["base"] + e * layer["stride"]
+                    same += bytes(v[:layer["stride"]]) == pack[at:at + layer["stride"]]
+                    total += 1
+                del v
+    check(same == total and total == manifest["n_experts"] * len(manifest["layers"]),
+          f"{same} of {total} experts' views equal the pack's bytes")
+
+    with c.acquire(0, [5, 9]) as lease:
+        a, b = lease.view(0), lease.view(0)
+        check(not a.flags.writeable, "a view is read-only")
+        try:
+            a[0] = 1
+            check(False, "writing a view raises")
+        except ValueError:
+            check(True, "writing a view raises ValueError")
+        check(np.shares_memory(a, b) and a.ctypes.data == b.ctypes.data,
+              "two views of one expert are the same memory (no copy)")
+        # gate rows of expert 9: Q8_0 blocks (f16 scale, 32 int8) dequantized by the package and
+        # by NumPy's own arithmetic
+        role = info["layers"][0]["roles"][0]
+        g = lease.tensor(1, "gate")
+        rows, cols = role["shape"]
+        check(g.dtype == np.uint8 and g.shape == (rows, cols // 32 * 34), f"gate rows {g.shape}")
+        w = expertd.dequantize(g, "Q8_0", (rows, cols))
+        blocks = np.frombuffer(g.tobytes(), dtype=[("d", "<f2"), ("q", "i1", 32)])
+        ref = (blocks["d"].astype(np.float32)[:, None] * blocks["q"].astype(np.float32)).reshape(rows, cols)
+        check(w.dtype == np.float32 and np.array_equal(w, ref), "dequantize(Q8_0) == NumPy's")
+        del a, b, g
+    raises(lambda: lease.view(0), ["released"], "a released lease's view")
+
+    # An array keeps its lease: the next acquire waits for it to go.
+    with c.acquire(0, [1]) as lease:
+        kept = lease.view(0)
+    raises(lambda: c.acquire(0, [2]), ["still held"], "acquire while an array of the last lease lives")
+    want = bytes(kept)
+    del kept
+    with c.acquire(0, [2]) as lease:
+        check(len(lease) == 1 and lease.experts == [2], "acquire once the array is gone")
+
+    # Bad input.
+    raises(lambda: c.acquire(len(manifest["layers"]), [0]), ["no pack layer"], "a layer past the pack")
+    raises(lambda: c.acquire(0, [manifest["n_experts"]]), ["no expert"], "an expert past the model")
+    with c.acquire(0, [3]) as lease:
+        raises(lambda: lease.tensor(0, "gate_up"), ["no role 'gate_up'", "gate, up, down"], "a role the pack lacks")
+        raises(lambda: lease.view(7), ["no expert 7"], "an index past the lease")
+    raises(lambda: expertd.dequantize(np.zeros(64, np.uint8), "Q8_0", (33,)), ["multiple of 32"], "a row off the block")
+    raises(lambda: expertd.dequantize(np.zeros(10, np.uint8), "Q8_0", (2, 32)), ["fewer"], "too few bytes")
+    raises(lambda: expertd.dequantize(np.zeros(10, np.uint8), "NOPE", (32,)), ["unknown GGML type"], "an unknown type")
+    raises(lambda: expertd.dequantize(np.zeros(128, np.uint8), "I32", (32,)), ["cannot dequantize I32"],
+           "a type the kernels do not run (at that call, not at connect)")
+    raises(lambda: expertd.Client.connect(os.path.join(tmp, "none.sock")), ["none.sock"], "no daemon at the path")
+
+    # Two Python processes and expert-run on the one expertd at once.
+    child = ("import expertd, sys\n"
+             "c = expertd.Client.connect(sys.argv[1], 'child')\n"
+             "n = 0\n"
+             "for r in range(20):\n"
+             "    for e0 in range(0, 32, 4):\n"
+             "        with c.acquire(0, list(range(e0, e0 + 4))) as l:\n"
+             "            n += int(sum(int(l.view(i)[0]) for i in range(4)) >= 0)\n"
+             "print('acquired', n)\n")
+    kids = [subprocess.Popen([sys.executable, "-c", child, sock], stdout=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    er = subprocess.run([os.path.join(B, "engine", "expert-run"), "generate", "--model",
+                         os.path.join(tmp, "m.core.gguf"), "--socket", sock, "--prompt", "And God said",
+                         "-n", "24", "--threads", "2"], capture_output=True, text=True)
+    outs = [k.communicate(timeout=300)[0].strip() for k in kids]
+    check(er.returncode == 0 and len(er.stdout.strip()) > 0, f"expert-run beside them: {er.stdout.strip()[:40]!r}")
+    check(outs == ["acquired 160", "acquired 160"], f"two Python processes at once: {outs}")
+    st = c.stats()
+    check(st.get("clients_connected_total", 0) >= 4, f"the daemon served them all: {st.get('clients_connected_total')} clients")
+
+    out = subprocess.run([sys.executable, "-m", "expertd", "stats", "--socket", sock, "--json"],
+                         capture_output=True, text=True)
+    j = json.loads(out.stdout) if out.returncode == 0 else {}
+    check(j.get("cache_hits", 0) > 0 and j.get("cache_misses", 0) > 0, f"python -m expertd stats: hits {j.get('cache_hits')}, misses {j.get('cache_misses')}")
+    bad = subprocess.run([sys.executable, "-m", "expertd", "stats", "--socket", "/nonexistent.sock"],
+                         capture_output=True, text=True)
+    check(bad.returncode == 1 and "nonexistent" in bad.stderr, "stats without a daemon: exit 1 naming it")
+    c.close()
+finally:
+    for p in procs:
+        p.terminate()
+        p.wait(timeout=30)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+if failures:
+    print(f"{len(failures)} failed: " + "; ".join(failures))
+    sys.exit(1)
+print("all checks passed")
