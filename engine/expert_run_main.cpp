@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -37,7 +36,8 @@ struct Common {
   int ctx = 4096;
   bool prefetch = false;
   std::string device = "cpu";
-  KvType kv_type = KvType::F32;
+  std::string kv_type_name = "f32";
+  KvType kv_type() const { return kv_type_name == "f16" ? KvType::F16 : KvType::F32; }
   bool reconnect = false;  // the subcommand's default (generate: on) unless given
   int reconnect_s = 30;
   std::vector<CLI::Option*> reconnect_opts;
@@ -59,12 +59,11 @@ void add_common(CLI::App* c, Common& o) {
                 "expertd's VRAM slots (or uploaded whole with --local)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  c->add_option("--kv-type", o.kv_type,
+  c->add_option("--kv-type", o.kv_type_name,
                 "the KV cache's type: f32, or f16 (half the bytes per position, as llama.cpp's "
                 "default; logits within the F16 rounding)")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, KvType>{{"f32", KvType::F32}, {"f16", KvType::F16}}))
-      ->default_str("f32");
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   o.reconnect_opts.push_back(c->add_flag(
       "--reconnect,!--no-reconnect", o.reconnect,
       "when expertd goes away mid-run (a restart, a crash), wait for it to come back serving the "
@@ -74,6 +73,7 @@ void add_common(CLI::App* c, Common& o) {
 }
 
 struct Loaded {
+  std::string path;  // the model file (the bundled model's when no --model was given)
   std::unique_ptr<gguf::Model> file;
   std::unique_ptr<Model> model;
 };
@@ -108,6 +108,7 @@ void prefault(const gguf::Model& f) {
 Loaded load(Common o) {
   if (o.model.empty()) o.model = default_model();
   Loaded l;
+  l.path = o.model;
   auto f = gguf::Model::open(o.model);
   if (!f) die(f.error().message);
   l.file = std::make_unique<gguf::Model>(std::move(*f));
@@ -124,7 +125,7 @@ Loaded load(Common o) {
 std::unique_ptr<Forward> forward(Loaded& l, const Common& o, int n_ctx) {
   EngineSpec spec;
   spec.device = o.device, spec.socket = o.socket, spec.threads = o.threads, spec.n_ctx = n_ctx;
-  spec.kv = o.kv_type, spec.reconnect_ms = o.reconnect_ms();
+  spec.kv = o.kv_type(), spec.reconnect_ms = o.reconnect_ms();
   auto e = make_engine(*l.model, spec);
   if (!e) die(e.error().message);
   return std::move(*e);
@@ -280,7 +281,7 @@ int cmd_generate(const Common& o, GenOptions g) {
   uint64_t model_id = 0;
   size_t resumed = 0;
   if (!g.prompt_cache.empty()) {
-    auto id = engine::model_identity(o.model, o.kv_type);
+    auto id = engine::model_identity(l.path, o.kv_type());
     if (!id) die(id.error().message);
     model_id = *id;
     resumed = resume_prompt(*eng, g.prompt_cache, model_id, ids);

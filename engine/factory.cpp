@@ -56,10 +56,4 @@ expertd::Result<std::unique_ptr<Engine>> make_engine(const Model& m, const Engin
   return e;
 }
 
-std::optional<KvType> parse_kv_type(std::string_view name) {
-  if (name == "f32") return KvType::F32;
-  if (name == "f16") return KvType::F16;
-  return std::nullopt;
-}
-
 }  // namespace engine

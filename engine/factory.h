@@ -3,9 +3,7 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
-#include <string_view>
 
 #include "common/result.h"
 #include "engine/engine.h"
@@ -30,8 +28,5 @@ expertd::Result<std::unique_ptr<Engine>> make_engine(const Model& m, const Engin
 // at start, where a server would otherwise retry a spec that can never work): the device's name,
 // a build without the CUDA tier, a cache type the device's backend does not keep.
 expertd::Status check_spec(const EngineSpec& spec);
-
-// "f32" / "f16" (as llama.cpp's --cache-type-k names them).
-std::optional<KvType> parse_kv_type(std::string_view name);
 
 }  // namespace engine

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <thread>
 
 #include "chat/model_chat.h"
@@ -62,7 +61,7 @@ int main(int argc, char** argv) {
   int workers = 1, worker_fd = -1;
   bool prefetch = false;
   std::string device = "cpu";
-  engine::KvType kv_type = engine::KvType::F32;
+  std::string kv_type_name = "f32";
   size_t prefix_cache_mib = 1024;
   std::string prefix_cache_dir;
   double prefix_cache_gib = 16;
@@ -95,12 +94,11 @@ int main(int argc, char** argv) {
                  "reused there")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  app.add_option("--kv-type", kv_type,
+  app.add_option("--kv-type", kv_type_name,
                  "the KV caches' type: f32, or f16 (half the bytes per position in the caches and "
                  "in the prefix tiers, as llama.cpp's default; logits within the F16 rounding)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, engine::KvType>{
-          {"f32", engine::KvType::F32}, {"f16", engine::KvType::F16}}))
-      ->default_str("f32");
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   app.add_option("--chat-template", chat_template_file,
                  "a Jinja chat template file instead of the model's tokenizer.chat_template")
       ->check(CLI::ExistingFile);
@@ -184,6 +182,7 @@ int main(int argc, char** argv) {
                  "read options from this file (key = value lines, as "
                  "systemd/expert-serve.conf.example)");
   CLI11_PARSE(app, argc, argv);
+  const engine::KvType kv_type = kv_type_name == "f16" ? engine::KvType::F16 : engine::KvType::F32;
   if (api_key.empty())
     if (const char* k = std::getenv("EXPERT_SERVE_API_KEY")) api_key = k;
   if (model.empty()) model = default_model();

@@ -406,6 +406,20 @@ TEST(ExpertRun, PromptCacheResumesTheSharedPrefixAndRefusesAnotherModelsFile) {
   auto refused = gen(other, p2, "--prompt-cache " + cache);
   EXPECT_NE(refused.rc, 0);
   EXPECT_NE(refused.said.find("of another model"), std::string::npos) << refused.text;
+  // The same model with the other cache type: refused too; its own F16 file resumes.
+  auto other_type = gen(model, p2, "--kv-type f16 --prompt-cache " + cache);
+  EXPECT_NE(other_type.rc, 0);
+  EXPECT_NE(other_type.said.find("another --kv-type"), std::string::npos) << other_type.text;
+  const std::string cache16 = dir / "prompt16.cache";
+  ASSERT_EQ(gen(model, p1, "--kv-type f16 --prompt-cache " + cache16).rc, 0);
+  auto resumed16 = gen(model, p2, "--kv-type f16 --prompt-cache " + cache16);
+  ASSERT_EQ(resumed16.rc, 0) << resumed16.text;
+  EXPECT_EQ(resumed16.said.find(": 0 of "), std::string::npos) << resumed16.said;
+  EXPECT_EQ(resumed16.text, gen(model, p2, "--kv-type f16").text);
+  // Without --model (the bundled model): the cache is tied to the bundled model's file.
+  auto bundled = run(run_bin() + " generate --local --threads 2 -n 4 --temp 0 --prompt 'And God' " +
+                     "--prompt-cache " + std::string(dir / "bundled.cache"));
+  EXPECT_EQ(bundled.first, 0) << bundled.second;
   // A damaged file.
   {
     std::fstream f(cache, std::ios::in | std::ios::out | std::ios::binary);
