@@ -89,7 +89,7 @@ class CpuOps final : public Ops {
     auto get = [&](auto& v, size_t count, size_t saved) {
       const size_t e = sizeof(v[0]);
       if (at + saved * e > in.size()) return false;
-      std::memcpy(v.data(), in.data() + at, count * e);
+      if (count) std::memcpy(v.data(), in.data() + at, count * e);  // an empty part has no data()
       at += saved * e;
       return true;
     };
