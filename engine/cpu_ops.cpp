@@ -474,11 +474,17 @@ class CpuOps final : public Ops {
           std::sort(s.begin(), s.end());
         }
       });
-    pool_.parallel_for(T * H, H, [&](int64_t b, int64_t e) {
+    // A job: one token's heads in groups of up to 16 over the token's key list (attend_group:
+    // the list read once per group, not once per head), smaller while jobs are fewer than threads.
+    int64_t G = std::min<int64_t>(H, 16);
+    while (G > 1 && T * ((H + G - 1) / G) < 2 * int64_t(pool_.size())) G = (G + 1) / 2;
+    const int64_t per_t = (H + G - 1) / G;
+    pool_.parallel_for(T * per_t, per_t, [&](int64_t b, int64_t e) {
       std::vector<float> keys, sc;
       int64_t have = -1, n_keys = 0;
       for (int64_t job = b; job < e; ++job) {
-        const int64_t t = job / H, h = job % H, p = pos0 + t;
+        const int64_t t = job / per_t, h0 = (job % per_t) * G, g = std::min(G, H - h0),
+                      p = pos0 + t;
         if (have != t) {
           const int64_t first = std::max<int64_t>(0, p - W + 1);
           n_keys = p - first + 1 + static_cast<int64_t>(sel[t].size());
@@ -490,11 +496,12 @@ class CpuOps final : public Ops {
             else
               widen(ring + (j % W) * D, k, D);
           for (int32_t j : sel[t]) widen(comp.entries + j * D, k, D), k += D;
-          sc.resize(n_keys);
           have = t;
         }
-        kernels::attend(in.q.row(t) + h * D, keys.data(), keys.data(), n_keys, D, D, D, D, o.scale,
-                        o.sinks ? o.sinks.f32()[h] : -INFINITY, sc.data(), out.row(t) + h * D, be_);
+        sc.resize(size_t(g * n_keys));
+        kernels::attend_group(in.q.row(t) + h0 * D, D, int(g), keys.data(), keys.data(), n_keys, D,
+                              D, D, D, o.scale, o.sinks ? o.sinks.f32() + h0 : nullptr, sc.data(),
+                              out.row(t) + h0 * D, D, be_);
       }
     });
     for (int64_t j = std::max(pos0, pos0 + T - W); j < pos0 + T; ++j)
