@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "bench/kernels_bench.h"
 #include "client/expert_client.h"
 #include "common/fd.h"
 #include "daemon/arena.h"
@@ -681,10 +682,6 @@ int bench_soak(const std::string& manifest_path, uint64_t acquires, uint32_t n_c
   return 0;
 }
 
-int bench_kernels(const std::string& lib, std::vector<std::string> types, int64_t n, int rounds);
-int bench_attention(int64_t n_keys, int heads, int kv_heads, int64_t dim, int tokens, bool f16,
-                    int rounds);
-
 int main(int argc, char** argv) {
   CLI::App app{"expert-bench: storage-tier benchmarks; each prints ratio=<x> last"};
   app.require_subcommand(1);
@@ -769,32 +766,10 @@ int main(int argc, char** argv) {
   kern->add_option("--types", kernel_types, "weight types (default: all)")->delimiter(',');
   kern->add_option("--row", kernel_n, "elements per row")->capture_default_str();
   kern->add_option("--rounds", kernel_rounds, "timed rounds (best of)")->capture_default_str();
-  int64_t att_keys = 8192, att_dim = 128;
-  int att_heads = 32, att_kv = 4, att_tokens = 8, att_rounds = 7;
-  std::string att_type = "f16";
-  auto* att = app.add_subcommand(
-      "attention",
-      "a prompt chunk's attention over a long cache, each query head alone vs the heads of a KV "
-      "head together (same bits); ratio = per head / grouped");
-  att->add_option("--keys", att_keys, "cache positions")->capture_default_str();
-  att->add_option("--heads", att_heads, "query heads")->capture_default_str();
-  att->add_option("--kv-heads", att_kv, "KV heads")->capture_default_str();
-  att->add_option("--dim", att_dim, "head dimension")->capture_default_str();
-  att->add_option("--tokens", att_tokens, "query tokens")->capture_default_str();
-  att->add_option("--kv-type", att_type, "f16 or f32")
-      ->check(CLI::IsMember({"f16", "f32"}))
-      ->capture_default_str();
-  att->add_option("--rounds", att_rounds, "alternating rounds")->capture_default_str();
+  AttentionArgs att_args;
+  auto* att = add_attention_command(app, att_args);
   CLI11_PARSE(app, argc, argv);
-  if (att->parsed()) {
-    if (att_kv <= 0 || att_heads % att_kv != 0 || att_tokens < 1 || att_keys < att_tokens)
-      return std::fprintf(stderr,
-                          "expert-bench: heads must be a multiple of kv-heads, and "
-                          "keys >= tokens >= 1\n"),
-             2;
-    return bench_attention(att_keys, att_heads, att_kv, att_dim, att_tokens, att_type == "f16",
-                           att_rounds);
-  }
+  if (att->parsed()) return bench_attention(att_args);
   if (kern->parsed()) return bench_kernels(ggml_lib, kernel_types, kernel_n, kernel_rounds);
   if (pol->parsed()) return bench_policy(trace_path, fractions);
   if (sim->parsed()) return bench_sim(sock, tokens, top_k, zipf_s, 7);

@@ -5,6 +5,8 @@
 // time per weight, the ratio (llama.cpp's time / ours: >= 1 is as fast) and the largest
 // relative difference of the results (llama.cpp's rounding is the reference for how close).
 // expert-bench attention: the CPU backend's attention, per query head against grouped (below).
+#include "bench/kernels_bench.h"
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -116,8 +118,34 @@ int bench_kernels(const std::string& lib, std::vector<std::string> types, int64_
 // it, one thread: each query head alone (attend: the KV head's rows streamed once per query
 // head) against the heads that share a KV head together (attend_group: once per group), the same
 // results bit for bit (checked). Alternating rounds, medians; ratio = per head / grouped.
-int bench_attention(int64_t n_keys, int heads, int kv_heads, int64_t dim, int tokens, bool f16,
-                    int rounds) {
+CLI::App* add_attention_command(CLI::App& app, AttentionArgs& a) {
+  auto* att = app.add_subcommand(
+      "attention",
+      "a prompt chunk's attention over a long cache, each query head alone vs the heads of a KV "
+      "head together (same bits); ratio = per head / grouped");
+  att->add_option("--keys", a.keys, "cache positions")->capture_default_str();
+  att->add_option("--heads", a.heads, "query heads")->capture_default_str();
+  att->add_option("--kv-heads", a.kv_heads, "KV heads")->capture_default_str();
+  att->add_option("--dim", a.dim, "head dimension")->capture_default_str();
+  att->add_option("--tokens", a.tokens, "query tokens")->capture_default_str();
+  att->add_option("--kv-type", a.kv_type, "f16 or f32")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
+  att->add_option("--rounds", a.rounds, "alternating rounds")->capture_default_str();
+  return att;
+}
+
+int bench_attention(const AttentionArgs& args) {
+  if (args.kv_heads <= 0 || args.heads % args.kv_heads != 0 || args.tokens < 1 ||
+      args.keys < args.tokens) {
+    std::fprintf(stderr,
+                 "expert-bench: heads must be a multiple of kv-heads, and keys >= tokens >= 1\n");
+    return 2;
+  }
+  const int64_t n_keys = args.keys, dim = args.dim;
+  const int heads = args.heads, kv_heads = args.kv_heads, tokens = args.tokens,
+            rounds = args.rounds;
+  const bool f16 = args.kv_type == "f16";
   using Clock = std::chrono::steady_clock;
   const int64_t KV = int64_t(kv_heads) * dim, group = heads / kv_heads;
   uint64_t rng = 9;

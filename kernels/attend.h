@@ -1,6 +1,7 @@
-// One attention head for one query (kernels::attend, kernels::attend_f16), written once over an
-// instruction set's dot and axpy and the cache's element type (float, or F16 as uint16_t); ref.cpp
-// and avx2.cpp instantiate it.
+// Attention of G queries over one head's keys and values (kernels::attend, attend_f16,
+// attend_group, attend_group_f16: G = 1 for one query), written once over an instruction set's dot
+// and values pass and the cache's element type (float, or F16 as uint16_t); kernels.cpp
+// instantiates it with ref.cpp's and avx2.cpp's bodies.
 #pragma once
 
 #include <algorithm>
@@ -9,34 +10,13 @@
 
 namespace kernels {
 
-// Dot: q . k_j; WSum: out += w_j v_j for j in order, each step what axpy(w_j, v_j, out) does (so
-// that a body may keep out in registers across the keys and still give axpy's bits).
-template <typename Elem, float (*Dot)(const float*, const Elem*, int64_t),
-          void (*WSum)(const float*, const Elem*, int64_t, int64_t, float*, int64_t)>
-void attend_with(const float* q, const Elem* k, const Elem* v, int64_t n_keys, int64_t k_stride,
-                 int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
-                 float* out) {
-  float mx = sink;  // -inf without an attention sink
-  for (int64_t j = 0; j < n_keys; ++j) {
-    s[j] = Dot(q, k + j * k_stride, dk) * scale;
-    mx = s[j] > mx ? s[j] : mx;
-  }
-  double sum = sink == -INFINITY ? 0.0 : std::exp(sink - mx);
-  for (int64_t j = 0; j < n_keys; ++j) {
-    s[j] = std::exp(s[j] - mx);
-    sum += s[j];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t j = 0; j < n_keys; ++j) s[j] = s[j] * inv;
-  for (int64_t i = 0; i < dv; ++i) out[i] = 0.0f;
-  WSum(s, v, n_keys, v_stride, out, dv);
-}
-
 // G queries (q + g * q_stride: the query heads that share one KV head, or MLA's heads over the
 // shared latent rows) against the same keys and values: each key and value row is read once for
 // all of them instead of once per query (the caches are streamed from memory G times fewer), and
-// each query's result is attend_with's for it alone, bit for bit: the same dot per key, the same
+// each query's result is what it would be alone, bit for bit: the same dot per key, the same
 // softmax, the same additions in the same order. sinks: G logits or null; s: G * n_keys floats.
+// Dot: q . k_j; WSum: out += w_j v_j for j in order, each step what axpy(w_j, v_j, out) does (so
+// that a body may keep out in registers across the keys and still give axpy's bits).
 template <typename Elem, float (*Dot)(const float*, const Elem*, int64_t),
           void (*WSum)(const float*, const Elem*, int64_t, int64_t, float*, int64_t)>
 void attend_group_with(const float* q, int64_t q_stride, int G, const Elem* k, const Elem* v,

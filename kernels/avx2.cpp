@@ -7,7 +7,6 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/attend.h"
 #include "kernels/fp16.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
@@ -260,27 +259,6 @@ void wsum_f16(const float* w, const uint16_t* v, int64_t n, int64_t stride, floa
   wsum_body(w, v, n, stride, out, dv);
 }
 
-void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
-                int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
-                float* s, float* out) {
-  attend_with<uint16_t, dot_f32_f16, wsum_f16>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale,
-                                               sink, s, out);
-}
-
-void attend_group(const float* q, int64_t q_stride, int G, const float* k, const float* v,
-                  int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
-                  float scale, const float* sinks, float* s, float* out, int64_t out_stride) {
-  attend_group_with<float, dot_f32, wsum_f32>(q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk,
-                                              dv, scale, sinks, s, out, out_stride);
-}
-
-void attend_group_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, const uint16_t* v,
-                      int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
-                      float scale, const float* sinks, float* s, float* out, int64_t out_stride) {
-  attend_group_with<uint16_t, dot_f32_f16, wsum_f16>(
-      q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sinks, s, out, out_stride);
-}
-
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
   float s = 0;
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
@@ -383,13 +361,6 @@ float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n) {
 
 float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n) {
   return dot_k45<true>(reinterpret_cast<const uint8_t*>(x), sizeof(BlockQ5K), y, n);
-}
-
-void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
-            int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
-            float* out) {
-  attend_with<float, dot_f32, wsum_f32>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s,
-                                        out);
 }
 
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {

@@ -18,25 +18,13 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n);
 float dot_f32(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
-void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
-            int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
-            float* out);
-// The same over F16 keys and values (a --kv-type f16 cache): each element widened exactly, then
-// the F32 arithmetic of dot_f32/axpy in the same order, so the result is attend's over the
-// widened rows, bit for bit.
+// dot_f32 and axpy over F16 values (a --kv-type f16 cache): each element widened exactly, then
+// the same F32 arithmetic in the same order. wsum: out += w_j v_j over n rows, j in order, each
+// step axpy's (attention's values pass; attend.h).
 float dot_f32_f16(const float* a, const uint16_t* b, int64_t n);
 void wsum_f32(const float* w, const float* v, int64_t n, int64_t stride, float* out, int64_t dv);
 void wsum_f16(const float* w, const uint16_t* v, int64_t n, int64_t stride, float* out, int64_t dv);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
-void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
-                int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
-                float* s, float* out);
-void attend_group(const float* q, int64_t q_stride, int G, const float* k, const float* v,
-                  int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
-                  float scale, const float* sinks, float* s, float* out, int64_t out_stride);
-void attend_group_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, const uint16_t* v,
-                      int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
-                      float scale, const float* sinks, float* s, float* out, int64_t out_stride);
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);
@@ -76,25 +64,13 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n);
 float dot_f32(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
-void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
-            int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
-            float* out);
-// The same over F16 keys and values (a --kv-type f16 cache): each element widened exactly, then
-// the F32 arithmetic of dot_f32/axpy in the same order, so the result is attend's over the
-// widened rows, bit for bit.
+// dot_f32 and axpy over F16 values (a --kv-type f16 cache): each element widened exactly, then
+// the same F32 arithmetic in the same order. wsum: out += w_j v_j over n rows, j in order, each
+// step axpy's (attention's values pass; attend.h).
 float dot_f32_f16(const float* a, const uint16_t* b, int64_t n);
 void wsum_f32(const float* w, const float* v, int64_t n, int64_t stride, float* out, int64_t dv);
 void wsum_f16(const float* w, const uint16_t* v, int64_t n, int64_t stride, float* out, int64_t dv);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
-void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
-                int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
-                float* s, float* out);
-void attend_group(const float* q, int64_t q_stride, int G, const float* k, const float* v,
-                  int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
-                  float scale, const float* sinks, float* s, float* out, int64_t out_stride);
-void attend_group_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, const uint16_t* v,
-                      int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
-                      float scale, const float* sinks, float* s, float* out, int64_t out_stride);
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/attend.h"
 #include "kernels/fp16.h"
 #include "kernels/isa.h"
 
@@ -200,34 +202,58 @@ void axpy(float a, const float* x, float* y, int64_t n, Isa be) {
   be == Isa::Scalar ? ref::axpy(a, x, y, n) : avx2::axpy(a, x, y, n);
 }
 
+// Attention: attend.h's loops over the instruction set's dot and values pass (one query is a
+// group of one).
+template <typename Elem>
+void attend_any(const float* q, int64_t q_stride, int G, const Elem* k, const Elem* v,
+                int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
+                float scale, const float* sinks, float* s, float* out, int64_t out_stride, Isa be) {
+  if constexpr (std::is_same_v<Elem, float>) {
+    (be == Isa::Scalar
+         ? attend_group_with<float, ref::dot_f32, ref::wsum_f32>
+         : attend_group_with<float, avx2::dot_f32, avx2::wsum_f32>)(q, q_stride, G, k, v, n_keys,
+                                                                    k_stride, v_stride, dk, dv,
+                                                                    scale, sinks, s, out,
+                                                                    out_stride);
+  } else {
+    (be == Isa::Scalar
+         ? attend_group_with<uint16_t, ref::dot_f32_f16, ref::wsum_f16>
+         : attend_group_with<uint16_t, avx2::dot_f32_f16, avx2::wsum_f16>)(q, q_stride, G, k, v,
+                                                                           n_keys, k_stride,
+                                                                           v_stride, dk, dv, scale,
+                                                                           sinks, s, out,
+                                                                           out_stride);
+  }
+}
+
 void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
             int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s, float* out,
             Isa be) {
-  (be == Isa::Scalar ? ref::attend : avx2::attend)(q, k, v, n_keys, k_stride, v_stride, dk, dv,
-                                                   scale, sink, s, out);
+  attend_any(q, 0, 1, k, v, n_keys, k_stride, v_stride, dk, dv, scale,
+             sink == -INFINITY ? nullptr : &sink, s, out, 0, be);
 }
 
 void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
                 int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
                 float* s, float* out, Isa be) {
-  (be == Isa::Scalar ? ref::attend_f16 : avx2::attend_f16)(q, k, v, n_keys, k_stride, v_stride, dk,
-                                                           dv, scale, sink, s, out);
+  attend_any(q, 0, 1, k, v, n_keys, k_stride, v_stride, dk, dv, scale,
+             sink == -INFINITY ? nullptr : &sink, s, out, 0, be);
 }
 
 void attend_group(const float* q, int64_t q_stride, int G, const float* k, const float* v,
                   int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
                   float scale, const float* sinks, float* s, float* out, int64_t out_stride,
                   Isa be) {
-  (be == Isa::Scalar ? ref::attend_group : avx2::attend_group)(
-      q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sinks, s, out, out_stride);
+  attend_any(q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sinks, s, out,
+             out_stride, be);
 }
 
 void attend_group_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, const uint16_t* v,
                       int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
                       float scale, const float* sinks, float* s, float* out, int64_t out_stride,
                       Isa be) {
-  (be == Isa::Scalar ? ref::attend_group_f16 : avx2::attend_group_f16)(
-      q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sinks, s, out, out_stride);
+  attend_any(q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sinks, s, out,
+             out_stride, be);
 }
 
 void to_f16(const float* x, uint16_t* y, int64_t n) {

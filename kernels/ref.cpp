@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/attend.h"
 #include "kernels/dequant.h"
 #include "kernels/fp16.h"
 #include "kernels/isa.h"
@@ -62,27 +61,6 @@ void wsum_f32(const float* w, const float* v, int64_t n, int64_t stride, float* 
 void wsum_f16(const float* w, const uint16_t* v, int64_t n, int64_t stride, float* out,
               int64_t dv) {
   for (int64_t j = 0; j < n; ++j) axpy_f16(w[j], v + j * stride, out, dv);
-}
-
-void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_keys,
-                int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink,
-                float* s, float* out) {
-  attend_with<uint16_t, dot_f32_f16, wsum_f16>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale,
-                                               sink, s, out);
-}
-
-void attend_group(const float* q, int64_t q_stride, int G, const float* k, const float* v,
-                  int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
-                  float scale, const float* sinks, float* s, float* out, int64_t out_stride) {
-  attend_group_with<float, dot_f32, wsum_f32>(q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk,
-                                              dv, scale, sinks, s, out, out_stride);
-}
-
-void attend_group_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, const uint16_t* v,
-                      int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
-                      float scale, const float* sinks, float* s, float* out, int64_t out_stride) {
-  attend_group_with<uint16_t, dot_f32_f16, wsum_f16>(
-      q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sinks, s, out, out_stride);
 }
 
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
@@ -226,13 +204,6 @@ float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
     s += fp16_to_fp32(x[b].d) * y[b].d * static_cast<float>(sumi);
   }
   return s;
-}
-
-void attend(const float* q, const float* k, const float* v, int64_t n_keys, int64_t k_stride,
-            int64_t v_stride, int64_t dk, int64_t dv, float scale, float sink, float* s,
-            float* out) {
-  attend_with<float, dot_f32, wsum_f32>(q, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sink, s,
-                                        out);
 }
 
 }  // namespace kernels::ref
