@@ -175,9 +175,8 @@ struct Loaded {
   engine::Model model;
 };
 
-inline std::unique_ptr<Loaded> load(const Case& c) {
-  auto l = std::make_unique<Loaded>();
-  l->path = synth_case(c, l->d);
+// The model file at l->path opened and loaded (null, the failure reported, where it cannot be).
+inline std::unique_ptr<Loaded> open_loaded(std::unique_ptr<Loaded> l) {
   auto f = gguf::Model::open(l->path);
   EXPECT_TRUE(f) << (f ? "" : f.error().message);
   if (!f) return nullptr;
@@ -187,6 +186,19 @@ inline std::unique_ptr<Loaded> load(const Case& c) {
   if (!m) return nullptr;
   l->model = std::move(*m);
   return l;
+}
+
+inline std::unique_ptr<Loaded> load(const Case& c) {
+  auto l = std::make_unique<Loaded>();
+  l->path = synth_case(c, l->d);
+  return open_loaded(std::move(l));
+}
+
+// A golden case's model (../shared/golden).
+inline std::unique_ptr<Loaded> load_golden(const std::string& id) {
+  auto l = std::make_unique<Loaded>();
+  l->path = golden_model(id);
+  return open_loaded(std::move(l));
 }
 
 // A copy of a GGUF whose metadata key `key` is renamed (same length, so the file stays valid):

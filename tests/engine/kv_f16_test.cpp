@@ -55,11 +55,9 @@ TEST(KvF16, GoldenArchitecturesWithinTheF16Rule) {
     if (!id.ends_with("f32") && !id.ends_with("f16")) continue;
     SCOPED_TRACE(id);
     Case c = load_case(id);
-    auto file = gguf::Model::open(golden_model(id));
-    ASSERT_TRUE(file);
-    auto model = engine::Model::load(*file);
-    ASSERT_TRUE(model) << model.error().message;
-    check_f16(*model, c, /*check_greedy=*/true);
+    auto l = load_golden(id);
+    ASSERT_TRUE(l);
+    check_f16(l->model, c, /*check_greedy=*/true);
     ++n;
   }
   EXPECT_GE(n, 12);
@@ -83,12 +81,10 @@ TEST(KvF16, AGqaStateIsHalfTheBytes) {
   REQUIRE_GOLDEN();
   const std::string id = "qwen3moe-A-s1-f32";
   Case c = load_case(id);
-  auto file = gguf::Model::open(golden_model(id));
-  ASSERT_TRUE(file);
-  auto model = engine::Model::load(*file);
-  ASSERT_TRUE(model);
-  auto src = engine::make_local_source(*model);
-  engine::Engine f32(*model, *src, 2, 64), f16(*model, *src, 2, 64, 1, engine::KvType::F16);
+  auto l = load_golden(id);
+  ASSERT_TRUE(l);
+  auto src = engine::make_local_source(l->model);
+  engine::Engine f32(l->model, *src, 2, 64), f16(l->model, *src, 2, 64, 1, engine::KvType::F16);
   EXPECT_EQ(2 * f16.cache_bytes(), f32.cache_bytes());
   std::vector<float> lg;
   ASSERT_TRUE(f32.eval(c.prompt, false, lg));
