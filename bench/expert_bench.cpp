@@ -256,25 +256,52 @@ int bench_rtt(const std::string& manifest_path, uint32_t iters) {
   DaemonProc d(manifest_path, sock,
                {"--cache-slots", "64", "--clients-max", "2", "--max-experts-per-request", "8",
                 "--reserve-mib", "256"});
+  // One connection pins hits from the residency board, one sends every acquire through the
+  // socket; a layer's worth of cached experts each time, the two in alternating rounds.
+  client::Client::Options socket_only;
+  socket_only.use_board = false;
   auto c = client::Client::connect(sock);
+  auto s = client::Client::connect(sock, socket_only);
   if (!c) die(c.error().message);
-  std::vector<uint32_t> one{0};
-  auto warm = (*c)->acquire(0, one);
+  if (!s) die(s.error().message);
+  const uint32_t k = std::min<uint32_t>(8, (*c)->info().n_experts);
+  std::vector<uint32_t> layer(k);
+  for (uint32_t i = 0; i < k; ++i) layer[i] = i;
+  auto warm = (*c)->acquire(0, layer);
   if (!warm || !(*c)->wait_ready(*warm)) die("warm-up acquire failed");
   if (!(*c)->release(*warm)) die("release failed");
-  std::vector<double> rtt;
-  for (uint32_t i = 0; i < iters; ++i) {
-    auto t = Clock::now();
-    auto l = (*c)->acquire(0, one);
-    if (!l || !l->ready[0]) die("a cached expert was not ready at once");
-    if (!(*c)->release(*l)) die("release failed");
-    rtt.push_back(secs(t, Clock::now()) * 1e6);
+  std::vector<double> via_socket, via_board;
+  const uint32_t rounds = 10;
+  uint32_t board_misses = 0;
+  for (uint32_t r = 0; r < 2 * rounds; ++r) {
+    client::Client& cl = r % 2 ? **c : **s;
+    auto& out = r % 2 ? via_board : via_socket;
+    for (uint32_t i = 0; i < iters / rounds; ++i) {
+      auto t = Clock::now();
+      auto l = cl.acquire(0, layer);
+      if (!l || std::count(l->ready.begin(), l->ready.end(), 1) != k)
+        die("a cached expert was not ready at once");
+      if (r % 2 == 0 && l->from_board) die("the board was used by the socket-only connection");
+      board_misses += r % 2 == 1 && !l->from_board;  // a full ring: through the socket
+      if (!cl.release(*l)) die("release failed");
+      out.push_back(secs(t, Clock::now()) * 1e6);
+    }
   }
   std::printf("unix socket ping-pong (64 B): p50 %.1f us  p99 %.1f us\n", pct(base, 50),
               pct(base, 99));
-  std::printf("expertd acquire+release (hit): p50 %.1f us  p99 %.1f us\n", pct(rtt, 50),
-              pct(rtt, 99));
-  std::printf("ratio=%.2f\n", pct(rtt, 50) / pct(base, 50));
+  std::printf(
+      "expertd acquire+release of %u cached experts through the socket: p50 %.1f us  "
+      "p99 %.1f us\n",
+      k, pct(via_socket, 50), pct(via_socket, 99));
+  std::printf(
+      "expertd acquire+release of %u cached experts from the residency board: p50 %.2f us"
+      "  p99 %.2f us\n",
+      k, pct(via_board, 50), pct(via_board, 99));
+  std::printf("board acquires that went through the socket: %u of %zu\n", board_misses,
+              via_board.size());
+  std::printf("ratio=%.2f (socket acquire / ping-pong)\n", pct(via_socket, 50) / pct(base, 50));
+  std::printf("board_speedup=%.1f (socket acquire / board acquire, p50)\n",
+              pct(via_socket, 50) / pct(via_board, 50));
   return 0;
 }
 
@@ -714,7 +741,9 @@ int main(int argc, char** argv) {
   h2d->add_option("--seconds", seconds, "duration of each side")->capture_default_str();
   h2d->add_option("--device", device, "GPU ordinal")->capture_default_str();
   auto* rtt = app.add_subcommand(
-      "rtt", "acquire+release of a cached expert vs a Unix-socket ping-pong (target <= 3)");
+      "rtt",
+      "acquire+release of a layer of cached experts, through the socket and from the residency "
+      "board, vs a Unix-socket ping-pong (target <= 3)");
   rtt->add_option("--manifest", manifest)->required();
   rtt->add_option("--iters", iters)->capture_default_str();
   auto* build = app.add_subcommand("build", "expert-pack build vs sequential copy (target >= 0.7)");

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/fd.h"
+#include "proto/board.h"
 #include "proto/frame.h"
 
 namespace expertd::client {
@@ -75,9 +76,11 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
   if (::poll(&p, 1, opts.timeout_ms) <= 0)
     return make_error("expertd at " + socket_path + " did not answer Hello");
   std::vector<uint8_t> body;
-  int arena_fd = -1;
-  EXPERTD_TRY(proto::recv_frame(c->fd_, body, 64u << 20, &arena_fd));
-  UniqueFd arena_owner(arena_fd);
+  std::vector<int> got_fds;
+  Status got = proto::recv_frame(c->fd_, body, 64u << 20, &got_fds);
+  std::vector<UniqueFd> fds;
+  for (int f : got_fds) fds.emplace_back(f);
+  EXPERTD_TRY(got);
   auto env = proto::verify_envelope(body);
   if (!env) return env.error();
   if (auto* e = (*env)->msg_as_Error()) return make_error(error_text(e));
@@ -108,11 +111,45 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
                               r->offset(), r->bytes()});
       i.layers.push_back(std::move(lv));
     }
-  if (i.arena_kind == "host" && !opts.monitor) {
-    if (arena_fd < 0) return make_error("expertd did not pass the arena descriptor");
+  if (opts.monitor) return c;
+  // Descriptors: the board's and the pins' (when the daemon keeps a board), then the host
+  // arena's.
+  auto sized = [&](int fd, uint64_t bytes, const char* what) -> Status {
     struct stat st {};
-    if (::fstat(arena_fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < i.arena_bytes)
-      return make_error("the arena descriptor is smaller than the announced arena");
+    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes)
+      return make_error(std::string("the ") + what + " descriptor is smaller than announced");
+    return {};
+  };
+  size_t next_fd = 0;
+  if (h->board_bytes() > 0) {
+    if (fds.size() < 2) return make_error("expertd did not pass the board's descriptors");
+    EXPERTD_TRY(sized(fds[0].get(), h->board_bytes(), "board"));
+    EXPERTD_TRY(sized(fds[1].get(), h->pins_bytes(), "pins"));
+    void* b = ::mmap(nullptr, h->board_bytes(), PROT_READ, MAP_SHARED, fds[0].get(), 0);
+    if (b == MAP_FAILED) return errno_error("map the expertd board");
+    c->board_ = static_cast<const uint8_t*>(b);
+    c->board_bytes_ = h->board_bytes();
+    void* p = ::mmap(nullptr, h->pins_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fds[1].get(), 0);
+    if (p == MAP_FAILED) return errno_error("map the expertd pins");
+    c->pins_map_ = static_cast<uint8_t*>(p);
+    c->pins_bytes_ = h->pins_bytes();
+    proto::board::Header bh;
+    std::memcpy(&bh, c->board_, sizeof bh);
+    if (bh.magic != proto::board::kMagic || bh.slot_count != i.slot_count ||
+        bh.n_keys != i.layers.size() * i.n_experts || h->pin_place() >= bh.places ||
+        proto::board::board_bytes(bh.n_keys, bh.slot_count) > c->board_bytes_ ||
+        proto::board::pins_bytes(bh.places, bh.pins_per_place) > c->pins_bytes_)
+      return make_error("expertd's residency board does not match its HelloReply");
+    c->board_keys_ = bh.n_keys;
+    c->pins_per_place_ = bh.pins_per_place;
+    c->place_ =
+        c->pins_map_ + size_t{h->pin_place()} * proto::board::place_bytes(bh.pins_per_place);
+    next_fd = 2;
+  }
+  if (i.arena_kind == "host") {
+    if (fds.size() <= next_fd) return make_error("expertd did not pass the arena descriptor");
+    const int arena_fd = fds[next_fd].get();
+    EXPERTD_TRY(sized(arena_fd, i.arena_bytes, "arena"));
     void* m = ::mmap(nullptr, i.arena_bytes, PROT_READ, MAP_SHARED, arena_fd, 0);
     if (m == MAP_FAILED) return errno_error("map the expertd arena");
     c->arena_ = static_cast<const uint8_t*>(m);
@@ -122,6 +159,8 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
 
 Client::~Client() {
   if (arena_) ::munmap(const_cast<uint8_t*>(arena_), info_.arena_bytes);
+  if (board_) ::munmap(const_cast<uint8_t*>(board_), board_bytes_);
+  if (pins_map_) ::munmap(pins_map_, pins_bytes_);  // the daemon clears our pins as we go
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -217,7 +256,80 @@ Result<std::vector<uint8_t>> Client::round_trip(uint64_t rid, const std::vector<
   return body;
 }
 
+void Client::unpin_board(size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    proto::board::at<uint32_t>(place_, proto::board::pins_offset() + i * 4)
+        .store(0, std::memory_order_release);
+}
+
+bool Client::pin_from_board(uint32_t layer, std::span<const uint32_t> experts, Lease& l) {
+  namespace b = proto::board;
+  const size_t n = experts.size();
+  if (!board_ || !opts_.use_board || n == 0 || n > pins_per_place_ || layer >= info_.layers.size())
+    return false;
+  for (size_t i = 0; i < n; ++i) {  // what the daemon would refuse, it refuses by name
+    if (experts[i] >= info_.n_experts) return false;
+    for (size_t j = 0; j < i; ++j)
+      if (experts[j] == experts[i]) return false;
+  }
+  // Room in the ring for this acquire's record, or the socket (the daemon drains it soon).
+  auto head_ref = b::at<uint64_t>(place_, 0);
+  const uint64_t head = head_ref.load(std::memory_order_relaxed);
+  const uint64_t tail = b::at<uint64_t>(place_, 8).load(std::memory_order_acquire);
+  if (head - tail + 1 + n > b::kRingWords) return false;
+  l.slots.resize(n);
+  const size_t words = b::word_offset(board_keys_);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t key = layer * info_.n_experts + experts[i];
+    const uint32_t v = b::at<uint32_t>(board_, b::slot_of_offset() + size_t{key} * 4)
+                           .load(std::memory_order_acquire);
+    bool ok = v != 0 && v <= info_.slot_count;
+    if (ok) {
+      auto w = b::at<uint64_t>(board_, words + size_t{v - 1} * 8);
+      const uint64_t seen = w.load(std::memory_order_acquire);
+      ok = static_cast<uint32_t>(seen) == key + 1;
+      if (ok) {
+        // Pin, then look again: the daemon withdraws a slot before it looks at the pins.
+        b::at<uint32_t>(place_, b::pins_offset() + i * 4).store(v, std::memory_order_seq_cst);
+        ok = w.load(std::memory_order_seq_cst) == seen;
+        if (!ok) unpin_board(i + 1);
+      }
+    }
+    if (!ok) {
+      unpin_board(i);
+      return false;
+    }
+    l.slots[i] = v - 1;
+  }
+  // The record the daemon counts as this acquire.
+  auto ring = [&](uint64_t pos, uint32_t word) {
+    b::at<uint32_t>(place_, b::ring_offset(pins_per_place_) + size_t{pos % b::kRingWords} * 4)
+        .store(word, std::memory_order_relaxed);
+  };
+  ring(head, layer << 16 | static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; ++i) ring(head + 1 + i, experts[i]);
+  head_ref.store(head + 1 + n, std::memory_order_release);
+  l.id = (uint64_t{1} << 63) | ++board_leases_;
+  l.layer = layer;
+  l.experts.assign(experts.begin(), experts.end());
+  l.ready.assign(n, 1);
+  l.errors.assign(n, "");
+  l.base = arena_;
+  l.slot_bytes = info_.slot_bytes;
+  l.from_board = true;
+  return true;
+}
+
 Result<Lease> Client::acquire(uint32_t layer, std::span<const uint32_t> experts) {
+  if (broken_) return broken_error().error();
+  if (current_lease_ != 0)
+    return make_error(
+        "expertd: BadRequest: this client already holds or awaits a lease; release it before "
+        "the next acquire");
+  if (Lease l; pin_from_board(layer, experts, l)) {
+    current_lease_ = l.id;
+    return l;
+  }
   flatbuffers::FlatBufferBuilder fbb(64 + experts.size() * 4);
   uint64_t rid = next_request_++;
   auto ids = fbb.CreateVector(experts.data(), experts.size());
@@ -282,6 +394,12 @@ Status Client::wait_ready(Lease& lease, std::optional<size_t> index) {
 
 Status Client::release(Lease& lease) {
   if (lease.id == 0) return {};
+  if (lease.from_board) {
+    unpin_board(lease.experts.size());
+    if (current_lease_ == lease.id) current_lease_ = 0;
+    lease.id = 0;
+    return {};
+  }
   flatbuffers::FlatBufferBuilder fbb(64);
   uint64_t rid = next_request_++;
   Status st = send(proto::make_frame(fbb, rid, wire::CreateRelease(fbb, lease.id)));

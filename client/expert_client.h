@@ -54,6 +54,7 @@ struct Lease {
   std::vector<std::string> errors;  // non-empty: this expert failed to load
   const uint8_t* base = nullptr;    // host arena mapping (null for a cuda arena: see CudaSlots)
   uint64_t slot_bytes = 0;
+  bool from_board = false;  // every expert pinned from the residency board: no round trip
   size_t pending() const;
   const uint8_t* slot_data(size_t i) const { return base + uint64_t{slots[i]} * slot_bytes; }
 };
@@ -68,6 +69,9 @@ class Client {
     // A monitor (expertctl): stats, status and admin verbs only; it takes no engine place, maps
     // no arena and cannot acquire.
     bool monitor = false;
+    // Pin experts the residency board shows ready without a round trip (proto/board.h); false
+    // sends every acquire through the socket (to measure one against the other).
+    bool use_board = true;
   };
   static Result<std::unique_ptr<Client>> connect(const std::string& socket_path, Options opts);
   static Result<std::unique_ptr<Client>> connect(const std::string& socket_path) {
@@ -78,6 +82,9 @@ class Client {
   const ModelInfo& info() const { return info_; }
   const uint8_t* arena() const { return arena_; }
 
+  // When every expert is ready on the residency board (and they fit one pin budget), they are
+  // pinned there and the lease comes back without a message to the daemon; otherwise the daemon
+  // grants it.
   Result<Lease> acquire(uint32_t layer, std::span<const uint32_t> experts);
   // Blocks until expert `index` (or, with nullopt, every expert) of the lease is ready.
   Status wait_ready(Lease& lease, std::optional<size_t> index = std::nullopt);
@@ -107,11 +114,20 @@ class Client {
   Status read_frame(std::vector<uint8_t>& body);
   Status broken_error() const;
   Status fail(Status st);  // marks the connection broken, keeping why
+  // Pins every expert from the board, or none (false): the acquire goes through the socket.
+  bool pin_from_board(uint32_t layer, std::span<const uint32_t> experts, Lease& l);
+  void unpin_board(size_t n);
 
   int fd_ = -1;
   Options opts_;
   ModelInfo info_;
   const uint8_t* arena_ = nullptr;
+  const uint8_t* board_ = nullptr;  // read-only
+  uint8_t* place_ = nullptr;        // this engine's pins and ring
+  uint64_t board_bytes_ = 0, pins_bytes_ = 0;
+  uint8_t* pins_map_ = nullptr;
+  uint32_t board_keys_ = 0, pins_per_place_ = 0;
+  uint64_t board_leases_ = 0;
   uint64_t next_request_ = 1;
   uint64_t current_lease_ = 0;
   std::vector<std::vector<uint8_t>> stashed_;  // replies read while waiting for something else

@@ -88,7 +88,7 @@ void Cache::acquire(ClientId c, uint64_t request_id, uint32_t layer,
         "this client already holds or awaits a lease; release it before the next acquire");
   }
   Pending p{c, request_id, layer, {experts.begin(), experts.end()}, Clock::now()};
-  if (waiting_.empty() && can_grant(layer, experts)) return grant(p);
+  if (waiting_.empty() && can_grant(layer, experts) && grant(p)) return;
   if (waiting_.size() >= cfg_.waiting_acquires_max)
     return sink_.request_failed(c, request_id, ErrorCode::Busy,
                                 "too many acquires waiting for free slots");
@@ -97,15 +97,77 @@ void Cache::acquire(ClientId c, uint64_t request_id, uint32_t layer,
 }
 
 bool Cache::can_grant(uint32_t layer, std::span<const uint32_t> experts) const {
-  uint64_t needed = 0, own_evictable = 0;
+  mark_board_pins();
+  uint64_t needed = 0, own_evictable = 0, board_held = 0;
   for (uint32_t e : experts) {
     int32_t s = index_[key(layer, e)];
     if (s < 0)
       ++needed;
-    else if (slots_[s].state == State::Ready && slots_[s].pins == 0)
+    else if (slots_[s].state == State::Ready && slots_[s].pins == 0 && !board_pinned(s))
       ++own_evictable;
   }
-  return needed <= free_.size() + evictable_ - own_evictable;
+  // Evictable in the daemon's count but pinned by an engine from the board (each slot once).
+  for (uint32_t s : board_pins_)
+    if (board_mark_[s] == board_epoch_ && slots_[s].state == State::Ready && slots_[s].pins == 0) {
+      ++board_held;
+      board_mark_[s] = board_epoch_ + 1;  // counted; marked again below
+    }
+  for (uint32_t s : board_pins_) board_mark_[s] = board_epoch_;
+  return needed <= free_.size() + evictable_ - board_held - own_evictable;
+}
+
+void Cache::set_board(Board* board) {
+  board_ = board;
+  board_mark_.assign(slots_.size(), 0);
+}
+
+void Cache::attach(ClientId c, uint32_t place) {
+  if (board_) places_.push_back({c, place});
+}
+
+void Cache::mark_board_pins() const {
+  if (!board_) return;
+  ++board_epoch_;
+  board_->pinned_slots(board_pins_);
+  for (uint32_t s : board_pins_) board_mark_[s] = board_epoch_;
+}
+
+void Cache::drain_board() {
+  for (const auto& [c, place] : places_)
+    stats_.c.board_ring_lost +=
+        board_->drain(place, [this, c = c](uint32_t layer, std::span<const uint32_t> experts) {
+          board_acquired(c, layer, experts);
+        });
+}
+
+// Counted as grant() counts an acquire whose experts are all ready (a hit each): the engine read
+// the board at the time, and the slot may have been evicted since (then nothing is touched).
+void Cache::board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t> experts) {
+  if (check_ids(layer, experts, true).first != ErrorCode::None) {
+    ++stats_.c.client_errors;
+    return;
+  }
+  if (affinity_) affinity_->record(c, layer, experts);
+  for (uint32_t e : experts) {
+    const int32_t s = index_[key(layer, e)];
+    const bool announced = s >= 0 && slots_[s].announce == Slot::kLoaded;
+    ++(announced ? stats_.c.cache_misses : stats_.c.cache_hits);  // as grant() counts them
+    ++(announced ? stats_.layer_misses : stats_.layer_hits)[layer];
+    if (s < 0 || slots_[s].state != State::Ready) continue;
+    Slot& sl = slots_[s];
+    if (sl.prefetched) {
+      ++stats_.c.prefetch_used;
+      sl.prefetched = false;
+    }
+    const bool counted = sl.announce != Slot::kNone;
+    sl.announce = Slot::kNone;
+    if (!counted) touch(static_cast<uint32_t>(s));
+  }
+  ++stats_.c.acquires;
+  ++stats_.c.board_acquires;
+  ++stats_.c.releases;  // its release was the engine's own, too
+  stats_.acquire_latency_us.record(0);
+  sink_.board_acquired(c, layer, experts);
 }
 
 void Cache::touch(uint32_t s) {
@@ -115,20 +177,48 @@ void Cache::touch(uint32_t s) {
     for (auto& f : frequency_) f /= 2;
 }
 
-void Cache::grant(const Pending& p) {
-  if (affinity_) affinity_->record(p.client, p.layer, p.experts);
-  uint64_t lease_id = next_lease_++;
+bool Cache::grant(const Pending& p) {
   size_t n = p.experts.size();
-  std::vector<uint32_t> slots(n);
-  std::vector<uint8_t> ready(n, 0);
-  uint32_t pending = 0;
-  // Pin what is resident first, so allocating the misses can never evict it.
+  std::vector<int32_t> held(n, -1);
+  // Pin what is resident first, so allocating the misses can never evict it; then a slot for
+  // each miss. An engine may pin slots from the board after can_grant looked: when the room is
+  // gone, nothing of this is kept and the acquire waits for the next release.
   for (size_t i = 0; i < n; ++i) {
     int32_t s = index_[key(p.layer, p.experts[i])];
     if (s < 0) continue;
     Slot& sl = slots_[s];
     if (sl.state == State::Ready && sl.pins == 0) --evictable_;
     ++sl.pins;
+    held[i] = s;
+  }
+  // The step is recorded before its misses pick victims (a grant retried after a rollback
+  // records it again: rare, and only the affinity counts see it).
+  if (affinity_) affinity_->record(p.client, p.layer, p.experts);
+  evicting_client_ = p.client;  // the misses' evictions spare what this step will need
+  evicting_layer_ = p.layer;
+  ++grants_;
+  std::vector<int32_t> fresh(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    if (held[i] >= 0) continue;
+    fresh[i] = take_slot();
+    if (fresh[i] < 0) {
+      evicting_client_ = -1;
+      for (size_t j = 0; j < n; ++j) {
+        if (held[j] >= 0) unpin(static_cast<uint32_t>(held[j]));
+        if (fresh[j] >= 0) free_.push_back(static_cast<uint32_t>(fresh[j]));
+      }
+      return false;
+    }
+  }
+  evicting_client_ = -1;
+  uint64_t lease_id = next_lease_++;
+  std::vector<uint32_t> slots(n);
+  std::vector<uint8_t> ready(n, 0);
+  uint32_t pending = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (held[i] < 0) continue;
+    const int32_t s = held[i];
+    Slot& sl = slots_[s];
     slots[i] = static_cast<uint32_t>(s);
     if (sl.prefetched) {
       ++stats_.c.prefetch_used;
@@ -157,13 +247,9 @@ void Cache::grant(const Pending& p) {
     sl.announce = Slot::kNone;
     if (!counted) touch(static_cast<uint32_t>(s));
   }
-  evicting_client_ = p.client;  // the misses' evictions spare what this step will need
-  evicting_layer_ = p.layer;
-  ++grants_;
   for (size_t i = 0; i < n; ++i) {
-    if (index_[key(p.layer, p.experts[i])] >= 0) continue;
-    int32_t s = take_slot();
-    assert(s >= 0);  // can_grant counted the room
+    if (fresh[i] < 0) continue;
+    const int32_t s = fresh[i];
     Slot& sl = slots_[s];
     sl.pins = 1;
     slots[i] = static_cast<uint32_t>(s);
@@ -177,12 +263,12 @@ void Cache::grant(const Pending& p) {
     }
     touch(static_cast<uint32_t>(s));
   }
-  evicting_client_ = -1;
   leases_[lease_id] = Lease{p.client, p.layer, slots, pending, p.start};
   lease_of_client_[p.client] = lease_id;
   ++stats_.c.acquires;
   sink_.acquire_granted(p.client, p.request_id, lease_id, slots, ready);
   if (pending == 0) stats_.acquire_latency_us.record(us_since(p.start));
+  return true;
 }
 
 int32_t Cache::pick_victim() const {
@@ -190,7 +276,7 @@ int32_t Cache::pick_victim() const {
   SlotView bv;
   for (uint32_t s = 0; s < slots_.size(); ++s) {
     const Slot& sl = slots_[s];
-    if (sl.state != State::Ready || sl.pins != 0) continue;
+    if (sl.state != State::Ready || sl.pins != 0 || board_pinned(s)) continue;
     SlotView v{sl.last_access, sl.inserted, frequency_[key(sl.layer, sl.expert)], 0.0};
     if (affinity_ && evicting_client_ >= 0 && sl.layer > evicting_layer_) {
       if (affinity_grant_[s] != grants_) {  // a later layer's expert: held since the grant began
@@ -211,9 +297,11 @@ int32_t Cache::take_slot() {
     free_.pop_back();
     return static_cast<int32_t>(s);
   }
-  int32_t best = pick_victim();
-  if (best >= 0) evict(static_cast<uint32_t>(best));
-  return best;
+  mark_board_pins();
+  for (;;) {
+    int32_t best = pick_victim();
+    if (best < 0 || evict(static_cast<uint32_t>(best))) return best;
+  }
 }
 
 void Cache::host_unlink(uint32_t h) {
@@ -260,8 +348,12 @@ void Cache::demote(uint32_t s) {
   ++stats_.c.host_demotions;
 }
 
-void Cache::evict(uint32_t s) {
+bool Cache::evict(uint32_t s) {
   Slot& sl = slots_[s];
+  if (board_ && !board_->withdraw(s)) {
+    board_mark_[s] = board_epoch_;  // pinned from the board since the last look
+    return false;
+  }
   if (!host_of_.empty()) demote(s);
   index_[key(sl.layer, sl.expert)] = -1;
   ++stats_.c.cache_evictions;
@@ -271,6 +363,7 @@ void Cache::evict(uint32_t s) {
   sl.prefetched = false;
   sl.state = State::Free;
   --evictable_;
+  return true;
 }
 
 bool Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand) {
@@ -292,6 +385,7 @@ bool Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand)
         sl.state = State::Ready;
         sl.started_as_prefetch = false;
         if (sl.pins == 0) ++evictable_;
+        if (board_) board_->publish(s, static_cast<uint32_t>(key(layer, expert)));
         ++stats_.c.host_hits;
         return true;
       } else {
@@ -369,6 +463,7 @@ void Cache::finish_load(uint32_t s, Status st, ErrorCode code) {
     stats_.c.pack_read_bytes += m_.layers[sl.layer].stride;
     sl.state = State::Ready;
     if (sl.pins == 0) ++evictable_;
+    if (board_) board_->publish(s, static_cast<uint32_t>(key(sl.layer, sl.expert)));
     for (const auto& w : waiters) lease_progress(w.lease_id, w.index, ErrorCode::None, "");
   } else {
     ++stats_.c.io_errors;
@@ -425,6 +520,13 @@ void Cache::release(ClientId c, uint64_t request_id, uint64_t lease_id) {
 }
 
 void Cache::disconnect(ClientId c) {
+  for (auto it = places_.begin(); it != places_.end(); ++it)
+    if (it->first == c) {
+      drain_board();  // what it took from the board still counts
+      board_->clear_place(it->second);
+      places_.erase(it);
+      break;
+    }
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
                                 [&](const Pending& p) { return p.client == c; }),
                  waiting_.end());
@@ -438,13 +540,13 @@ void Cache::disconnect(ClientId c) {
 
 void Cache::drain_waiting() {
   while (!waiting_.empty() && can_grant(waiting_.front().layer, waiting_.front().experts)) {
-    Pending p = std::move(waiting_.front());
+    if (!grant(waiting_.front())) return;  // engines pinned the room from the board meanwhile
     waiting_.pop_front();
-    grant(p);
   }
 }
 
 void Cache::expire_waiting() {
+  drain_waiting();  // board pins let go of send no message: their room is noticed here
   while (!waiting_.empty() && us_since(waiting_.front().start) / 1000 >= cfg_.acquire_wait_ms_max) {
     Pending p = std::move(waiting_.front());
     waiting_.pop_front();
@@ -470,13 +572,14 @@ void Cache::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
     if (!free_.empty()) {
       s = take_slot();
     } else {
+      mark_board_pins();
       s = pick_victim();
       if (s >= 0 && !cfg_.prefetch_admit_always &&
           frequency_[key(layer, e)] <= frequency_[key(slots_[s].layer, slots_[s].expert)]) {
         ++stats_.c.prefetch_rejected;
         continue;
       }
-      if (s >= 0) evict(static_cast<uint32_t>(s));
+      if (s >= 0 && !evict(static_cast<uint32_t>(s))) s = -1;
     }
     if (s < 0) {
       ++stats_.c.prefetch_dropped;
@@ -542,6 +645,7 @@ void Cache::evict_all() {
   for (uint32_t s = 0; s < slots_.size(); ++s) {
     Slot& sl = slots_[s];
     if (sl.state != State::Ready || sl.pins != 0) continue;
+    if (board_ && !board_->withdraw(s)) continue;  // an engine reads it now
     index_[key(sl.layer, sl.expert)] = -1;
     sl.state = State::Free;
     sl.prefetched = false;
@@ -555,9 +659,10 @@ Gauges Cache::gauges() const {
   Gauges g;
   g.leases = leases_.size();
   g.slot_count = slots_.size();
-  for (const auto& s : slots_) {
-    g.slots_used += s.state != State::Free;
-    g.slots_pinned += s.pins > 0;
+  mark_board_pins();
+  for (uint32_t s = 0; s < slots_.size(); ++s) {
+    g.slots_used += slots_[s].state != State::Free;
+    g.slots_pinned += slots_[s].pins > 0 || board_pinned(s);
   }
   g.slots_loading = loading_;
   g.acquires_waiting = waiting_.size();

@@ -15,6 +15,7 @@
 
 #include "daemon/affinity.h"
 #include "daemon/arena.h"
+#include "daemon/board.h"
 #include "daemon/io_engine.h"
 #include "daemon/policy.h"
 #include "daemon/stats.h"
@@ -35,6 +36,10 @@ class CacheSink {
                             const std::string& message) = 0;
   virtual void request_failed(ClientId c, uint64_t request_id, ErrorCode code,
                               const std::string& message) = 0;
+  // An acquire the engine served itself from the residency board, learnt at a drain (trace).
+  virtual void board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t> experts) {
+    (void)c, (void)layer, (void)experts;
+  }
 };
 
 struct CacheConfig {
@@ -52,6 +57,15 @@ class Cache {
   Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& policy, CacheSink& sink,
         CacheConfig cfg);
   void set_io(IoEngine* io) { io_ = io; }
+  // The residency board engines pin hits from without a round trip (proto/board.h); without
+  // one every acquire comes through the socket.
+  void set_board(Board* board);
+  // An engine took board place `place`; disconnect() frees it.
+  void attach(ClientId c, uint32_t place);
+  // Counts the acquires engines served from the board since the last drain as the socket's
+  // acquires are counted (hits, recency, popularity, affinity, trace). Run before anything that
+  // reads those (a grant, an eviction, stats) and on the timer.
+  void drain_board();
 
   void acquire(ClientId c, uint64_t request_id, uint32_t layer, std::span<const uint32_t> experts);
   void release(ClientId c, uint64_t request_id, uint64_t lease_id);
@@ -120,12 +134,13 @@ class Cache {
 
   size_t key(uint32_t layer, uint32_t expert) const { return size_t{layer} * n_experts_ + expert; }
   bool can_grant(uint32_t layer, std::span<const uint32_t> experts) const;
-  void grant(const Pending& p);
+  bool grant(const Pending& p);  // false: no room after all (board pins), nothing changed
   void drain_waiting();
   int32_t take_slot();  // a FREE slot, or the policy's victim; -1 when none
   int32_t pick_victim()
       const;  // the policy's victim among unpinned READY slots, not evicted; -1 when none
-  void evict(uint32_t slot);
+  // False when an engine pinned the slot from the board: it stays.
+  bool evict(uint32_t slot);
   // True when the expert was copied up from the host tier: READY at once, no read.
   bool start_load(uint32_t slot, uint32_t layer, uint32_t expert, bool demand);
   void demote(uint32_t slot);            // an evicted expert copied down into the host tier
@@ -138,6 +153,10 @@ class Cache {
   void unpin(uint32_t slot);
   void lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code, const std::string& msg);
   void touch(uint32_t slot);
+  void board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t> experts);
+  // Reads which slots engines hold pins on from the board now: pick_victim passes them by.
+  void mark_board_pins() const;
+  bool board_pinned(uint32_t slot) const { return board_ && board_mark_[slot] == board_epoch_; }
 
   const pack::Manifest& m_;
   SlotArena& arena_;
@@ -176,6 +195,11 @@ class Cache {
   mutable std::vector<double> affinity_of_;
   mutable std::vector<uint64_t> affinity_grant_;
   uint64_t grants_ = 0;
+  Board* board_ = nullptr;
+  std::vector<std::pair<ClientId, uint32_t>> places_;  // engines with a board place
+  mutable std::vector<uint64_t> board_mark_;           // slot -> board_epoch_ when pinned
+  mutable uint64_t board_epoch_ = 0;
+  mutable std::vector<uint32_t> board_pins_;
   Stats stats_;
 };
 

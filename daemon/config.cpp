@@ -64,6 +64,7 @@ std::string Config::to_json() const {
                               {"frame_bytes_max", frame_bytes_max},
                               {"acquire_wait_ms_max", acquire_wait_ms_max},
                               {"verify_checksums", verify_checksums},
+                              {"residency_board", residency_board},
                               {"prefetch_admit", prefetch_admit},
                               {"lock_memory", lock_memory},
                               {"stats_path", stats_path},
@@ -141,6 +142,10 @@ Result<Config> parse_config(int argc, char** argv, int* exit_code) {
                  "check every read against the manifest's xxh3")
       ->capture_default_str();
   app.add_option("--lock-memory", c.lock_memory, "mlock the arena")->capture_default_str();
+  app.add_option("--residency-board", c.residency_board,
+                 "share which experts are ready so engines pin hits without a round trip "
+                 "(false: every acquire through the socket)")
+      ->capture_default_str();
   app.add_option("--socket-group", c.socket_group, "group owning the socket (mode 0660)");
   app.add_option("--stats-path", c.stats_path, "write stats JSON here every --stats-interval-s");
   app.add_option("--stats-interval-s", c.stats_interval_s, "stats file interval")

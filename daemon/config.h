@@ -38,6 +38,7 @@ struct Config {
   uint32_t frame_bytes_max = 1u << 20;
   uint32_t acquire_wait_ms_max = 30000;
   bool verify_checksums = true;
+  bool residency_board = true;            // proto/board.h
   std::string prefetch_admit = "colder";  // colder | always
   bool lock_memory = true;
   std::string socket_group;  // chown the socket to this group (0660)

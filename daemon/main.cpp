@@ -137,10 +137,21 @@ int run(const Config& cfg) {
     void request_failed(ClientId c, uint64_t r, ErrorCode code, const std::string& msg) override {
       target->request_failed(c, r, code, msg);
     }
+    void board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t> e) override {
+      target->board_acquired(c, layer, e);
+    }
   } sink;
   Cache cache(m, *arena, *policy, sink, cc);
   cache_ptr = &cache;
   cache.set_io(io->get());
+  std::unique_ptr<Board> board;
+  if (cfg.residency_board) {
+    auto b = Board::create(static_cast<uint32_t>(m.layers.size() * m.n_experts),
+                           arena->slot_count(), cfg.clients_max, max_per_request);
+    if (!b) throw std::runtime_error(b.error().message);
+    board = std::move(*b);
+    cache.set_board(board.get());
+  }
   if (!cfg.state_path.empty()) {
     // A warm start is worth having, not worth refusing to serve for: a bad file is a warning.
     auto pop = load_popularity(cfg.state_path, m);
@@ -152,7 +163,7 @@ int run(const Config& cfg) {
       spdlog::info("warm start from {}: {} popular experts to read", cfg.state_path,
                    cache.warm_start(*pop));
   }
-  server = std::make_unique<Server>(ctx, cfg, m, *arena, cache, **io, trace);
+  server = std::make_unique<Server>(ctx, cfg, m, *arena, cache, **io, trace, board.get());
   sink.target = server.get();
   if (auto st = server->listen(); !st) throw std::runtime_error(st.error().message);
 

@@ -18,6 +18,7 @@ namespace expertd::daemon {
 
 namespace {
 constexpr size_t kWriteQueueMax = 1 << 16;  // frames queued to a client that does not read
+constexpr uint32_t kNoPlace = ~0u;
 using Clock = std::chrono::steady_clock;
 }  // namespace
 
@@ -31,17 +32,18 @@ struct Server::Session {
   gid_t gid = 0;
   bool hello = false, closed = false, close_after_write = false, writing = false;
   bool monitor = false, counted = false;  // counted: in per_uid_ (and pending_ until Hello)
+  uint32_t place = kNoPlace;              // an engine's place on the residency board
   uint8_t header[4];
   std::vector<uint8_t> body;
   struct Out {
     std::vector<uint8_t> bytes;
-    int fd = -1;  // passed with the first bytes
+    std::vector<int> fds;  // passed with the first bytes
   };
   std::deque<Out> out;
 };
 
 Server::Server(asio::io_context& ctx, const Config& cfg, const pack::Manifest& m, SlotArena& arena,
-               Cache& cache, IoEngine& io, TraceWriter& trace)
+               Cache& cache, IoEngine& io, TraceWriter& trace, Board* board)
     : ctx_(ctx),
       cfg_(cfg),
       m_(m),
@@ -49,6 +51,8 @@ Server::Server(asio::io_context& ctx, const Config& cfg, const pack::Manifest& m
       cache_(cache),
       io_(io),
       trace_(trace),
+      board_(board),
+      places_(board ? board->places() : 0, false),
       acceptor_(ctx),
       io_event_(ctx, ::dup(io.event_fd())),
       timer_(ctx),
@@ -210,6 +214,7 @@ void Server::handle(const std::shared_ptr<Session>& s) {
     return v ? std::span<const uint32_t>(v->data(), v->size()) : std::span<const uint32_t>();
   };
   const auto type = e->msg_type();
+  cache_.drain_board();  // acquires engines served from the board count before this message
   if (s->monitor && (type == wire::Message::Acquire || type == wire::Message::Release ||
                      type == wire::Message::Prefetch)) {
     ++cache_.stats().c.client_errors;
@@ -291,6 +296,12 @@ void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const
                   "expertd serves at most " + std::to_string(cfg_.monitors_max) +
                       " monitor connections (--monitors-max)");
   s->monitor = monitor;
+  if (!monitor && board_) {
+    s->place =
+        static_cast<uint32_t>(std::find(places_.begin(), places_.end(), false) - places_.begin());
+    places_[s->place] = true;  // engines_ < clients_max = places: one is free
+    cache_.attach(s->id, s->place);
+  }
   --pending_;
   ++(monitor ? monitors_ : engines_);
   flatbuffers::FlatBufferBuilder fbb(16384);
@@ -310,15 +321,21 @@ void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const
       arena_.kind() == "cuda" ? wire::ArenaKind::Cuda : wire::ArenaKind::Host, arena_.slot_bytes(),
       arena_.slot_count(), cache_.max_experts_per_request(), arena_.arena_bytes(),
       mem_handle.empty() ? nullptr : &mem_handle, event_handles.empty() ? nullptr : &event_handles,
-      arena_.cuda_pci_bus_id().empty() ? nullptr : arena_.cuda_pci_bus_id().c_str());
+      arena_.cuda_pci_bus_id().empty() ? nullptr : arena_.cuda_pci_bus_id().c_str(),
+      board_ && !monitor ? board_->board_bytes() : 0, board_ && !monitor ? board_->pins_bytes() : 0,
+      s->place);
   s->hello = true;
   spdlog::debug("client {} is {} '{}'", s->id, monitor ? "a monitor" : "an engine",
                 h->client_name() ? h->client_name()->str() : "");
-  // An engine's reply carries the arena's memfd (SCM_RIGHTS); a monitor maps nothing.
-  send(s->id, proto::make_frame(fbb, rid, reply), monitor ? -1 : arena_.share_fd());
+  // An engine's reply carries the board's and the pins' memfds and the host arena's (SCM_RIGHTS);
+  // a monitor maps nothing.
+  std::vector<int> fds;
+  if (!monitor && board_) fds = {board_->board_fd(), board_->pins_fd()};
+  if (!monitor && arena_.share_fd() >= 0) fds.push_back(arena_.share_fd());
+  send(s->id, proto::make_frame(fbb, rid, reply), std::move(fds));
 }
 
-void Server::send(ClientId c, std::vector<uint8_t> frame, int pass_fd) {
+void Server::send(ClientId c, std::vector<uint8_t> frame, std::vector<int> fds) {
   auto it = sessions_.find(c);
   if (it == sessions_.end()) return;
   auto s = it->second;
@@ -327,7 +344,7 @@ void Server::send(ClientId c, std::vector<uint8_t> frame, int pass_fd) {
     spdlog::warn("client {} does not read its replies; closing", c);
     return close(s);
   }
-  s->out.push_back({std::move(frame), pass_fd});
+  s->out.push_back({std::move(frame), std::move(fds)});
   if (s->writing) return;
   s->writing = true;
   write_front(s);
@@ -341,10 +358,10 @@ void Server::write_front(const std::shared_ptr<Session>& s) {
     return;
   }
   Session::Out& o = s->out.front();
-  if (o.fd >= 0) {
+  if (!o.fds.empty()) {
     // The descriptor must ride on the frame's first bytes: a non-blocking sendmsg, and when the
     // client's buffer is full, wait until it is writable (never block the control thread).
-    auto n = proto::send_some(s->sock.native_handle(), o.bytes, o.fd);
+    auto n = proto::send_some(s->sock.native_handle(), o.bytes, o.fds);
     if (!n) {
       spdlog::warn("client {}: {}", s->id, n.error().message);
       return close(s);
@@ -357,7 +374,7 @@ void Server::write_front(const std::shared_ptr<Session>& s) {
       return;
     }
     o.bytes.erase(o.bytes.begin(), o.bytes.begin() + static_cast<std::ptrdiff_t>(*n));
-    o.fd = -1;
+    o.fds.clear();
     if (o.bytes.empty()) {
       s->out.pop_front();
       return write_front(s);
@@ -387,6 +404,7 @@ void Server::close(const std::shared_ptr<Session>& s) {
   if (s->id) {
     sessions_.erase(s->id);
     cache_.disconnect(s->id);  // its leases are released, its waiting acquire dropped
+    if (s->place != kNoPlace) places_[s->place] = false;
     spdlog::debug("client {} disconnected", s->id);
   }
 }
@@ -405,6 +423,14 @@ void Server::expert_ready(ClientId c, uint64_t lease_id, uint32_t index, ErrorCo
   send(c, proto::make_frame(fbb, 0,
                             wire::CreateReadyDirect(fbb, lease_id, index, code,
                                                     message.empty() ? nullptr : message.c_str())));
+}
+
+void Server::board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t> experts) {
+  if (trace_.enabled())
+    trace_.record(
+        static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count()),
+        c, layer, experts);
 }
 
 void Server::request_failed(ClientId c, uint64_t request_id, ErrorCode code,
@@ -453,6 +479,7 @@ void Server::tick() {
   timer_.expires_after(std::chrono::milliseconds(100));
   timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) return;
+    cache_.drain_board();
     cache_.expire_waiting();
     auto now = Clock::now();
     if (now - last_stats_ >= std::chrono::seconds(std::max(1u, cfg_.stats_interval_s))) {

@@ -22,7 +22,7 @@ namespace asio = boost::asio;
 class Server final : public CacheSink {
  public:
   Server(asio::io_context& ctx, const Config& cfg, const pack::Manifest& m, SlotArena& arena,
-         Cache& cache, IoEngine& io, TraceWriter& trace);
+         Cache& cache, IoEngine& io, TraceWriter& trace, Board* board = nullptr);
   ~Server() override;
   Status listen();
   void start();     // accept loop, io_uring eventfd, timers
@@ -37,6 +37,7 @@ class Server final : public CacheSink {
                     const std::string& message) override;
   void request_failed(ClientId c, uint64_t request_id, ErrorCode code,
                       const std::string& message) override;
+  void board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t> experts) override;
 
  private:
   struct Session;
@@ -45,9 +46,9 @@ class Server final : public CacheSink {
   void tick();
   void write_stats_file();
   void write_state_file();
-  // Queues a frame (pass_fd rides on its first bytes: SCM_RIGHTS); frames go out in order
-  // without blocking the control thread on a client that does not read.
-  void send(ClientId c, std::vector<uint8_t> frame, int pass_fd = -1);
+  // Queues a frame (fds ride on its first bytes: SCM_RIGHTS); frames go out in order without
+  // blocking the control thread on a client that does not read.
+  void send(ClientId c, std::vector<uint8_t> frame, std::vector<int> fds = {});
   void write_front(const std::shared_ptr<Session>& s);
   void refuse(const std::shared_ptr<Session>& s, ErrorCode code, const std::string& why);
   bool peer_allowed(const Session& s) const;
@@ -63,6 +64,8 @@ class Server final : public CacheSink {
   Cache& cache_;
   IoEngine& io_;
   TraceWriter& trace_;
+  Board* board_;
+  std::vector<bool> places_;  // board places taken (one per engine, --clients-max of them)
   asio::local::stream_protocol::acceptor acceptor_;
   asio::posix::stream_descriptor io_event_;
   asio::steady_timer timer_;

@@ -88,6 +88,10 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
   counter("warm_reads", c.warm_reads, "",
           "experts read at start from an earlier run's popularity (--state-path)");
   counter("acquires", c.acquires, "", "acquire requests granted");
+  counter("board_acquires", c.board_acquires, "",
+          "acquires an engine served itself from the residency board, without a round trip");
+  counter("board_ring_lost", c.board_ring_lost, "",
+          "board ring words lost (an engine wrote past the daemon's tail; its hits uncounted)");
   counter("acquire_waits", c.acquire_waits, "", "acquires that waited for free slots");
   counter("acquire_timeouts", c.acquire_timeouts, "", "acquires that waited too long");
   counter("releases", c.releases, "", "leases released");
@@ -108,7 +112,8 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
         "host tier slots under VRAM (--host-cache-mib)");
   gauge("host_slots_used", static_cast<double>(g.host_slots_used), "",
         "host tier slots holding an expert");
-  gauge("slots_pinned", static_cast<double>(g.slots_pinned), "", "slots pinned by leases");
+  gauge("slots_pinned", static_cast<double>(g.slots_pinned), "",
+        "slots pinned by leases or from the board");
   gauge("reads_deferred", static_cast<double>(g.reads_deferred), "",
         "loads waiting for a free staging buffer (cuda arena)");
   gauge("bytes_in_flight", static_cast<double>(g.bytes_in_flight), "bytes", "read bytes in flight");

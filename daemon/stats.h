@@ -48,10 +48,11 @@ struct Counters {
   uint64_t warm_reads = 0;
   uint64_t host_hits = 0;       // VRAM misses copied up from the host tier, not read
   uint64_t host_demotions = 0;  // experts evicted from VRAM copied down into the host tier
-  uint64_t host_evictions = 0;  // experts dropped from the host tier for room         // experts
-                                // read at start from an earlier run's popularity
+  uint64_t host_evictions = 0;  // experts dropped from the host tier for room
   uint64_t acquires = 0;
-  uint64_t acquire_waits = 0;  // acquires that waited for free slots
+  uint64_t board_acquires = 0;   // of those, served from the residency board: no round trip
+  uint64_t board_ring_lost = 0;  // ring words of an engine that wrote past the daemon's tail
+  uint64_t acquire_waits = 0;    // acquires that waited for free slots
   uint64_t acquire_timeouts = 0;
   uint64_t releases = 0;
   uint64_t client_errors = 0;  // malformed frames, bad requests

@@ -14,7 +14,9 @@
 
 namespace expertd::proto {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: the residency board (HelloReply's board_bytes, pins_bytes, pin_place and two descriptors).
+inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr size_t kPassFdsMax = 4;  // descriptors one frame may carry
 inline constexpr uint32_t kFrameBytesMaxDefault = 1u << 20;
 inline constexpr uint32_t kFrameHeaderBytes = 4;
 
@@ -36,13 +38,15 @@ std::vector<uint8_t> make_frame(flatbuffers::FlatBufferBuilder& fbb, uint64_t re
 std::vector<uint8_t> make_error_frame(uint64_t request_id, wire::ErrorCode code,
                                       const std::string& message);
 
-// Blocking I/O on a stream socket. send_frame may pass one file descriptor (SCM_RIGHTS).
-Status send_all(int fd, std::span<const uint8_t> bytes, int pass_fd = -1);
+// Blocking I/O on a stream socket. send_all may pass file descriptors (SCM_RIGHTS) with the
+// first bytes.
+Status send_all(int fd, std::span<const uint8_t> bytes, std::span<const int> fds = {});
 // One non-blocking sendmsg (the daemon's write queue): the bytes sent (0 when the socket buffer
-// is full), pass_fd riding on the first of them.
-Result<size_t> send_some(int fd, std::span<const uint8_t> bytes, int pass_fd);
-// Reads one frame into `body` (resized); receives a passed fd into *got_fd when given.
+// is full), fds riding on the first of them.
+Result<size_t> send_some(int fd, std::span<const uint8_t> bytes, std::span<const int> fds);
+// Reads one frame into `body` (resized); appends passed descriptors to *got_fds when given
+// (closes them otherwise).
 Status recv_frame(int fd, std::vector<uint8_t>& body, uint32_t frame_bytes_max,
-                  int* got_fd = nullptr);
+                  std::vector<int>* got_fds = nullptr);
 
 }  // namespace expertd::proto

@@ -426,9 +426,9 @@ TEST_F(DaemonTest, SeededRequestMutationsAreAnsweredOrClosedWhileOthersAreServed
     ASSERT_TRUE(proto::send_all(
         fd, proto::make_frame(h, 1, wire::CreateHelloDirect(h, proto::kProtocolVersion, "m"))));
     std::vector<uint8_t> body;
-    int arena_fd = -1;
-    ASSERT_TRUE(proto::recv_frame(fd, body, 64u << 20, &arena_fd));
-    if (arena_fd >= 0) ::close(arena_fd);
+    std::vector<int> fds;
+    ASSERT_TRUE(proto::recv_frame(fd, body, 64u << 20, &fds));
+    for (int f : fds) ::close(f);
     // Mutate the body, keep the length prefix true to it (a lying prefix only makes the daemon
     // wait for bytes that never come, which the frame fuzz target covers).
     const auto& seed = seeds[i % seeds.size()];
