@@ -36,6 +36,12 @@ size_t Lease::pending() const {
   return n;
 }
 
+size_t Lease::held() const {
+  size_t n = 0;
+  for (size_t i = 0; i < slots.size(); ++i) n += granted(i) && !done[i];
+  return n;
+}
+
 namespace {
 std::string error_text(const wire::Error* e) {
   return std::string("expertd: ") + wire::EnumNameErrorCode(e->code()) + ": " +
@@ -205,18 +211,19 @@ Status Client::pump_one(Lease* lease) {
   const wire::Envelope* e = *env;
   if (auto* r = e->msg_as_Ready()) {
     if (r->lease_id() != current_lease_) return {};  // a lease released meanwhile
-    std::string err = r->error() == wire::ErrorCode::None
-                          ? ""
-                          : std::string(wire::EnumNameErrorCode(r->error())) + ": " +
-                                (r->message() ? r->message()->str() : "");
-    if (lease && lease->id == r->lease_id() && r->index() < lease->ready.size()) {
-      if (err.empty())
-        lease->ready[r->index()] = 1;
-      else
-        lease->errors[r->index()] = err;
-    } else {
-      early_ready_.emplace_back(r->index(), err);
-    }
+    EarlyReady er{r->index(),
+                  r->error() == wire::ErrorCode::None
+                      ? ""
+                      : std::string(wire::EnumNameErrorCode(r->error())) + ": " +
+                            (r->message() ? r->message()->str() : ""),
+                  r->slot()};
+    if (er.slot != proto::kNoSlot && er.slot >= info_.slot_count)
+      return fail(
+          make_error("expertd named slot " + std::to_string(er.slot) + " beyond the arena"));
+    if (lease && lease->id == r->lease_id())
+      apply(*lease, er);
+    else
+      early_ready_.push_back(std::move(er));
     return {};
   }
   if (auto* er = e->msg_as_Error(); er && e->request_id() == 0) return make_error(error_text(er));
@@ -314,6 +321,8 @@ bool Client::pin_from_board(uint32_t layer, std::span<const uint32_t> experts, L
   l.experts.assign(experts.begin(), experts.end());
   l.ready.assign(n, 1);
   l.errors.assign(n, "");
+  l.done.assign(n, 0);
+  l.reported.assign(n, 1);
   l.base = arena_;
   l.slot_bytes = info_.slot_bytes;
   l.from_board = true;
@@ -346,32 +355,67 @@ Result<Lease> Client::acquire(uint32_t layer, std::span<const uint32_t> experts)
   l.slots.assign(r->slots()->begin(), r->slots()->end());
   l.ready.assign(r->ready()->begin(), r->ready()->end());
   l.errors.assign(experts.size(), "");
+  l.done.assign(experts.size(), 0);
+  l.reported = l.ready;  // ready in the reply: the caller sees them there
   l.base = arena_;
   l.slot_bytes = info_.slot_bytes;
   for (uint32_t s : l.slots)
-    if (s >= info_.slot_count)
+    if (s >= info_.slot_count && s != proto::kNoSlot)
       return make_error("expertd named slot " + std::to_string(s) + " beyond the arena");
   current_lease_ = l.id;
-  for (auto& [idx, err] : early_ready_)
-    if (idx < l.ready.size()) err.empty() ? void(l.ready[idx] = 1) : void(l.errors[idx] = err);
+  for (const auto& er : early_ready_) apply(l, er);
   early_ready_.clear();
   return l;
 }
 
+void Client::apply(Lease& l, const EarlyReady& r) const {
+  if (r.index >= l.ready.size()) return;
+  if (r.slot != proto::kNoSlot) l.slots[r.index] = r.slot;
+  if (r.error.empty())
+    l.ready[r.index] = 1;
+  else
+    l.errors[r.index] = r.error;
+}
+
 Result<std::optional<size_t>> Client::next_ready(Lease& lease) {
-  auto before = lease.ready;
-  auto errs_before = lease.errors;
   for (;;) {
-    for (auto& [idx, err] : early_ready_)
-      if (idx < lease.ready.size())
-        err.empty() ? void(lease.ready[idx] = 1) : void(lease.errors[idx] = err);
+    for (const auto& er : early_ready_) apply(lease, er);
     early_ready_.clear();
+    // Each expert that became ready (or failed) since the reply once, even when several came in
+    // one read.
     for (size_t i = 0; i < lease.ready.size(); ++i)
-      if (lease.ready[i] != before[i] || lease.errors[i] != errs_before[i])
+      if ((lease.ready[i] || !lease.errors[i].empty()) && !lease.reported[i]) {
+        lease.reported[i] = 1;
         return std::optional<size_t>(i);
+      }
     if (lease.pending() == 0) return std::optional<size_t>();
+    // Nothing granted is still loading and the lease holds its whole pin budget: the next wave
+    // comes only after done().
+    bool in_flight = false;
+    for (size_t i = 0; i < lease.ready.size(); ++i)
+      in_flight |= lease.granted(i) && !lease.ready[i] && lease.errors[i].empty();
+    if (!in_flight && lease.held() >= info_.max_experts_per_request)
+      return make_error(
+          "the lease holds " + std::to_string(lease.held()) +
+          " experts, expertd's pin budget (max_experts_per_request): hand back used ones with "
+          "done() before waiting for the next wave");
     EXPERTD_TRY(pump_one(&lease));
   }
+}
+
+Status Client::done(Lease& lease, std::span<const size_t> indices) {
+  if (lease.id == 0 || lease.from_board || indices.empty()) return {};
+  std::vector<uint32_t> idx;
+  for (size_t i : indices) {
+    if (i >= lease.slots.size() || !lease.granted(i) || lease.done[i] || !lease.ready[i])
+      return make_error("done(): expert index " + std::to_string(i) +
+                        " is not a ready, held expert of the lease");
+    idx.push_back(static_cast<uint32_t>(i));
+  }
+  for (uint32_t i : idx) lease.done[i] = 1;
+  flatbuffers::FlatBufferBuilder fbb(64 + idx.size() * 4);
+  auto v = fbb.CreateVector(idx);
+  return send(proto::make_frame(fbb, next_request_++, wire::CreateDone(fbb, lease.id, v)));
 }
 
 Status Client::wait_ready(Lease& lease, std::optional<size_t> index) {

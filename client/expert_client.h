@@ -49,13 +49,19 @@ struct Lease {
   uint64_t id = 0;
   uint32_t layer = 0;
   std::vector<uint32_t> experts;
+  // proto::kNoSlot for an expert of a later wave (an acquire of more than
+  // max_experts_per_request): its slot comes with its Ready, after done() handed back others.
   std::vector<uint32_t> slots;
   std::vector<uint8_t> ready;       // 1: the slot may be read
+  std::vector<uint8_t> done;        // 1: handed back with done()
+  std::vector<uint8_t> reported;    // 1: ready in the reply, or returned by next_ready
   std::vector<std::string> errors;  // non-empty: this expert failed to load
   const uint8_t* base = nullptr;    // host arena mapping (null for a cuda arena: see CudaSlots)
   uint64_t slot_bytes = 0;
   bool from_board = false;  // every expert pinned from the residency board: no round trip
   size_t pending() const;
+  bool granted(size_t i) const { return slots[i] != 0xffffffffu; }
+  size_t held() const;  // granted and not done: what the daemon pins for this lease
   const uint8_t* slot_data(size_t i) const { return base + uint64_t{slots[i]} * slot_bytes; }
 };
 
@@ -89,7 +95,11 @@ class Client {
   // Blocks until expert `index` (or, with nullopt, every expert) of the lease is ready.
   Status wait_ready(Lease& lease, std::optional<size_t> index = std::nullopt);
   // Blocks until one more expert becomes ready; returns its index, or nullopt when none is pending.
+  // An error, not a hang, when the lease's next wave can only come after done().
   Result<std::optional<size_t>> next_ready(Lease& lease);
+  // The engine is finished with these experts of the lease (ready ones): their pins go and the
+  // daemon grants the lease's next wave. One-way.
+  Status done(Lease& lease, std::span<const size_t> indices);
   Status release(Lease& lease);
   // A hint (the daemon may read them if it judges them worth a slot), or with will_acquire the
   // rest of a layer this client acquires next, in further requests: read at demand priority.
@@ -131,7 +141,13 @@ class Client {
   uint64_t next_request_ = 1;
   uint64_t current_lease_ = 0;
   std::vector<std::vector<uint8_t>> stashed_;  // replies read while waiting for something else
-  std::vector<std::pair<uint32_t, std::string>> early_ready_;  // Ready of current lease seen early
+  struct EarlyReady {
+    uint32_t index;
+    std::string error;
+    uint32_t slot;
+  };
+  std::vector<EarlyReady> early_ready_;  // Ready of the current lease seen before its reply
+  void apply(Lease& l, const EarlyReady& r) const;
   std::optional<std::string> async_error_;
   bool broken_ = false;
   std::string broken_why_;  // what broke it, repeated by every later call

@@ -58,7 +58,7 @@ int expertd_acquire(expertd_client* c, uint32_t layer, const uint32_t* experts, 
   if (!l) return c->fail(l.error().message);
   c->lease = std::move(*l);
   for (uint32_t i = 0; i < n; ++i) {
-    if (slot_ptrs) slot_ptrs[i] = c->lease.slot_data(i);
+    if (slot_ptrs) slot_ptrs[i] = c->lease.granted(i) ? c->lease.slot_data(i) : nullptr;
     if (ready) ready[i] = c->lease.ready[i];
   }
   return 0;

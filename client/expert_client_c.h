@@ -25,7 +25,8 @@ uint64_t expertd_slot_bytes(const expertd_client* c);
 uint64_t expertd_model_id(const expertd_client* c);
 
 /* Acquires n experts of a pack layer; slot_ptrs[i] receives each slot's address (read-only).
- * ready[i] is 1 when the slot may be read now. */
+ * ready[i] is 1 when the slot may be read now. At most the daemon's max_experts_per_request
+ * (more are granted in waves, which this API does not hand out: their slot_ptrs are NULL). */
 int expertd_acquire(expertd_client* c, uint32_t layer, const uint32_t* experts, uint32_t n,
                     const void** slot_ptrs, uint8_t* ready);
 /* Waits until expert `index` of the current lease is ready (index < 0: all of them). */

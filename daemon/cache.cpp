@@ -51,16 +51,20 @@ Cache::Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& p
 
 std::pair<ErrorCode, std::string> Cache::check_ids(uint32_t layer,
                                                    std::span<const uint32_t> experts,
-                                                   bool for_acquire) const {
+                                                   IdsFor for_acquire) const {
   if (layer >= m_.layers.size())
     return {ErrorCode::OutOfRange, "layer " + std::to_string(layer) +
                                        " out of range (the pack has " +
                                        std::to_string(m_.layers.size()) + " MoE layers)"};
   if (experts.empty()) return {ErrorCode::BadRequest, "no expert ids"};
-  if (experts.size() > (for_acquire ? cfg_.max_experts_per_request : n_experts_))
+  // An acquire of more than max_experts_per_request is granted in waves (Done frees a wave's
+  // pins); a board acquire is one wave at most.
+  const size_t max = for_acquire == IdsFor::Board ? cfg_.max_experts_per_request : n_experts_;
+  if (experts.size() > max)
     return {ErrorCode::BadRequest,
-            std::to_string(experts.size()) + " experts exceed max_experts_per_request " +
-                std::to_string(cfg_.max_experts_per_request) + "; split the request"};
+            std::to_string(experts.size()) + " experts exceed " +
+                (for_acquire == IdsFor::Board ? "max_experts_per_request " + std::to_string(max)
+                                              : "the layer's " + std::to_string(max) + " experts")};
   std::vector<uint32_t> sorted(experts.begin(), experts.end());
   std::sort(sorted.begin(), sorted.end());
   if (sorted.back() >= n_experts_)
@@ -74,7 +78,7 @@ std::pair<ErrorCode, std::string> Cache::check_ids(uint32_t layer,
 
 void Cache::acquire(ClientId c, uint64_t request_id, uint32_t layer,
                     std::span<const uint32_t> experts) {
-  auto [code, err] = check_ids(layer, experts, true);
+  auto [code, err] = check_ids(layer, experts, IdsFor::Acquire);
   if (code != ErrorCode::None) {
     ++stats_.c.client_errors;
     return sink_.request_failed(c, request_id, code, err);
@@ -99,7 +103,10 @@ void Cache::acquire(ClientId c, uint64_t request_id, uint32_t layer,
 bool Cache::can_grant(uint32_t layer, std::span<const uint32_t> experts) const {
   mark_board_pins();
   uint64_t needed = 0, own_evictable = 0, board_held = 0;
-  for (uint32_t e : experts) {
+  const std::vector<uint32_t> order = grant_order(layer, experts);
+  const size_t wave = std::min<size_t>(order.size(), cfg_.max_experts_per_request);
+  for (size_t w = 0; w < wave; ++w) {  // the first wave's room: later waves find it as they go
+    const uint32_t e = experts[order[w]];
     int32_t s = index_[key(layer, e)];
     if (s < 0)
       ++needed;
@@ -143,7 +150,7 @@ void Cache::drain_board() {
 // Counted as grant() counts an acquire whose experts are all ready (a hit each): the engine read
 // the board at the time, and the slot may have been evicted since (then nothing is touched).
 void Cache::board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t> experts) {
-  if (check_ids(layer, experts, true).first != ErrorCode::None) {
+  if (check_ids(layer, experts, IdsFor::Board).first != ErrorCode::None) {
     ++stats_.c.client_errors;
     return;
   }
@@ -177,13 +184,72 @@ void Cache::touch(uint32_t s) {
     for (auto& f : frequency_) f /= 2;
 }
 
+std::vector<uint32_t> Cache::grant_order(uint32_t layer, std::span<const uint32_t> experts) const {
+  std::vector<uint32_t> order;
+  order.reserve(experts.size());
+  for (uint32_t i = 0; i < experts.size(); ++i)
+    if (index_[key(layer, experts[i])] >= 0) order.push_back(i);
+  for (uint32_t i = 0; i < experts.size(); ++i)
+    if (index_[key(layer, experts[i])] < 0) order.push_back(i);
+  return order;
+}
+
+bool Cache::pin_resident(Lease& l, uint64_t lease_id, uint32_t i, uint32_t s) {
+  Slot& sl = slots_[s];
+  bool ready = false;
+  if (sl.prefetched) {
+    ++stats_.c.prefetch_used;
+    sl.prefetched = false;
+  }
+  const bool counted = sl.announce != Slot::kNone;  // the announce made this access
+  if (sl.announce == Slot::kLoaded && sl.state == State::Ready) {
+    ready = true;  // read since the announce: a miss, whose wait overlapped earlier work
+    ++stats_.c.cache_misses;
+    ++stats_.layer_misses[l.layer];
+  } else if (sl.state == State::Ready) {
+    ready = true;
+    ++stats_.c.cache_hits;
+    ++stats_.layer_hits[l.layer];
+  } else {
+    ++stats_.c.cache_misses;
+    ++stats_.c.cache_miss_joined;
+    ++stats_.layer_misses[l.layer];
+    sl.waiters.push_back({lease_id, i});
+    ++l.pending;
+    if (!sl.demand) {
+      sl.demand = true;
+      io_->promote(static_cast<uint64_t>(s));
+    }
+  }
+  sl.announce = Slot::kNone;
+  if (!counted) touch(s);
+  return ready;
+}
+
+bool Cache::load_fresh(Lease& l, uint64_t lease_id, uint32_t i, uint32_t s) {
+  Slot& sl = slots_[s];
+  sl.pins = 1;
+  ++stats_.c.cache_misses;
+  ++stats_.layer_misses[l.layer];
+  bool ready = start_load(s, l.layer, l.experts[i], true);  // true: copied up from the host tier
+  if (!ready) {
+    sl.waiters.push_back({lease_id, i});
+    ++l.pending;
+  }
+  touch(s);
+  return ready;
+}
+
 bool Cache::grant(const Pending& p) {
-  size_t n = p.experts.size();
+  const size_t n = p.experts.size();
+  const std::vector<uint32_t> order = grant_order(p.layer, p.experts);
+  const size_t wave = std::min<size_t>(n, cfg_.max_experts_per_request);
   std::vector<int32_t> held(n, -1);
-  // Pin what is resident first, so allocating the misses can never evict it; then a slot for
-  // each miss. An engine may pin slots from the board after can_grant looked: when the room is
-  // gone, nothing of this is kept and the acquire waits for the next release.
-  for (size_t i = 0; i < n; ++i) {
+  // The first wave: what is resident first, pinned so allocating the misses can never evict it;
+  // then a slot for each miss. An engine may pin slots from the board after can_grant looked:
+  // when the room is gone, nothing of this is kept and the acquire waits for the next release.
+  for (size_t w = 0; w < wave; ++w) {
+    const uint32_t i = order[w];
     int32_t s = index_[key(p.layer, p.experts[i])];
     if (s < 0) continue;
     Slot& sl = slots_[s];
@@ -198,7 +264,8 @@ bool Cache::grant(const Pending& p) {
   evicting_layer_ = p.layer;
   ++grants_;
   std::vector<int32_t> fresh(n, -1);
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t w = 0; w < wave; ++w) {
+    const uint32_t i = order[w];
     if (held[i] >= 0) continue;
     fresh[i] = take_slot();
     if (fresh[i] < 0) {
@@ -211,64 +278,102 @@ bool Cache::grant(const Pending& p) {
     }
   }
   evicting_client_ = -1;
-  uint64_t lease_id = next_lease_++;
-  std::vector<uint32_t> slots(n);
+  const uint64_t lease_id = next_lease_++;
+  Lease& l = leases_[lease_id];
+  l.client = p.client;
+  l.layer = p.layer;
+  l.experts = p.experts;
+  l.slots.assign(n, proto::kNoSlot);
+  l.held.assign(n, 0);
+  l.order = order;
+  l.next = wave;
+  l.pinned = static_cast<uint32_t>(wave);
+  l.start = p.start;
   std::vector<uint8_t> ready(n, 0);
-  uint32_t pending = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (held[i] < 0) continue;
-    const int32_t s = held[i];
-    Slot& sl = slots_[s];
-    slots[i] = static_cast<uint32_t>(s);
-    if (sl.prefetched) {
-      ++stats_.c.prefetch_used;
-      sl.prefetched = false;
-    }
-    const bool counted = sl.announce != Slot::kNone;  // the announce made this access
-    if (sl.announce == Slot::kLoaded && sl.state == State::Ready) {
-      ready[i] = 1;  // read since the announce: a miss, whose wait overlapped earlier work
-      ++stats_.c.cache_misses;
-      ++stats_.layer_misses[p.layer];
-    } else if (sl.state == State::Ready) {
-      ready[i] = 1;
-      ++stats_.c.cache_hits;
-      ++stats_.layer_hits[p.layer];
-    } else {
-      ++stats_.c.cache_misses;
-      ++stats_.c.cache_miss_joined;
-      ++stats_.layer_misses[p.layer];
-      sl.waiters.push_back({lease_id, static_cast<uint32_t>(i)});
-      ++pending;
-      if (!sl.demand) {
-        sl.demand = true;
-        io_->promote(static_cast<uint64_t>(s));
-      }
-    }
-    sl.announce = Slot::kNone;
-    if (!counted) touch(static_cast<uint32_t>(s));
+  for (size_t w = 0; w < wave; ++w) {
+    const uint32_t i = order[w];
+    const uint32_t s = static_cast<uint32_t>(held[i] >= 0 ? held[i] : fresh[i]);
+    l.slots[i] = s;
+    l.held[i] = 1;
+    ready[i] = held[i] >= 0 ? pin_resident(l, lease_id, i, s) : load_fresh(l, lease_id, i, s);
   }
-  for (size_t i = 0; i < n; ++i) {
-    if (fresh[i] < 0) continue;
-    const int32_t s = fresh[i];
-    Slot& sl = slots_[s];
-    sl.pins = 1;
-    slots[i] = static_cast<uint32_t>(s);
-    ++stats_.c.cache_misses;
-    ++stats_.layer_misses[p.layer];
-    if (start_load(static_cast<uint32_t>(s), p.layer, p.experts[i], true)) {
-      ready[i] = 1;  // copied up from the host tier: readable once the slot's event completes
-    } else {
-      sl.waiters.push_back({lease_id, static_cast<uint32_t>(i)});
-      ++pending;
-    }
-    touch(static_cast<uint32_t>(s));
-  }
-  leases_[lease_id] = Lease{p.client, p.layer, slots, pending, p.start};
   lease_of_client_[p.client] = lease_id;
   ++stats_.c.acquires;
-  sink_.acquire_granted(p.client, p.request_id, lease_id, slots, ready);
-  if (pending == 0) stats_.acquire_latency_us.record(us_since(p.start));
+  sink_.acquire_granted(p.client, p.request_id, lease_id, l.slots, ready);
+  if (wave < n) {
+    // More experts than one wave pins: the rest's misses are read now, with the first wave's, at
+    // demand priority into unpinned slots; later waves find them resident or loading.
+    std::vector<uint32_t> rest;
+    for (size_t w = wave; w < n; ++w) rest.push_back(p.experts[order[w]]);
+    announce(p.layer, rest);
+    ++stats_.c.waves;
+  }
+  if (l.next == n && l.pending == 0) stats_.acquire_latency_us.record(us_since(p.start));
   return true;
+}
+
+bool Cache::grant_more(uint64_t lease_id) {
+  Lease& l = leases_.at(lease_id);
+  const size_t n = l.experts.size();
+  while (l.pinned < cfg_.max_experts_per_request && l.next < n) {
+    const uint32_t i = l.order[l.next];
+    int32_t s = index_[key(l.layer, l.experts[i])];
+    bool ready;
+    if (s >= 0) {
+      Slot& sl = slots_[s];
+      if (sl.state == State::Ready && sl.pins == 0) --evictable_;
+      ++sl.pins;
+      ready = pin_resident(l, lease_id, i, static_cast<uint32_t>(s));
+    } else {
+      evicting_client_ = l.client;
+      evicting_layer_ = l.layer;
+      ++grants_;
+      s = take_slot();
+      evicting_client_ = -1;
+      if (s < 0) return false;  // no room now: waits in waves_waiting_
+      ready = load_fresh(l, lease_id, i, static_cast<uint32_t>(s));
+    }
+    l.slots[i] = static_cast<uint32_t>(s);
+    l.held[i] = 1;
+    ++l.pinned;
+    ++l.next;
+    if (ready) sink_.expert_ready(l.client, lease_id, i, ErrorCode::None, "", l.slots[i]);
+  }
+  if (l.next == n && l.pending == 0) stats_.acquire_latency_us.record(us_since(l.start));
+  return true;
+}
+
+void Cache::done(ClientId c, uint64_t request_id, uint64_t lease_id,
+                 std::span<const uint32_t> indices) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.client != c) {
+    ++stats_.c.client_errors;
+    return sink_.request_failed(c, request_id, ErrorCode::BadRequest,
+                                "unknown lease " + std::to_string(lease_id));
+  }
+  Lease& l = it->second;
+  for (uint32_t i : indices) {
+    if (i >= l.experts.size() || !l.held[i]) {
+      ++stats_.c.client_errors;
+      return sink_.request_failed(
+          c, request_id, ErrorCode::BadRequest,
+          "Done names index " + std::to_string(i) + ", which the lease does not hold");
+    }
+    if (slots_[l.slots[i]].state == State::Loading) {
+      ++stats_.c.client_errors;
+      return sink_.request_failed(
+          c, request_id, ErrorCode::BadRequest,
+          "Done names index " + std::to_string(i) + ", which is not ready yet");
+    }
+    l.held[i] = 0;
+    --l.pinned;
+    unpin(l.slots[i]);
+  }
+  ++stats_.c.dones;
+  const bool queued =
+      std::find(waves_waiting_.begin(), waves_waiting_.end(), lease_id) != waves_waiting_.end();
+  if (!queued && !grant_more(lease_id)) waves_waiting_.push_back(lease_id);
+  drain_waiting();
 }
 
 int32_t Cache::pick_victim() const {
@@ -485,8 +590,9 @@ void Cache::lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code,
   Lease& l = it->second;
   assert(l.pending > 0);
   --l.pending;
-  sink_.expert_ready(l.client, lease_id, index, code, msg);
-  if (l.pending == 0) stats_.acquire_latency_us.record(us_since(l.start));
+  sink_.expert_ready(l.client, lease_id, index, code, msg, l.slots[index]);
+  if (l.pending == 0 && l.next == l.experts.size())
+    stats_.acquire_latency_us.record(us_since(l.start));
 }
 
 void Cache::unpin(uint32_t s) {
@@ -506,13 +612,17 @@ void Cache::release(ClientId c, uint64_t request_id, uint64_t lease_id) {
     return sink_.request_failed(c, request_id, ErrorCode::BadRequest,
                                 "unknown lease " + std::to_string(lease_id));
   }
-  for (uint32_t s : it->second.slots) {
-    auto& w = slots_[s].waiters;
+  const Lease& l = it->second;
+  for (size_t i = 0; i < l.experts.size(); ++i) {
+    if (!l.held[i]) continue;  // not granted yet, or done
+    auto& w = slots_[l.slots[i]].waiters;
     w.erase(
         std::remove_if(w.begin(), w.end(), [&](const Waiter& x) { return x.lease_id == lease_id; }),
         w.end());
-    unpin(s);
+    unpin(l.slots[i]);
   }
+  waves_waiting_.erase(std::remove(waves_waiting_.begin(), waves_waiting_.end(), lease_id),
+                       waves_waiting_.end());
   leases_.erase(it);
   lease_of_client_.erase(c);
   ++stats_.c.releases;
@@ -539,6 +649,11 @@ void Cache::disconnect(ClientId c) {
 }
 
 void Cache::drain_waiting() {
+  // Leases waiting for room for their next wave first: they hold pins already.
+  while (!waves_waiting_.empty()) {
+    if (!grant_more(waves_waiting_.front())) return;
+    waves_waiting_.pop_front();
+  }
   while (!waiting_.empty() && can_grant(waiting_.front().layer, waiting_.front().experts)) {
     if (!grant(waiting_.front())) return;  // engines pinned the room from the board meanwhile
     waiting_.pop_front();

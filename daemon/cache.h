@@ -20,6 +20,7 @@
 #include "daemon/policy.h"
 #include "daemon/stats.h"
 #include "proto/expertd_generated.h"
+#include "proto/frame.h"
 #include "proto/pack_format.h"
 
 namespace expertd::daemon {
@@ -32,8 +33,9 @@ class CacheSink {
   virtual ~CacheSink() = default;
   virtual void acquire_granted(ClientId c, uint64_t request_id, uint64_t lease_id,
                                std::span<const uint32_t> slots, std::span<const uint8_t> ready) = 0;
+  // `slot`: the slot of an expert granted after the acquire's reply (a later wave).
   virtual void expert_ready(ClientId c, uint64_t lease_id, uint32_t index, ErrorCode code,
-                            const std::string& message) = 0;
+                            const std::string& message, uint32_t slot) = 0;
   virtual void request_failed(ClientId c, uint64_t request_id, ErrorCode code,
                               const std::string& message) = 0;
   // An acquire the engine served itself from the residency board, learnt at a drain (trace).
@@ -52,6 +54,8 @@ struct CacheConfig {
   bool prefetch_admit_always = false;  // a hint may evict the policy's victim, colder or not
 };
 
+enum class IdsFor { Acquire, Board, Hint };
+
 class Cache {
  public:
   Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& policy, CacheSink& sink,
@@ -67,7 +71,11 @@ class Cache {
   // reads those (a grant, an eviction, stats) and on the timer.
   void drain_board();
 
+  // A layer's experts, any number of them: granted in waves of at most max_experts_per_request
+  // pins (what is resident first); the rest's misses are read at once with the first wave's.
   void acquire(ClientId c, uint64_t request_id, uint32_t layer, std::span<const uint32_t> experts);
+  // The engine is finished with these experts of its lease: their pins go, the next wave comes.
+  void done(ClientId c, uint64_t request_id, uint64_t lease_id, std::span<const uint32_t> indices);
   void release(ClientId c, uint64_t request_id, uint64_t lease_id);
   void prefetch(uint32_t layer, std::span<const uint32_t> experts);
   // The rest of a layer a client will acquire in its next requests (it needs more experts than
@@ -81,7 +89,7 @@ class Cache {
 
   // Checks an acquire/prefetch's ids; "" when valid.
   std::pair<ErrorCode, std::string> check_ids(uint32_t layer, std::span<const uint32_t> experts,
-                                              bool for_acquire) const;
+                                              IdsFor what) const;
 
   // Acquires per (layer, expert), layer-major, aged as the policy ages them: what a state file
   // keeps across restarts.
@@ -118,10 +126,15 @@ class Cache {
     std::vector<Waiter> waiters;
   };
   struct Lease {
-    ClientId client;
-    uint32_t layer;
-    std::vector<uint32_t> slots;
-    uint32_t pending;
+    ClientId client = 0;
+    uint32_t layer = 0;
+    std::vector<uint32_t> experts;
+    std::vector<uint32_t> slots;  // proto::kNoSlot until granted
+    std::vector<uint8_t> held;    // granted and not done: pinned
+    std::vector<uint32_t> order;  // the grant order: what was resident first
+    size_t next = 0;              // order[next] is granted next
+    uint32_t pinned = 0;          // held, counted
+    uint32_t pending = 0;         // granted, not ready yet
     std::chrono::steady_clock::time_point start;
   };
   struct Pending {
@@ -135,6 +148,12 @@ class Cache {
   size_t key(uint32_t layer, uint32_t expert) const { return size_t{layer} * n_experts_ + expert; }
   bool can_grant(uint32_t layer, std::span<const uint32_t> experts) const;
   bool grant(const Pending& p);  // false: no room after all (board pins), nothing changed
+  // The lease's next experts up to the pin budget; false when a slot is short (it waits).
+  bool grant_more(uint64_t lease_id);
+  std::vector<uint32_t> grant_order(uint32_t layer, std::span<const uint32_t> experts) const;
+  // Pins expert i of the lease, resident in slot s / read into the free slot s; true when ready.
+  bool pin_resident(Lease& l, uint64_t lease_id, uint32_t i, uint32_t s);
+  bool load_fresh(Lease& l, uint64_t lease_id, uint32_t i, uint32_t s);
   void drain_waiting();
   int32_t take_slot();  // a FREE slot, or the policy's victim; -1 when none
   int32_t pick_victim()
@@ -172,6 +191,7 @@ class Cache {
   std::unordered_map<uint64_t, Lease> leases_;
   std::unordered_map<ClientId, uint64_t> lease_of_client_;
   std::deque<Pending> waiting_;
+  std::deque<uint64_t> waves_waiting_;  // leases whose next wave waits for room
   // The host tier (arena_.host_slot_count() > 0): experts evicted from VRAM, least recently
   // demoted out first; an expert is in VRAM or the host tier, not both.
   std::vector<int32_t> host_of_;   // (layer, expert) -> host slot or -1

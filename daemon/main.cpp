@@ -130,9 +130,9 @@ int run(const Config& cfg) {
                          std::span<const uint8_t> rd) override {
       target->acquire_granted(c, r, l, s, rd);
     }
-    void expert_ready(ClientId c, uint64_t l, uint32_t i, ErrorCode code,
-                      const std::string& msg) override {
-      target->expert_ready(c, l, i, code, msg);
+    void expert_ready(ClientId c, uint64_t l, uint32_t i, ErrorCode code, const std::string& msg,
+                      uint32_t slot) override {
+      target->expert_ready(c, l, i, code, msg, slot);
     }
     void request_failed(ClientId c, uint64_t r, ErrorCode code, const std::string& msg) override {
       target->request_failed(c, r, code, msg);

@@ -216,7 +216,7 @@ void Server::handle(const std::shared_ptr<Session>& s) {
   const auto type = e->msg_type();
   cache_.drain_board();  // acquires engines served from the board count before this message
   if (s->monitor && (type == wire::Message::Acquire || type == wire::Message::Release ||
-                     type == wire::Message::Prefetch)) {
+                     type == wire::Message::Prefetch || type == wire::Message::Done)) {
     ++cache_.stats().c.client_errors;
     return request_failed(s->id, rid, ErrorCode::BadRequest,
                           "a monitor connection does not acquire, release or prefetch experts");
@@ -233,9 +233,13 @@ void Server::handle(const std::shared_ptr<Session>& s) {
     }
     case wire::Message::Release:
       return cache_.release(s->id, rid, e->msg_as_Release()->lease_id());
+    case wire::Message::Done: {
+      auto* d = e->msg_as_Done();
+      return cache_.done(s->id, rid, d->lease_id(), ids(d->indices()));
+    }
     case wire::Message::Prefetch: {
       auto* p = e->msg_as_Prefetch();
-      auto [code, err] = cache_.check_ids(p->layer(), ids(p->experts()), false);
+      auto [code, err] = cache_.check_ids(p->layer(), ids(p->experts()), daemon::IdsFor::Hint);
       if (code != ErrorCode::None) return request_failed(s->id, rid, code, err);
       if (p->will_acquire()) return cache_.announce(p->layer(), ids(p->experts()));
       return cache_.prefetch(p->layer(), ids(p->experts()));
@@ -261,7 +265,7 @@ void Server::handle(const std::shared_ptr<Session>& s) {
       } else if (a->op() == wire::AdminOp::EvictAll) {
         cache_.evict_all();
       } else {
-        auto [code, err] = cache_.check_ids(a->layer(), ids(a->experts()), false);
+        auto [code, err] = cache_.check_ids(a->layer(), ids(a->experts()), daemon::IdsFor::Hint);
         if (code != ErrorCode::None) return request_failed(s->id, rid, code, err);
         cache_.prefetch(a->layer(), ids(a->experts()));
       }
@@ -418,11 +422,12 @@ void Server::acquire_granted(ClientId c, uint64_t request_id, uint64_t lease_id,
 }
 
 void Server::expert_ready(ClientId c, uint64_t lease_id, uint32_t index, ErrorCode code,
-                          const std::string& message) {
+                          const std::string& message, uint32_t slot) {
   flatbuffers::FlatBufferBuilder fbb(128);
-  send(c, proto::make_frame(fbb, 0,
-                            wire::CreateReadyDirect(fbb, lease_id, index, code,
-                                                    message.empty() ? nullptr : message.c_str())));
+  send(c, proto::make_frame(
+              fbb, 0,
+              wire::CreateReadyDirect(fbb, lease_id, index, code,
+                                      message.empty() ? nullptr : message.c_str(), slot)));
 }
 
 void Server::board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t> experts) {

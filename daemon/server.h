@@ -34,7 +34,7 @@ class Server final : public CacheSink {
   void acquire_granted(ClientId c, uint64_t request_id, uint64_t lease_id,
                        std::span<const uint32_t> slots, std::span<const uint8_t> ready) override;
   void expert_ready(ClientId c, uint64_t lease_id, uint32_t index, ErrorCode code,
-                    const std::string& message) override;
+                    const std::string& message, uint32_t slot) override;
   void request_failed(ClientId c, uint64_t request_id, ErrorCode code,
                       const std::string& message) override;
   void board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t> experts) override;

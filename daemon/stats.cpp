@@ -92,6 +92,9 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
           "acquires an engine served itself from the residency board, without a round trip");
   counter("board_ring_lost", c.board_ring_lost, "",
           "board ring words lost (an engine wrote past the daemon's tail; its hits uncounted)");
+  counter("waves", c.waves, "",
+          "acquires of more experts than max_experts_per_request, granted in waves");
+  counter("dones", c.dones, "", "Done messages: experts of a lease handed back for its next wave");
   counter("acquire_waits", c.acquire_waits, "", "acquires that waited for free slots");
   counter("acquire_timeouts", c.acquire_timeouts, "", "acquires that waited too long");
   counter("releases", c.releases, "", "leases released");

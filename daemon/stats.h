@@ -55,6 +55,8 @@ struct Counters {
   uint64_t acquire_waits = 0;    // acquires that waited for free slots
   uint64_t acquire_timeouts = 0;
   uint64_t releases = 0;
+  uint64_t waves = 0;          // acquires of more experts than one wave pins
+  uint64_t dones = 0;          // Done messages: a wave's pins handed back
   uint64_t client_errors = 0;  // malformed frames, bad requests
   uint64_t clients_connected_total = 0;
   uint64_t clients_refused = 0;  // over a limit, or not an allowed peer

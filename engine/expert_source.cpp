@@ -126,7 +126,9 @@ class DaemonSource final : public ExpertSource {
     return t;
   }
 
-  // The experts not yet delivered, in chunks of what one acquire may pin; hits first.
+  // The experts not yet delivered, in one acquire: the daemon grants them in waves of its pin
+  // budget, what is resident first, and reads every miss of the layer at once. Hits are computed
+  // while the misses load; used experts are handed back (done) when the next wave needs room.
   expertd::Status fetch(int layer, std::span<const uint32_t> experts, const BatchFn& fn,
                         std::vector<bool>& delivered) {
     int pl = pack_layer_[layer];
@@ -134,74 +136,72 @@ class DaemonSource final : public ExpertSource {
       return make_error("expertd's pack has no experts for model layer " + std::to_string(layer));
     const auto& r = roles_[pl];
     std::vector<size_t> todo;
+    std::vector<uint32_t> ids;
     for (size_t i = 0; i < experts.size(); ++i)
-      if (!delivered[i]) todo.push_back(i);
-    const size_t max = c_->info().max_experts_per_request;
-    std::vector<size_t> idx;
+      if (!delivered[i]) todo.push_back(i), ids.push_back(experts[i]);
+    if (todo.empty()) return {};
+    auto lease = c_->acquire(static_cast<uint32_t>(pl), ids);
+    if (!lease) return lease.error();
+    ++stats_.acquires;
+    stats_.board_acquires += lease->from_board;
+    for (const auto& [hl, hid] : hints_) (void)c_->prefetch(hl, hid);
+    hints_.clear();
+    // Every way out finishes the backend's reads of the slots before the release.
+    auto fail = [&](expertd::Error e) {
+      (void)slots_->finish();
+      (void)c_->release(*lease);
+      return e;
+    };
+    std::vector<size_t> idx, used;  // used: delivered, not yet handed back
     std::vector<ExpertWeights> ws;
-    std::vector<uint32_t> chunk;
-    for (size_t base = 0; base < todo.size(); base += max) {
-      chunk.clear();
-      for (size_t j = base; j < std::min(todo.size(), base + max); ++j)
-        chunk.push_back(experts[todo[j]]);
-      auto lease = c_->acquire(static_cast<uint32_t>(pl), chunk);
-      if (!lease) return lease.error();
-      ++stats_.acquires;
-      ++stats_.chunks;
-      if (base == 0) {
-        // More experts than one acquire pins: the later chunks' misses are read now, together
-        // with this chunk's, instead of one chunk's at a time.
-        if (todo.size() > max) {
-          std::vector<uint32_t> rest;
-          for (size_t j = max; j < todo.size(); ++j) rest.push_back(experts[todo[j]]);
-          (void)c_->prefetch(static_cast<uint32_t>(pl), rest, true);
-          ++stats_.announces;
-        }
-        for (const auto& [hl, ids] : hints_) (void)c_->prefetch(hl, ids);
-        hints_.clear();
-      }
-      // Every way out of the chunk finishes the backend's reads of its slots before the release.
-      auto fail = [&](expertd::Error e) {
-        (void)slots_->finish();
-        (void)c_->release(*lease);
-        return e;
-      };
-      auto add = [&](size_t i) -> expertd::Status {
-        EXPERTD_TRY(slots_->ready(lease->slots[i]));
-        idx.push_back(todo[base + i]);
-        ws.push_back({role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2]),
-                      role(*lease, i, r[3]), role(*lease, i, r[4]), role(*lease, i, r[5])});
-        return {};
-      };
-      auto deliver = [&] {
-        fn(idx, ws);
-        for (size_t k : idx) delivered[k] = true;
-      };
-      // Hits first, in one batch, while the misses are still being read.
-      idx.clear(), ws.clear();
-      for (size_t i = 0; i < chunk.size(); ++i)
-        if (lease->ready[i]) {
-          if (auto st = add(i); !st) return fail(st.error());
-          ++stats_.ready_at_once;
-        }
-      if (!idx.empty()) deliver();
-      for (;;) {
-        auto next = c_->next_ready(*lease);
-        if (!next) return fail(next.error());
-        if (!next->has_value()) break;
-        size_t i = **next;
-        if (!lease->errors[i].empty())
-          return fail(make_error("expert " + std::to_string(chunk[i]) + " of layer " +
-                                 std::to_string(layer) + ": " + lease->errors[i]));
-        idx.clear(), ws.clear();
+    auto add = [&](size_t i) -> expertd::Status {
+      EXPERTD_TRY(slots_->ready(lease->slots[i]));
+      idx.push_back(todo[i]);
+      used.push_back(i);
+      ws.push_back({role(*lease, i, r[0]), role(*lease, i, r[1]), role(*lease, i, r[2]),
+                    role(*lease, i, r[3]), role(*lease, i, r[4]), role(*lease, i, r[5])});
+      return {};
+    };
+    auto deliver = [&] {
+      fn(idx, ws);
+      for (size_t k : idx) delivered[k] = true;
+    };
+    // Hits first, in one batch, while the misses are still being read.
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (lease->ready[i]) {
         if (auto st = add(i); !st) return fail(st.error());
-        deliver();
+        ++stats_.ready_at_once;
       }
-      stats_.experts += chunk.size();
-      EXPERTD_TRY(slots_->finish());
-      if (auto st = c_->release(*lease); !st) return st;
+    if (!idx.empty()) deliver();
+    const size_t budget = std::max<size_t>(1, c_->info().max_experts_per_request);
+    for (;;) {
+      // A later wave waits for room: hand back what was used once half the budget is (or when
+      // nothing granted is still loading), so the daemon grants the next while we compute.
+      bool ungranted = false, loading = false;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        ungranted |= !lease->granted(i);
+        loading |= lease->granted(i) && !lease->ready[i] && lease->errors[i].empty();
+      }
+      if (ungranted && !used.empty() && (!loading || used.size() * 2 >= budget)) {
+        EXPERTD_TRY(slots_->finish());
+        if (auto st = c_->done(*lease, used); !st) return fail(st.error());
+        used.clear();
+        ++stats_.dones;
+      }
+      auto next = c_->next_ready(*lease);
+      if (!next) return fail(next.error());
+      if (!next->has_value()) break;
+      size_t i = **next;
+      if (!lease->errors[i].empty())
+        return fail(make_error("expert " + std::to_string(ids[i]) + " of layer " +
+                               std::to_string(layer) + ": " + lease->errors[i]));
+      idx.clear(), ws.clear();
+      if (auto st = add(i); !st) return fail(st.error());
+      deliver();
     }
-    return {};
+    stats_.experts += ids.size();
+    EXPERTD_TRY(slots_->finish());
+    return c_->release(*lease);
   }
 
   const Model& m_;

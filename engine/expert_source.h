@@ -21,8 +21,9 @@
 namespace engine {
 
 struct SourceStats {
-  uint64_t acquires = 0, experts = 0, ready_at_once = 0, chunks = 0, reconnects = 0;
-  uint64_t announces = 0;  // layers whose later chunks were announced with the first acquire
+  uint64_t acquires = 0, experts = 0, ready_at_once = 0, reconnects = 0;
+  uint64_t board_acquires = 0;  // served from the residency board, without a round trip
+  uint64_t dones = 0;           // used experts handed back for a layer's next wave
 };
 
 class ExpertSource {

@@ -14,9 +14,11 @@
 
 namespace expertd::proto {
 
-// 2: the residency board (HelloReply's board_bytes, pins_bytes, pin_place and two descriptors).
+// 2: the residency board (HelloReply's board_bytes, pins_bytes, pin_place and two descriptors);
+//    an acquire of a whole layer granted in waves (Ready.slot, Done).
 inline constexpr uint32_t kProtocolVersion = 2;
-inline constexpr size_t kPassFdsMax = 4;  // descriptors one frame may carry
+inline constexpr size_t kPassFdsMax = 4;          // descriptors one frame may carry
+inline constexpr uint32_t kNoSlot = 0xffffffffu;  // an expert of a lease not granted yet
 inline constexpr uint32_t kFrameBytesMaxDefault = 1u << 20;
 inline constexpr uint32_t kFrameHeaderBytes = 4;
 

@@ -174,3 +174,73 @@ TEST_F(DaemonTest, AnOldProtocolClientGetsAClearError) {
   ::close(fd);
   EXPECT_TRUE(d->alive());
 }
+
+// A layer's whole expert set in one acquire, more than the pin budget: the first wave is what
+// is resident (then misses) up to the budget, every miss of the layer is read at once, and each
+// done() brings the next wave's slots with their Ready. Never more than the budget pinned.
+TEST_F(DaemonTest, ALayerLargerThanThePinBudgetComesInWaves) {
+  auto d = start({"--cache-slots", "12", "--clients-max", "1", "--max-experts-per-request", "4",
+                  "--policy", "lru"});
+  auto c = connect();
+  use(*c, 0, {7, 8});
+  const std::vector<uint32_t> layer = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  auto l = c->acquire(0, layer);
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_FALSE(l->from_board);
+  // Wave one: the resident 7 and 8, then the first misses 0 and 1.
+  size_t granted = 0;
+  for (size_t i = 0; i < layer.size(); ++i) granted += l->granted(i);
+  EXPECT_EQ(granted, 4u);
+  EXPECT_TRUE(l->granted(7) && l->granted(8) && l->granted(0) && l->granted(1));
+  EXPECT_EQ(l->ready[7] + l->ready[8], 2);
+  // Every miss (0-6, 9) is read at once, not wave by wave.
+  for (int i = 0; i < 400 && stat(*c, "pack_reads") < 10; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(stat(*c, "pack_reads"), 10);
+  EXPECT_EQ(stat(*c, "slots_pinned"), 4);
+  // Waiting for all of it without handing anything back is an error, not a hang.
+  auto stuck = c->wait_ready(*l);
+  ASSERT_FALSE(stuck);
+  EXPECT_NE(stuck.error().message.find("done()"), std::string::npos) << stuck.error().message;
+  std::vector<size_t> seen;
+  for (size_t i = 0; i < layer.size(); ++i)
+    if (l->ready[i]) seen.push_back(i);
+  while (seen.size() < layer.size()) {
+    std::vector<size_t> used;
+    for (size_t i : seen)
+      if (!l->done[i]) used.push_back(i);
+    for (size_t i : used) EXPECT_TRUE(slot_matches_source(*c, *l, i)) << "expert " << layer[i];
+    ASSERT_TRUE(c->done(*l, used));
+    auto loading = [&] {
+      for (size_t i = 0; i < layer.size(); ++i)
+        if (l->granted(i) && !l->ready[i]) return true;
+      return false;
+    };
+    do {  // this wave's Ready messages, each with its slot
+      auto next = c->next_ready(*l);
+      ASSERT_TRUE(next) << next.error().message;
+      ASSERT_TRUE(next->has_value()) << [&] {
+        std::string t;
+        for (size_t i = 0; i < layer.size(); ++i)
+          t += std::to_string(i) + ":" + std::to_string(l->slots[i]) + "/" +
+               std::to_string(l->ready[i]) + "/" + std::to_string(l->done[i]) + " ";
+        return t;
+      }();
+      seen.push_back(**next);
+      ASSERT_TRUE(l->granted(**next));
+    } while (loading());
+    EXPECT_LE(stat(*c, "slots_pinned"), 4);
+  }
+  for (size_t i = 0; i < layer.size(); ++i) {
+    if (!l->done[i]) {
+      EXPECT_TRUE(slot_matches_source(*c, *l, i)) << "expert " << layer[i];
+    }
+  }
+  ASSERT_TRUE(c->release(*l));
+  EXPECT_EQ(stat(*c, "slots_pinned"), 0);
+  EXPECT_EQ(stat(*c, "pack_reads"), 10);
+  EXPECT_EQ(stat(*c, "waves"), 1);
+  EXPECT_EQ(stat(*c, "cache_hits"), 2);     // 7 and 8
+  EXPECT_EQ(stat(*c, "cache_misses"), 10);  // 7, 8 the first time, then 0-6 and 9
+  EXPECT_EQ(stat(*c, "io_errors"), 0);
+}

@@ -87,7 +87,7 @@ TEST(Golden, EveryLlamaCppWeightTypeMatchesLlamaCpp) {
 }
 
 // Through a real expertd with a cache smaller than the model and acquires smaller than a
-// layer's unique experts (so prefill is chunked): bit-identical to the local path.
+// layer's unique experts (so prefill's layers come in waves): bit-identical to the local path.
 TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
   REQUIRE_GOLDEN();
   for (const char* id :
@@ -127,7 +127,8 @@ TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "daemon and local logits differ";
     EXPECT_EQ(greedy(e_local, c, 16), greedy(e_remote, c, 16));
-    EXPECT_GT((*remote)->stats().chunks, (*remote)->stats().acquires / 2);  // prefill was split
+    // Prefill's layers needed more than the pin budget: granted in waves, used ones handed back.
+    EXPECT_GT((*remote)->stats().dones, 0u);
     auto ctl = run(bin("client/expertctl") + " --socket " + d / "s.sock" + " stats --json");
     auto s = nlohmann::json::parse(ctl.second);
     EXPECT_GT(s["cache_misses"].get<int>(), 0);
