@@ -403,6 +403,27 @@ Result<std::optional<size_t>> Client::next_ready(Lease& lease) {
   }
 }
 
+Result<std::vector<size_t>> Client::ready_batch(Lease& lease) {
+  std::vector<size_t> out;
+  auto first = next_ready(lease);
+  if (!first) return first.error();
+  if (!first->has_value()) return out;
+  out.push_back(**first);
+  // What else has arrived already, without waiting: one batch for the backend.
+  for (;;) {
+    for (const auto& er : early_ready_) apply(lease, er);
+    early_ready_.clear();
+    for (size_t i = 0; i < lease.ready.size(); ++i)
+      if ((lease.ready[i] || !lease.errors[i].empty()) && !lease.reported[i]) {
+        lease.reported[i] = 1;
+        out.push_back(i);
+      }
+    pollfd p{fd_, POLLIN, 0};
+    if (lease.pending() == 0 || ::poll(&p, 1, 0) <= 0) return out;
+    EXPERTD_TRY(pump_one(&lease));
+  }
+}
+
 Status Client::done(Lease& lease, std::span<const size_t> indices) {
   if (lease.id == 0 || lease.from_board || indices.empty()) return {};
   std::vector<uint32_t> idx;

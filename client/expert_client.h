@@ -97,6 +97,9 @@ class Client {
   // Blocks until one more expert becomes ready; returns its index, or nullopt when none is pending.
   // An error, not a hang, when the lease's next wave can only come after done().
   Result<std::optional<size_t>> next_ready(Lease& lease);
+  // As next_ready, then every other expert whose Ready has arrived already (no waiting): the
+  // backend computes them as one batch. Empty when none is pending.
+  Result<std::vector<size_t>> ready_batch(Lease& lease);
   // The engine is finished with these experts of the lease (ready ones): their pins go and the
   // daemon grants the lease's next wave. One-way.
   Status done(Lease& lease, std::span<const size_t> indices);

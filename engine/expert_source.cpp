@@ -188,15 +188,16 @@ class DaemonSource final : public ExpertSource {
         used.clear();
         ++stats_.dones;
       }
-      auto next = c_->next_ready(*lease);
+      auto next = c_->ready_batch(*lease);
       if (!next) return fail(next.error());
-      if (!next->has_value()) break;
-      size_t i = **next;
-      if (!lease->errors[i].empty())
-        return fail(make_error("expert " + std::to_string(ids[i]) + " of layer " +
-                               std::to_string(layer) + ": " + lease->errors[i]));
+      if (next->empty()) break;
       idx.clear(), ws.clear();
-      if (auto st = add(i); !st) return fail(st.error());
+      for (size_t i : *next) {
+        if (!lease->errors[i].empty())
+          return fail(make_error("expert " + std::to_string(ids[i]) + " of layer " +
+                                 std::to_string(layer) + ": " + lease->errors[i]));
+        if (auto st = add(i); !st) return fail(st.error());
+      }
       deliver();
     }
     stats_.experts += ids.size();
