@@ -6,38 +6,6 @@
 
 namespace expertd::daemon {
 
-int Histogram::bucket(uint64_t v) {
-  if (v < kSub) return static_cast<int>(v);
-  int msb = 63 - std::countl_zero(v);
-  int sub = static_cast<int>((v >> (msb - 3)) & (kSub - 1));
-  int b = (msb - 2) * kSub + sub;
-  return b < kBuckets ? b : kBuckets - 1;
-}
-
-uint64_t Histogram::bucket_upper(int b) {
-  if (b < kSub) return static_cast<uint64_t>(b);
-  int msb = b / kSub + 2, sub = b % kSub;
-  return ((uint64_t{kSub} + static_cast<uint64_t>(sub) + 1) << (msb - 3)) - 1;
-}
-
-void Histogram::record(uint64_t us) {
-  ++counts_[static_cast<size_t>(bucket(us))];
-  ++count_;
-  if (us > max_) max_ = us;
-}
-
-uint64_t Histogram::percentile(double p) const {
-  if (count_ == 0) return 0;
-  uint64_t rank = static_cast<uint64_t>(std::ceil(p / 100.0 * static_cast<double>(count_)));
-  if (rank == 0) rank = 1;
-  uint64_t seen = 0;
-  for (int b = 0; b < kBuckets; ++b) {
-    seen += counts_[static_cast<size_t>(b)];
-    if (seen >= rank) return std::min(bucket_upper(b), max_);
-  }
-  return max_;
-}
-
 void Stats::reset(size_t n_layers) {
   c = Counters{};
   acquire_latency_us.reset();

@@ -10,23 +10,7 @@
 
 namespace expertd::daemon {
 
-// Log-linear histogram of microseconds: 8 sub-buckets per power of two, fixed memory.
-class Histogram {
- public:
-  void record(uint64_t us);
-  uint64_t percentile(double p) const;  // upper bound of the bucket holding the p-th sample
-  uint64_t count() const { return count_; }
-  uint64_t max() const { return max_; }
-  void reset() { *this = Histogram(); }
-
- private:
-  static constexpr int kSub = 8;
-  static constexpr int kBuckets = 40 * kSub;
-  static int bucket(uint64_t v);
-  static uint64_t bucket_upper(int b);
-  std::array<uint64_t, kBuckets> counts_{};
-  uint64_t count_ = 0, max_ = 0;
-};
+using proto::Histogram;  // microseconds here
 
 struct Counters {
   uint64_t cache_hits = 0;

@@ -14,19 +14,10 @@
 
 namespace expertd::serve {
 
-class Histogram {
- public:
-  explicit Histogram(std::vector<double> bounds)
-      : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
-  void observe(double v);
-  void render(std::string& out, const std::string& name, const std::string& help) const;
-
- private:
-  mutable std::mutex mu_;
-  std::vector<double> bounds_;
-  std::vector<uint64_t> counts_;
-  double sum_ = 0;
-  uint64_t n_ = 0;
+// Seconds, kept in nanoseconds in the one latency histogram (proto/metrics.h).
+struct SecondsHistogram {
+  proto::Histogram h;
+  void observe(double seconds) { h.record(seconds > 0 ? static_cast<uint64_t>(seconds * 1e9) : 0); }
 };
 
 // Why the front closed or refused a connection (GET /metrics:
@@ -55,16 +46,16 @@ struct Metrics {
       prefix_reused_tokens{0}, prefix_evictions{0};
   std::atomic<int64_t> prefix_bytes{0}, prefix_entries{0};
   const class PrefixDisk* prefix_disk = nullptr;  // its counters, when the SSD tier is on
-  Histogram ttft_s{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
-  Histogram token_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+  SecondsHistogram ttft_s, token_s;
   // The grammar's share of a constrained step: the token mask and its application.
-  Histogram grammar_mask_s{{1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1}};
+  SecondsHistogram grammar_mask_s;
   // The HTTP front (serve/front.cpp).
   std::array<std::atomic<uint64_t>, size_t(Closed::kCount)> closed{};
   std::atomic<int64_t> connections_pending{0}, connections_established{0}, requests_active{0};
   void count_closed(Closed c) { ++closed[size_t(c)]; }
   void count_request(const std::string& endpoint, int status);
-  // The Prometheus text: these, then expertd's (prefix expertd_).
+  // The Prometheus text: these (through proto::render_prometheus, prefix expert_serve_), then
+  // expertd's (prefix expertd_).
   std::string render(const std::vector<proto::Metric>& daemon) const;
 
  private:

@@ -21,6 +21,26 @@ TEST(Histogram, PercentilesBoundTheSamples) {
   EXPECT_EQ(h.percentile(50), 0u);
 }
 
+// The one Prometheus rendering of it (expert-serve's latencies): cumulative buckets at powers of
+// four, exact at their edges, the sum and count in the metric's unit.
+TEST(Histogram, PrometheusBucketsAreExactAtTheirEdges) {
+  Histogram h;
+  for (uint64_t v : {0, 3, 4, 15, 16, 1000, 5000000}) h.record(v);
+  std::string out;
+  h.render_prometheus(out, "x_seconds", "test", 6);
+  EXPECT_NE(out.find("# TYPE x_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(out.find("x_seconds_bucket{le=\"0\"} 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_bucket{le=\"0.000003\"} 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_bucket{le=\"0.000015\"} 4\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_bucket{le=\"0.000063\"} 5\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_bucket{le=\"0.001023\"} 6\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_bucket{le=\"4.194303\"} 6\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_bucket{le=\"16.777215\"} 7\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_bucket{le=\"+Inf\"} 7\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_sum 5.001038\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x_seconds_count 7\n"), std::string::npos) << out;
+}
+
 TEST(Policy, RanksVictimsAsNamed) {
   auto lru = make_policy("lru"), lfu = make_policy("lfu"), lfru = make_policy("lfru");
   ASSERT_TRUE(lru && lfu && lfru);
