@@ -377,17 +377,23 @@ void Client::apply(Lease& l, const EarlyReady& r) const {
     l.errors[r.index] = r.error;
 }
 
+// Each expert that became ready (or failed) since the reply once, even when several came in one
+// read: up to `max` of them appended to `out`.
+void Client::collect(Lease& lease, std::vector<size_t>& out, size_t max) {
+  for (const auto& er : early_ready_) apply(lease, er);
+  early_ready_.clear();
+  for (size_t i = 0; i < lease.ready.size() && out.size() < max; ++i)
+    if ((lease.ready[i] || !lease.errors[i].empty()) && !lease.reported[i]) {
+      lease.reported[i] = 1;
+      out.push_back(i);
+    }
+}
+
 Result<std::optional<size_t>> Client::next_ready(Lease& lease) {
+  std::vector<size_t> one;
   for (;;) {
-    for (const auto& er : early_ready_) apply(lease, er);
-    early_ready_.clear();
-    // Each expert that became ready (or failed) since the reply once, even when several came in
-    // one read.
-    for (size_t i = 0; i < lease.ready.size(); ++i)
-      if ((lease.ready[i] || !lease.errors[i].empty()) && !lease.reported[i]) {
-        lease.reported[i] = 1;
-        return std::optional<size_t>(i);
-      }
+    collect(lease, one, 1);
+    if (!one.empty()) return std::optional<size_t>(one[0]);
     if (lease.pending() == 0) return std::optional<size_t>();
     // Nothing granted is still loading and the lease holds its whole pin budget: the next wave
     // comes only after done().
@@ -411,13 +417,7 @@ Result<std::vector<size_t>> Client::ready_batch(Lease& lease) {
   out.push_back(**first);
   // What else has arrived already, without waiting: one batch for the backend.
   for (;;) {
-    for (const auto& er : early_ready_) apply(lease, er);
-    early_ready_.clear();
-    for (size_t i = 0; i < lease.ready.size(); ++i)
-      if ((lease.ready[i] || !lease.errors[i].empty()) && !lease.reported[i]) {
-        lease.reported[i] = 1;
-        out.push_back(i);
-      }
+    collect(lease, out, lease.ready.size());
     pollfd p{fd_, POLLIN, 0};
     if (lease.pending() == 0 || ::poll(&p, 1, 0) <= 0) return out;
     EXPERTD_TRY(pump_one(&lease));

@@ -151,6 +151,7 @@ class Client {
   };
   std::vector<EarlyReady> early_ready_;  // Ready of the current lease seen before its reply
   void apply(Lease& l, const EarlyReady& r) const;
+  void collect(Lease& lease, std::vector<size_t>& out, size_t max);
   std::optional<std::string> async_error_;
   bool broken_ = false;
   std::string broken_why_;  // what broke it, repeated by every later call
