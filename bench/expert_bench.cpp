@@ -1,7 +1,7 @@
 // expert-bench: benchmarks of the storage tier. Each sub-command measures expertd and a
 // baseline in the same run and prints, as its last line, ratio=<x>.
 //   io     expertd serving random misses vs raw O_DIRECT io_uring reads of the same blocks
-//   rtt    acquire+release of a cached expert vs a bare Unix-socket ping-pong
+//   rtt    acquire+release of a layer's cached experts (socket, board) vs a Unix-socket ping-pong
 //   build  expert-pack build bytes/s vs a plain sequential copy of the same file
 //   mem    expertd resident memory beyond its arena with 8 clients; expert-pack build peak RSS
 //   h2d    (CUDA builds) the cuda arena's staging path vs bare cudaMemcpyAsync from pinned memory
@@ -248,28 +248,20 @@ int bench_rtt(const std::string& manifest_path, uint32_t iters) {
     ::recv(sv[0], b, 64, MSG_WAITALL);
     base.push_back(secs(t, Clock::now()) * 1e6);
   }
-  ::shutdown(sv[0], SHUT_RDWR);
-  echo.join();
-  ::close(sv[0]);
-  ::close(sv[1]);
+  ::shutdown(sv[0], SHUT_RDWR), echo.join(), ::close(sv[0]), ::close(sv[1]);
   std::string sock = "/tmp/expert-bench-rtt.sock";
   DaemonProc d(manifest_path, sock,
                {"--cache-slots", "64", "--clients-max", "2", "--max-experts-per-request", "8",
                 "--reserve-mib", "256"});
   // One connection pins hits from the residency board, one sends every acquire through the
   // socket; a layer's worth of cached experts each time, the two in alternating rounds.
-  client::Client::Options socket_only;
-  socket_only.use_board = false;
+  const client::Client::Options socket_only{.use_board = false};
   auto c = client::Client::connect(sock);
   auto s = client::Client::connect(sock, socket_only);
-  if (!c) die(c.error().message);
-  if (!s) die(s.error().message);
-  const uint32_t k = std::min<uint32_t>(8, (*c)->info().n_experts);
-  std::vector<uint32_t> layer(k);
-  for (uint32_t i = 0; i < k; ++i) layer[i] = i;
-  auto warm = (*c)->acquire(0, layer);
-  if (!warm || !(*c)->wait_ready(*warm)) die("warm-up acquire failed");
-  if (!(*c)->release(*warm)) die("release failed");
+  if (!c || !s) die((c ? s : c).error().message);
+  const std::vector<uint32_t> layer = {0, 1, 2, 3, 4, 5, 6, 7};
+  if (auto w = (*c)->acquire(0, layer); !w || !(*c)->wait_ready(*w) || !(*c)->release(*w))
+    die("warm-up acquire failed");
   std::vector<double> via_socket, via_board;
   const uint32_t rounds = 10;
   uint32_t board_misses = 0;
@@ -279,7 +271,7 @@ int bench_rtt(const std::string& manifest_path, uint32_t iters) {
     for (uint32_t i = 0; i < iters / rounds; ++i) {
       auto t = Clock::now();
       auto l = cl.acquire(0, layer);
-      if (!l || std::count(l->ready.begin(), l->ready.end(), 1) != k)
+      if (!l || std::count(l->ready.begin(), l->ready.end(), 1) != 8)
         die("a cached expert was not ready at once");
       if (r % 2 == 0 && l->from_board) die("the board was used by the socket-only connection");
       board_misses += r % 2 == 1 && !l->from_board;  // a full ring: through the socket
@@ -287,16 +279,12 @@ int bench_rtt(const std::string& manifest_path, uint32_t iters) {
       out.push_back(secs(t, Clock::now()) * 1e6);
     }
   }
-  std::printf("unix socket ping-pong (64 B): p50 %.1f us  p99 %.1f us\n", pct(base, 50),
-              pct(base, 99));
-  std::printf(
-      "expertd acquire+release of %u cached experts through the socket: p50 %.1f us  "
-      "p99 %.1f us\n",
-      k, pct(via_socket, 50), pct(via_socket, 99));
-  std::printf(
-      "expertd acquire+release of %u cached experts from the residency board: p50 %.2f us"
-      "  p99 %.2f us\n",
-      k, pct(via_board, 50), pct(via_board, 99));
+  auto line = [&](const char* what, const std::vector<double>& v) {
+    std::printf("%s: p50 %.2f us  p99 %.2f us\n", what, pct(v, 50), pct(v, 99));
+  };
+  line("unix socket ping-pong (64 B)", base);
+  line("expertd acquire+release of a layer's 8 cached experts through the socket", via_socket);
+  line("expertd acquire+release of a layer's 8 cached experts from the residency board", via_board);
   std::printf("board acquires that went through the socket: %u of %zu\n", board_misses,
               via_board.size());
   std::printf("ratio=%.2f (socket acquire / ping-pong)\n", pct(via_socket, 50) / pct(base, 50));

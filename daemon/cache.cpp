@@ -29,13 +29,7 @@ Cache::Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& p
   for (uint32_t i = arena.slot_count(); i > 0; --i) free_.push_back(i - 1);
   index_.assign(size_t{manifest.layers.size()} * n_experts_, -1);
   frequency_.assign(index_.size(), 0);
-  if (const uint32_t H = arena.host_slot_count(); H > 0) {
-    host_of_.assign(index_.size(), -1);
-    host_key_.assign(H, -1);
-    host_prev_.assign(H, -1);
-    host_next_.assign(H, -1);
-    for (uint32_t h = H; h > 0; --h) host_free_.push_back(h - 1);
-  }
+  host_ = HostTier(index_.size(), arena.host_slot_count());
   if (cfg_.prefetch_inflight_max == 0)
     cfg_.prefetch_inflight_max = std::max(1u, arena.slot_count() / 4);
   if (policy_.wants_affinity()) {
@@ -409,47 +403,19 @@ int32_t Cache::take_slot() {
   }
 }
 
-void Cache::host_unlink(uint32_t h) {
-  const int32_t p = host_prev_[h], n = host_next_[h];
-  (p >= 0 ? host_next_[static_cast<uint32_t>(p)] : host_oldest_) = n;
-  (n >= 0 ? host_prev_[static_cast<uint32_t>(n)] : host_newest_) = p;
-  host_prev_[h] = host_next_[h] = -1;
-}
-
-void Cache::free_host(uint32_t h) {
-  if (host_key_[h] >= 0) {
-    host_of_[static_cast<size_t>(host_key_[h])] = -1;
-    host_unlink(h);
-  }
-  host_key_[h] = -1;
-  host_free_.push_back(h);
-}
-
 void Cache::demote(uint32_t s) {
   const Slot& sl = slots_[s];
   const size_t k = key(sl.layer, sl.expert);
-  if (host_of_[k] >= 0) return;
-  int32_t h;
-  if (!host_free_.empty()) {
-    h = static_cast<int32_t>(host_free_.back());
-    host_free_.pop_back();
-  } else {  // the host tier's least recently demoted expert leaves it
-    h = host_oldest_;
-    host_of_[static_cast<size_t>(host_key_[h])] = -1;
-    host_unlink(static_cast<uint32_t>(h));
-    ++stats_.c.host_evictions;
-  }
-  if (auto st = arena_.demote(s, static_cast<uint32_t>(h), m_.layers[sl.layer].stride); !st) {
+  if (host_.slot_of(k) >= 0) return;
+  bool evicted = false;  // the host tier's least recently demoted expert leaves it
+  const uint32_t h = host_.take(&evicted);
+  stats_.c.host_evictions += evicted;
+  if (auto st = arena_.demote(s, h, m_.layers[sl.layer].stride); !st) {
     spdlog::error("{} (the expert is read from the drive when next needed)", st.error().message);
-    host_key_[h] = -1;  // its old expert's entry is gone already
-    free_host(static_cast<uint32_t>(h));
+    host_.free(h);
     return;
   }
-  host_key_[h] = static_cast<int64_t>(k);
-  host_of_[k] = h;
-  host_prev_[h] = host_newest_;  // the newest demotion
-  (host_newest_ >= 0 ? host_next_[static_cast<uint32_t>(host_newest_)] : host_oldest_) = h;
-  host_newest_ = h;
+  host_.hold(h, k);
   ++stats_.c.host_demotions;
 }
 
@@ -459,7 +425,7 @@ bool Cache::evict(uint32_t s) {
     board_mark_[s] = board_epoch_;  // pinned from the board since the last look
     return false;
   }
-  if (!host_of_.empty()) demote(s);
+  if (host_.enabled()) demote(s);
   index_[key(sl.layer, sl.expert)] = -1;
   ++stats_.c.cache_evictions;
   if (sl.prefetched) ++stats_.c.prefetch_wasted;
@@ -481,11 +447,11 @@ bool Cache::start_load(uint32_t s, uint32_t layer, uint32_t expert, bool demand)
   sl.prefetched = !demand;
   sl.demand = demand;
   index_[key(layer, expert)] = static_cast<int32_t>(s);
-  if (!host_of_.empty())
-    if (const int32_t h = host_of_[key(layer, expert)]; h >= 0) {
+  if (host_.enabled())
+    if (const int32_t h = host_.slot_of(key(layer, expert)); h >= 0) {
       // In the host tier: copied up (it moves: the host slot is free again; a later copy into it
       // is ordered after this one on the arena's stream).
-      free_host(static_cast<uint32_t>(h));
+      host_.free(static_cast<uint32_t>(h));
       if (auto st = arena_.promote(static_cast<uint32_t>(h), s, m_.layers[layer].stride); st) {
         sl.state = State::Ready;
         sl.started_as_prefetch = false;
@@ -755,8 +721,7 @@ void Cache::issue_warm() {
 }
 
 void Cache::evict_all() {
-  for (uint32_t h = 0; h < host_key_.size(); ++h)  // the host tier too: a cold start
-    if (host_key_[h] >= 0) free_host(h);
+  host_.clear();  // the host tier too: a cold start
   for (uint32_t s = 0; s < slots_.size(); ++s) {
     Slot& sl = slots_[s];
     if (sl.state != State::Ready || sl.pins != 0) continue;
@@ -790,8 +755,8 @@ Gauges Cache::gauges() const {
   g.copy_errors = arena_.copy_errors();
   g.stage_waits = arena_.stage_waits();
   g.d2h_bytes = arena_.d2h_bytes();
-  g.host_slot_count = host_key_.size();
-  g.host_slots_used = host_key_.size() - host_free_.size();
+  g.host_slot_count = host_.slot_count();
+  g.host_slots_used = host_.slots_used();
   g.reads_deferred = deferred_demand_.size() + deferred_prefetch_.size();
   return g;
 }

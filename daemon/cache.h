@@ -16,6 +16,7 @@
 #include "daemon/affinity.h"
 #include "daemon/arena.h"
 #include "daemon/board.h"
+#include "daemon/host_tier.h"
 #include "daemon/io_engine.h"
 #include "daemon/policy.h"
 #include "daemon/stats.h"
@@ -162,9 +163,7 @@ class Cache {
   bool evict(uint32_t slot);
   // True when the expert was copied up from the host tier: READY at once, no read.
   bool start_load(uint32_t slot, uint32_t layer, uint32_t expert, bool demand);
-  void demote(uint32_t slot);            // an evicted expert copied down into the host tier
-  void free_host(uint32_t host_slot);    // empties a host tier slot (and its expert's entry)
-  void host_unlink(uint32_t host_slot);  // out of the demotion order
+  void demote(uint32_t slot);  // an evicted expert copied down into the host tier
   void issue_read(uint32_t slot);
   void issue_deferred();
   void issue_warm();
@@ -194,12 +193,7 @@ class Cache {
   std::deque<uint64_t> waves_waiting_;  // leases whose next wave waits for room
   // The host tier (arena_.host_slot_count() > 0): experts evicted from VRAM, least recently
   // demoted out first; an expert is in VRAM or the host tier, not both.
-  std::vector<int32_t> host_of_;   // (layer, expert) -> host slot or -1
-  std::vector<int64_t> host_key_;  // host slot -> (layer, expert) key or -1
-  std::vector<uint32_t> host_free_;
-  // The held host slots in demotion order (a list through host_prev_/host_next_), oldest first.
-  std::vector<int32_t> host_prev_, host_next_;
-  int32_t host_oldest_ = -1, host_newest_ = -1;
+  HostTier host_;
   std::vector<std::pair<uint32_t, uint32_t>> warm_;  // (layer, expert) to read, most popular last
   uint64_t next_lease_ = 1, clock_ = 0, accesses_ = 0;
   uint32_t prefetch_inflight_ = 0, loading_ = 0;
