@@ -108,12 +108,8 @@ bool Cache::can_grant(uint32_t layer, std::span<const uint32_t> experts) const {
       ++own_evictable;
   }
   // Evictable in the daemon's count but pinned by an engine from the board (each slot once).
-  for (uint32_t s : board_pins_)
-    if (board_mark_[s] == board_epoch_ && slots_[s].state == State::Ready && slots_[s].pins == 0) {
-      ++board_held;
-      board_mark_[s] = board_epoch_ + 1;  // counted; marked again below
-    }
-  for (uint32_t s : board_pins_) board_mark_[s] = board_epoch_;
+  for (uint32_t s : board_pins_)  // each slot once (mark_board_pins)
+    board_held += slots_[s].state == State::Ready && slots_[s].pins == 0;
   return needed <= free_.size() + evictable_ - board_held - own_evictable;
 }
 
@@ -130,6 +126,8 @@ void Cache::mark_board_pins() const {
   if (!board_) return;
   ++board_epoch_;
   board_->pinned_slots(board_pins_);
+  std::sort(board_pins_.begin(), board_pins_.end());  // a slot pinned by two engines: once
+  board_pins_.erase(std::unique(board_pins_.begin(), board_pins_.end()), board_pins_.end());
   for (uint32_t s : board_pins_) board_mark_[s] = board_epoch_;
 }
 
@@ -246,9 +244,7 @@ bool Cache::grant(const Pending& p) {
     const uint32_t i = order[w];
     int32_t s = index_[key(p.layer, p.experts[i])];
     if (s < 0) continue;
-    Slot& sl = slots_[s];
-    if (sl.state == State::Ready && sl.pins == 0) --evictable_;
-    ++sl.pins;
+    pin(static_cast<uint32_t>(s));
     held[i] = s;
   }
   // The step is recorded before its misses pick victims (a grant retried after a rollback
@@ -314,9 +310,7 @@ bool Cache::grant_more(uint64_t lease_id) {
     int32_t s = index_[key(l.layer, l.experts[i])];
     bool ready;
     if (s >= 0) {
-      Slot& sl = slots_[s];
-      if (sl.state == State::Ready && sl.pins == 0) --evictable_;
-      ++sl.pins;
+      pin(static_cast<uint32_t>(s));
       ready = pin_resident(l, lease_id, i, static_cast<uint32_t>(s));
     } else {
       evicting_client_ = l.client;
@@ -559,6 +553,12 @@ void Cache::lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code,
   sink_.expert_ready(l.client, lease_id, index, code, msg, l.slots[index]);
   if (l.pending == 0 && l.next == l.experts.size())
     stats_.acquire_latency_us.record(us_since(l.start));
+}
+
+void Cache::pin(uint32_t s) {
+  Slot& sl = slots_[s];
+  if (sl.state == State::Ready && sl.pins == 0) --evictable_;
+  ++sl.pins;
 }
 
 void Cache::unpin(uint32_t s) {

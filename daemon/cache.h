@@ -168,6 +168,7 @@ class Cache {
   void issue_deferred();
   void issue_warm();
   void finish_load(uint32_t slot, Status st, ErrorCode code);
+  void pin(uint32_t slot);  // a lease's pin on a resident slot
   void unpin(uint32_t slot);
   void lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code, const std::string& msg);
   void touch(uint32_t slot);
