@@ -43,7 +43,7 @@ class LlamaCpp:
         for t in stream:  # the same tokens expert-run decoded
             self.llm.eval([t])
         tg = time.time() - t1
-        return {"prefill_tok_s": len(prompt) / pp, "decode_tok_s": len(stream) / tg}
+        return {"prefill_tok_s": len(prompt) / pp, "decode_tok_s": len(stream) / tg if stream else 0.0}
 
 
 def llama_bench_subprocess(args, prompt: list[int], stream: list[int]) -> dict:
@@ -90,7 +90,7 @@ def main():
             print(f"model {args.model}, {args.threads} threads, prompt {args.p}, generate {args.n}, {ours['kernels']} kernels")
         ref = llama_bench_subprocess(args, ours["prompt"], ours["decode_stream"])
         pr.append(ours["prefill_tok_s"] / ref["prefill_tok_s"])
-        dr.append(ours["decode_tok_s"] / ref["decode_tok_s"])
+        dr.append(ours["decode_tok_s"] / ref["decode_tok_s"] if args.n else 0.0)
         print(f"round {r + 1}: expert-run --local prefill {ours['prefill_tok_s']:.2f} decode {ours['decode_tok_s']:.2f} tok/s; "
               f"llama.cpp{' (no repack)' if args.no_repack else ''} prefill {ref['prefill_tok_s']:.2f} "
               f"decode {ref['decode_tok_s']:.2f} tok/s; ratios {pr[-1]:.3f} / {dr[-1]:.3f}", flush=True)

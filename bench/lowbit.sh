@@ -1,39 +1,59 @@
 #!/usr/bin/env bash
-# Decode speed of the low-bit weight types against llama.cpp, measured in one run: a
-# Qwen3-30B-A3B-shaped synthetic model (4 layers) in Q2_K (Q3_K down: Kimi-K3's mix), a
-# Q3_K_M-like mix (Q3_K, Q4_K down), IQ2_XXS and IQ4_XS; expert-run --local and llama.cpp on the
-# same GGUF with the same threads, alternating rounds (bench/compare_llamacpp.py), medians; on
-# the AVX2 kernels and on the best this CPU runs.
+# expert-run --local against llama.cpp (its defaults: weights repacked at load) on the weight types
+# the seeds' models ship in, measured in one run: a Qwen3-30B-A3B-shaped synthetic model (4
+# layers) in Q4_K, Q2_K with Q3_K down (Kimi-K3's mix), IQ2_XXS, MXFP4 experts with Q8_0 the rest
+# (DeepSeek-V4-Flash's), IQ4_XS and Q8_0. For each: decode and prefill of 128 tokens in one pass,
+# prefill of 512 in a second; the two engines alternate (bench/compare_llamacpp.py), medians of the
+# per-round ratios (>= 1: expert-run is as fast). Run on the AVX2 kernels and, where the CPU has
+# AVX-512 VNNI, on the AVX-512 ones; the CPU and the ISA are printed with every figure.
 #
-#   LLAMA_PY=/tmp/venv/bin/python bash bench/lowbit.sh [build-dir] [rounds]
+#   LLAMA_PY=/tmp/venv/bin/python bash bench/lowbit.sh [build-dir] [rounds] [types...]
 #
-# LLAMA_PY is a Python with llama-cpp-python (pip install llama-cpp-python==0.3.36 builds it);
-# llama.cpp is the baseline only. Models go to ${LOWBIT_DIR:-/tmp/lowbit} (about 1 GB each).
+# LLAMA_PY is a Python with llama-cpp-python (CMAKE_ARGS=-DGGML_NATIVE=ON pip install
+# llama-cpp-python==0.3.36 builds llama.cpp for this CPU); llama.cpp is the baseline only. Models
+# go to ${LOWBIT_DIR:-/tmp/lowbit} (1-2 GB each). NO_REPACK=1 compares with llama.cpp's
+# --no-repack instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
 ROUNDS=${2:-3}
+shift $(($# < 2 ? $# : 2))
 PY=${LLAMA_PY:-python3}
 DIR=${LOWBIT_DIR:-/tmp/lowbit}
 mkdir -p "$DIR"
 declare -A MIX=(
+  [q4_k]="--type Q4_K"
   [q2_k]="--type Q2_K --down-type Q3_K"
-  [q3_k_m]="--type Q3_K --down-type Q4_K"
   [iq2_xxs]="--type IQ2_XXS"
+  [mxfp4]="--type Q8_0 --gate-type MXFP4 --up-type MXFP4 --down-type MXFP4"
   [iq4_xs]="--type IQ4_XS"
+  [q8_0]="--type Q8_0"
 )
-for name in q2_k q3_k_m iq2_xxs iq4_xs; do
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(q4_k q2_k iq2_xxs mxfp4 iq4_xs q8_0)
+for name in "${names[@]}"; do
   m="$DIR/qwen3-30b-a3b-4l-$name.gguf"
-  [ -f "$m" ] || "$B/pack/expert-pack" synth --preset qwen3-30b-a3b --layers 4 ${MIX[$name]} --out "$m"
+  [ -f "$m" ] || "$B/pack/expert-pack" synth --preset qwen3-30b-a3b --layers 4 ${MIX[$name]} --out "$m" >/dev/null
 done
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 passes=avx2
-grep -q avx512_vnni /proc/cpuinfo && passes="avx2 best"  # the best ISA is AVX2 otherwise
+grep -q avx512_vnni /proc/cpuinfo && passes="avx2 avx512"
+passes=${PASSES:-$passes}  # PASSES=avx512: one instruction set only
+repack=()
+[ "${NO_REPACK:-0}" = 1 ] && repack=(--no-repack)
 for kernels in $passes; do
-  for name in q2_k q3_k_m iq2_xxs iq4_xs; do
+  export EXPERTD_KERNELS=$kernels
+  for name in "${names[@]}"; do
     m="$DIR/qwen3-30b-a3b-4l-$name.gguf"
-    echo "== $name, EXPERTD_KERNELS=${kernels}"
-    if [ "$kernels" = avx2 ]; then export EXPERTD_KERNELS=avx2; else unset EXPERTD_KERNELS; fi
-    "$PY" bench/compare_llamacpp.py --model "$m" --expert-run "$B/engine/expert-run" --threads "$(nproc)" \
-      -p 64 -n 32 --no-repack --repeat "$ROUNDS" | grep -E "^model|ratio"
+    a=$("$PY" bench/compare_llamacpp.py --model "$m" --expert-run "$B/engine/expert-run" \
+      --threads "$(nproc)" -p 128 -n 32 "${repack[@]}" --repeat "$ROUNDS")
+    b=$("$PY" bench/compare_llamacpp.py --model "$m" --expert-run "$B/engine/expert-run" \
+      --threads "$(nproc)" -p 512 -n 0 "${repack[@]}" --repeat "$ROUNDS")
+    tg=$(grep '^ratio=' <<<"$a" | cut -d= -f2)
+    pp128=$(grep '^prefill ratio' <<<"$a" | awk '{print $3}')
+    pp512=$(grep '^prefill ratio' <<<"$b" | awk '{print $3}')
+    rates=$(grep '^round' <<<"$a" | tail -1 | sed 's/^round [0-9]*: //')
+    printf '%-8s %-6s decode %s  prefill-128 %s  prefill-512 %s  (%s; %s)\n' \
+      "$name" "$kernels" "$tg" "$pp128" "$pp512" "$rates" "$cpu"
   done
 done

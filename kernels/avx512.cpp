@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/dequant.h"
 #include "kernels/fp16.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
@@ -26,6 +27,12 @@ namespace {
 // maddubs and one vpdpwssd (scale applied in the integer sum). Every (row, token) result goes
 // through the same operations whatever N is, so a token's numbers do not depend on how many share
 // its tile.
+inline int32_t hsum_i32(__m512i v) {
+  return _mm512_reduce_add_epi32(v);
+}
+inline int32_t hsum_i32(__m256i v) {
+  return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(v));
+}
 inline __m512i two_halves16(int lo, int hi) {  // i16 lanes: 16 x lo, then 16 x hi
   return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(lo)),
                             _mm256_set1_epi16(static_cast<int16_t>(hi)), 1);
@@ -34,9 +41,7 @@ inline __m512i two_halves16(int lo, int hi) {  // i16 lanes: 16 x lo, then 16 x 
 template <bool kFive, int N>
 void tile_k45_avx512(const uint8_t* blocks, size_t stride, const BlockQ8K* const* ys, int64_t n,
                      float* out) {
-  __m512 acc[N];
-  __m256 accm[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
+  float acc[N] = {};
   const __m512i low4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
   const __m512i nib_shift = two_halves16(0, 4);  // low half: low nibbles, high half: high nibbles
   __m512i sel[4];                                // sub-blocks 2k (low half) and 2k+1 (high half)
@@ -74,19 +79,18 @@ void tile_k45_avx512(const uint8_t* blocks, size_t stride, const BlockQ8K* const
     }
     const float d = fp16_to_fp32(hd), dmin = fp16_to_fp32(hm);
     for (int t = 0; t < N; ++t) {
-      acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * ys[t][b].d), _mm512_cvtepi32_ps(isum[t]), acc[t]);
       const __m256i pm = _mm256_madd_epi16(
           mins_dup, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
-      accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * ys[t][b].d), _mm256_cvtepi32_ps(pm), accm[t]);
+      acc[t] = acc[t] + (d * ys[t][b].d) * float(hsum_i32(isum[t]));
+      acc[t] = acc[t] - (dmin * ys[t][b].d) * float(hsum_i32(pm));
     }
   }
-  for (int t = 0; t < N; ++t) out[t] = _mm512_reduce_add_ps(acc[t]) - hsum(accm[t]);
+  for (int t = 0; t < N; ++t) out[t] = acc[t];
 }
 
 template <int N>
 void tile_q6_k_avx512(const BlockQ6K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  __m512 acc[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
+  float acc[N] = {};
   const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
   const __m512i h01 = two_halves16(0, 2), h23 = two_halves16(4, 6);
   // Scale lanes for 64 weights = four 16-weight groups: 8 i16 lanes per scale.
@@ -130,16 +134,15 @@ void tile_q6_k_avx512(const BlockQ6K* x, const BlockQ8K* const* ys, int64_t n, f
           sc16_256, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
       const __m512i is =
           _mm512_sub_epi32(isum[t], _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
-      acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * ys[t][b].d), _mm512_cvtepi32_ps(is), acc[t]);
+      acc[t] = acc[t] + (d * ys[t][b].d) * float(hsum_i32(is));
     }
   }
-  for (int t = 0; t < N; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
+  for (int t = 0; t < N; ++t) out[t] = acc[t];
 }
 
 template <int N>
 void tile_q8_0_avx512(const BlockQ8_0* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
-  __m256 acc[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  float acc[N] = {};
   for (int64_t b = 0; b < n / kQK8_0; ++b) {
     const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
     const __m256i ax = _mm256_abs_epi8(xq);  // |x| as unsigned, the sign moved onto the activations
@@ -148,19 +151,17 @@ void tile_q8_0_avx512(const BlockQ8_0* x, const BlockQ8_0* const* ys, int64_t n,
       const __m256i sy =
           _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs)), xq);
       const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy);
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * fp16_to_fp32(ys[t][b].d)),
-                               _mm256_cvtepi32_ps(dot), acc[t]);
+      acc[t] = acc[t] + (dx * fp16_to_fp32(ys[t][b].d)) * float(hsum_i32(dot));
     }
   }
-  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+  for (int t = 0; t < N; ++t) out[t] = acc[t];
 }
 
 template <int N>
 void tile_mxfp4_avx512(const BlockMxfp4* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
   const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
   const __m128i m4 = _mm_set1_epi8(0xF);
-  __m256 acc[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  float acc[N] = {};
   for (int64_t b = 0; b < n / kQK8_0; ++b) {
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
     const __m256i w =
@@ -172,11 +173,196 @@ void tile_mxfp4_avx512(const BlockMxfp4* x, const BlockQ8_0* const* ys, int64_t 
       const __m256i sy =
           _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs)), w);
       const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sy);
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(e * fp16_to_fp32(ys[t][b].d)),
-                               _mm256_cvtepi32_ps(dot), acc[t]);
+      acc[t] = acc[t] + (e * fp16_to_fp32(ys[t][b].d)) * float(hsum_i32(dot));
     }
   }
-  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+  for (int t = 0; t < N; ++t) out[t] = acc[t];
+}
+
+// 16 i16 lanes of `v` (a super-block's sub-block scales) spread over 64 weights: i16 lane i of the
+// result is scale first + i / group (group: i16 lanes per scale, 8 for 16 weights, 16 for 32).
+inline __m512i spread16(__m512i v, int first, int group) {
+  alignas(64) int16_t idx[32];
+  for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(first + i / group);
+  return _mm512_permutexvar_epi16(_mm512_load_si512(idx), v);
+}
+// Activations x weight signs: q negated where the 64-bit mask has a bit set (AVX-512 has no
+// sign_epi8).
+inline __m512i negate_where(__m512i q, __mmask64 neg) {
+  return _mm512_mask_sub_epi8(q, neg, _mm512_setzero_si512(), q);
+}
+
+// Q2_K: 2-bit weights (0..3) x sub-block scales, less dmin x mins against the 16-element sums.
+template <int N>
+void tile_q2_k_avx512(const BlockQ2K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  float acc[N] = {};
+  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  __m512i shift[2], sel[4];
+  for (int j = 0; j < 2; ++j) shift[j] = two_halves16(4 * j, 4 * j + 2);
+  for (int k = 0; k < 4; ++k) {
+    alignas(64) int16_t idx[32];
+    for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(4 * k + i / 8);
+    sel[k] = _mm512_load_si512(idx);
+  }
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)));
+    __m512i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q2 = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h)));
+      for (int j = 0; j < 2; ++j) {  // sub-blocks 4h + 2j and 4h + 2j + 1: 64 weights
+        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, shift[j]), m3);
+        const __m512i sc = _mm512_permutexvar_epi16(sel[2 * h + j], sc16);
+        for (int t = 0; t < N; ++t)
+          isum[t] = _mm512_dpwssd_epi32(
+              isum[t], _mm512_maddubs_epi16(q, _mm512_loadu_si512(ys[t][b].qs + 128 * h + 64 * j)),
+              sc);
+      }
+    }
+    const float fd = fp16_to_fp32(x[b].d), fm = fp16_to_fp32(x[b].dmin);
+    for (int t = 0; t < N; ++t) {
+      const __m256i pm = _mm256_madd_epi16(
+          mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
+      acc[t] = acc[t] + (fd * ys[t][b].d) * float(hsum_i32(isum[t]));
+      acc[t] = acc[t] - (fm * ys[t][b].d) * float(hsum_i32(pm));
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = acc[t];
+}
+
+// Q3_K: u = q | high bit << 2 in 0..7 against the activations, less 4 x their 16-element sums.
+template <int N>
+void tile_q3_k_avx512(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  float acc[N] = {};
+  const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+  __m512i shift[2], sel[4];
+  for (int j = 0; j < 2; ++j) shift[j] = two_halves16(4 * j, 4 * j + 2);
+  for (int k = 0; k < 4; ++k) {
+    alignas(64) int16_t idx[32];
+    for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(4 * k + i / 8);
+    sel[k] = _mm512_load_si512(idx);
+  }
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    uint32_t a[3];  // the 16 6-bit scales (q3k_scales), four words at once
+    std::memcpy(a, x[b].scales, 12);
+    const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f;
+    const __m128i s8 =
+        _mm_sub_epi8(_mm_set_epi32(static_cast<int>(((a[1] >> 4) & k2) | (((a[2] >> 6) & k1) << 4)),
+                                   static_cast<int>(((a[0] >> 4) & k2) | (((a[2] >> 4) & k1) << 4)),
+                                   static_cast<int>((a[1] & k2) | (((a[2] >> 2) & k1) << 4)),
+                                   static_cast<int>((a[0] & k2) | ((a[2] & k1) << 4))),
+                     _mm_set1_epi8(32));
+    const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+    const __m512i sc16 = _mm512_castsi256_si512(s16);
+    const __m512i hm =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].hmask)));
+    __m512i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q3 = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h)));
+      for (int j = 0; j < 2; ++j) {
+        const int k = 4 * h + 2 * j;  // sub-blocks k, k + 1 (32 weights each)
+        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q3, shift[j]), m3);
+        const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, two_halves16(k, k + 1)), one);
+        const __m512i u = _mm512_or_si512(q, _mm512_slli_epi16(hb, 2));
+        const __m512i sc = _mm512_permutexvar_epi16(sel[2 * h + j], sc16);
+        for (int t = 0; t < N; ++t)
+          isum[t] = _mm512_dpwssd_epi32(
+              isum[t], _mm512_maddubs_epi16(u, _mm512_loadu_si512(ys[t][b].qs + 32 * k)), sc);
+      }
+    }
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t) {
+      const __m256i off = _mm256_madd_epi16(
+          s16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
+      const __m512i v =
+          _mm512_sub_epi32(isum[t], _mm512_zextsi256_si512(_mm256_slli_epi32(off, 2)));
+      acc[t] = acc[t] + (fd * ys[t][b].d) * float(hsum_i32(v));
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = acc[t];
+}
+
+// IQ2_XXS: per 32 weights four 8-weight grid rows (unsigned), four 7-bit sign indices and a 4-bit
+// scale. The grid rows come in one gather; the signs become a 64-bit mask put onto the activations
+// (a sign index is the low 7 bits of its 8 signs, the eighth the parity: ksigns_iq2xs).
+inline uint64_t iq2_sign_mask(uint32_t a0, uint32_t a1) {
+  const uint64_t v =
+      _pdep_u64((a0 & 0x0FFFFFFF) | uint64_t(a1 & 0x0FFFFFFF) << 28, 0x7F7F7F7F7F7F7F7Full);
+  uint64_t p = v ^ (v >> 4);
+  p ^= p >> 2;
+  p ^= p >> 1;
+  return v | (p & 0x0101010101010101ull) << 7;
+}
+
+template <int N>
+void tile_iq2_xxs_avx512(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  float acc[N] = {};
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
+    __m512i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
+    for (int ib = 0; ib < 8; ib += 2, q += 16) {  // groups ib, ib + 1
+      uint32_t i0, a0, i1, a1;
+      std::memcpy(&i0, q, 4);
+      std::memcpy(&a0, q + 4, 4);
+      std::memcpy(&i1, q + 8, 4);
+      std::memcpy(&a1, q + 12, 4);
+      const __m512i idx = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128(int64_t(i0 | uint64_t(i1) << 32)));
+      const __m512i g = _mm512_i64gather_epi64(idx, iq::iq2xxs_grid, 8);
+      const __mmask64 m = iq2_sign_mask(a0, a1);
+      const __m512i ls = two_halves16(int(2 * (a0 >> 28) + 1), int(2 * (a1 >> 28) + 1));
+      for (int t = 0; t < N; ++t) {
+        const __m512i q8 = negate_where(_mm512_loadu_si512(ys[t][b].qs + 32 * ib), m);
+        isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(g, q8), ls);
+      }
+    }
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t) acc[t] = acc[t] + (fd * ys[t][b].d) * float(hsum_i32(isum[t]));
+  }
+  for (int t = 0; t < N; ++t) out[t] = 0.125f * acc[t];
+}
+
+// IQ4_XS: 4-bit indices into IQ4_NL's table (signed); |w| against the activations with w's signs.
+template <int N>
+void tile_iq4_xs_avx512(const BlockIq4Xs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  const __m512i table =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl)));
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  // 128-bit lanes of 16 bytes: group ib's low nibbles, its high, group ib + 1's low, its high.
+  const __m512i nib_shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
+  float acc[N] = {};
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const uint8_t* qs = x[b].qs;
+    const unsigned sh = x[b].scales_h;
+    __m512i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
+    for (int ib = 0; ib < 8; ib += 2, qs += 32) {
+      const __m512i q =
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
+      const __m512i idx =
+          _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(q, q, 0x50), nib_shift), m4);
+      const __m512i w = _mm512_shuffle_epi8(table, idx);
+      const __m512i aw = _mm512_abs_epi8(w);
+      const __mmask64 neg = _mm512_movepi8_mask(w);
+      const int l = x[b].scales_l[ib / 2];
+      const int ls1 = ((l & 0xf) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+      const int ls2 = ((l >> 4) | (((sh >> (2 * ib + 2)) & 3) << 4)) - 32;
+      const __m512i sc = two_halves16(ls1, ls2);
+      for (int t = 0; t < N; ++t) {
+        const __m512i q8 = negate_where(_mm512_loadu_si512(ys[t][b].qs + 32 * ib), neg);
+        isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(aw, q8), sc);
+      }
+    }
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t) acc[t] = acc[t] + (fd * ys[t][b].d) * float(hsum_i32(isum[t]));
+  }
+  for (int t = 0; t < N; ++t) out[t] = acc[t];
 }
 
 static_assert(kMaxTile == 4, "x86::with_n instantiates tiles of 1..4 tokens");
@@ -230,5 +416,21 @@ float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
   tile_q6_k_avx512<1>(x, &y, n, &r);
   return r;
 }
+
+// The low-bit K and IQ types: tiles, and one token as the tile of one.
+#define EXPERTD_AVX512_KERNEL(name, Block)                                                        \
+  void tile_##name(const Block* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) { \
+    with_n(n_tok, [&](auto N) { tile_##name##_avx512<N>(x, ys, n, out); });                       \
+  }                                                                                               \
+  float dot_##name(const Block* x, const BlockQ8K* y, int64_t n) {                                \
+    float r;                                                                                      \
+    tile_##name##_avx512<1>(x, &y, n, &r);                                                        \
+    return r;                                                                                     \
+  }
+EXPERTD_AVX512_KERNEL(q2_k, BlockQ2K)
+EXPERTD_AVX512_KERNEL(q3_k, BlockQ3K)
+EXPERTD_AVX512_KERNEL(iq2_xxs, BlockIq2Xxs)
+EXPERTD_AVX512_KERNEL(iq4_xs, BlockIq4Xs)
+#undef EXPERTD_AVX512_KERNEL
 
 }  // namespace kernels::avx512

@@ -4,6 +4,7 @@
 // lower one's (AVX-512 -> AVX2 -> reference).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/quant_blocks.h"
@@ -128,6 +129,24 @@ void tile_mxfp4(const BlockMxfp4* x, const BlockQ8_0* const* ys, int n_tok, int6
 void tile_q4_k(const BlockQ4K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 void tile_q5_k(const BlockQ5K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 void tile_q6_k(const BlockQ6K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+float dot_q2_k(const BlockQ2K* x, const BlockQ8K* y, int64_t n);
+float dot_q3_k(const BlockQ3K* x, const BlockQ8K* y, int64_t n);
+float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n);
+float dot_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* y, int64_t n);
+void tile_q2_k(const BlockQ2K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_q3_k(const BlockQ3K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                  float* out);
+void tile_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+// Matrix-matrix (gemm_avx512.cpp): n_tokens activation rows (already quantized; row i at
+// xq + tok[i] * xq_row, tok == nullptr: row i) laid out once in a panel of gemm_act_bytes, then
+// weight rows [r0, r1) against all of them: y[i * rows + r]. Each value is bit for bit the tile's.
+bool gemm_supported(uint32_t wtype);
+size_t gemm_act_bytes(uint32_t wtype, int64_t cols, int64_t n_tokens);
+void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_t* tok,
+                  int64_t n_tokens, int64_t cols, uint8_t* panel);
+void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+               const uint8_t* panel, int64_t n_tokens, float* y);
 }  // namespace avx512
 
 }  // namespace kernels

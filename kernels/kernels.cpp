@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -29,7 +30,7 @@ Isa best_isa() {
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                        __builtin_cpu_supports("avx512vnni");
+                        __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("bmi2");
     Isa best = avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar;
     if (const char* f = std::getenv("EXPERTD_KERNELS")) {  // only ever lowers the choice
       if (std::strcmp(f, "scalar") == 0)
@@ -144,6 +145,13 @@ void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const flo
   matmul_batch(&job, 1, pool, be);
 }
 
+// From this many tokens on, a job of a type with a matrix-matrix body runs it: there unpacking a
+// weight row and its 16-token panel cost about what 2 tokens (the 32-element block types, whose
+// tiles pay a block scale per token) or 5 tokens (the super-block types) cost in tiles.
+static int64_t gemm_min_tokens(uint32_t wtype) {
+  return wtype == Q8_0 || wtype == MXFP4 ? 2 : 5;
+}
+
 void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be) {
   // Rows of all jobs laid end to end; a chunk of the loop may span jobs.
   std::vector<int64_t> first(n_jobs + 1, 0);
@@ -152,9 +160,26 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
     first[j + 1] = first[j] + jobs[j].rows;
     work += jobs[j].rows * jobs[j].cols * jobs[j].n_tokens;
   }
-  // Blocked like a GEMM: a block of weight rows (kept in L2) against a block of tokens (kept in
-  // L1), in tiles of one row x up to kMaxTile tokens whose row blocks are unpacked once per tile.
-  // Every (row, token) value is computed the same way whatever the blocking.
+  // Many tokens against a type with a matrix-matrix body (AVX-512): the activations laid out once
+  // per job, then panels of weight rows x 16 tokens (avx512::gemm_rows), bit for bit the tiles'.
+  thread_local std::vector<uint8_t> panels;
+  std::vector<size_t> panel_at(n_jobs, SIZE_MAX);
+  size_t panel_bytes = 0;
+  for (size_t j = 0; j < n_jobs; ++j)
+    if (be == Isa::Avx512 && jobs[j].n_tokens >= gemm_min_tokens(jobs[j].wtype) &&
+        avx512::gemm_supported(jobs[j].wtype) && jobs[j].cols % 256 == 0) {
+      panel_at[j] = panel_bytes;
+      panel_bytes += avx512::gemm_act_bytes(jobs[j].wtype, jobs[j].cols, jobs[j].n_tokens);
+    }
+  if (panel_bytes > panels.size()) panels.resize(panel_bytes);
+  for (size_t j = 0; j < n_jobs; ++j)
+    if (panel_at[j] != SIZE_MAX)
+      avx512::gemm_lay_out(jobs[j].wtype, jobs[j].xq, jobs[j].xq_row, jobs[j].tok, jobs[j].n_tokens,
+                           jobs[j].cols, panels.data() + panel_at[j]);
+  const uint8_t* panel_base = panels.data();
+  // Otherwise blocked like a GEMM: a block of weight rows (kept in L2) against a block of tokens
+  // (kept in L1), in tiles of one row x up to kMaxTile tokens whose row blocks are unpacked once
+  // per tile. Every (row, token) value is computed the same way whatever the blocking.
   constexpr int64_t kRowBlock = 64, kTokenBlock = 2 * kMaxTile;
   auto body = [&](int64_t b, int64_t e) {
     size_t j = std::upper_bound(first.begin(), first.end(), b) - first.begin() - 1;
@@ -164,6 +189,11 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
       while (g >= first[j + 1]) ++j;
       const MatmulJob& m = jobs[j];
       const int64_t r_end = std::min(e, first[j + 1]) - first[j];
+      if (panel_at[j] != SIZE_MAX) {
+        avx512::gemm_rows(m.wtype, m.w, m.rows, m.cols, g - first[j], r_end,
+                          panel_base + panel_at[j], m.n_tokens, m.y);
+        continue;
+      }
       const size_t w_row = row_size(m.wtype, m.cols);
       const TileOp op(*type_traits(m.wtype), be);  // once per job, not per row
       for (int64_t rb = g - first[j]; rb < r_end; rb += kRowBlock)

@@ -156,6 +156,40 @@ TEST(Kernels, MatmulIsTheSameOnOneOrManyThreads) {
   }
 }
 
+// Many tokens at once (prefill): on AVX-512 the types with a matrix-matrix body run it (panels of
+// rows x 16 tokens); every value is still bit for bit the single dot's, for token counts that
+// fill panels or not, rows that are not a multiple of the panel, activations picked by index
+// (the experts' tokens) and on one thread or several.
+TEST(Kernels, MatmulOfManyTokensIsEachTokensDot) {
+  std::mt19937_64 rng(13);
+  std::normal_distribution<float> g(0.f, 1.f);
+  const int64_t rows = 37, cols = 512;
+  ThreadPool pool(3);
+  for (uint32_t t : kTypes) {
+    SCOPED_TRACE(t);
+    auto w = random_weights(t, rows * cols, rng);
+    const size_t xq_row = row_size(vec_dot_type(t), cols), w_row = row_size(t, cols);
+    for (int64_t n_tok : {2, 5, 8, 16, 21, 40}) {
+      SCOPED_TRACE(n_tok);
+      std::vector<float> x(n_tok * cols);
+      for (auto& v : x) v = g(rng) * 2.0f;
+      std::vector<uint8_t> xq((n_tok + 3) * xq_row);
+      for (int64_t i = 0; i < n_tok + 3; ++i)
+        quantize_activations(t, x.data() + (i % n_tok) * cols, xq.data() + i * xq_row, cols);
+      std::vector<int32_t> tok(n_tok);
+      for (int64_t i = 0; i < n_tok; ++i) tok[i] = int32_t((i * 7 + 3) % (n_tok + 3));
+      std::vector<float> y(n_tok * rows, NAN);
+      const MatmulJob job{t, w.data(), rows, cols, xq.data(), xq_row, tok.data(), n_tok, y.data()};
+      matmul_batch(&job, 1, &pool);
+      for (int64_t i = 0; i < n_tok; ++i)
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(y[i * rows + r],
+                    dot(t, w.data() + r * w_row, xq.data() + tok[i] * xq_row, cols))
+              << "token " << i << " row " << r;
+    }
+  }
+}
+
 // ggml's order of the f32 dot and mad (the KDA recurrence): the 32-float steps through four FMA
 // accumulators, then ggml's pairwise reduction; leftovers one at a time. Checked here against
 // the same arithmetic written out in scalar code (std::fma per lane), on a length with leftovers.

@@ -1,0 +1,391 @@
+// Prefill as matrix-matrix work (AVX-512 VNNI): a batch of tokens against a weight matrix in
+// panels of 8 weight rows x 16 tokens. The weights of 8 rows are unpacked once per panel into one
+// unsigned byte per weight (the value plus a bias), integer sub-block scales and float block
+// scales; the activations are laid out once per matrix so that one 64-byte load holds four
+// consecutive elements of 16 tokens. Each vpdpbusd then adds 4 products for 16 tokens of one row
+// (the row's 4 bytes broadcast), 8 rows reusing each activation load.
+//
+// The arithmetic is the AVX-512 tiles' (avx512.cpp): per super-block (per 32-element block for
+// Q8_0 and MXFP4) the exact integer sum, then acc = acc + (d * yd) * I (less (dmin * yd) * M for
+// the types with mins) in float, block by block. So a token's result is bit for bit the same
+// whether it is computed here, in a tile of 1..4 tokens or as a single dot.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/dequant.h"
+#include "kernels/fp16.h"
+#include "kernels/isa.h"
+#include "kernels/kernels.h"
+
+namespace kernels::avx512 {
+
+namespace {
+
+constexpr int kRows = 8;    // weight rows per panel (registers: 8 sums, 8 scaled sums, 8 mins)
+constexpr int kLanes = 16;  // tokens per panel (i32 lanes of a zmm)
+constexpr int kUnit = 256;  // elements per unit: a super-block, or 8 blocks of 32
+
+// One unit of one weight row, unpacked.
+struct WUnit {
+  alignas(64) uint8_t code[kUnit];  // value + bias, unsigned
+  int32_t sc[16];                   // integer scale per sub-block (16 or 32 elements)
+  int32_t mn[16];                   // integer min per sub-block (types with mins)
+  float d, dmin;                    // super-block scales
+  float db[8];                      // per-32 block scales (Q8_0, MXFP4)
+};
+
+// One unit of 16 tokens' activations.
+struct AUnit {
+  alignas(64) int8_t q[kUnit / 4][kLanes][4];  // [k4][token][4 elements]
+  alignas(64) int32_t sum16[16][kLanes];       // the sums of 16 consecutive elements
+  alignas(64) float yd[8][kLanes];             // Q8_K: yd[0]; Q8_0: one per 32-block
+};
+
+// How a type's unpacked unit is combined (see the file comment).
+struct Shape {
+  int sub;       // elements per integer scale: 16 or 32
+  int bias;      // the code's bias: value = code - bias
+  bool mins;     // value also has - dmin * mn
+  bool block32;  // float scale per 32 elements, no integer scale (Q8_0, MXFP4)
+  float post;    // the result's final factor (IQ2_XXS: 0.125)
+};
+
+inline void nib_split(const uint8_t* src, uint8_t* lo, uint8_t* hi) {  // 32 bytes -> 2 x 32
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  const __m256i m = _mm256_set1_epi8(0xF);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm256_and_si256(v, m));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), _mm256_and_si256(_mm256_srli_epi16(v, 4), m));
+}
+
+// --- Unpacking one unit of a row (u: the unit's index in the row) ---
+
+void unpack_q4_k(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockQ4K& b = reinterpret_cast<const BlockQ4K*>(row)[u];
+  uint8_t sm[16];
+  k_scales_mins(b.scales, sm);
+  for (int s = 0; s < 8; ++s) w.sc[s] = sm[s], w.mn[s] = sm[8 + s];
+  w.d = fp16_to_fp32(b.d), w.dmin = fp16_to_fp32(b.dmin);
+  for (int j = 0; j < 4; ++j) nib_split(b.qs + 32 * j, w.code + 64 * j, w.code + 64 * j + 32);
+}
+
+void unpack_q5_k(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockQ5K& b = reinterpret_cast<const BlockQ5K*>(row)[u];
+  uint8_t sm[16];
+  k_scales_mins(b.scales, sm);
+  for (int s = 0; s < 8; ++s) w.sc[s] = sm[s], w.mn[s] = sm[8 + s];
+  w.d = fp16_to_fp32(b.d), w.dmin = fp16_to_fp32(b.dmin);
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+  const __m256i one = _mm256_set1_epi8(1);
+  for (int j = 0; j < 4; ++j) {
+    nib_split(b.qs + 32 * j, w.code + 64 * j, w.code + 64 * j + 32);
+    for (int h = 0; h < 2; ++h) {  // sub-block s = 2j + h: its fifth bits are bit s of qh
+      uint8_t* c = w.code + 64 * j + 32 * h;
+      const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + h)), one);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(c),
+                          _mm256_or_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)),
+                                          _mm256_slli_epi16(hb, 4)));
+    }
+  }
+}
+
+void unpack_q6_k(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockQ6K& b = reinterpret_cast<const BlockQ6K*>(row)[u];
+  for (int s = 0; s < 16; ++s) w.sc[s] = b.scales[s];
+  w.d = fp16_to_fp32(b.d);
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+    for (int g = 0; g < 4; ++g) {  // elements 128h + 32g .. + 31
+      const __m256i ql =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32 * (g & 1)));
+      const __m256i lo =
+          _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (g >> 1))), m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), m2);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.code + 128 * h + 32 * g),
+                          _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
+    }
+  }
+}
+
+void unpack_q2_k(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockQ2K& b = reinterpret_cast<const BlockQ2K*>(row)[u];
+  for (int s = 0; s < 16; ++s) w.sc[s] = b.scales[s] & 0xF, w.mn[s] = b.scales[s] >> 4;
+  w.d = fp16_to_fp32(b.d), w.dmin = fp16_to_fp32(b.dmin);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
+    for (int j = 0; j < 4; ++j)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.code + 128 * h + 32 * j),
+                          _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3));
+  }
+}
+
+void unpack_q3_k(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockQ3K& b = reinterpret_cast<const BlockQ3K*>(row)[u];
+  int8_t sc[16];
+  q3k_scales(b.scales, sc);
+  for (int s = 0; s < 16; ++s) w.sc[s] = sc[s] - 32;
+  w.d = fp16_to_fp32(b.d);
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+  for (int h = 0; h < 2; ++h) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
+    for (int j = 0; j < 4; ++j) {
+      const int k = 4 * h + j;
+      const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+      const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(k)), one);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.code + 32 * k),
+                          _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)));
+    }
+  }
+}
+
+void unpack_iq2_xxs(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockIq2Xxs& b = reinterpret_cast<const BlockIq2Xxs*>(row)[u];
+  const uint8_t* q = reinterpret_cast<const uint8_t*>(b.qs);
+  w.d = fp16_to_fp32(b.d);
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int ib = 0; ib < 8; ++ib, q += 8) {
+    uint32_t aux;
+    std::memcpy(&aux, q + 4, 4);
+    const __m256i g =
+        _mm256_setr_epi64x(int64_t(iq::iq2xxs_grid[q[0]]), int64_t(iq::iq2xxs_grid[q[1]]),
+                           int64_t(iq::iq2xxs_grid[q[2]]), int64_t(iq::iq2xxs_grid[q[3]]));
+    const __mmask32 neg = static_cast<__mmask32>(
+        iq::ksigns_iq2xs[aux & 127] | iq::ksigns_iq2xs[(aux >> 7) & 127] << 8 |
+        iq::ksigns_iq2xs[(aux >> 14) & 127] << 16 |
+        uint32_t(iq::ksigns_iq2xs[(aux >> 21) & 127]) << 24);
+    const __m256i v = _mm256_mask_sub_epi8(g, neg, _mm256_setzero_si256(), g);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.code + 32 * ib), _mm256_add_epi8(v, bias));
+    w.sc[ib] = int32_t(2 * (aux >> 28) + 1);
+  }
+}
+
+void unpack_iq4_xs(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockIq4Xs& b = reinterpret_cast<const BlockIq4Xs*>(row)[u];
+  w.d = fp16_to_fp32(b.d);
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl));
+  const __m128i m4 = _mm_set1_epi8(0xF), bias = _mm_set1_epi8(static_cast<char>(0x80));
+  for (int ib = 0; ib < 8; ++ib) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * ib));
+    const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(q, m4));
+    const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(w.code + 32 * ib), _mm_add_epi8(lo, bias));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(w.code + 32 * ib + 16), _mm_add_epi8(hi, bias));
+    const int l = b.scales_l[ib / 2] >> (4 * (ib % 2)) & 0xF;
+    w.sc[ib] = (l | ((b.scales_h >> (2 * ib)) & 3) << 4) - 32;
+  }
+}
+
+void unpack_q8_0(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + 8 * u;
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int k = 0; k < 8; ++k) {
+    w.db[k] = fp16_to_fp32(b[k].d);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[k].qs));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.code + 32 * k), _mm256_add_epi8(q, bias));
+  }
+}
+
+void unpack_mxfp4(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockMxfp4* b = reinterpret_cast<const BlockMxfp4*>(row) + 8 * u;
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
+  const __m128i m4 = _mm_set1_epi8(0xF), bias = _mm_set1_epi8(static_cast<char>(0x80));
+  for (int k = 0; k < 8; ++k) {
+    w.db[k] = e8m0_half(b[k].e);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(w.code + 32 * k),
+                     _mm_add_epi8(_mm_shuffle_epi8(table, _mm_and_si128(q, m4)), bias));
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(w.code + 32 * k + 16),
+        _mm_add_epi8(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)), bias));
+  }
+}
+
+template <class A>
+A* units_of(A* panel) {  // the panel's first 64-byte boundary
+  return reinterpret_cast<A*>((reinterpret_cast<uintptr_t>(panel) + 63) & ~uintptr_t(63));
+}
+
+using Unpack = void (*)(const uint8_t*, int64_t, WUnit&);
+
+struct GemmType {
+  uint32_t id;
+  Unpack unpack;
+  Shape shape;
+};
+
+const GemmType kGemmTypes[] = {
+    {Q4_K, unpack_q4_k, {32, 0, true, false, 1.0f}},
+    {Q5_K, unpack_q5_k, {32, 0, true, false, 1.0f}},
+    {Q6_K, unpack_q6_k, {16, 32, false, false, 1.0f}},
+    {Q2_K, unpack_q2_k, {16, 0, true, false, 1.0f}},
+    {Q3_K, unpack_q3_k, {16, 4, false, false, 1.0f}},
+    {IQ2_XXS, unpack_iq2_xxs, {32, 128, false, false, 0.125f}},
+    {IQ4_XS, unpack_iq4_xs, {32, 128, false, false, 1.0f}},
+    {Q8_0, unpack_q8_0, {32, 128, false, true, 1.0f}},
+    {MXFP4, unpack_mxfp4, {32, 128, false, true, 1.0f}},
+};
+
+const GemmType* find(uint32_t wtype) {
+  for (const GemmType& g : kGemmTypes)
+    if (g.id == wtype) return &g;
+  return nullptr;
+}
+
+// --- Activations: every 16 tokens' units laid out for the microkernel ---
+
+void lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_t* tok, int64_t n_tokens,
+             int64_t cols, AUnit* out) {
+  const int64_t units = cols / kUnit, groups = (n_tokens + kLanes - 1) / kLanes;
+  const bool q8k = vec_dot_type(wtype) == Q8_K;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t u = 0; u < units; ++u) {
+      AUnit& a = out[g * units + u];
+      std::memset(&a, 0, sizeof a);
+      for (int t = 0; t < kLanes && g * kLanes + t < n_tokens; ++t) {
+        const int64_t i = g * kLanes + t;
+        const uint8_t* x = xq + (tok ? tok[i] : i) * xq_row;
+        const int8_t* qs;
+        if (q8k) {
+          const BlockQ8K& b = reinterpret_cast<const BlockQ8K*>(x)[u];
+          qs = b.qs;
+          a.yd[0][t] = b.d;
+          for (int s = 0; s < 16; ++s) a.sum16[s][t] = b.bsums[s];
+          for (int k4 = 0; k4 < kUnit / 4; ++k4) std::memcpy(a.q[k4][t], qs + 4 * k4, 4);
+        } else {
+          const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(x) + 8 * u;
+          for (int k = 0; k < 8; ++k) {
+            a.yd[k][t] = fp16_to_fp32(b[k].d);
+            for (int h = 0; h < 2; ++h) {
+              int s = 0;
+              for (int i2 = 0; i2 < 16; ++i2) s += b[k].qs[16 * h + i2];
+              a.sum16[2 * k + h][t] = s;
+            }
+            for (int k4 = 0; k4 < 8; ++k4) std::memcpy(a.q[8 * k + k4][t], b[k].qs + 4 * k4, 4);
+          }
+        }
+      }
+    }
+}
+
+// --- The microkernel: 8 rows x 16 tokens x one unit ---
+
+template <int kSub, int kBias, bool kMins, bool kBlock32>
+void micro(const WUnit* w, const AUnit& a, __m512* acc) {
+  constexpr int kNs = kUnit / kSub, kSteps = kSub / 4;
+  __m512i isum[kRows], msum[kRows];
+  if constexpr (!kBlock32)
+    for (int r = 0; r < kRows; ++r) isum[r] = msum[r] = _mm512_setzero_si512();
+  for (int s = 0; s < kNs; ++s) {
+    __m512i c[kRows];
+    for (int r = 0; r < kRows; ++r) c[r] = _mm512_setzero_si512();
+    for (int k = 0; k < kSteps; ++k) {
+      const int k4 = s * kSteps + k;
+      const __m512i av = _mm512_load_si512(a.q[k4]);
+      for (int r = 0; r < kRows; ++r) {
+        int32_t w4;
+        std::memcpy(&w4, w[r].code + 4 * k4, 4);
+        c[r] = _mm512_dpbusd_epi32(c[r], _mm512_set1_epi32(w4), av);
+      }
+    }
+    __m512i q = _mm512_load_si512(a.sum16[kSub == 16 ? s : 2 * s]);
+    if constexpr (kSub == 32) q = _mm512_add_epi32(q, _mm512_load_si512(a.sum16[2 * s + 1]));
+    const __m512i bq = _mm512_slli_epi32(q, kBias == 128 ? 7 : kBias == 32 ? 5 : 2);
+    for (int r = 0; r < kRows; ++r) {
+      const __m512i cr = kBias ? _mm512_sub_epi32(c[r], bq) : c[r];
+      if constexpr (kBlock32) {
+        const __m512 t = _mm512_mul_ps(_mm512_set1_ps(w[r].db[s]), _mm512_load_ps(a.yd[s]));
+        acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(t, _mm512_cvtepi32_ps(cr)));
+      } else {
+        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(cr, _mm512_set1_epi32(w[r].sc[s])));
+        if constexpr (kMins)
+          msum[r] = _mm512_add_epi32(msum[r], _mm512_mullo_epi32(q, _mm512_set1_epi32(w[r].mn[s])));
+      }
+    }
+  }
+  if constexpr (!kBlock32) {
+    const __m512 yd = _mm512_load_ps(a.yd[0]);
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 t = _mm512_mul_ps(_mm512_set1_ps(w[r].d), yd);
+      acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(t, _mm512_cvtepi32_ps(isum[r])));
+      if constexpr (kMins) {
+        const __m512 tm = _mm512_mul_ps(_mm512_set1_ps(w[r].dmin), yd);
+        acc[r] = _mm512_sub_ps(acc[r], _mm512_mul_ps(tm, _mm512_cvtepi32_ps(msum[r])));
+      }
+    }
+  }
+}
+
+using Micro = void (*)(const WUnit*, const AUnit&, __m512*);
+
+Micro micro_for(const Shape& s) {
+  if (s.block32) return micro<32, 128, false, true>;
+  if (s.sub == 32) {
+    if (s.mins) return micro<32, 0, true, false>;
+    return micro<32, 128, false, false>;  // IQ2_XXS, IQ4_XS
+  }
+  if (s.mins) return micro<16, 0, true, false>;          // Q2_K
+  if (s.bias == 32) return micro<16, 32, false, false>;  // Q6_K
+  return micro<16, 4, false, false>;                     // Q3_K
+}
+
+}  // namespace
+
+bool gemm_supported(uint32_t wtype) {
+  return find(wtype) != nullptr;
+}
+
+size_t gemm_act_bytes(uint32_t, int64_t cols, int64_t n_tokens) {
+  return size_t((n_tokens + kLanes - 1) / kLanes) * size_t(cols / kUnit) * sizeof(AUnit) + 64;
+}
+
+void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_t* tok,
+                  int64_t n_tokens, int64_t cols, uint8_t* panel) {
+  lay_out(wtype, xq, xq_row, tok, n_tokens, cols, units_of(reinterpret_cast<AUnit*>(panel)));
+}
+
+void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+               const uint8_t* panel, int64_t n_tokens, float* y) {
+  const GemmType& g = *find(wtype);
+  const Micro mk = micro_for(g.shape);
+  const int64_t units = cols / kUnit, groups = (n_tokens + kLanes - 1) / kLanes;
+  const size_t w_row = row_size(wtype, cols);
+  const AUnit* act = units_of(reinterpret_cast<const AUnit*>(panel));
+  thread_local std::vector<WUnit> wp;
+  wp.resize(size_t(units) * kRows);
+  for (int64_t rb = r0; rb < r1; rb += kRows) {
+    const int nr = int(std::min<int64_t>(kRows, r1 - rb));
+    for (int r = 0; r < kRows; ++r)
+      for (int64_t u = 0; u < units; ++u) {
+        WUnit& wu = wp[size_t(u) * kRows + r];
+        if (r < nr) {
+          g.unpack(static_cast<const uint8_t*>(w) + (rb + r) * w_row, u, wu);
+        } else {  // past the last row: zeros
+          std::memset(wu.code, 0, sizeof wu.code);
+          std::memset(wu.sc, 0, sizeof wu.sc), std::memset(wu.mn, 0, sizeof wu.mn);
+          wu.d = wu.dmin = 0;
+          std::memset(wu.db, 0, sizeof wu.db);
+        }
+      }
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      __m512 acc[kRows];
+      for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
+      for (int64_t u = 0; u < units; ++u) mk(&wp[size_t(u) * kRows], act[gi * units + u], acc);
+      alignas(64) float out[kRows][kLanes];
+      for (int r = 0; r < kRows; ++r)
+        _mm512_store_ps(out[r], g.shape.post == 1.0f
+                                    ? acc[r]
+                                    : _mm512_mul_ps(_mm512_set1_ps(g.shape.post), acc[r]));
+      const int nt = int(std::min<int64_t>(kLanes, n_tokens - gi * kLanes));
+      for (int t = 0; t < nt; ++t)
+        for (int r = 0; r < nr; ++r) y[(gi * kLanes + t) * rows + rb + r] = out[r][t];
+    }
+  }
+}
+
+}  // namespace kernels::avx512
