@@ -5,6 +5,7 @@
 //   build  expert-pack build bytes/s vs a plain sequential copy of the same file
 //   mem    expertd resident memory beyond its arena with 8 clients; expert-pack build peak RSS
 //   h2d    (CUDA builds) the cuda arena's staging path vs bare cudaMemcpyAsync from pinned memory
+//   kernels, attention, gemv: the CPU kernels (bench/kernels_bench.cpp)
 #include <fcntl.h>
 #include <liburing.h>
 #include <signal.h>
@@ -769,25 +770,16 @@ int main(int argc, char** argv) {
   pol->add_option("--trace", trace_path, "file written by expertd --trace-path")->required();
   pol->add_option("--fractions", fractions, "cache sizes as fractions of all experts")
       ->delimiter(',');
-  std::string ggml_lib;
-  std::vector<std::string> kernel_types;
-  int64_t kernel_n = 2048;
-  int kernel_rounds = 300;
-  auto* kern = app.add_subcommand(
-      "kernels",
-      "every weight type's CPU dot product against llama.cpp's (--ggml-cpu); ratio = median of "
-      "llama.cpp's time / ours");
-  kern->add_option("--ggml-cpu", ggml_lib,
-                   "llama.cpp's libggml-cpu.so (llama-cpp-python ships one in llama_cpp/lib); "
-                   "without it, ours alone");
-  kern->add_option("--types", kernel_types, "weight types (default: all)")->delimiter(',');
-  kern->add_option("--row", kernel_n, "elements per row")->capture_default_str();
-  kern->add_option("--rounds", kernel_rounds, "timed rounds (best of)")->capture_default_str();
+  KernelsArgs kern_args;
+  auto* kern = add_kernels_command(app, kern_args);
   AttentionArgs att_args;
   auto* att = add_attention_command(app, att_args);
+  GemvArgs gemv_args;
+  auto* gemv = add_gemv_command(app, gemv_args);
   CLI11_PARSE(app, argc, argv);
   if (att->parsed()) return bench_attention(att_args);
-  if (kern->parsed()) return bench_kernels(ggml_lib, kernel_types, kernel_n, kernel_rounds);
+  if (gemv->parsed()) return bench_gemv(gemv_args);
+  if (kern->parsed()) return bench_kernels(kern_args);
   if (pol->parsed()) return bench_policy(trace_path, fractions);
   if (sim->parsed()) return bench_sim(sock, tokens, top_k, zipf_s, 7);
   ::signal(SIGPIPE, SIG_IGN);

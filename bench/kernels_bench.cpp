@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -31,7 +32,25 @@ struct GgmlTraits {
 };
 }  // namespace
 
-int bench_kernels(const std::string& lib, std::vector<std::string> types, int64_t n, int rounds) {
+CLI::App* add_kernels_command(CLI::App& app, KernelsArgs& a) {
+  auto* kern = app.add_subcommand(
+      "kernels",
+      "every weight type's CPU dot product against llama.cpp's (--ggml-cpu); ratio = median of "
+      "llama.cpp's time / ours");
+  kern->add_option("--ggml-cpu", a.ggml_lib,
+                   "llama.cpp's libggml-cpu.so (llama-cpp-python ships one in llama_cpp/lib); "
+                   "without it, ours alone");
+  kern->add_option("--types", a.types, "weight types (default: all)")->delimiter(',');
+  kern->add_option("--row", a.row, "elements per row")->capture_default_str();
+  kern->add_option("--rounds", a.rounds, "timed rounds (best of)")->capture_default_str();
+  return kern;
+}
+
+int bench_kernels(const KernelsArgs& args) {
+  const std::string& lib = args.ggml_lib;
+  std::vector<std::string> types = args.types;
+  const int64_t n = args.row;
+  const int rounds = args.rounds;
   using Clock = std::chrono::steady_clock;
   const GgmlTraits* (*traits)(int) = nullptr;
   if (!lib.empty()) {
@@ -213,5 +232,87 @@ int bench_attention(const AttentionArgs& args) {
               ma * 1e3, cache_gb * heads * tokens / ma, mb * 1e3,
               cache_gb * kv_heads * tokens / mb);
   std::printf("ratio=%.3f\n", ma / mb);
+  return 0;
+}
+
+// expert-bench gemv: decode's matrix-vector product (one token against a weight matrix far larger
+// than the caches, on the engine's thread pool) against a stream that reads the same bytes with the
+// same threads (64-byte loads summed, nothing else): the GEMV's bytes/s over the machine's. 1.0
+// is reading the weights as fast as memory gives them. Alternating rounds, medians.
+CLI::App* add_gemv_command(CLI::App& app, GemvArgs& a) {
+  auto* g = app.add_subcommand(
+      "gemv",
+      "decode's matrix-vector product per weight type against a stream of the same bytes "
+      "(bytes/s; ratio = GEMV / stream)");
+  g->add_option("--types", a.types, "weight types")->delimiter(',')->capture_default_str();
+  g->add_option("--mib", a.mib, "matrix size")->capture_default_str();
+  g->add_option("--threads", a.threads, "threads (default: all cores)");
+  g->add_option("--rounds", a.rounds, "alternating rounds")->capture_default_str();
+  return g;
+}
+
+int bench_gemv(const GemvArgs& a) {
+  using Clock = std::chrono::steady_clock;
+  const int threads = a.threads > 0 ? a.threads : int(std::thread::hardware_concurrency());
+  kernels::ThreadPool pool(threads);
+  const int64_t cols = 2048;
+  std::printf("gemv: %s kernels, %d threads, %lld MiB per matrix, %d rounds\n",
+              kernels::isa_name(kernels::best_isa()), threads, (long long)a.mib, a.rounds);
+  std::vector<double> ratios;
+  for (const std::string& name : a.types) {
+    const kernels::TypeTraits* t = kernels::type_by_name(name);
+    if (!t || !kernels::weight_type_supported(t->id)) {
+      std::fprintf(stderr, "expert-bench: %s is not a weight type the kernels run\n", name.c_str());
+      return 1;
+    }
+    const size_t rb = kernels::row_size(t->id, cols);
+    const int64_t rows = int64_t((size_t(a.mib) << 20) / rb);
+    const size_t bytes = rb * size_t(rows);
+    std::vector<uint8_t> w(bytes);
+    uint64_t rng = 3;
+    pool.parallel_for(rows, 256, [&](int64_t b, int64_t e) {  // random whole rows, paged in
+      uint64_t r = rng + uint64_t(b);
+      kernels::random_blocks(t->id, w.data() + size_t(b) * rb, size_t(e - b) * rb, 0.05f, r);
+    });
+    std::vector<float> x(cols), y(rows);
+    for (float& v : x) v = kernels::detail::gauss(rng);
+    std::vector<uint8_t> xq(kernels::row_size(kernels::vec_dot_type(t->id), cols));
+    kernels::quantize_activations(t->id, x.data(), xq.data(), cols);
+    const kernels::MatmulJob job{t->id,     w.data(), rows, cols,    xq.data(),
+                                 xq.size(), nullptr,  1,    y.data()};
+    std::vector<uint64_t> sums(size_t(threads) * 8);
+    auto stream = [&] {
+      pool.parallel_for(int64_t(bytes / 4096), 64, [&](int64_t b, int64_t e) {
+        uint64_t s[8] = {};
+        for (size_t i = size_t(b) * 512; i < size_t(e) * 512; i += 8)  // 64 bytes a step
+          for (int k = 0; k < 8; ++k) {
+            uint64_t v;
+            std::memcpy(&v, w.data() + 8 * (i + k), 8);
+            s[k] += v;
+          }
+        std::memcpy(&sums[size_t(b % threads) * 8], s, sizeof s);
+      });
+    };
+    std::vector<double> g_s, s_s;
+    for (int r = 0; r < a.rounds + 1; ++r) {  // the first round warms up and is not counted
+      auto t0 = Clock::now();
+      kernels::matmul_batch(&job, 1, &pool);
+      auto t1 = Clock::now();
+      stream();
+      auto t2 = Clock::now();
+      if (r == 0) continue;
+      g_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+      s_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+    }
+    std::sort(g_s.begin(), g_s.end());
+    std::sort(s_s.begin(), s_s.end());
+    const double gb = double(bytes) / 1e9, gemv = gb / g_s[g_s.size() / 2],
+                 strm = gb / s_s[s_s.size() / 2];
+    ratios.push_back(gemv / strm);
+    std::printf("%-8s %7.1f MB  gemv %5.2f GB/s  stream %5.2f GB/s  ratio %.2f\n", t->name,
+                double(bytes) / 1e6, gemv, strm, gemv / strm);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  std::printf("ratio=%.3f\n", ratios[ratios.size() / 2]);
   return 0;
 }

@@ -1,5 +1,5 @@
 // expert-bench's CPU kernel benchmarks (kernels_bench.cpp): the weight types' dots against
-// llama.cpp's, and attention per head against grouped.
+// llama.cpp's, attention per head against grouped, decode's GEMV against a memory stream.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -7,7 +7,14 @@
 #include <string>
 #include <vector>
 
-int bench_kernels(const std::string& lib, std::vector<std::string> types, int64_t n, int rounds);
+struct KernelsArgs {
+  std::string ggml_lib;
+  std::vector<std::string> types;
+  int64_t row = 2048;
+  int rounds = 300;
+};
+CLI::App* add_kernels_command(CLI::App& app, KernelsArgs& a);
+int bench_kernels(const KernelsArgs& a);
 
 struct AttentionArgs {
   int64_t keys = 8192, dim = 128;
@@ -16,3 +23,11 @@ struct AttentionArgs {
 };
 CLI::App* add_attention_command(CLI::App& app, AttentionArgs& a);
 int bench_attention(const AttentionArgs& a);
+
+struct GemvArgs {
+  std::vector<std::string> types = {"Q4_K", "Q2_K", "Q3_K", "IQ2_XXS", "MXFP4", "IQ4_XS", "Q8_0"};
+  int64_t mib = 512;
+  int threads = 0, rounds = 7;
+};
+CLI::App* add_gemv_command(CLI::App& app, GemvArgs& a);
+int bench_gemv(const GemvArgs& a);

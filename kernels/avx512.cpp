@@ -140,52 +140,79 @@ void tile_q6_k_avx512(const BlockQ6K* x, const BlockQ8K* const* ys, int64_t n, f
   for (int t = 0; t < N; ++t) out[t] = acc[t];
 }
 
-template <int N>
-void tile_q8_0_avx512(const BlockQ8_0* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
+// The 32-element block types: a block's 32 signed values and its scale.
+struct Q8_0Values {
+  static __m256i values(const BlockQ8_0& b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  }
+  static float scale(const BlockQ8_0& b) { return fp16_to_fp32(b.d); }
+};
+struct Mxfp4Values {
+  static __m256i values(const BlockMxfp4& b) {
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
+                            _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));
+  }
+  static float scale(const BlockMxfp4& b) { return e8m0_half(b.e); }
+};
+
+// Lane k: the sum of v[k]'s 8 lanes (8 blocks' sums reduced together).
+inline __m256i sums8(const __m256i* v) {
+  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                          _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// Each block's exact sum (|w| against the activations with w's signs), then acc + (dx * dy) * sum
+// block by block; eight blocks' sums reduced together.
+template <class V, class Block, int N>
+void tile_b32_avx512(const Block* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
   float acc[N] = {};
-  for (int64_t b = 0; b < n / kQK8_0; ++b) {
-    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-    const __m256i ax = _mm256_abs_epi8(xq);  // |x| as unsigned, the sign moved onto the activations
-    const float dx = fp16_to_fp32(x[b].d);
+  const int64_t nb = n / kQK8_0;
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    __m256i w[8], aw[8];
+    float dx[8];
+    for (int k = 0; k < 8; ++k)
+      w[k] = V::values(x[b + k]), aw[k] = _mm256_abs_epi8(w[k]), dx[k] = V::scale(x[b + k]);
+    for (int t = 0; t < N; ++t) {
+      __m256i d[8];
+      for (int k = 0; k < 8; ++k)
+        d[k] = _mm256_dpbusd_epi32(
+            _mm256_setzero_si256(), aw[k],
+            _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b + k].qs)),
+                             w[k]));
+      alignas(32) int32_t sum[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sum), sums8(d));
+      for (int k = 0; k < 8; ++k)
+        acc[t] = acc[t] + (dx[k] * fp16_to_fp32(ys[t][b + k].d)) * float(sum[k]);
+    }
+  }
+  for (; b < nb; ++b) {
+    const __m256i w = V::values(x[b]), aw = _mm256_abs_epi8(w);
+    const float dx = V::scale(x[b]);
     for (int t = 0; t < N; ++t) {
       const __m256i sy =
-          _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs)), xq);
-      const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy);
+          _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs)), w);
+      const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sy);
       acc[t] = acc[t] + (dx * fp16_to_fp32(ys[t][b].d)) * float(hsum_i32(dot));
     }
   }
   for (int t = 0; t < N; ++t) out[t] = acc[t];
 }
-
+template <int N>
+void tile_q8_0_avx512(const BlockQ8_0* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
+  tile_b32_avx512<Q8_0Values, BlockQ8_0, N>(x, ys, n, out);
+}
 template <int N>
 void tile_mxfp4_avx512(const BlockMxfp4* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
-  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
-  const __m128i m4 = _mm_set1_epi8(0xF);
-  float acc[N] = {};
-  for (int64_t b = 0; b < n / kQK8_0; ++b) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
-    const __m256i w =
-        _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
-                         _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));
-    const __m256i aw = _mm256_abs_epi8(w);
-    const float e = e8m0_half(x[b].e);
-    for (int t = 0; t < N; ++t) {
-      const __m256i sy =
-          _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs)), w);
-      const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sy);
-      acc[t] = acc[t] + (e * fp16_to_fp32(ys[t][b].d)) * float(hsum_i32(dot));
-    }
-  }
-  for (int t = 0; t < N; ++t) out[t] = acc[t];
+  tile_b32_avx512<Mxfp4Values, BlockMxfp4, N>(x, ys, n, out);
 }
 
-// 16 i16 lanes of `v` (a super-block's sub-block scales) spread over 64 weights: i16 lane i of the
-// result is scale first + i / group (group: i16 lanes per scale, 8 for 16 weights, 16 for 32).
-inline __m512i spread16(__m512i v, int first, int group) {
-  alignas(64) int16_t idx[32];
-  for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(first + i / group);
-  return _mm512_permutexvar_epi16(_mm512_load_si512(idx), v);
-}
 // Activations x weight signs: q negated where the 64-bit mask has a bit set (AVX-512 has no
 // sign_epi8).
 inline __m512i negate_where(__m512i q, __mmask64 neg) {
@@ -289,15 +316,15 @@ void tile_q3_k_avx512(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, f
 }
 
 // IQ2_XXS: per 32 weights four 8-weight grid rows (unsigned), four 7-bit sign indices and a 4-bit
-// scale. The grid rows come in one gather; the signs become a 64-bit mask put onto the activations
-// (a sign index is the low 7 bits of its 8 signs, the eighth the parity: ksigns_iq2xs).
-inline uint64_t iq2_sign_mask(uint32_t a0, uint32_t a1) {
-  const uint64_t v =
-      _pdep_u64((a0 & 0x0FFFFFFF) | uint64_t(a1 & 0x0FFFFFFF) << 28, 0x7F7F7F7F7F7F7F7Full);
-  uint64_t p = v ^ (v >> 4);
+// scale; the signs become a mask put onto the activations (a sign index is the low 7 bits of its
+// 8 signs, the eighth their parity: ksigns_iq2xs). 32 weights a step: a gather of 8 grid rows
+// runs slower here than 4 loads.
+inline __mmask32 iq2_signs(uint32_t aux) {
+  const uint32_t v = _pdep_u32(aux & 0x0FFFFFFF, 0x7F7F7F7F);
+  uint32_t p = v ^ (v >> 4);
   p ^= p >> 2;
   p ^= p >> 1;
-  return v | (p & 0x0101010101010101ull) << 7;
+  return v | (p & 0x01010101) << 7;
 }
 
 template <int N>
@@ -305,21 +332,21 @@ void tile_iq2_xxs_avx512(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_
   float acc[N] = {};
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
-    __m512i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
-    for (int ib = 0; ib < 8; ib += 2, q += 16) {  // groups ib, ib + 1
-      uint32_t i0, a0, i1, a1;
-      std::memcpy(&i0, q, 4);
-      std::memcpy(&a0, q + 4, 4);
-      std::memcpy(&i1, q + 8, 4);
-      std::memcpy(&a1, q + 12, 4);
-      const __m512i idx = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128(int64_t(i0 | uint64_t(i1) << 32)));
-      const __m512i g = _mm512_i64gather_epi64(idx, iq::iq2xxs_grid, 8);
-      const __mmask64 m = iq2_sign_mask(a0, a1);
-      const __m512i ls = two_halves16(int(2 * (a0 >> 28) + 1), int(2 * (a1 >> 28) + 1));
+    __m256i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib, q += 8) {
+      uint32_t aux;
+      std::memcpy(&aux, q + 4, 4);
+      const __m256i g =
+          _mm256_set_epi64x(int64_t(iq::iq2xxs_grid[q[3]]), int64_t(iq::iq2xxs_grid[q[2]]),
+                            int64_t(iq::iq2xxs_grid[q[1]]), int64_t(iq::iq2xxs_grid[q[0]]));
+      const __mmask32 m = iq2_signs(aux);
+      const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
       for (int t = 0; t < N; ++t) {
-        const __m512i q8 = negate_where(_mm512_loadu_si512(ys[t][b].qs + 32 * ib), m);
-        isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(g, q8), ls);
+        const __m256i y =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs + 32 * ib));
+        const __m256i q8 = _mm256_mask_sub_epi8(y, m, _mm256_setzero_si256(), y);
+        isum[t] = _mm256_dpwssd_epi32(isum[t], _mm256_maddubs_epi16(g, q8), ls);
       }
     }
     const float fd = fp16_to_fp32(x[b].d);

@@ -1,6 +1,7 @@
 #include "kernels/kernels.h"
 
 #include <cpuid.h>
+#include <xmmintrin.h>
 
 #include <algorithm>
 #include <cassert>
@@ -195,11 +196,17 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
         continue;
       }
       const size_t w_row = row_size(m.wtype, m.cols);
+      const int64_t ahead = std::max<int64_t>(1, int64_t((2048 + w_row - 1) / w_row));
       const TileOp op(*type_traits(m.wtype), be);  // once per job, not per row
       for (int64_t rb = g - first[j]; rb < r_end; rb += kRowBlock)
         for (int64_t tb = 0; tb < m.n_tokens; tb += kTokenBlock)
           for (int64_t r = rb; r < std::min(rb + kRowBlock, r_end); ++r) {
             const uint8_t* wr = static_cast<const uint8_t*>(m.w) + r * w_row;
+            // The weights a little ahead (>= 2 KiB): the hardware's prefetcher alone leaves a
+            // decode step's matrix-vector products at ~2/3 of the memory's bandwidth.
+            if (tb == 0 && r + ahead < r_end)
+              for (size_t o = 0; o < w_row; o += 64)
+                _mm_prefetch(wr + ahead * w_row + o, _MM_HINT_T0);
             for (int64_t t = tb; t < std::min(tb + kTokenBlock, m.n_tokens); t += kMaxTile) {
               const int nt = static_cast<int>(std::min<int64_t>(kMaxTile, m.n_tokens - t));
               for (int i = 0; i < nt; ++i) xs[i] = m.xq + (m.tok ? m.tok[t + i] : t + i) * m.xq_row;
