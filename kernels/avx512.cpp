@@ -6,6 +6,7 @@
 // AVX2 kernels (this CPU has AVX2).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -140,12 +141,24 @@ void tile_q6_k_avx512(const BlockQ6K* x, const BlockQ8K* const* ys, int64_t n, f
   for (int t = 0; t < N; ++t) out[t] = acc[t];
 }
 
-// The 32-element block types: a block's 32 signed values and its scale.
+// The 32-element block types: a block's 32 signed values, and the scales of up to 8 blocks
+// (lanes past k zero).
+__attribute__((always_inline)) inline __m256 halves8(const uint8_t* p, size_t stride,
+                                                     int k) {  // k fp16 values, stride apart
+  auto h = [&](int i) {
+    uint16_t v = 0;
+    if (i < k) std::memcpy(&v, p + i * stride, 2);
+    return static_cast<short>(v);
+  };
+  return _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)));
+}
 struct Q8_0Values {
   static __m256i values(const BlockQ8_0& b) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
   }
-  static float scale(const BlockQ8_0& b) { return fp16_to_fp32(b.d); }
+  static __m256 scales(const BlockQ8_0* b, int k) {
+    return halves8(reinterpret_cast<const uint8_t*>(&b->d), sizeof(BlockQ8_0), k);
+  }
 };
 struct Mxfp4Values {
   static __m256i values(const BlockMxfp4& b) {
@@ -155,7 +168,11 @@ struct Mxfp4Values {
     return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
                             _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));
   }
-  static float scale(const BlockMxfp4& b) { return e8m0_half(b.e); }
+  static __m256 scales(const BlockMxfp4* b, int k) {
+    alignas(32) float e[8] = {};
+    for (int i = 0; i < k; ++i) e[i] = e8m0_half(b[i].e);
+    return _mm256_load_ps(e);
+  }
 };
 
 // Lane k: the sum of v[k]'s 8 lanes (8 blocks' sums reduced together).
@@ -167,42 +184,44 @@ inline __m256i sums8(const __m256i* v) {
                           _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
-// Each block's exact sum (|w| against the activations with w's signs), then acc + (dx * dy) * sum
-// block by block; eight blocks' sums reduced together.
+// Block b's exact sum I (|w| against the activations with w's signs) goes to float lane b % 8:
+// acc[b % 8] + (dx * dy) * I, block by block; the result is the lanes summed as x86::hsum does,
+// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). Eight blocks a step (kb < 8: the row's last).
+template <class V, class Block, int N, bool kFull>
+__attribute__((always_inline)) inline void b32_step(const Block* x, const BlockQ8_0* const* ys,
+                                                    int64_t b, int kb, __m256* acc) {
+  if constexpr (kFull) kb = 8;
+  __m256i w[8], aw[8];
+  for (int k = 0; k < 8; ++k) {
+    w[k] = kFull || k < kb ? V::values(x[b + k]) : _mm256_setzero_si256();
+    aw[k] = _mm256_abs_epi8(w[k]);
+  }
+  const __m256 dx = V::scales(x + b, kb);
+  for (int t = 0; t < N; ++t) {
+    __m256i d[8];
+    for (int k = 0; k < 8; ++k)
+      d[k] = kFull || k < kb
+                 ? _mm256_dpbusd_epi32(
+                       _mm256_setzero_si256(), aw[k],
+                       _mm256_sign_epi8(
+                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b + k].qs)),
+                           w[k]))
+                 : _mm256_setzero_si256();
+    const __m256 dy = halves8(reinterpret_cast<const uint8_t*>(&ys[t][b].d), sizeof(BlockQ8_0), kb);
+    const __m256 p = _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(sums8(d)));
+    acc[t] = kFull ? _mm256_add_ps(acc[t], p)
+                   : _mm256_mask_add_ps(acc[t], __mmask8((1u << kb) - 1), acc[t], p);
+  }
+}
 template <class V, class Block, int N>
 void tile_b32_avx512(const Block* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
-  float acc[N] = {};
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const int64_t nb = n / kQK8_0;
   int64_t b = 0;
-  for (; b + 8 <= nb; b += 8) {
-    __m256i w[8], aw[8];
-    float dx[8];
-    for (int k = 0; k < 8; ++k)
-      w[k] = V::values(x[b + k]), aw[k] = _mm256_abs_epi8(w[k]), dx[k] = V::scale(x[b + k]);
-    for (int t = 0; t < N; ++t) {
-      __m256i d[8];
-      for (int k = 0; k < 8; ++k)
-        d[k] = _mm256_dpbusd_epi32(
-            _mm256_setzero_si256(), aw[k],
-            _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b + k].qs)),
-                             w[k]));
-      alignas(32) int32_t sum[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sum), sums8(d));
-      for (int k = 0; k < 8; ++k)
-        acc[t] = acc[t] + (dx[k] * fp16_to_fp32(ys[t][b + k].d)) * float(sum[k]);
-    }
-  }
-  for (; b < nb; ++b) {
-    const __m256i w = V::values(x[b]), aw = _mm256_abs_epi8(w);
-    const float dx = V::scale(x[b]);
-    for (int t = 0; t < N; ++t) {
-      const __m256i sy =
-          _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs)), w);
-      const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sy);
-      acc[t] = acc[t] + (dx * fp16_to_fp32(ys[t][b].d)) * float(hsum_i32(dot));
-    }
-  }
-  for (int t = 0; t < N; ++t) out[t] = acc[t];
+  for (; b + 8 <= nb; b += 8) b32_step<V, Block, N, true>(x, ys, b, 8, acc);
+  if (b < nb) b32_step<V, Block, N, false>(x, ys, b, int(nb - b), acc);
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
 }
 template <int N>
 void tile_q8_0_avx512(const BlockQ8_0* x, const BlockQ8_0* const* ys, int64_t n, float* out) {

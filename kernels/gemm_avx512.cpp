@@ -7,7 +7,8 @@
 //
 // The arithmetic is the AVX-512 tiles' (avx512.cpp): per super-block (per 32-element block for
 // Q8_0 and MXFP4) the exact integer sum, then acc = acc + (d * yd) * I (less (dmin * yd) * M for
-// the types with mins) in float, block by block. So a token's result is bit for bit the same
+// the types with mins) in float, block by block (Q8_0, MXFP4: into float lane b % 8, the lanes
+// summed in a fixed order at the end). So a token's result is bit for bit the same
 // whether it is computed here, in a tile of 1..4 tokens or as a single dot.
 #include <immintrin.h>
 
@@ -298,9 +299,9 @@ void micro(const WUnit* w, const AUnit& a, __m512* acc) {
     const __m512i bq = _mm512_slli_epi32(q, kBias == 128 ? 7 : kBias == 32 ? 5 : 2);
     for (int r = 0; r < kRows; ++r) {
       const __m512i cr = kBias ? _mm512_sub_epi32(c[r], bq) : c[r];
-      if constexpr (kBlock32) {
+      if constexpr (kBlock32) {  // block s goes to the row's float lane s (the tiles' order)
         const __m512 t = _mm512_mul_ps(_mm512_set1_ps(w[r].db[s]), _mm512_load_ps(a.yd[s]));
-        acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(t, _mm512_cvtepi32_ps(cr)));
+        acc[8 * r + s] = _mm512_add_ps(acc[8 * r + s], _mm512_mul_ps(t, _mm512_cvtepi32_ps(cr)));
       } else {
         isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(cr, _mm512_set1_epi32(w[r].sc[s])));
         if constexpr (kMins)
@@ -373,14 +374,21 @@ void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_
         }
       }
     for (int64_t gi = 0; gi < groups; ++gi) {
-      __m512 acc[kRows];
-      for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
+      __m512 acc[kRows * 8];  // block32: 8 float lanes per row (tile_b32_avx512's), else one
+      for (__m512& v : acc) v = _mm512_setzero_ps();
       for (int64_t u = 0; u < units; ++u) mk(&wp[size_t(u) * kRows], act[gi * units + u], acc);
       alignas(64) float out[kRows][kLanes];
-      for (int r = 0; r < kRows; ++r)
-        _mm512_store_ps(out[r], g.shape.post == 1.0f
-                                    ? acc[r]
-                                    : _mm512_mul_ps(_mm512_set1_ps(g.shape.post), acc[r]));
+      for (int r = 0; r < kRows; ++r) {
+        __m512 v = acc[r];
+        if (g.shape.block32) {  // x86::hsum's order of the 8 lanes
+          const __m512* a8 = acc + 8 * r;
+          v = _mm512_add_ps(
+              _mm512_add_ps(_mm512_add_ps(a8[0], a8[4]), _mm512_add_ps(a8[2], a8[6])),
+              _mm512_add_ps(_mm512_add_ps(a8[1], a8[5]), _mm512_add_ps(a8[3], a8[7])));
+        }
+        _mm512_store_ps(out[r],
+                        g.shape.post == 1.0f ? v : _mm512_mul_ps(_mm512_set1_ps(g.shape.post), v));
+      }
       const int nt = int(std::min<int64_t>(kLanes, n_tokens - gi * kLanes));
       for (int t = 0; t < nt; ++t)
         for (int r = 0; r < nr; ++r) y[(gi * kLanes + t) * rows + rb + r] = out[r][t];
