@@ -40,14 +40,23 @@ inline __m256i load(const void* p) {
 }
 }  // namespace
 
-float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQK8_0; ++b) {
-    const __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(load(x[b].qs), load(y[b].qs))), acc);
+// Q8_0 and MXFP4: x86.h's block body (each block's exact sum, then eight float lanes), its
+// 4-element sums from vpmaddubsw + vpmaddwd (no saturation: |w| <= 128, |y| <= 127).
+struct DotMaddubs {
+  static __m256i dot(__m256i aw, __m256i sy) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), _mm256_set1_epi16(1));
   }
-  return hsum(acc);
+};
+template <int N>
+void q8_0_rows(const BlockQ8_0* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
+  x86::tile_b32<DotMaddubs, x86::Q8_0Values, BlockQ8_0, N>(x, ys, n, out);
 }
+template <int N>
+void mxfp4_rows(const BlockMxfp4* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
+  x86::tile_b32<DotMaddubs, x86::Mxfp4Values, BlockMxfp4, N>(x, ys, n, out);
+}
+EXPERTD_ROWS_KERNEL(q8_0, BlockQ8_0, BlockQ8_0, q8_0_rows)
+EXPERTD_ROWS_KERNEL(mxfp4, BlockMxfp4, BlockQ8_0, mxfp4_rows)
 
 // Q4_K and Q5_K share everything but the fifth bit. llama.cpp's structure: the scales as i16
 // madd multipliers from one shuffle, the mins against the activations' pair sums in four float
@@ -318,41 +327,6 @@ float dot_q5_0(const BlockQ5_0* x, const BlockQ8_0* y, int64_t n) {
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(w, load(y[b].qs))), acc);
   }
   return hsum(acc);
-}
-
-// MXFP4 against Q8_0 activations: integer sums of the doubled FP4 values per block of 32, scaled
-// by the half E8M0 scale and the activations' scale (ggml's reference order).
-float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n) {
-  // The 16 FP4 codes map to int8 through one byte shuffle; products as for Q8_0 (sign trick).
-  // llama.cpp's structure: two blocks per step in two accumulators (half the FMA latency chain),
-  // an odd last block in scalar.
-  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
-  const __m128i m4 = _mm_set1_epi8(0xF);
-  auto weights = [&](const BlockMxfp4& b) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-    return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
-                            _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));  // 0..15, 16..31
-  };
-  __m256 acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
-  const int64_t nb = n / kQK8_0;
-  int64_t b = 0;
-  for (; b + 1 < nb; b += 2) {
-    const __m256i p1 = mul_sum_i8(weights(x[b]), load(y[b].qs));
-    const __m256i p2 = mul_sum_i8(weights(x[b + 1]), load(y[b + 1].qs));
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(y[b].d) * e8m0_half(x[b].e)),
-                           _mm256_cvtepi32_ps(p1), acc1);
-    acc2 = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(y[b + 1].d) * e8m0_half(x[b + 1].e)),
-                           _mm256_cvtepi32_ps(p2), acc2);
-  }
-  float s = hsum(_mm256_add_ps(acc1, acc2));
-  for (; b < nb; ++b) {
-    int sumi = 0;
-    for (int j = 0; j < 16; ++j)
-      sumi += y[b].qs[j] * kMxfp4Doubled[x[b].qs[j] & 0xF] +
-              y[b].qs[j + 16] * kMxfp4Doubled[x[b].qs[j] >> 4];
-    s += fp16_to_fp32(y[b].d) * e8m0_half(x[b].e) * static_cast<float>(sumi);
-  }
-  return s;
 }
 
 float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n) {

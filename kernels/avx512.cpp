@@ -141,95 +141,20 @@ void tile_q6_k_avx512(const BlockQ6K* x, const BlockQ8K* const* ys, int64_t n, f
   for (int t = 0; t < N; ++t) out[t] = acc[t];
 }
 
-// The 32-element block types: a block's 32 signed values, and the scales of up to 8 blocks
-// (lanes past k zero).
-__attribute__((always_inline)) inline __m256 halves8(const uint8_t* p, size_t stride,
-                                                     int k) {  // k fp16 values, stride apart
-  auto h = [&](int i) {
-    uint16_t v = 0;
-    if (i < k) std::memcpy(&v, p + i * stride, 2);
-    return static_cast<short>(v);
-  };
-  return _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)));
-}
-struct Q8_0Values {
-  static __m256i values(const BlockQ8_0& b) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
-  }
-  static __m256 scales(const BlockQ8_0* b, int k) {
-    return halves8(reinterpret_cast<const uint8_t*>(&b->d), sizeof(BlockQ8_0), k);
-  }
-};
-struct Mxfp4Values {
-  static __m256i values(const BlockMxfp4& b) {
-    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
-    const __m128i m4 = _mm_set1_epi8(0xF);
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-    return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
-                            _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));
-  }
-  static __m256 scales(const BlockMxfp4* b, int k) {
-    alignas(32) float e[8] = {};
-    for (int i = 0; i < k; ++i) e[i] = e8m0_half(b[i].e);
-    return _mm256_load_ps(e);
+// One block's 4-element sums: |w| x the activations with w's signs, one vpdpbusd.
+struct DotVnni {
+  static __m256i dot(__m256i aw, __m256i sy) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sy);
   }
 };
 
-// Lane k: the sum of v[k]'s 8 lanes (8 blocks' sums reduced together).
-inline __m256i sums8(const __m256i* v) {
-  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
-  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
-  const __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
-                          _mm256_permute2x128_si256(lo, hi, 0x31));
-}
-
-// Block b's exact sum I (|w| against the activations with w's signs) goes to float lane b % 8:
-// acc[b % 8] + (dx * dy) * I, block by block; the result is the lanes summed as x86::hsum does,
-// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). Eight blocks a step (kb < 8: the row's last).
-template <class V, class Block, int N, bool kFull>
-__attribute__((always_inline)) inline void b32_step(const Block* x, const BlockQ8_0* const* ys,
-                                                    int64_t b, int kb, __m256* acc) {
-  if constexpr (kFull) kb = 8;
-  __m256i w[8], aw[8];
-  for (int k = 0; k < 8; ++k) {
-    w[k] = kFull || k < kb ? V::values(x[b + k]) : _mm256_setzero_si256();
-    aw[k] = _mm256_abs_epi8(w[k]);
-  }
-  const __m256 dx = V::scales(x + b, kb);
-  for (int t = 0; t < N; ++t) {
-    __m256i d[8];
-    for (int k = 0; k < 8; ++k)
-      d[k] = kFull || k < kb
-                 ? _mm256_dpbusd_epi32(
-                       _mm256_setzero_si256(), aw[k],
-                       _mm256_sign_epi8(
-                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b + k].qs)),
-                           w[k]))
-                 : _mm256_setzero_si256();
-    const __m256 dy = halves8(reinterpret_cast<const uint8_t*>(&ys[t][b].d), sizeof(BlockQ8_0), kb);
-    const __m256 p = _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(sums8(d)));
-    acc[t] = kFull ? _mm256_add_ps(acc[t], p)
-                   : _mm256_mask_add_ps(acc[t], __mmask8((1u << kb) - 1), acc[t], p);
-  }
-}
-template <class V, class Block, int N>
-void tile_b32_avx512(const Block* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
-  __m256 acc[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
-  const int64_t nb = n / kQK8_0;
-  int64_t b = 0;
-  for (; b + 8 <= nb; b += 8) b32_step<V, Block, N, true>(x, ys, b, 8, acc);
-  if (b < nb) b32_step<V, Block, N, false>(x, ys, b, int(nb - b), acc);
-  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
-}
 template <int N>
 void tile_q8_0_avx512(const BlockQ8_0* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
-  tile_b32_avx512<Q8_0Values, BlockQ8_0, N>(x, ys, n, out);
+  x86::tile_b32<DotVnni, x86::Q8_0Values, BlockQ8_0, N>(x, ys, n, out);
 }
 template <int N>
 void tile_mxfp4_avx512(const BlockMxfp4* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
-  tile_b32_avx512<Mxfp4Values, BlockMxfp4, N>(x, ys, n, out);
+  x86::tile_b32<DotVnni, x86::Mxfp4Values, BlockMxfp4, N>(x, ys, n, out);
 }
 
 // Activations x weight signs: q negated where the 64-bit mask has a bit set (AVX-512 has no

@@ -153,6 +153,19 @@ static int64_t gemm_min_tokens(uint32_t wtype) {
   return wtype == Q8_0 || wtype == MXFP4 ? 2 : 5;
 }
 
+// An instruction set's matrix-matrix body (kernels/gemm_*.cpp).
+struct Gemm {
+  bool (*supported)(uint32_t);
+  size_t (*act_bytes)(uint32_t, int64_t, int64_t);
+  void (*lay_out)(uint32_t, const uint8_t*, size_t, const int32_t*, int64_t, int64_t, uint8_t*);
+  void (*rows)(uint32_t, const void*, int64_t, int64_t, int64_t, int64_t, const uint8_t*, int64_t,
+               float*);
+};
+const Gemm kGemmAvx2{avx2::gemm_supported, avx2::gemm_act_bytes, avx2::gemm_lay_out,
+                     avx2::gemm_rows};
+const Gemm kGemmAvx512{avx512::gemm_supported, avx512::gemm_act_bytes, avx512::gemm_lay_out,
+                       avx512::gemm_rows};
+
 void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be) {
   // Rows of all jobs laid end to end; a chunk of the loop may span jobs.
   std::vector<int64_t> first(n_jobs + 1, 0);
@@ -162,21 +175,23 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
     work += jobs[j].rows * jobs[j].cols * jobs[j].n_tokens;
   }
   // Many tokens against a type with a matrix-matrix body (AVX-512): the activations laid out once
-  // per job, then panels of weight rows x 16 tokens (avx512::gemm_rows), bit for bit the tiles'.
+  // per job, then panels of weight rows x tokens (gemm_avx512.cpp, gemm_avx2.cpp), bit for bit the
+  // tiles'.
   thread_local std::vector<uint8_t> panels;
   std::vector<size_t> panel_at(n_jobs, SIZE_MAX);
   size_t panel_bytes = 0;
+  const Gemm* gemm = be == Isa::Avx512 ? &kGemmAvx512 : be == Isa::Avx2 ? &kGemmAvx2 : nullptr;
   for (size_t j = 0; j < n_jobs; ++j)
-    if (be == Isa::Avx512 && jobs[j].n_tokens >= gemm_min_tokens(jobs[j].wtype) &&
-        avx512::gemm_supported(jobs[j].wtype) && jobs[j].cols % 256 == 0) {
+    if (gemm && jobs[j].n_tokens >= gemm_min_tokens(jobs[j].wtype) &&
+        gemm->supported(jobs[j].wtype) && jobs[j].cols % 256 == 0) {
       panel_at[j] = panel_bytes;
-      panel_bytes += avx512::gemm_act_bytes(jobs[j].wtype, jobs[j].cols, jobs[j].n_tokens);
+      panel_bytes += gemm->act_bytes(jobs[j].wtype, jobs[j].cols, jobs[j].n_tokens);
     }
   if (panel_bytes > panels.size()) panels.resize(panel_bytes);
   for (size_t j = 0; j < n_jobs; ++j)
     if (panel_at[j] != SIZE_MAX)
-      avx512::gemm_lay_out(jobs[j].wtype, jobs[j].xq, jobs[j].xq_row, jobs[j].tok, jobs[j].n_tokens,
-                           jobs[j].cols, panels.data() + panel_at[j]);
+      gemm->lay_out(jobs[j].wtype, jobs[j].xq, jobs[j].xq_row, jobs[j].tok, jobs[j].n_tokens,
+                    jobs[j].cols, panels.data() + panel_at[j]);
   const uint8_t* panel_base = panels.data();
   // Otherwise blocked like a GEMM: a block of weight rows (kept in L2) against a block of tokens
   // (kept in L1), in tiles of one row x up to kMaxTile tokens whose row blocks are unpacked once
@@ -191,8 +206,8 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
       const MatmulJob& m = jobs[j];
       const int64_t r_end = std::min(e, first[j + 1]) - first[j];
       if (panel_at[j] != SIZE_MAX) {
-        avx512::gemm_rows(m.wtype, m.w, m.rows, m.cols, g - first[j], r_end,
-                          panel_base + panel_at[j], m.n_tokens, m.y);
+        gemm->rows(m.wtype, m.w, m.rows, m.cols, g - first[j], r_end, panel_base + panel_at[j],
+                   m.n_tokens, m.y);
         continue;
       }
       const size_t w_row = row_size(m.wtype, m.cols);

@@ -1,9 +1,17 @@
-// Small helpers of the x86 SIMD kernels (AVX2 and AVX-512 files; their flags enable AVX2).
+// Small helpers of the x86 SIMD kernels (AVX2 and AVX-512 files; their flags enable AVX2 and
+// F16C), and the one body of the 32-element block types' dots (Q8_0, MXFP4) that both files
+// instantiate with their instruction for a block's 4-element sums.
 #pragma once
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
+
+#include "kernels/fp16.h"
+#include "kernels/quant_blocks.h"
 
 namespace kernels::x86 {
 
@@ -29,6 +37,93 @@ void with_n(int n, F&& f) {
     default:
       return f(std::integral_constant<int, 4>{});
   }
+}
+
+// k fp16 values `stride` bytes apart as 8 floats (lanes past k zero).
+__attribute__((always_inline)) inline __m256 halves8(const uint8_t* p, size_t stride, int k) {
+  auto h = [&](int i) {
+    uint16_t v = 0;
+    if (i < k) std::memcpy(&v, p + i * stride, 2);
+    return static_cast<short>(v);
+  };
+  return _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)));
+}
+
+// Lane k: the sum of v[k]'s 8 lanes (8 blocks' sums reduced together).
+inline __m256i sums8(const __m256i* v) {
+  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                          _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// The 32-element block types: a block's 32 signed values, and the scales of up to 8 blocks.
+struct Q8_0Values {
+  static __m256i values(const BlockQ8_0& b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  }
+  static __m256 scales(const BlockQ8_0* b, int k) {
+    return halves8(reinterpret_cast<const uint8_t*>(&b->d), sizeof(BlockQ8_0), k);
+  }
+};
+struct Mxfp4Values {
+  static __m256i values(const BlockMxfp4& b) {
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
+                            _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));
+  }
+  static __m256 scales(const BlockMxfp4* b, int k) {
+    alignas(32) float e[8] = {};
+    for (int i = 0; i < k; ++i) e[i] = e8m0_half(b[i].e);
+    return _mm256_load_ps(e);
+  }
+};
+
+// One weight row of a 32-element block type against N token rows. Block b's exact sum I (|w|
+// against the activations with w's signs; Dot::dot gives its 4-element sums) goes to float lane
+// b % 8: acc[b % 8] + (dx * dy) * I, block by block; the result is the lanes summed as hsum does,
+// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). Eight blocks a step (kb < 8: a row's last).
+// The matrix-matrix panels (gemm_*.cpp) compute the same numbers.
+template <class Dot, class V, class Block, int N, bool kFull>
+__attribute__((always_inline)) inline void b32_step(const Block* x, const BlockQ8_0* const* ys,
+                                                    int64_t b, int kb, __m256* acc) {
+  if constexpr (kFull) kb = 8;
+  __m256i w[8], aw[8];
+  for (int k = 0; k < 8; ++k) {
+    w[k] = kFull || k < kb ? V::values(x[b + k]) : _mm256_setzero_si256();
+    aw[k] = _mm256_abs_epi8(w[k]);
+  }
+  const __m256 dx = V::scales(x + b, kb);
+  const __m256 keep = _mm256_castsi256_ps(
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(kb), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  for (int t = 0; t < N; ++t) {
+    __m256i d[8];
+    for (int k = 0; k < 8; ++k)
+      d[k] =
+          kFull || k < kb
+              ? Dot::dot(aw[k],
+                         _mm256_sign_epi8(
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b + k].qs)),
+                             w[k]))
+              : _mm256_setzero_si256();
+    const __m256 dy = halves8(reinterpret_cast<const uint8_t*>(&ys[t][b].d), sizeof(BlockQ8_0), kb);
+    const __m256 p = _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(sums8(d)));
+    const __m256 sum = _mm256_add_ps(acc[t], p);
+    acc[t] = kFull ? sum : _mm256_blendv_ps(acc[t], sum, keep);
+  }
+}
+template <class Dot, class V, class Block, int N>
+void tile_b32(const Block* x, const BlockQ8_0* const* ys, int64_t n, float* out) {
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  const int64_t nb = n / kQK8_0;
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) b32_step<Dot, V, Block, N, true>(x, ys, b, 8, acc);
+  if (b < nb) b32_step<Dot, V, Block, N, false>(x, ys, b, int(nb - b), acc);
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
 }
 
 }  // namespace kernels::x86

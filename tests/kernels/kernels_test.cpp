@@ -156,9 +156,9 @@ TEST(Kernels, MatmulIsTheSameOnOneOrManyThreads) {
   }
 }
 
-// Many tokens at once (prefill): on AVX-512 the types with a matrix-matrix body run it (panels of
-// rows x 16 tokens); every value is still bit for bit the single dot's, for token counts that
-// fill panels or not, rows that are not a multiple of the panel, activations picked by index
+// Many tokens at once (prefill): the types with a matrix-matrix body on an instruction set run it
+// (panels of rows x tokens); every value is still bit for bit the single dot's, for token counts
+// that fill panels or not, rows that are not a multiple of the panel, activations picked by index
 // (the experts' tokens) and on one thread or several.
 TEST(Kernels, MatmulOfManyTokensIsEachTokensDot) {
   std::mt19937_64 rng(13);
@@ -178,14 +178,18 @@ TEST(Kernels, MatmulOfManyTokensIsEachTokensDot) {
         quantize_activations(t, x.data() + (i % n_tok) * cols, xq.data() + i * xq_row, cols);
       std::vector<int32_t> tok(n_tok);
       for (int64_t i = 0; i < n_tok; ++i) tok[i] = int32_t((i * 7 + 3) % (n_tok + 3));
-      std::vector<float> y(n_tok * rows, NAN);
-      const MatmulJob job{t, w.data(), rows, cols, xq.data(), xq_row, tok.data(), n_tok, y.data()};
-      matmul_batch(&job, 1, &pool);
-      for (int64_t i = 0; i < n_tok; ++i)
-        for (int64_t r = 0; r < rows; ++r)
-          ASSERT_EQ(y[i * rows + r],
-                    dot(t, w.data() + r * w_row, xq.data() + tok[i] * xq_row, cols))
-              << "token " << i << " row " << r;
+      for (Isa be : runnable_backends()) {
+        SCOPED_TRACE(isa_name(be));
+        std::vector<float> y(n_tok * rows, NAN);
+        const MatmulJob job{t,      w.data(),   rows,  cols,    xq.data(),
+                            xq_row, tok.data(), n_tok, y.data()};
+        matmul_batch(&job, 1, &pool, be);
+        for (int64_t i = 0; i < n_tok; ++i)
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(y[i * rows + r],
+                      dot(t, w.data() + r * w_row, xq.data() + tok[i] * xq_row, cols, be))
+                << "token " << i << " row " << r;
+      }
     }
   }
 }
