@@ -535,15 +535,7 @@ void q3k_rows(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, float* ou
   for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    uint32_t a[3];  // the 16 6-bit scales (q3k_scales), four words at once
-    std::memcpy(a, x[b].scales, 12);
-    const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f;
-    const __m128i s8 =
-        _mm_sub_epi8(_mm_set_epi32(static_cast<int>(((a[1] >> 4) & k2) | (((a[2] >> 6) & k1) << 4)),
-                                   static_cast<int>(((a[0] >> 4) & k2) | (((a[2] >> 4) & k1) << 4)),
-                                   static_cast<int>((a[1] & k2) | (((a[2] >> 2) & k1) << 4)),
-                                   static_cast<int>((a[0] & k2) | ((a[2] & k1) << 4))),
-                     _mm_set1_epi8(32));
+    const __m128i s8 = x86::q3k_scales(x[b].scales);
     const ScalePairs sc(s8);
     const __m256i s16 = _mm256_cvtepi8_epi16(s8);
     const __m256i hm = load(x[b].hmask);

@@ -163,19 +163,27 @@ inline __m512i negate_where(__m512i q, __mmask64 neg) {
   return _mm512_mask_sub_epi8(q, neg, _mm512_setzero_si512(), q);
 }
 
+// Q2_K's and Q3_K's 64-weight steps: the 2-bit fields 2j and 2j + 1 of 32 bytes (shift), and the
+// scales of their four 16-weight groups spread over i16 lanes (sel).
+struct TwoBitSteps {
+  __m512i shift[2], sel[4];
+  TwoBitSteps() {
+    for (int j = 0; j < 2; ++j) shift[j] = two_halves16(4 * j, 4 * j + 2);
+    for (int k = 0; k < 4; ++k) {
+      alignas(64) int16_t idx[32];
+      for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(4 * k + i / 8);
+      sel[k] = _mm512_load_si512(idx);
+    }
+  }
+};
+
 // Q2_K: 2-bit weights (0..3) x sub-block scales, less dmin x mins against the 16-element sums.
 template <int N>
 void tile_q2_k_avx512(const BlockQ2K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   float acc[N] = {};
   const __m512i m3 = _mm512_set1_epi8(3);
   const __m128i m4 = _mm_set1_epi8(0xF);
-  __m512i shift[2], sel[4];
-  for (int j = 0; j < 2; ++j) shift[j] = two_halves16(4 * j, 4 * j + 2);
-  for (int k = 0; k < 4; ++k) {
-    alignas(64) int16_t idx[32];
-    for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(4 * k + i / 8);
-    sel[k] = _mm512_load_si512(idx);
-  }
+  const TwoBitSteps st;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
@@ -186,8 +194,8 @@ void tile_q2_k_avx512(const BlockQ2K* x, const BlockQ8K* const* ys, int64_t n, f
       const __m512i q2 = _mm512_broadcast_i64x4(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h)));
       for (int j = 0; j < 2; ++j) {  // sub-blocks 4h + 2j and 4h + 2j + 1: 64 weights
-        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, shift[j]), m3);
-        const __m512i sc = _mm512_permutexvar_epi16(sel[2 * h + j], sc16);
+        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, st.shift[j]), m3);
+        const __m512i sc = _mm512_permutexvar_epi16(st.sel[2 * h + j], sc16);
         for (int t = 0; t < N; ++t)
           isum[t] = _mm512_dpwssd_epi32(
               isum[t], _mm512_maddubs_epi16(q, _mm512_loadu_si512(ys[t][b].qs + 128 * h + 64 * j)),
@@ -210,23 +218,9 @@ template <int N>
 void tile_q3_k_avx512(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   float acc[N] = {};
   const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
-  __m512i shift[2], sel[4];
-  for (int j = 0; j < 2; ++j) shift[j] = two_halves16(4 * j, 4 * j + 2);
-  for (int k = 0; k < 4; ++k) {
-    alignas(64) int16_t idx[32];
-    for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(4 * k + i / 8);
-    sel[k] = _mm512_load_si512(idx);
-  }
+  const TwoBitSteps st;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    uint32_t a[3];  // the 16 6-bit scales (q3k_scales), four words at once
-    std::memcpy(a, x[b].scales, 12);
-    const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f;
-    const __m128i s8 =
-        _mm_sub_epi8(_mm_set_epi32(static_cast<int>(((a[1] >> 4) & k2) | (((a[2] >> 6) & k1) << 4)),
-                                   static_cast<int>(((a[0] >> 4) & k2) | (((a[2] >> 4) & k1) << 4)),
-                                   static_cast<int>((a[1] & k2) | (((a[2] >> 2) & k1) << 4)),
-                                   static_cast<int>((a[0] & k2) | ((a[2] & k1) << 4))),
-                     _mm_set1_epi8(32));
+    const __m128i s8 = x86::q3k_scales(x[b].scales);
     const __m256i s16 = _mm256_cvtepi8_epi16(s8);
     const __m512i sc16 = _mm512_castsi256_si512(s16);
     const __m512i hm =
@@ -238,10 +232,10 @@ void tile_q3_k_avx512(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, f
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h)));
       for (int j = 0; j < 2; ++j) {
         const int k = 4 * h + 2 * j;  // sub-blocks k, k + 1 (32 weights each)
-        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q3, shift[j]), m3);
+        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q3, st.shift[j]), m3);
         const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, two_halves16(k, k + 1)), one);
         const __m512i u = _mm512_or_si512(q, _mm512_slli_epi16(hb, 2));
-        const __m512i sc = _mm512_permutexvar_epi16(sel[2 * h + j], sc16);
+        const __m512i sc = _mm512_permutexvar_epi16(st.sel[2 * h + j], sc16);
         for (int t = 0; t < N; ++t)
           isum[t] = _mm512_dpwssd_epi32(
               isum[t], _mm512_maddubs_epi16(u, _mm512_loadu_si512(ys[t][b].qs + 32 * k)), sc);

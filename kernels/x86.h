@@ -39,6 +39,19 @@ void with_n(int n, F&& f) {
   }
 }
 
+// Q3_K's 16 6-bit scales (12 packed bytes) as int8, less 32: four words at once.
+inline __m128i q3k_scales(const uint8_t* packed) {
+  uint32_t a[3];
+  std::memcpy(a, packed, 12);
+  const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f;
+  return _mm_sub_epi8(
+      _mm_set_epi32(static_cast<int>(((a[1] >> 4) & k2) | (((a[2] >> 6) & k1) << 4)),
+                    static_cast<int>(((a[0] >> 4) & k2) | (((a[2] >> 4) & k1) << 4)),
+                    static_cast<int>((a[1] & k2) | (((a[2] >> 2) & k1) << 4)),
+                    static_cast<int>((a[0] & k2) | ((a[2] & k1) << 4))),
+      _mm_set1_epi8(32));
+}
+
 // k fp16 values `stride` bytes apart as 8 floats (lanes past k zero).
 __attribute__((always_inline)) inline __m256 halves8(const uint8_t* p, size_t stride, int k) {
   auto h = [&](int i) {
