@@ -1,5 +1,5 @@
 // The kernel bodies of each instruction set (internal to kernels/): the scalar reference
-// (ref.cpp), AVX2 (avx2.cpp) and AVX-512 VNNI (avx512.cpp). The weight-type table
+// (ref.cpp), AVX2 (avx2.cpp, avx2_quants.cpp) and AVX-512 VNNI (avx512.cpp). The weight-type table
 // (types.cpp) points at them; an instruction set without a body for a type runs the next
 // lower one's (AVX-512 -> AVX2 -> reference).
 #pragma once

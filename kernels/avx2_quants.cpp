@@ -1,0 +1,720 @@
+// The AVX2 bodies of the legacy 32-element blocks beyond Q8_0/Q5_0/MXFP4, the low-bit K-quants,
+// the ternary and the IQ types (compile flags in CMakeLists.txt; split from avx2.cpp).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/avx2.h"
+#include "kernels/fp16.h"
+#include "kernels/isa.h"
+#include "kernels/kernels.h"
+#include "kernels/x86.h"
+
+// --- The types of the weight-types issue ---
+// The 32-element blocks accumulate in eight float lanes as llama.cpp's AVX2 code does (its
+// rounding); the K and IQ types sum each super-block's integers exactly and scale them in the
+// reference's scalar order, so they are bit-identical to the reference.
+
+#include "kernels/dequant.h"
+
+namespace kernels::avx2 {
+namespace {
+inline __m256i nibbles(const uint8_t* p) {  // 16 bytes -> low nibbles (0..15), high (16..31)
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF));
+}
+inline __m256i madd_u8(__m256i u, __m256i s) {  // unsigned x signed bytes, summed in i32 lanes
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+// The 16 sub-block scales of a super-block (int8, one per 16 elements) as i16 madd multipliers:
+// pairs(k) is group k's (elements 32k .. 32k + 31: scale 2k in the low lane, 2k + 1 in the high).
+struct ScalePairs {
+  __m256i half[2];
+  explicit ScalePairs(__m128i s8) {
+    const __m256i all = _mm256_cvtepi8_epi16(s8);
+    const __m128i l = _mm256_castsi256_si128(all), h = _mm256_extracti128_si256(all, 1);
+    half[0] = _mm256_set_m128i(l, l);
+    half[1] = _mm256_set_m128i(h, h);
+  }
+  __m256i operator()(int k) const {
+    alignas(32) static const uint8_t kShuf[4][32] = {
+        {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+        {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,
+         6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+        {8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,
+         10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+        {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13,
+         14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
+    const __m256i shuf = _mm256_load_si256(reinterpret_cast<const __m256i*>(kShuf[k % 4]));
+    return _mm256_shuffle_epi8(half[k / 4], shuf);
+  }
+};
+// Signed weights x activations in i16 pairs, times the i16 multipliers `scale`, in i32 lanes.
+inline __m256i mul_by(__m256i w, __m256i q, __m256i scale) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w)),
+                           scale);
+}
+inline int hsum_i32(__m256i a) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+inline __m256i grid4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  return _mm256_set_epi64x(static_cast<int64_t>(d), static_cast<int64_t>(c),
+                           static_cast<int64_t>(b), static_cast<int64_t>(a));
+}
+// ksigns_iq2xs as bytes of +1 / -1 (llama.cpp's ksigns64): one u64 per 7-bit sign index.
+struct Signs64 {
+  uint64_t v[128];
+  Signs64() {
+    for (int i = 0; i < 128; ++i) {
+      v[i] = 0;
+      for (int j = 0; j < 8; ++j)
+        v[i] |= uint64_t(iq::ksigns_iq2xs[i] >> j & 1 ? 0xFF : 0x01) << (8 * j);
+    }
+  }
+};
+const Signs64 kSigns;
+// Four bytes of sign bits (bit j of byte l: element 8l + j negative) -> +1 / -1 bytes.
+inline __m256i signs32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(
+      _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(v)), shuf), bits),
+      bits);
+  return _mm256_or_si256(set, _mm256_set1_epi8(1));
+}
+}  // namespace
+
+float dot_q4_0(const BlockQ4_0* x, const BlockQ8_0* y, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const __m256i w = _mm256_sub_epi8(nibbles(x[b].qs), _mm256_set1_epi8(8));
+    const __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(w, load(y[b].qs))), acc);
+  }
+  return hsum(acc);
+}
+
+// Q4_1 / Q5_1: unsigned quants against Q8_1; the mins meet the activations' sums s.
+template <bool kFive>
+float dot_q51(const uint8_t* blocks, size_t stride, const BlockQ8_1* y, int64_t n) {
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  __m256 acc = _mm256_setzero_ps();
+  float summs = 0, sum = 0;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* blk = blocks + b * stride;
+    uint16_t hd, hm;
+    std::memcpy(&hd, blk, 2);
+    std::memcpy(&hm, blk + 2, 2);
+    const float d0 = fp16_to_fp32(hd), d1 = fp16_to_fp32(y[b].d);
+    __m256i w = nibbles(blk + (kFive ? 8 : 4));
+    if (kFive) {
+      uint32_t qh;
+      std::memcpy(&qh, blk + 4, 4);
+      const __m256i hb = _mm256_cmpeq_epi8(
+          _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuf),
+                           bits),
+          bits);
+      w = _mm256_or_si256(w, _mm256_and_si256(hb, _mm256_set1_epi8(16)));
+    }
+    if (kFive) {  // Q5_1: the reference's order, one exact sum per block (as llama.cpp rounds it)
+      sum += (d0 * d1) * static_cast<float>(hsum_i32(madd_u8(w, load(y[b].qs)))) +
+             fp16_to_fp32(hm) * fp16_to_fp32(y[b].s);
+      continue;
+    }
+    summs += fp16_to_fp32(hm) * fp16_to_fp32(y[b].s);
+    const __m256 xy = _mm256_cvtepi32_ps(madd_u8(w, load(y[b].qs)));
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d0), _mm256_set1_ps(d1)), xy, acc);
+  }
+  return kFive ? sum : hsum(acc) + summs;
+}
+float dot_q4_1(const BlockQ4_1* x, const BlockQ8_1* y, int64_t n) {
+  return dot_q51<false>(reinterpret_cast<const uint8_t*>(x), sizeof(BlockQ4_1), y, n);
+}
+float dot_q5_1(const BlockQ5_1* x, const BlockQ8_1* y, int64_t n) {
+  return dot_q51<true>(reinterpret_cast<const uint8_t*>(x), sizeof(BlockQ5_1), y, n);
+}
+
+float dot_iq4_nl(const BlockIq4Nl* x, const BlockQ8_0* y, int64_t n) {
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl)));
+  float s = 0;  // the reference's order, one exact sum per block (as llama.cpp rounds it)
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const __m256i w = _mm256_shuffle_epi8(table, nibbles(x[b].qs));
+    s += (fp16_to_fp32(y[b].d) * fp16_to_fp32(x[b].d)) *
+         static_cast<float>(hsum_i32(mul_sum_i8(w, load(y[b].qs))));
+  }
+  return s;
+}
+
+template <int N>
+void q2k_rows(const BlockQ2K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    // Mins against the 16-element sums of the activations: 16 products in one madd.
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+    const ScalePairs sc(_mm_and_si128(sc8, m4));
+    const float fd = fp16_to_fp32(x[b].d), fm = fp16_to_fp32(x[b].dmin);
+    __m256i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q2 = load(x[b].qs + 32 * h);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * j), m3);
+        const __m256i scale = sc(4 * h + j);
+        for (int t = 0; t < N; ++t)
+          isum[t] = _mm256_add_epi32(
+              isum[t], _mm256_madd_epi16(
+                           _mm256_maddubs_epi16(q, load(ys[t][b].qs + 32 * (4 * h + j))), scale));
+      }
+    }
+    for (int t = 0; t < N; ++t) {
+      const __m256i prod = _mm256_madd_epi16(mins, load(ys[t][b].bsums));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-ys[t][b].d * fm), _mm256_cvtepi32_ps(prod), acc[t]);
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_set1_ps(ys[t][b].d * fd), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+}
+EXPERTD_ROWS_KERNEL(q2_k, BlockQ2K, BlockQ8K, q2k_rows)
+
+template <int N>
+void q3k_rows(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  // sum (u - 4) q8 with u = q | high bit << 2 in 0..7 (maddubs-ready) = sum u q8 - 4 sum q8, the
+  // second from the activations' 16-element sums: no sign ops in the loop.
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const __m128i s8 = x86::q3k_scales(x[b].scales);
+    const ScalePairs sc(s8);
+    const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+    const __m256i hm = load(x[b].hmask);
+    __m256i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q3 = load(x[b].qs + 32 * h);
+      for (int j = 0; j < 4; ++j) {
+        const int k = 4 * h + j;
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q3, 2 * j), m3);
+        const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
+        const __m256i u = _mm256_or_si256(q, _mm256_and_si256(hb, m4));
+        const __m256i scale = sc(k);
+        for (int t = 0; t < N; ++t)
+          isum[t] = _mm256_add_epi32(
+              isum[t],
+              _mm256_madd_epi16(_mm256_maddubs_epi16(u, load(ys[t][b].qs + 32 * k)), scale));
+      }
+    }
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t) {
+      const __m256i offset = _mm256_madd_epi16(s16, load(ys[t][b].bsums));
+      const __m256i v = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(offset, 2));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(fd * ys[t][b].d), _mm256_cvtepi32_ps(v), acc[t]);
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+}
+EXPERTD_ROWS_KERNEL(q3_k, BlockQ3K, BlockQ8K, q3k_rows)
+
+template <int N>
+void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
+    __m256i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib, q += 8) {
+      uint32_t aux;
+      std::memcpy(&aux, q + 4, 4);
+      const __m256i g = grid4(iq::iq2xxs_grid[q[0]], iq::iq2xxs_grid[q[1]], iq::iq2xxs_grid[q[2]],
+                              iq::iq2xxs_grid[q[3]]);
+      const __m256i sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127],
+                               kSigns.v[(aux >> 14) & 127], kSigns.v[(aux >> 21) & 127]);
+      const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
+      for (int t = 0; t < N; ++t) {
+        const __m256i q8 = _mm256_sign_epi8(load(ys[t][b].qs + 32 * ib), sg);
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), ls));
+      }
+    }
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t)
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_set1_ps(fd * ys[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+  }
+  for (int t = 0; t < N; ++t) out[t] = 0.125f * hsum(acc[t]);
+}
+EXPERTD_ROWS_KERNEL(iq2_xxs, BlockIq2Xxs, BlockQ8K, iq2xxs_rows)
+
+template <int N>
+void iq1s_rows(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  __m256 acc[N];
+  float extra[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps(), extra[t] = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    __m256i isum[N];
+    int sumi1[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256(), sumi1[t] = 0;
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint16_t qh = x[b].qh[ib];
+      const uint8_t* qs = x[b].qs + 4 * ib;
+      const __m256i g = grid4(
+          iq::iq1s_grid[qs[0] | ((qh << 8) & 0x700)], iq::iq1s_grid[qs[1] | ((qh << 5) & 0x700)],
+          iq::iq1s_grid[qs[2] | ((qh << 2) & 0x700)], iq::iq1s_grid[qs[3] | ((qh >> 1) & 0x700)]);
+      const __m256i ag = _mm256_sign_epi8(g, g);
+      const int ls = 2 * ((qh >> 12) & 7) + 1;
+      const __m256i scale = _mm256_set1_epi16(int16_t(ls));
+      const int sd = ls * (qh & 0x8000 ? -1 : 1);
+      for (int t = 0; t < N; ++t) {
+        const BlockQ8K& y = ys[t][b];
+        isum[t] = _mm256_add_epi32(
+            isum[t],
+            _mm256_madd_epi16(_mm256_maddubs_epi16(ag, _mm256_sign_epi8(load(y.qs + 32 * ib), g)),
+                              scale));
+        sumi1[t] += sd * (y.bsums[2 * ib] + y.bsums[2 * ib + 1]);
+      }
+    }
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t) {
+      const float d = fd * ys[t][b].d;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+      extra[t] += d * kIq1Delta * static_cast<float>(sumi1[t]);
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]) + extra[t];
+}
+EXPERTD_ROWS_KERNEL(iq1_s, BlockIq1S, BlockQ8K, iq1s_rows)
+
+float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n) {
+  // The delta terms: each group of 8's activations, signed by its delta bit (a table of the 16
+  // sign patterns of a group of 32), summed in i16 pairs and scaled as the grid part is, in a
+  // second accumulator.
+  struct DeltaSigns {
+    alignas(32) uint64_t v[16][4];
+    DeltaSigns() {
+      for (int m = 0; m < 16; ++m)
+        for (int l = 0; l < 4; ++l) v[m][l] = m >> l & 1 ? ~0ull : 0x0101010101010101ull;
+    }
+  };
+  static const DeltaSigns kDelta;
+  __m256 acc = _mm256_setzero_ps(), acc_delta = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    int8_t ls[16];  // sub-block scales 2 * s + 1, two per group of 32
+    for (int k = 0; k < 16; ++k) {
+      const uint16_t sc = uint16_t(x[b].scales[2 * (k / 4)] | x[b].scales[2 * (k / 4) + 1] << 8);
+      ls[k] = static_cast<int8_t>(2 * ((sc >> (3 * (k % 4))) & 0x7) + 1);
+    }
+    const ScalePairs scales(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ls)));
+    __m256i isum = _mm256_setzero_si256(), dsum = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* qs = x[b].qs + 4 * ib;
+      const uint8_t* qh = x[b].qh + 2 * ib;
+      const __m256i g = grid4(iq::iq1s_grid[qs[0] | ((qh[0] << 8) & 0x700)],
+                              iq::iq1s_grid[qs[1] | ((qh[0] << 4) & 0x700)],
+                              iq::iq1s_grid[qs[2] | ((qh[1] << 8) & 0x700)],
+                              iq::iq1s_grid[qs[3] | ((qh[1] << 4) & 0x700)]);
+      const __m256i q8 = load(y[b].qs + 32 * ib);
+      const __m256i scale = scales(ib);
+      isum = _mm256_add_epi32(isum, mul_by(g, q8, scale));
+      const int m =
+          ((qh[0] >> 3) & 1) | ((qh[0] >> 6) & 2) | ((qh[1] >> 1) & 4) | ((qh[1] >> 4) & 8);
+      const __m256i delta = load(kDelta.v[m]);
+      dsum = _mm256_add_epi32(
+          dsum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, delta)), scale));
+    }
+    const float d = fp16_to_fp32(iq1m_scale_bits(x[b].scales)) * y[b].d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    acc_delta = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(dsum), acc_delta);
+  }
+  return hsum(acc) + kIq1Delta * hsum(acc_delta);
+}
+
+template <int N>
+void iq4xs_rows(const BlockIq4Xs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl)));
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 sum[N];
+  for (int t = 0; t < N; ++t) sum[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    uint16_t sh = x[b].scales_h;
+    const uint8_t* qs = x[b].qs;
+    __m256i acc[N][2];
+    for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ib += 2, qs += 32, sh >>= 4) {  // two groups of 32
+      const __m256i q = load(qs);  // group ib: bytes 0..15, group ib + 1: 16..31
+      const __m256i lo = _mm256_and_si256(q, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      const __m256i w1 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
+      const __m256i w2 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+      const __m256i a1 = _mm256_sign_epi8(w1, w1), a2 = _mm256_sign_epi8(w2, w2);
+      const int ls1 = ((x[b].scales_l[ib / 2] & 0xf) | ((sh << 4) & 0x30)) - 32;
+      const int ls2 = ((x[b].scales_l[ib / 2] >> 4) | ((sh << 2) & 0x30)) - 32;
+      const __m256i s1 = _mm256_set1_epi16(int16_t(ls1)), s2 = _mm256_set1_epi16(int16_t(ls2));
+      for (int t = 0; t < N; ++t) {
+        const int8_t* q8 = ys[t][b].qs + 32 * ib;
+        acc[t][0] = _mm256_add_epi32(
+            acc[t][0],
+            _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(load(q8), w1)), s1));
+        acc[t][1] = _mm256_add_epi32(
+            acc[t][1],
+            _mm256_madd_epi16(_mm256_maddubs_epi16(a2, _mm256_sign_epi8(load(q8 + 32), w2)), s2));
+      }
+    }
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t)
+      sum[t] = _mm256_fmadd_ps(_mm256_set1_ps(fd * ys[t][b].d),
+                               _mm256_cvtepi32_ps(_mm256_add_epi32(acc[t][0], acc[t][1])), sum[t]);
+  }
+  for (int t = 0; t < N; ++t) out[t] = hsum(sum[t]);
+}
+EXPERTD_ROWS_KERNEL(iq4_xs, BlockIq4Xs, BlockQ8K, iq4xs_rows)
+
+}  // namespace kernels::avx2
+
+namespace kernels::avx2 {
+namespace {
+// Byte -> four 2-bit fields minus one, as int8 (Q2_0), and byte -> eight bits as +1 / -1 (Q1_0).
+struct LowBitTables {
+  uint32_t q2[256];
+  uint64_t q1[256];
+  LowBitTables() {
+    for (int b = 0; b < 256; ++b) {
+      q2[b] = 0;
+      q1[b] = 0;
+      for (int i = 0; i < 4; ++i) q2[b] |= uint32_t(uint8_t(((b >> (2 * i)) & 3) - 1)) << (8 * i);
+      for (int i = 0; i < 8; ++i) q1[b] |= uint64_t(b >> i & 1 ? 0x01 : 0xFF) << (8 * i);
+    }
+  }
+};
+const LowBitTables kLow;
+}  // namespace
+
+// The reference's order: one exact integer sum per Q8_0 block, scaled in scalar.
+float dot_q2_0(const BlockQ2_0* x, const BlockQ8_0* y, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / 64; ++b) {
+    float sumi = 0;
+    for (int k = 0; k < 2; ++k) {
+      const uint8_t* q = x[b].qs + 8 * k;
+      const __m256i w = _mm256_setr_epi32(
+          int(kLow.q2[q[0]]), int(kLow.q2[q[1]]), int(kLow.q2[q[2]]), int(kLow.q2[q[3]]),
+          int(kLow.q2[q[4]]), int(kLow.q2[q[5]]), int(kLow.q2[q[6]]), int(kLow.q2[q[7]]));
+      const BlockQ8_0& yb = y[2 * b + k];
+      sumi += fp16_to_fp32(yb.d) * static_cast<float>(hsum_i32(mul_sum_i8(w, load(yb.qs))));
+    }
+    s += fp16_to_fp32(x[b].d) * sumi;
+  }
+  return s;
+}
+
+float dot_q1_0(const BlockQ1_0* x, const BlockQ8_0* y, int64_t n) {
+  // llama.cpp's structure: each bit picks +q8 or -q8 (xor and subtract with the compare mask),
+  // summed per Q8_0 block, scaled in eight lanes per block of 128, then by the block's d.
+  const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                        2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / 128; ++b) {
+    __m256 blk = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      uint32_t q;
+      std::memcpy(&q, x[b].qs + 4 * k, 4);
+      const __m256i zero_bit = _mm256_cmpeq_epi8(
+          _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(q)), shuf), bits),
+          _mm256_setzero_si256());
+      const __m256i qy = load(y[4 * b + k].qs);
+      const __m256i sy = _mm256_sub_epi8(_mm256_xor_si256(qy, zero_bit), zero_bit);
+      const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, sy), ones16);
+      const __m256 dy = _mm256_set1_ps(fp16_to_fp32(y[4 * b + k].d));
+      blk = k == 0 ? _mm256_mul_ps(dy, _mm256_cvtepi32_ps(s32))
+                   : _mm256_fmadd_ps(dy, _mm256_cvtepi32_ps(s32), blk);
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x[b].d)), blk, acc);
+  }
+  return hsum(acc);
+}
+
+float dot_tq2_0(const BlockTq2_0* x, const BlockQ8K* y, int64_t n) {
+  // llama.cpp's structure: q in 0..2 (maddubs-ready) summed in i16 (256 x 127 fits), minus the
+  // activations' sums for the -1, then scaled in eight lanes.
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    for (int j = 0; j < 2; ++j) {
+      const __m256i q = load(x[b].qs + 32 * j);
+      const int8_t* q8 = y[b].qs + 128 * j;
+      const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(q, m3), load(q8));
+      const __m256i p1 =
+          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 2), m3), load(q8 + 32));
+      const __m256i p2 =
+          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m3), load(q8 + 64));
+      const __m256i p3 =
+          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 6), m3), load(q8 + 96));
+      s0 = _mm256_add_epi16(s0, _mm256_add_epi16(p0, p1));
+      s1 = _mm256_add_epi16(s1, _mm256_add_epi16(p2, p3));
+    }
+    const __m256i v = _mm256_sub_epi16(_mm256_add_epi16(s0, s1), load(y[b].bsums));
+    const __m256 d = _mm256_set1_ps(y[b].d * fp16_to_fp32(x[b].d));
+    acc = _mm256_add_ps(
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(v, _mm256_set1_epi16(1))), d), acc);
+  }
+  return hsum(acc);
+}
+
+float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n) {
+  // llama.cpp's structure: the four sub-block scales (a table of the 256 UE4M3 values) times the
+  // activations' scales, two sub-blocks per float vector, in eight lanes.
+  struct Ue4m3 {
+    float v[256];
+    Ue4m3() {
+      for (int i = 0; i < 256; ++i) v[i] = ue4m3_half(static_cast<uint8_t>(i));
+    }
+  };
+  static const Ue4m3 kScale;
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / 64; ++b) {
+    __m256i p[2];
+    for (int k = 0; k < 2; ++k) {  // sub-blocks 2k and 2k + 1 against Q8_0 block 2b + k
+      const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 16 * k));
+      const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(t, m4));
+      const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(t, 4), m4));
+      const __m256i w = _mm256_setr_m128i(_mm_unpacklo_epi64(lo, hi), _mm_unpackhi_epi64(lo, hi));
+      p[k] = mul_sum_i8(w, load(y[2 * b + k].qs));  // lanes 0-3: sub-block 2k, 4-7: 2k + 1
+    }
+    const float dy0 = fp16_to_fp32(y[2 * b].d), dy1 = fp16_to_fp32(y[2 * b + 1].d);
+    const __m256 s01 = _mm256_set_m128(_mm_set1_ps(kScale.v[x[b].d[1]] * dy0),
+                                       _mm_set1_ps(kScale.v[x[b].d[0]] * dy0));
+    const __m256 s23 = _mm256_set_m128(_mm_set1_ps(kScale.v[x[b].d[3]] * dy1),
+                                       _mm_set1_ps(kScale.v[x[b].d[2]] * dy1));
+    acc = _mm256_fmadd_ps(s01, _mm256_cvtepi32_ps(p[0]), acc);
+    acc = _mm256_fmadd_ps(s23, _mm256_cvtepi32_ps(p[1]), acc);
+  }
+  return hsum(acc);
+}
+
+}  // namespace kernels::avx2
+
+namespace kernels::avx2 {
+namespace {
+// TQ1_0's base-3 digits: digit = ((uint8_t)(byte * 3^n) * 3) >> 8, for 16 bytes at once with
+// a multiplier per byte; returned as int8 digit - 1.
+inline __m128i tq1_digits(__m128i bytes, __m256i pow) {
+  const __m256i b = _mm256_cvtepu8_epi16(bytes);
+  const __m256i q = _mm256_and_si256(_mm256_mullo_epi16(b, pow), _mm256_set1_epi16(0xFF));
+  const __m256i xi = _mm256_srli_epi16(_mm256_mullo_epi16(q, _mm256_set1_epi16(3)), 8);
+  const __m256i d = _mm256_sub_epi16(xi, _mm256_set1_epi16(1));
+  return _mm_packs_epi16(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
+}
+}  // namespace
+
+float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n) {
+  static const int16_t pw[5] = {1, 3, 9, 27, 81};
+  const __m256i qh_pow = _mm256_setr_epi16(1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27);
+  float s = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
+    const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 16));
+    const __m128i a2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 32));
+    uint32_t qh;
+    std::memcpy(&qh, x[b].qh, 4);
+    const __m128i hq = _mm_set1_epi32(static_cast<int>(qh));  // qh[0..3] four times
+    __m256i isum = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+      __m128i lo, hi;
+      if (c < 5) {  // elements 32c..: digit c of qs[0..32)
+        lo = tq1_digits(a0, _mm256_set1_epi16(pw[c])),
+        hi = tq1_digits(a1, _mm256_set1_epi16(pw[c]));
+      } else if (c < 7) {  // digits 2(c-5) and 2(c-5)+1 of qs[32..48)
+        lo = tq1_digits(a2, _mm256_set1_epi16(pw[2 * (c - 5)]));
+        hi = tq1_digits(a2, _mm256_set1_epi16(pw[2 * (c - 5) + 1]));
+      } else {  // digit 4 of qs[32..48), then qh's four digits of four bytes
+        lo = tq1_digits(a2, _mm256_set1_epi16(pw[4]));
+        hi = tq1_digits(hq, qh_pow);
+      }
+      isum = _mm256_add_epi32(isum, mul_sum_i8(_mm256_setr_m128i(lo, hi), load(y[b].qs + 32 * c)));
+    }
+    s += static_cast<float>(hsum_i32(isum)) * (fp16_to_fp32(x[b].d) * y[b].d);
+  }
+  return s;
+}
+
+}  // namespace kernels::avx2
+
+namespace kernels::avx2 {
+
+// llama.cpp's structure: q in 0..63 suits maddubs; the -32 offset comes off as 32 x the
+// scaled 16-element sums of the activations, in eight i32 lanes.
+template <int N>
+void q6k_rows(const BlockQ6K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+    const ScalePairs sc(s8);
+    const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+    const uint8_t* ql = x[b].ql;
+    const uint8_t* qh = x[b].qh;
+    __m256i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half, ql += 64, qh += 32) {
+      const __m256i l0 = load(ql), l1 = load(ql + 32), h = load(qh);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
+      for (int g = 0; g < 4; ++g) {
+        const __m256i scale = sc(4 * half + g);
+        for (int t = 0; t < N; ++t)
+          isum[t] = _mm256_add_epi32(
+              isum[t],
+              _mm256_madd_epi16(
+                  scale, _mm256_maddubs_epi16(q[g], load(ys[t][b].qs + 128 * half + 32 * g))));
+      }
+    }
+    const float fd = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t) {
+      const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load(ys[t][b].bsums), s16), 5);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(ys[t][b].d * fd),
+                               _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], offset)), acc[t]);
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+}
+EXPERTD_ROWS_KERNEL(q6_k, BlockQ6K, BlockQ8K, q6k_rows)
+
+}  // namespace kernels::avx2
+
+namespace kernels::avx2 {
+namespace {
+// The grid IQ types' common shape: per group of 32 a decoder gives the grid magnitudes g
+// (unsigned), the signs sg to put on the activations and the i16 scale multipliers; the blocks'
+// exact sums are scaled in eight float lanes (llama.cpp's order). N tokens share each decoded
+// group: N = 1 is the dot, 2..4 the tile.
+template <int N, class Decode, class Scale>
+void grid_rows(int64_t nb, const Decode& decode, const Scale& d_of, const BlockQ8K* const* ys,
+               float factor, float* out) {
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i isum[N];
+    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+      __m256i g, sg, scale;
+      decode(b, ib, g, sg, scale);
+      for (int t = 0; t < N; ++t) {
+        const __m256i q8 = _mm256_sign_epi8(load(ys[t][b].qs + 32 * ib), sg);
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), scale));
+      }
+    }
+    const float d = d_of(b);
+    for (int t = 0; t < N; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ys[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+  }
+  for (int t = 0; t < N; ++t) out[t] = factor * hsum(acc[t]);
+}
+inline __m256i two_scales(int s0, int s1) {
+  return _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)),
+                           _mm_set1_epi16(static_cast<int16_t>(s1)));
+}
+
+template <int N>
+void iq2xs_rows(const BlockIq2Xs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
+    const uint16_t* q = x[b].qs + 4 * ib;
+    g = grid4(iq::iq2xs_grid[q[0] & 511], iq::iq2xs_grid[q[1] & 511], iq::iq2xs_grid[q[2] & 511],
+              iq::iq2xs_grid[q[3] & 511]);
+    sg = grid4(kSigns.v[q[0] >> 9], kSigns.v[q[1] >> 9], kSigns.v[q[2] >> 9], kSigns.v[q[3] >> 9]);
+    scale = two_scales(2 * (x[b].scales[ib] & 0xf) + 1, 2 * (x[b].scales[ib] >> 4) + 1);
+  };
+  grid_rows<N>(
+      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 0.125f, out);
+}
+
+template <int N>
+void iq2s_rows(const BlockIq2S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
+    const uint8_t* qs = x[b].qs + 4 * ib;
+    const int qh = x[b].qh[ib];
+    g = grid4(
+        iq::iq2s_grid[qs[0] | ((qh << 8) & 0x300)], iq::iq2s_grid[qs[1] | ((qh << 6) & 0x300)],
+        iq::iq2s_grid[qs[2] | ((qh << 4) & 0x300)], iq::iq2s_grid[qs[3] | ((qh << 2) & 0x300)]);
+    sg = signs32(x[b].qs + 32 + 4 * ib);
+    scale = two_scales(2 * (x[b].scales[ib] & 0xf) + 1, 2 * (x[b].scales[ib] >> 4) + 1);
+  };
+  grid_rows<N>(
+      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 0.125f, out);
+}
+
+template <int N>
+void iq3xxs_rows(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
+    const uint8_t* q3 = x[b].qs + 8 * ib;
+    uint32_t aux;
+    std::memcpy(&aux, x[b].qs + 64 + 4 * ib, 4);
+    g = _mm256_setr_epi32(int(iq::iq3xxs_grid[q3[0]]), int(iq::iq3xxs_grid[q3[1]]),
+                          int(iq::iq3xxs_grid[q3[2]]), int(iq::iq3xxs_grid[q3[3]]),
+                          int(iq::iq3xxs_grid[q3[4]]), int(iq::iq3xxs_grid[q3[5]]),
+                          int(iq::iq3xxs_grid[q3[6]]), int(iq::iq3xxs_grid[q3[7]]));
+    sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127], kSigns.v[(aux >> 14) & 127],
+               kSigns.v[(aux >> 21) & 127]);
+    scale = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
+  };
+  grid_rows<N>(
+      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 0.25f, out);
+}
+
+template <int N>
+void iq3s_rows(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
+    const uint8_t* qs = x[b].qs + 8 * ib;
+    const int qh = x[b].qh[ib];
+    int idx[8];
+    for (int l = 0; l < 4; ++l) {
+      idx[2 * l] = qs[2 * l] | ((qh << (8 - 2 * l)) & 256);
+      idx[2 * l + 1] = qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
+    }
+    g = _mm256_setr_epi32(int(iq::iq3s_grid[idx[0]]), int(iq::iq3s_grid[idx[1]]),
+                          int(iq::iq3s_grid[idx[2]]), int(iq::iq3s_grid[idx[3]]),
+                          int(iq::iq3s_grid[idx[4]]), int(iq::iq3s_grid[idx[5]]),
+                          int(iq::iq3s_grid[idx[6]]), int(iq::iq3s_grid[idx[7]]));
+    sg = signs32(x[b].signs + 4 * ib);
+    const int ls = ib % 2 ? x[b].scales[ib / 2] >> 4 : x[b].scales[ib / 2] & 0xf;
+    scale = _mm256_set1_epi16(int16_t(2 * ls + 1));
+  };
+  grid_rows<N>(
+      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 1.0f, out);
+}
+}  // namespace
+
+EXPERTD_ROWS_KERNEL(iq2_xs, BlockIq2Xs, BlockQ8K, iq2xs_rows)
+EXPERTD_ROWS_KERNEL(iq2_s, BlockIq2S, BlockQ8K, iq2s_rows)
+EXPERTD_ROWS_KERNEL(iq3_xxs, BlockIq3Xxs, BlockQ8K, iq3xxs_rows)
+EXPERTD_ROWS_KERNEL(iq3_s, BlockIq3S, BlockQ8K, iq3s_rows)
+
+}  // namespace kernels::avx2
