@@ -10,4 +10,4 @@ BUILD=${BUILD:-build-release}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DEXPERTD_REQUIRE_GOLDEN=${EXPERTD_REQUIRE_GOLDEN:-OFF} \
   -DEXPERTD_CUDA=${EXPERTD_CUDA:-AUTO} -DEXPERTD_CUDA_EMULATION_TESTS=OFF
 cmake --build "$BUILD" -j"$(nproc)"
-ctest --test-dir "$BUILD" -j"$(nproc)" -LE 'gpu|cuda-emu' --output-on-failure
+ctest --test-dir "$BUILD" -j"$(nproc)" -LE 'gpu|cuda-emu|torch' --output-on-failure

@@ -2,9 +2,11 @@
 
 ``Client.connect(path)`` opens a connection; ``Client.acquire(layer, experts)`` returns a
 :class:`Lease` (a context manager) whose ``view(i)`` is the i-th requested expert's slot as a
-read-only ``uint8`` NumPy array over the daemon's shared memory (no copy), and ``tensor(i, role)``
-one role of it (gate, up, down, ...) typed where NumPy has the type. ``dequantize`` turns any
-weight type the kernels run into float32.
+read-only ``uint8`` NumPy array over the daemon's shared memory (no copy), ``tensor(i, role)``
+one role of it (gate, up, down, ...) typed where NumPy has the type, and ``torch(i, role)`` the
+same memory as a ``torch.Tensor`` (DLPack). ``dequantize`` turns any weight type the kernels run
+into float32. ``expertd.torch`` (needs torch and transformers) serves a Hugging Face MoE model's
+experts from expertd.
 
 An array keeps its lease: the daemon is told to release the slots only once the ``with`` block has
 ended *and* every array of the lease is gone, so an array never reads a slot that was given to
@@ -62,7 +64,9 @@ class Lease:
         self._raw.wait(i)
 
     def next_ready(self) -> Optional[int]:
-        """Blocks until one more expert is ready; its index, or None when none is pending."""
+        """Blocks until one more expert is ready and returns its index: each expert once, those
+        ready at the acquire first; None when every expert has been returned. With more experts
+        than one request may pin, hand used ones back with ``done`` as you go."""
         return self._raw.next_ready()
 
     def view(self, i: int) -> np.ndarray:
@@ -72,6 +76,25 @@ class Lease:
     def tensor(self, i: int, role: str) -> np.ndarray:
         """One role of expert i: float32 / float16 rows, or its quantized rows as uint8."""
         return self._raw.tensor(i, role)
+
+    def torch(self, i: int, role: Optional[str] = None) -> Any:
+        """The same memory as ``view(i)`` (no role) or ``tensor(i, role)`` as a ``torch.Tensor``
+        through DLPack, without a copy. torch has no read-only tensors: the arena is mapped
+        read-only into this process, so writing one faults; ``.clone()`` what you change. Like
+        an array, the tensor holds the lease (and its expert's slot) while it lives."""
+        return self._raw.torch(i, role)
+
+    def done(self, indices: Union[int, Iterable[int]]) -> None:
+        """Hands experts (indices into ``experts``, ready ones) back before the lease ends: their
+        slots go back to the daemon, and an acquire of more experts than one request may pin
+        (``info["max_experts_per_request"]``) goes on with its next wave. Raises while an array
+        or tensor over one of them is alive."""
+        idx = [int(indices)] if isinstance(indices, int) else [int(i) for i in indices]
+        self._raw.done(idx)
+
+    def is_done(self, i: int) -> bool:
+        """Whether expert i was handed back with done()."""
+        return self._raw.is_done(i)
 
 
 class Client:

@@ -41,7 +41,19 @@ struct Connection;
 struct LeaseCore {
   std::shared_ptr<Connection> conn;
   expertd::client::Lease lease;
+  std::vector<uint32_t> live;  // arrays alive per expert (done() refuses an expert with any)
+  std::vector<uint8_t> given;  // returned by next_ready()
   ~LeaseCore();
+};
+
+// What an array owns: its lease, and one count of its expert's live arrays.
+struct ArrayOwner {
+  std::shared_ptr<LeaseCore> core;
+  size_t expert;
+  ArrayOwner(std::shared_ptr<LeaseCore> c, size_t i) : core(std::move(c)), expert(i) {
+    ++core->live[expert];
+  }
+  ~ArrayOwner() { --core->live[expert]; }
 };
 
 struct Connection {
@@ -93,45 +105,69 @@ class PyLease {
         raise("expert " + std::to_string(c.lease.experts[k]) + " of layer " +
               std::to_string(c.lease.layer) + ": " + c.lease.errors[k]);
   }
-  // The index of one more expert that became ready, or None when none is pending.
+  // The index of one more expert that is ready (each expert once: those ready in the acquire's
+  // reply first), or None when every expert has been returned.
   std::optional<size_t> next_ready() {
     auto& c = core();
-    auto r = c.conn->get().next_ready(c.lease);
-    if (!r) raise(r.error().message);
-    return *r;
+    if (c.given.size() != c.lease.ready.size()) c.given.assign(c.lease.ready.size(), 0);
+    for (;;) {
+      for (size_t i = 0; i < c.given.size(); ++i)
+        if ((c.lease.ready[i] || !c.lease.errors[i].empty()) && !c.given[i]) {
+          c.given[i] = 1;
+          return i;
+        }
+      auto r = c.conn->get().next_ready(c.lease);
+      if (!r) raise(r.error().message);
+      if (!*r) return std::nullopt;  // nothing pending: every expert was returned above
+    }
   }
   // Expert i's slot: a read-only uint8 array (waits for the expert first).
   nb::object view(size_t i) {
-    wait(i);
-    auto& c = core();
-    if (!c.lease.base)
-      raise("expertd's arena is in VRAM (--backend cuda): this package reads host arenas only");
-    return array(c.lease.slot_data(i), {size_t(c.lease.slot_bytes)}, nb::dtype<uint8_t>());
+    auto [p, shape, dt] = slot(i, std::nullopt);
+    return array<nb::numpy>(i, p, std::move(shape), dt);
   }
   // One role of expert i (gate, up, down, ...): F32 as float32 and F16 as float16 rows
   // (ne1 x ne0); any other type as its raw rows (ne1 x row bytes, uint8) for dequantize().
   nb::object tensor(size_t i, const std::string& role) {
-    wait(i);
+    auto [p, shape, dt] = slot(i, role);
+    return array<nb::numpy>(i, p, std::move(shape), dt);
+  }
+  // The same memory as a torch.Tensor (DLPack, no copy): the whole slot, or one role as tensor().
+  // torch has no read-only tensors: the arena is mapped read-only, so a write faults.
+  nb::object torch(size_t i, std::optional<std::string> role) {
+    auto [p, shape, dt] = slot(i, role);
+    try {
+      nb::module_::import_("torch");
+    } catch (nb::python_error& e) {
+      raise("Lease.torch needs torch, which does not import here: " + std::string(e.what()));
+    }
+    return array<nb::pytorch>(i, p, std::move(shape), dt);
+  }
+  // The engine is finished with these experts: their slots go back to the daemon now (not at
+  // the lease's end), which lets an acquire of more experts than one request may pin
+  // (info()["max_experts_per_request"]) go on with its next wave. An expert with a live array
+  // is refused: its slot would be given to another expert under it.
+  void done(std::vector<size_t> idx) {
     auto& c = core();
-    const auto& lv = layer_view(*c.conn, c.lease.layer);
-    const auto* r = lv.find(role);
-    if (!r) {
-      std::string have;
-      for (const auto& x : lv.roles) have += (have.empty() ? "" : ", ") + x.role;
-      raise("layer " + std::to_string(c.lease.layer) + " has no role '" + role + "' (" + have +
-            ")");
+    for (size_t i : idx) {
+      check_index(i);
+      if (!c.lease.ready[i])
+        raise("expert " + std::to_string(c.lease.experts[i]) + " (index " + std::to_string(i) +
+              ") is not ready yet: only ready experts can be handed back");
+      if (c.live[i])
+        raise("expert " + std::to_string(c.lease.experts[i]) + " (index " + std::to_string(i) +
+              ") still has " + std::to_string(c.live[i]) +
+              " array(s) over its slot: drop them (or copy what you keep) before done()");
     }
-    if (!c.lease.base)
-      raise("expertd's arena is in VRAM (--backend cuda): this package reads host arenas only");
-    const uint8_t* p = c.lease.slot_data(i) + r->offset;
-    if (r->ggml_type == kernels::F32)
-      return array(p, {size_t(r->ne1), size_t(r->ne0)}, nb::dtype<float>());
-    if (r->ggml_type == kernels::F16) {
-      nb::dlpack::dtype f16{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
-      return array(p, {size_t(r->ne1), size_t(r->ne0)}, f16);
-    }
-    const size_t rb = r->bytes / (r->ne1 ? r->ne1 : 1);
-    return array(p, {size_t(r->ne1), rb}, nb::dtype<uint8_t>());
+    std::vector<size_t> todo;
+    for (size_t i : idx)
+      if (!c.lease.done[i]) todo.push_back(i);
+    if (todo.empty()) return;
+    if (auto st = c.conn->get().done(c.lease, todo); !st) raise(st.error().message);
+  }
+  bool is_done(size_t i) const {
+    check_index(i);
+    return core().lease.done[i] != 0;
   }
   void close() { core_.reset(); }  // the `with` block's end: released once no array holds it
   bool closed() const { return !core_; }
@@ -146,12 +182,46 @@ class PyLease {
       raise("no expert " + std::to_string(i) + " in this lease of " +
             std::to_string(core().lease.experts.size()));
   }
-  // A read-only NumPy array over p that keeps the lease alive while it lives.
-  nb::object array(const uint8_t* p, std::vector<size_t> shape, nb::dlpack::dtype dt) {
-    auto* keep = new std::shared_ptr<LeaseCore>(core_);
-    nb::capsule owner(keep,
-                      [](void* k) noexcept { delete static_cast<std::shared_ptr<LeaseCore>*>(k); });
-    nb::ndarray<nb::numpy, nb::ro> a(const_cast<uint8_t*>(p), shape.size(), shape.data(), owner,
+  struct Memory {
+    const uint8_t* p;
+    std::vector<size_t> shape;
+    nb::dlpack::dtype dt;
+  };
+  // Expert i's slot, or one role of it, once it is ready.
+  Memory slot(size_t i, const std::optional<std::string>& role) {
+    wait(i);
+    auto& c = core();
+    if (c.lease.done[i])
+      raise("expert " + std::to_string(c.lease.experts[i]) +
+            " was handed back with done(): its slot may hold another expert now");
+    if (!c.lease.base)
+      raise("expertd's arena is in VRAM (--backend cuda): this package reads host arenas only");
+    if (!role) return {c.lease.slot_data(i), {size_t(c.lease.slot_bytes)}, nb::dtype<uint8_t>()};
+    const auto& lv = layer_view(*c.conn, c.lease.layer);
+    const auto* r = lv.find(*role);
+    if (!r) {
+      std::string have;
+      for (const auto& x : lv.roles) have += (have.empty() ? "" : ", ") + x.role;
+      raise("layer " + std::to_string(c.lease.layer) + " has no role '" + *role + "' (" + have +
+            ")");
+    }
+    const uint8_t* p = c.lease.slot_data(i) + r->offset;
+    if (r->ggml_type == kernels::F32)
+      return {p, {size_t(r->ne1), size_t(r->ne0)}, nb::dtype<float>()};
+    if (r->ggml_type == kernels::F16)
+      return {p,
+              {size_t(r->ne1), size_t(r->ne0)},
+              nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1}};
+    const size_t rb = r->bytes / (r->ne1 ? r->ne1 : 1);
+    return {p, {size_t(r->ne1), rb}, nb::dtype<uint8_t>()};
+  }
+  // An array of the framework over p (read-only where the framework has that) that keeps the
+  // lease, and expert i's slot, alive while it lives.
+  template <class Framework>
+  nb::object array(size_t i, const uint8_t* p, std::vector<size_t> shape, nb::dlpack::dtype dt) {
+    auto* keep = new ArrayOwner(core_, i);
+    nb::capsule owner(keep, [](void* k) noexcept { delete static_cast<ArrayOwner*>(k); });
+    nb::ndarray<Framework, nb::ro> a(const_cast<uint8_t*>(p), shape.size(), shape.data(), owner,
                                      nullptr, dt);
     return nb::cast(a);
   }
@@ -222,6 +292,7 @@ class PyClient {
     auto core = std::make_shared<LeaseCore>();
     core->conn = conn_;
     core->lease = std::move(*l);
+    core->live.assign(core->lease.experts.size(), 0);
     conn_->current = core;
     return PyLease(std::move(core));
   }
@@ -295,6 +366,9 @@ NB_MODULE(_expertd, m) {
       .def("next_ready", &PyLease::next_ready)
       .def("view", &PyLease::view, nb::arg("i"))
       .def("tensor", &PyLease::tensor, nb::arg("i"), nb::arg("role"))
+      .def("torch", &PyLease::torch, nb::arg("i"), nb::arg("role") = nb::none())
+      .def("done", &PyLease::done, nb::arg("indices"))
+      .def("is_done", &PyLease::is_done, nb::arg("i"))
       .def("close", &PyLease::close);
 
   nb::class_<PyClient>(m, "Client")
