@@ -79,10 +79,18 @@ class Lease:
 
     def torch(self, i: int, role: Optional[str] = None) -> Any:
         """The same memory as ``view(i)`` (no role) or ``tensor(i, role)`` as a ``torch.Tensor``
-        through DLPack, without a copy. torch has no read-only tensors: the arena is mapped
+        through DLPack, without a copy; on a cuda expertd a CUDA tensor over the slot's IPC
+        mapping, ready for work on the legacy default stream. torch has no read-only tensors: the arena is mapped
         read-only into this process, so writing one faults; ``.clone()`` what you change. Like
         an array, the tensor holds the lease (and its expert's slot) while it lives."""
         return self._raw.torch(i, role)
+
+    def pointer(self, i: int, role: Optional[str] = None) -> Tuple[int, int, str]:
+        """``(address, bytes, device)`` of expert i's slot (or one role of it) for consumers of raw
+        pointers (CuPy, custom kernels): device is ``"cpu"``, or ``"cuda:N"`` on a cuda expertd,
+        whose slot the legacy default stream was made to wait for. Valid while the lease lives
+        and the expert is not handed back (a pointer does not hold the lease: keep the lease)."""
+        return tuple(self._raw.pointer(i, role))  # type: ignore[return-value]
 
     def done(self, indices: Union[int, Iterable[int]]) -> None:
         """Hands experts (indices into ``experts``, ready ones) back before the lease ends: their

@@ -19,6 +19,9 @@
 #include <vector>
 
 #include "client/expert_client.h"
+#ifdef EXPERTD_PY_CUDA
+#include "client/cuda_slots.h"
+#endif
 #include "kernels/kernels.h"
 #include "kernels/types.h"
 
@@ -58,6 +61,21 @@ struct ArrayOwner {
 
 struct Connection {
   std::unique_ptr<Client> client;
+#ifdef EXPERTD_PY_CUDA
+  // A cuda expertd's slot arena, opened (CUDA IPC) on the first device access; the daemon's GPU
+  // becomes the current device.
+  std::unique_ptr<expertd::client::CudaSlots> cuda;
+  int cuda_device = 0;
+  expertd::client::CudaSlots& slots() {
+    if (!cuda) {
+      auto s = expertd::client::CudaSlots::open(get().info());
+      if (!s) raise(s.error().message);
+      cuda = std::move(*s);
+      if (cudaGetDevice(&cuda_device) != cudaSuccess) cuda_device = 0;
+    }
+    return *cuda;
+  }
+#endif
   std::weak_ptr<LeaseCore> current;          // the lease (or its arrays) still alive
   std::optional<std::string> release_error;  // a release that failed where nothing could raise
   Client& get() {
@@ -123,25 +141,42 @@ class PyLease {
   }
   // Expert i's slot: a read-only uint8 array (waits for the expert first).
   nb::object view(size_t i) {
-    auto [p, shape, dt] = slot(i, std::nullopt);
-    return array<nb::numpy>(i, p, std::move(shape), dt);
+    auto m = slot(i, std::nullopt);
+    host_only(m);
+    return array<nb::numpy>(i, m);
   }
   // One role of expert i (gate, up, down, ...): F32 as float32 and F16 as float16 rows
   // (ne1 x ne0); any other type as its raw rows (ne1 x row bytes, uint8) for dequantize().
   nb::object tensor(size_t i, const std::string& role) {
-    auto [p, shape, dt] = slot(i, role);
-    return array<nb::numpy>(i, p, std::move(shape), dt);
+    auto m = slot(i, role);
+    host_only(m);
+    return array<nb::numpy>(i, m);
   }
   // The same memory as a torch.Tensor (DLPack, no copy): the whole slot, or one role as tensor().
   // torch has no read-only tensors: the arena is mapped read-only, so a write faults.
+  // On a cuda expertd it is a CUDA tensor over the slot's IPC mapping, ready for work on the
+  // legacy default stream (which was made to wait for the slot's copy).
   nb::object torch(size_t i, std::optional<std::string> role) {
-    auto [p, shape, dt] = slot(i, role);
+    auto m = slot(i, role);
     try {
       nb::module_::import_("torch");
     } catch (nb::python_error& e) {
       raise("Lease.torch needs torch, which does not import here: " + std::string(e.what()));
     }
-    return array<nb::pytorch>(i, p, std::move(shape), dt);
+    return array<nb::pytorch>(i, m);
+  }
+  // (address, bytes, device) of expert i's slot or one role of it: for consumers that take raw
+  // pointers (CuPy, custom kernels). device is "cpu" or "cuda:N"; the pointer stays valid while
+  // the lease lives and the expert is not handed back.
+  nb::tuple pointer(size_t i, std::optional<std::string> role) {
+    auto m = slot(i, role);
+    size_t bytes = m.dt.bits / 8;
+    for (size_t d : m.shape) bytes *= d;
+    std::string dev = "cpu";
+#ifdef EXPERTD_PY_CUDA
+    if (m.device) dev = "cuda:" + std::to_string(core().conn->cuda_device);
+#endif
+    return nb::make_tuple(uintptr_t(m.p), bytes, dev);
   }
   // The engine is finished with these experts: their slots go back to the daemon now (not at
   // the lease's end), which lets an acquire of more experts than one request may pin
@@ -169,8 +204,12 @@ class PyLease {
     check_index(i);
     return core().lease.done[i] != 0;
   }
-  void close() { core_.reset(); }  // the `with` block's end: released once no array holds it
-  bool closed() const { return !core_; }
+  void close() {
+    core_.reset();
+  }  // the `with` block's end: released once no array holds it
+  bool closed() const {
+    return !core_;
+  }
 
  private:
   LeaseCore& core() const {
@@ -186,6 +225,7 @@ class PyLease {
     const uint8_t* p;
     std::vector<size_t> shape;
     nb::dlpack::dtype dt;
+    bool device = false;  // p is in a cuda expertd's VRAM arena
   };
   // Expert i's slot, or one role of it, once it is ready.
   Memory slot(size_t i, const std::optional<std::string>& role) {
@@ -194,9 +234,9 @@ class PyLease {
     if (c.lease.done[i])
       raise("expert " + std::to_string(c.lease.experts[i]) +
             " was handed back with done(): its slot may hold another expert now");
-    if (!c.lease.base)
-      raise("expertd's arena is in VRAM (--backend cuda): this package reads host arenas only");
-    if (!role) return {c.lease.slot_data(i), {size_t(c.lease.slot_bytes)}, nb::dtype<uint8_t>()};
+    const uint8_t* base = slot_base(i);
+    if (!role)
+      return {base, {size_t(c.lease.slot_bytes)}, nb::dtype<uint8_t>(), c.lease.base == nullptr};
     const auto& lv = layer_view(*c.conn, c.lease.layer);
     const auto* r = lv.find(*role);
     if (!r) {
@@ -205,25 +245,52 @@ class PyLease {
       raise("layer " + std::to_string(c.lease.layer) + " has no role '" + *role + "' (" + have +
             ")");
     }
-    const uint8_t* p = c.lease.slot_data(i) + r->offset;
+    const uint8_t* p = base + r->offset;
+    const bool dev = c.lease.base == nullptr;
     if (r->ggml_type == kernels::F32)
-      return {p, {size_t(r->ne1), size_t(r->ne0)}, nb::dtype<float>()};
+      return {p, {size_t(r->ne1), size_t(r->ne0)}, nb::dtype<float>(), dev};
     if (r->ggml_type == kernels::F16)
       return {p,
               {size_t(r->ne1), size_t(r->ne0)},
-              nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1}};
+              nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1},
+              dev};
     const size_t rb = r->bytes / (r->ne1 ? r->ne1 : 1);
-    return {p, {size_t(r->ne1), rb}, nb::dtype<uint8_t>()};
+    return {p, {size_t(r->ne1), rb}, nb::dtype<uint8_t>(), dev};
+  }
+  // The slot of expert i: host memory, or a cuda arena's device memory once the legacy default
+  // stream waits for the slot's copy (its interprocess event).
+  const uint8_t* slot_base(size_t i) {
+    auto& c = core();
+    if (c.lease.base) return c.lease.slot_data(i);
+#ifdef EXPERTD_PY_CUDA
+    auto& slots = c.conn->slots();
+    if (auto st = slots.wait(nullptr, c.lease.slots[i]); !st) raise(st.error().message);
+    return slots.slot_ptr(c.lease.slots[i]);
+#else
+    raise(
+        "expertd's arena is in VRAM (--backend cuda) and this build of the package has no CUDA "
+        "support (built where the CUDA toolkit was not found)");
+#endif
   }
   // An array of the framework over p (read-only where the framework has that) that keeps the
   // lease, and expert i's slot, alive while it lives.
   template <class Framework>
-  nb::object array(size_t i, const uint8_t* p, std::vector<size_t> shape, nb::dlpack::dtype dt) {
+  nb::object array(size_t i, const Memory& m) {
     auto* keep = new ArrayOwner(core_, i);
     nb::capsule owner(keep, [](void* k) noexcept { delete static_cast<ArrayOwner*>(k); });
-    nb::ndarray<Framework, nb::ro> a(const_cast<uint8_t*>(p), shape.size(), shape.data(), owner,
-                                     nullptr, dt);
+    int dev_type = nb::device::cpu::value, dev_id = 0;
+#ifdef EXPERTD_PY_CUDA
+    if (m.device) dev_type = nb::device::cuda::value, dev_id = core().conn->cuda_device;
+#endif
+    nb::ndarray<Framework, nb::ro> a(m.p, m.shape.size(), m.shape.data(), owner, nullptr, m.dt,
+                                     dev_type, dev_id);
     return nb::cast(a);
+  }
+  static void host_only(const Memory& m) {
+    if (m.device)
+      raise(
+          "expertd's arena is in VRAM (--backend cuda): NumPy cannot view it; use "
+          "lease.torch(i) for a CUDA tensor, or lease.pointer(i)");
   }
   std::shared_ptr<LeaseCore> core_;
 };
@@ -367,6 +434,7 @@ NB_MODULE(_expertd, m) {
       .def("view", &PyLease::view, nb::arg("i"))
       .def("tensor", &PyLease::tensor, nb::arg("i"), nb::arg("role"))
       .def("torch", &PyLease::torch, nb::arg("i"), nb::arg("role") = nb::none())
+      .def("pointer", &PyLease::pointer, nb::arg("i"), nb::arg("role") = nb::none())
       .def("done", &PyLease::done, nb::arg("indices"))
       .def("is_done", &PyLease::is_done, nb::arg("i"))
       .def("close", &PyLease::close);
