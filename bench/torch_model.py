@@ -12,9 +12,7 @@ usage: <build>/python-torch-venv/bin/python bench/torch_model.py --bin build [--
 import argparse
 import json
 import os
-import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +30,9 @@ ap.add_argument("--cache-slots", type=int, default=128, help="expertd's slots (1
 args = ap.parse_args()
 B, SRC = os.path.abspath(args.bin), os.path.abspath(args.source)
 
+sys.path.insert(0, os.path.join(SRC, "tests", "python"))
+from py_util import Packed, start_expertd  # noqa: E402
+
 import torch  # noqa: E402
 
 import expertd  # noqa: E402
@@ -47,26 +48,10 @@ print(f"CPU: {cpu} ({isa}); torch {torch.__version__}, {args.threads} threads; "
 tmp = tempfile.mkdtemp(prefix="torch-bench-")
 d = None
 try:
-    model_path = os.path.join(tmp, "m.gguf")
-    shutil.copy(os.path.join(SRC, "model", "kjv-moe-q8_0.gguf"), model_path)
-    subprocess.run([os.path.join(B, "pack", "expert-pack"), "-q", "build", model_path], check=True,
-                   stdout=subprocess.DEVNULL)
+    pk = Packed(B, SRC, tmp)
+    core = pk.core
     sock = os.path.join(tmp, "s.sock")
-    open(sock + ".conf", "w").write("# flags only\n")
-    d = subprocess.Popen([os.path.join(B, "daemon", "expertd"), "--manifest",
-                          os.path.join(tmp, "m.manifest.json"), "--socket", sock, "--config",
-                          sock + ".conf", "--lock-memory", "false", "--reserve-mib", "16",
-                          "--cache-slots", str(args.cache_slots)],
-                         stdout=open(sock + ".log", "w"), stderr=subprocess.STDOUT)
-    for _ in range(500):
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(sock)
-            s.close()
-            break
-        except OSError:
-            time.sleep(0.02)
-    core = os.path.join(tmp, "m.core.gguf")
+    d = start_expertd(B, pk.manifest_path, sock, ["--cache-slots", str(args.cache_slots)])
     client = expertd.Client.connect(sock, "torch-bench")
     model = load_qwen3moe(core, client)
     text = open(os.path.join(SRC, "model", "kjv-words.txt")).read()[:20000]

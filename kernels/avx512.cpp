@@ -34,6 +34,17 @@ inline int32_t hsum_i32(__m512i v) {
 inline int32_t hsum_i32(__m256i v) {
   return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(v));
 }
+// The lane sums of a and of b with one reduction for the pair (the K-quants' weight sum and
+// mins sum per super-block: integers, so any order gives the same numbers).
+inline void hsum_pair(__m512i a, __m256i b, int32_t& sa, int32_t& sb) {
+  const __m256i a8 = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+  __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(a8), b, 1);  // [a8 | b]
+  v = _mm512_add_epi32(v, _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
+  v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
+  sa = _mm_cvtsi128_si32(_mm512_castsi512_si128(v));
+  sb = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(v, 2));
+}
 inline __m512i two_halves16(int lo, int hi) {  // i16 lanes: 16 x lo, then 16 x hi
   return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(lo)),
                             _mm256_set1_epi16(static_cast<int16_t>(hi)), 1);
@@ -82,8 +93,10 @@ void tile_k45_avx512(const uint8_t* blocks, size_t stride, const BlockQ8K* const
     for (int t = 0; t < N; ++t) {
       const __m256i pm = _mm256_madd_epi16(
           mins_dup, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
-      acc[t] = acc[t] + (d * ys[t][b].d) * float(hsum_i32(isum[t]));
-      acc[t] = acc[t] - (dmin * ys[t][b].d) * float(hsum_i32(pm));
+      int32_t is, ms;
+      hsum_pair(isum[t], pm, is, ms);
+      acc[t] = acc[t] + (d * ys[t][b].d) * float(is);
+      acc[t] = acc[t] - (dmin * ys[t][b].d) * float(ms);
     }
   }
   for (int t = 0; t < N; ++t) out[t] = acc[t];
@@ -206,8 +219,10 @@ void tile_q2_k_avx512(const BlockQ2K* x, const BlockQ8K* const* ys, int64_t n, f
     for (int t = 0; t < N; ++t) {
       const __m256i pm = _mm256_madd_epi16(
           mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
-      acc[t] = acc[t] + (fd * ys[t][b].d) * float(hsum_i32(isum[t]));
-      acc[t] = acc[t] - (fm * ys[t][b].d) * float(hsum_i32(pm));
+      int32_t is, ms;
+      hsum_pair(isum[t], pm, is, ms);
+      acc[t] = acc[t] + (fd * ys[t][b].d) * float(is);
+      acc[t] = acc[t] - (fm * ys[t][b].d) * float(ms);
     }
   }
   for (int t = 0; t < N; ++t) out[t] = acc[t];

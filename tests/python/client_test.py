@@ -10,88 +10,39 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from py_util import Packed, check, finish, in_package_venv, start_expertd  # noqa: E402
+import py_util  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin", required=True)
 ap.add_argument("--source", required=True)
 args = ap.parse_args()
 B, SRC = os.path.abspath(args.bin), os.path.abspath(args.source)
-VENV = os.path.join(B, "python-venv")
-PY = os.path.join(VENV, "bin", "python")
-
-# The venv with the build requirements and the package, rebuilt incrementally (a persistent
-# build directory) each run, so the test always runs the tree's code.
-if os.path.realpath(sys.prefix) != os.path.realpath(VENV):
-    if not os.path.exists(os.path.join(VENV, ".ready")):
-        shutil.rmtree(VENV, ignore_errors=True)
-        subprocess.check_call([sys.executable, "-m", "venv", VENV])
-        subprocess.check_call([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               "scikit-build-core>=0.10", "nanobind>=2.0", "numpy>=1.22"])
-        open(os.path.join(VENV, ".ready"), "w").close()
-    subprocess.check_call([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           "--no-build-isolation", "--force-reinstall", "--no-deps",
-                           "-C", "build-dir=" + os.path.join(B, "python-build"),
-                           os.path.join(SRC, "python")])
-    os.execv(PY, [PY] + sys.argv)
+in_package_venv(B, SRC, "python-venv", [])
 
 import numpy as np  # noqa: E402
 
 import expertd  # noqa: E402
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
 
 def raises(fn, words, what):
-    try:
-        fn()
-    except expertd.Error as e:
-        check(all(w in str(e) for w in words), f"{what}: {e}")
-        return
-    except Exception as e:  # noqa: BLE001
-        check(False, f"{what}: raised {type(e).__name__}: {e}, not expertd.Error")
-        return
-    check(False, f"{what}: did not raise")
+    py_util.raises(expertd.Error, fn, words, what)
 
 
 tmp = tempfile.mkdtemp(prefix="python-test-", dir=B)
 procs = []
 try:
-    model = os.path.join(tmp, "m.gguf")
-    shutil.copy(os.path.join(SRC, "model", "kjv-moe-q8_0.gguf"), model)
-    subprocess.run([os.path.join(B, "pack", "expert-pack"), "-q", "build", model], check=True,
-                   stdout=subprocess.DEVNULL)
-    manifest = json.load(open(os.path.join(tmp, "m.manifest.json")))
-    pack = open(os.path.join(tmp, manifest["pack_file"]), "rb").read()
+    pk = Packed(B, SRC, tmp)
+    manifest = pk.manifest
+    pack = open(pk.pack_file, "rb").read()
     sock = os.path.join(tmp, "s.sock")
-    open(sock + ".conf", "w").write("# flags only\n")
     # 48 slots for the model's 128 experts: acquires miss and are read while the test waits.
-    d = subprocess.Popen([os.path.join(B, "daemon", "expertd"), "--manifest",
-                          os.path.join(tmp, "m.manifest.json"), "--socket", sock, "--config",
-                          sock + ".conf", "--lock-memory", "false", "--reserve-mib", "16",
-                          "--cache-slots", "48", "--clients-max", "4"],
-                         stdout=open(sock + ".log", "w"), stderr=subprocess.STDOUT)
-    procs.append(d)
-    for _ in range(500):
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(sock)
-            s.close()
-            break
-        except OSError:
-            if d.poll() is not None:
-                raise RuntimeError("expertd did not start: " + open(sock + ".log").read())
-            time.sleep(0.02)
+    procs.append(start_expertd(B, pk.manifest_path, sock, ["--cache-slots", "48", "--clients-max", "4"]))
 
     c = expertd.Client.connect(sock)
     info = c.info
@@ -196,7 +147,4 @@ finally:
         p.wait(timeout=30)
     shutil.rmtree(tmp, ignore_errors=True)
 
-if failures:
-    print(f"{len(failures)} failed: " + "; ".join(failures))
-    sys.exit(1)
-print("all checks passed")
+finish()

@@ -11,74 +11,34 @@ memory equals the pack's bytes for every expert of two layers with fewer slots t
 pointer(i, role) is the role's offset into it; NumPy views of VRAM raise naming lease.torch."""
 import argparse
 import ctypes
-import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from py_util import Packed, check, finish, in_package_venv, start_expertd  # noqa: E402
+import py_util  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin", required=True)
 ap.add_argument("--source", required=True)
 args = ap.parse_args()
 B, SRC = os.path.abspath(args.bin), os.path.abspath(args.source)
-VENV = os.path.join(B, "python-emu-venv")
-PY = os.path.join(VENV, "bin", "python")
-
-if os.path.realpath(sys.prefix) != os.path.realpath(VENV):
-    if not os.path.exists(os.path.join(VENV, ".ready")):
-        shutil.rmtree(VENV, ignore_errors=True)
-        subprocess.check_call([sys.executable, "-m", "venv", VENV])
-        subprocess.check_call([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               "scikit-build-core>=0.10", "nanobind>=2.0", "numpy>=1.22"])
-        open(os.path.join(VENV, ".ready"), "w").close()
-    subprocess.check_call([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           "--no-build-isolation", "--force-reinstall", "--no-deps",
-                           "-C", "build-dir=" + os.path.join(B, "python-emu-build"),
-                           "-C", "cmake.define.EXPERTD_PY_CUDA=EMU", os.path.join(SRC, "python")])
-    os.execv(PY, [PY] + sys.argv)
+in_package_venv(B, SRC, "python-emu-venv", [], defines=["EXPERTD_PY_CUDA=EMU"])
 
 import expertd  # noqa: E402
-
-failures = []
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
 
 tmp = tempfile.mkdtemp(prefix="python-emu-", dir=B)
 d = None
 try:
-    model = os.path.join(tmp, "m.gguf")
-    shutil.copy(os.path.join(SRC, "model", "kjv-moe-q8_0.gguf"), model)
-    subprocess.run([os.path.join(B, "pack", "expert-pack"), "-q", "build", model], check=True,
-                   stdout=subprocess.DEVNULL)
-    manifest = json.load(open(os.path.join(tmp, "m.manifest.json")))
-    pack = open(os.path.join(tmp, manifest["pack_file"]), "rb").read()
+    pk = Packed(B, SRC, tmp)
+    manifest = pk.manifest
+    pack = open(pk.pack_file, "rb").read()
     sock = os.path.join(tmp, "s.sock")
-    open(sock + ".conf", "w").write("# flags only\n")
-    d = subprocess.Popen([os.path.join(B, "daemon", "expertd_emu"), "--manifest",
-                          os.path.join(tmp, "m.manifest.json"), "--socket", sock, "--config",
-                          sock + ".conf", "--lock-memory", "false", "--reserve-mib", "16",
-                          "--backend", "cuda", "--cache-slots", "24", "--stage-slots", "4",
-                          "--clients-max", "2"],
-                         stdout=open(sock + ".log", "w"), stderr=subprocess.STDOUT)
-    for _ in range(500):
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(sock)
-            s.close()
-            break
-        except OSError:
-            if d.poll() is not None:
-                raise RuntimeError("expertd_emu did not start: " + open(sock + ".log").read())
-            time.sleep(0.02)
+    d = start_expertd(B, pk.manifest_path, sock, ["--backend", "cuda", "--cache-slots", "24",
+                                                   "--stage-slots", "4", "--clients-max", "2"],
+                      exe="expertd_emu")
 
     c = expertd.Client.connect(sock)
     info = c.info
@@ -105,11 +65,7 @@ try:
         check(rp == base + role["offset"] and rbytes == role["bytes"] and dev == "cuda:0",
               f"pointer(i, '{role['role']}') is at the role's offset ({role['offset']}, {rbytes} bytes)")
         for fn, what in ((lambda: lease.view(0), "view"), (lambda: lease.tensor(0, "gate"), "tensor")):
-            try:
-                fn()
-                check(False, f"a NumPy {what} of VRAM raises")
-            except expertd.Error as e:
-                check("VRAM" in str(e) and "lease.torch" in str(e), f"a NumPy {what} of VRAM: {e}")
+            py_util.raises(expertd.Error, fn, ["VRAM", "lease.torch"], f"a NumPy {what} of VRAM")
     c.close()
 finally:
     if d:
@@ -117,7 +73,4 @@ finally:
         d.wait(timeout=30)
     shutil.rmtree(tmp, ignore_errors=True)
 
-if failures:
-    print(f"{len(failures)} failed: " + "; ".join(failures))
-    sys.exit(1)
-print("all checks passed")
+finish()

@@ -19,14 +19,15 @@ The venv (build dir, python-torch-venv) gets torch, transformers and gguf from P
 import argparse
 import copy
 import hashlib
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from py_util import Packed, check, finish, in_package_venv, start_expertd  # noqa: E402
+import py_util  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin", required=True)
@@ -35,22 +36,7 @@ ap.add_argument("--shared", required=True, help="the shared/ folder (tools/ref_n
 args = ap.parse_args()
 B, SRC = os.path.abspath(args.bin), os.path.abspath(args.source)
 REF = os.path.join(os.path.abspath(args.shared), "tools", "ref_numpy.py")
-VENV = os.path.join(B, "python-torch-venv")
-PY = os.path.join(VENV, "bin", "python")
-
-if os.path.realpath(sys.prefix) != os.path.realpath(VENV):
-    if not os.path.exists(os.path.join(VENV, ".ready")):
-        shutil.rmtree(VENV, ignore_errors=True)
-        subprocess.check_call([sys.executable, "-m", "venv", VENV])
-        subprocess.check_call([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               "scikit-build-core>=0.10", "nanobind>=2.0", "numpy>=1.22",
-                               "torch>=2.4", "transformers>=5.0", "gguf>=0.10"])
-        open(os.path.join(VENV, ".ready"), "w").close()
-    subprocess.check_call([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           "--no-build-isolation", "--force-reinstall", "--no-deps",
-                           "-C", "build-dir=" + os.path.join(B, "python-torch-build"),
-                           os.path.join(SRC, "python")])
-    os.execv(PY, [PY] + sys.argv)
+in_package_venv(B, SRC, "python-torch-venv", ["torch>=2.4", "transformers>=5.0", "gguf>=0.10"])
 
 import gguf  # noqa: E402
 import numpy as np  # noqa: E402
@@ -60,13 +46,10 @@ import expertd  # noqa: E402
 from expertd.torch import ExpertdMoE, load_qwen3moe  # noqa: E402
 
 torch.set_num_threads(2)
-failures = []
 
 
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what, flush=True)
-    if not cond:
-        failures.append(what)
+def raises(fn, words, what):
+    py_util.raises(expertd.Error, fn, words, what)
 
 
 def held_model(model, full_gguf):
@@ -93,25 +76,6 @@ def held_model(model, full_gguf):
     return ref
 
 
-def start_daemon(tmp, manifest, sock, slots):
-    open(sock + ".conf", "w").write("# flags only\n")
-    d = subprocess.Popen([os.path.join(B, "daemon", "expertd"), "--manifest", manifest, "--socket",
-                          sock, "--config", sock + ".conf", "--lock-memory", "false",
-                          "--reserve-mib", "16", "--cache-slots", str(slots), "--clients-max", "6"],
-                         stdout=open(sock + ".log", "w"), stderr=subprocess.STDOUT)
-    for _ in range(500):
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(sock)
-            s.close()
-            return d
-        except OSError:
-            if d.poll() is not None:
-                raise RuntimeError("expertd did not start: " + open(sock + ".log").read())
-            time.sleep(0.02)
-    raise RuntimeError("expertd did not listen")
-
-
 CHILD = """
 import hashlib, sys, torch, expertd
 from expertd.torch import load_qwen3moe
@@ -128,17 +92,13 @@ print(hashlib.sha256(lg.tobytes()).hexdigest())
 tmp = tempfile.mkdtemp(prefix="torch-test-", dir=B)
 procs = []
 try:
-    model_path = os.path.join(tmp, "m.gguf")
-    shutil.copy(os.path.join(SRC, "model", "kjv-moe-q8_0.gguf"), model_path)
-    subprocess.run([os.path.join(B, "pack", "expert-pack"), "-q", "build", model_path], check=True,
-                   stdout=subprocess.DEVNULL)
-    manifest_path = os.path.join(tmp, "m.manifest.json")
-    manifest = json.load(open(manifest_path))
-    core = os.path.join(tmp, "m.core.gguf")
+    pk = Packed(B, SRC, tmp)
+    model_path, core, manifest = pk.gguf, pk.core, pk.manifest
     n_all = manifest["n_experts"] * len(manifest["layers"])
     slots = 48
     sock = os.path.join(tmp, "s.sock")
-    procs.append(start_daemon(tmp, manifest_path, sock, slots))
+    procs.append(start_expertd(B, pk.manifest_path, sock, ["--cache-slots", str(slots),
+                                                           "--clients-max", "6"]))
     er_bin = os.path.join(B, "engine", "expert-run")
     text = ("In the beginning God created the heaven and the earth. And the earth was without "
             "form, and void; and darkness was upon the face of the deep.")
@@ -218,24 +178,12 @@ try:
         check(tuple(g.shape) == (role["shape"][0], role["shape"][1] // 32 * 34),
               f"Lease.torch(i, 'gate') is the role's rows {tuple(g.shape)}")
         del v
-        try:
-            lease.done(1)
-            check(False, "done() while a tensor of the expert lives raises")
-        except expertd.Error as e:
-            check("array" in str(e), f"done() while a tensor of the expert lives: {e}")
+        raises(lambda: lease.done(1), ["array"], "done() while a tensor of the expert lives")
         del t
         lease.done(1)
-        try:
-            lease.torch(1)
-            check(False, "a handed-back expert's slot cannot be read")
-        except expertd.Error as e:
-            check("done()" in str(e), f"a handed-back expert's slot: {e}")
+        raises(lambda: lease.torch(1), ["done()"], "a handed-back expert's slot")
     kept = g  # a tensor holds the lease past the block
-    try:
-        c.acquire(0, [1])
-        check(False, "acquire while a tensor of the last lease lives raises")
-    except expertd.Error as e:
-        check("still held" in str(e), "a tensor holds its lease past the with block")
+    raises(lambda: c.acquire(0, [1]), ["still held"], "a tensor holds its lease past the with block")
     del kept, g
     with c.acquire(0, [1]) as lease:
         check(len(lease) == 1, "acquire once the tensor is gone")
@@ -244,16 +192,9 @@ try:
     other = os.path.join(os.path.abspath(args.shared), "golden", "cases", "gpt-oss-A-s1-f32",
                          "model.gguf")
     if os.path.exists(other):
-        try:
-            load_qwen3moe(other, c)
-            check(False, "another architecture's GGUF raises")
-        except expertd.Error as e:
-            check("gpt-oss" in str(e) and "serve_experts" in str(e), f"another architecture: {e}")
-    try:
-        ExpertdMoE(c, len(manifest["layers"]), blocks[0].gate)
-        check(False, "a pack layer past the pack raises")
-    except expertd.Error as e:
-        check("no pack layer" in str(e), f"a pack layer past the pack: {e}")
+        raises(lambda: load_qwen3moe(other, c), ["gpt-oss", "serve_experts"], "another architecture")
+    raises(lambda: ExpertdMoE(c, len(manifest["layers"]), blocks[0].gate), ["no pack layer"],
+           "a pack layer past the pack")
 
     # Two Python processes and expert-run on the one expertd at once.
     solo = hashlib.sha256(logits.tobytes()).hexdigest()
@@ -276,7 +217,4 @@ finally:
         p.wait(timeout=30)
     shutil.rmtree(tmp, ignore_errors=True)
 
-if failures:
-    print(f"{len(failures)} failed: " + "; ".join(failures))
-    sys.exit(1)
-print("all checks passed")
+finish()
