@@ -12,13 +12,15 @@
 # LLAMA_PY is a Python with llama-cpp-python (CMAKE_ARGS=-DGGML_NATIVE=ON pip install
 # llama-cpp-python==0.3.36 builds llama.cpp for this CPU); llama.cpp is the baseline only. Models
 # go to ${LOWBIT_DIR:-/tmp/lowbit} (1-2 GB each). NO_REPACK=1 compares with llama.cpp's
-# --no-repack instead.
+# --no-repack instead. LLAMA_PY_AVX2: a Python whose llama-cpp-python was built for AVX2 alone
+# (CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+# -DGGML_AVX512=OFF"): the AVX2 pass then measures against it — what llama.cpp is on an AVX2-only
+# CPU — instead of against the native build's AVX-512 kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
 ROUNDS=${2:-3}
 shift $(($# < 2 ? $# : 2))
-PY=${LLAMA_PY:-python3}
 DIR=${LOWBIT_DIR:-/tmp/lowbit}
 mkdir -p "$DIR"
 declare -A MIX=(
@@ -43,6 +45,9 @@ repack=()
 [ "${NO_REPACK:-0}" = 1 ] && repack=(--no-repack)
 for kernels in $passes; do
   export EXPERTD_KERNELS=$kernels
+  PY=${LLAMA_PY:-python3}
+  [ "$kernels" = avx2 ] && [ -n "${LLAMA_PY_AVX2:-}" ] && PY=$LLAMA_PY_AVX2
+  llama_isa=$("$PY" -c "import llama_cpp; s = llama_cpp.llama_print_system_info().decode(); print('avx512' if 'AVX512 = 1' in s else 'avx2')")
   for name in "${names[@]}"; do
     m="$DIR/qwen3-30b-a3b-4l-$name.gguf"
     a=$("$PY" bench/compare_llamacpp.py --model "$m" --expert-run "$B/engine/expert-run" \
@@ -53,7 +58,7 @@ for kernels in $passes; do
     pp128=$(grep '^prefill ratio' <<<"$a" | awk '{print $3}')
     pp512=$(grep '^prefill ratio' <<<"$b" | awk '{print $3}')
     rates=$(grep '^round' <<<"$a" | tail -1 | sed 's/^round [0-9]*: //')
-    printf '%-8s %-6s decode %s  prefill-128 %s  prefill-512 %s  (%s; %s)\n' \
-      "$name" "$kernels" "$tg" "$pp128" "$pp512" "$rates" "$cpu"
+    printf '%-8s %-6s decode %s  prefill-128 %s  prefill-512 %s  (%s; llama.cpp %s; %s)\n' \
+      "$name" "$kernels" "$tg" "$pp128" "$pp512" "$rates" "$llama_isa" "$cpu"
   done
 done
