@@ -148,10 +148,15 @@ class Client:
         self._raw.close()
 
 
-def dequantize(data: np.ndarray, type: Union[int, str], shape: Union[int, Sequence[int]]) -> np.ndarray:
+def dequantize(data: np.ndarray, type: Union[int, str], shape: Union[int, Sequence[int]],
+               out: Optional[np.ndarray] = None) -> np.ndarray:
     """float32 values of ``shape`` ((columns,) or (rows, columns)) from the bytes of weight type
-    ``type`` (a GGML type id or name: "Q8_0", "Q4_K", ...); an unsupported type raises Error."""
+    ``type`` (a GGML type id or name: "Q8_0", "Q4_K", ...); an unsupported type raises Error.
+    ``out``: a C-contiguous float32 array of as many values to write them into (returned)."""
     t = _type_id(type) if isinstance(type, str) else int(type)
     dims: Tuple[int, ...] = (int(shape),) if isinstance(shape, int) else tuple(int(x) for x in shape)
     raw = np.ascontiguousarray(np.asarray(data).view(np.uint8).reshape(-1))
-    return _dequantize(raw, t, list(dims))
+    if out is not None and (out.dtype != np.float32 or not out.flags.c_contiguous
+                            or not out.flags.writeable):
+        raise Error("out: a writeable, C-contiguous float32 array")
+    return _dequantize(raw, t, list(dims), out)

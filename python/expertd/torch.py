@@ -57,17 +57,28 @@ class ExpertdMoE(nn.Module):
                             f"({', '.join(self._roles)}): ExpertdMoE runs separate gate/up/down experts")
         self.acquired = 0  # experts acquired by this block (for reports)
 
-    def _weight(self, lease: Any, i: int, role: str) -> torch.Tensor:
-        r = self._roles[role]
-        raw = lease.tensor(i, role)
+    @staticmethod
+    def _dequantize(raw: np.ndarray, r: Dict[str, Any], out: np.ndarray) -> None:
         if r["type"] == _F32:
-            w = np.array(raw, dtype=np.float32)
+            out[...] = raw.view(np.float32).reshape(out.shape)
         elif r["type"] == _F16:
-            w = np.asarray(raw).astype(np.float32)
+            out[...] = raw.view(np.float16).reshape(out.shape)
         else:
-            w = dequantize(raw, r["type"], tuple(r["shape"]))
-        del raw  # the slot's array: done() needs it gone
-        return torch.from_numpy(w)
+            dequantize(raw, r["type"], out.shape, out=out)
+
+    def _weights(self, lease: Any, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Expert i's gate and up rows as one (2 x ff, d) float32 matrix (as transformers keeps
+        them), and its down rows: dequantized out of the slot (copies: it can go back at once)."""
+        slot = lease.view(i)
+        g, u, d = self._roles["gate"], self._roles["up"], self._roles["down"]
+        part = lambda r: slot[r["offset"]:r["offset"] + r["bytes"]]  # noqa: E731
+        gate_up = np.empty((g["shape"][0] + u["shape"][0], g["shape"][1]), np.float32)
+        self._dequantize(part(g), g, gate_up[:g["shape"][0]])
+        self._dequantize(part(u), u, gate_up[g["shape"][0]:])
+        down = np.empty(tuple(d["shape"]), np.float32)
+        self._dequantize(part(d), d, down)
+        del slot  # the slot's array: done() needs it gone
+        return torch.from_numpy(gate_up), torch.from_numpy(down)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         shape = hidden_states.shape
@@ -81,8 +92,7 @@ class ExpertdMoE(nn.Module):
                 if i is None:
                     break
                 e = experts[i]
-                gate_up = torch.cat([self._weight(lease, i, "gate"), self._weight(lease, i, "up")])
-                down = self._weight(lease, i, "down")
+                gate_up, down = self._weights(lease, i)
                 lease.done(i)  # its slot goes back: the next wave of a large union may come
                 pos, tok = torch.where(indices.T == e)
                 g, u = F.linear(x[tok], gate_up).chunk(2, dim=-1)

@@ -388,8 +388,9 @@ class PyClient {
 };
 
 // F32 values of a row-major block of rows of `type` (ne1 rows of ne0), from their bytes.
-nb::ndarray<nb::numpy, float> dequantize(nb::ndarray<const uint8_t, nb::c_contig> src,
-                                         uint32_t type, std::vector<int64_t> shape) {
+nb::object dequantize(nb::ndarray<const uint8_t, nb::c_contig> src, uint32_t type,
+                      std::vector<int64_t> shape,
+                      std::optional<nb::ndarray<float, nb::c_contig, nb::device::cpu>> out) {
   const auto* t = kernels::type_traits(type);
   if (!t) raise("unknown GGML type " + std::to_string(type));
   if (!kernels::weight_type_supported(type))
@@ -405,13 +406,21 @@ nb::ndarray<nb::numpy, float> dequantize(nb::ndarray<const uint8_t, nb::c_contig
     raise("the bytes (" + std::to_string(src.size()) + ") are fewer than " + std::to_string(rows) +
           " rows of " + std::to_string(cols) + " " + t->name + " (" +
           std::to_string(rb * size_t(rows)) + ")");
-  auto* out = new float[size_t(rows * cols)];
+  if (out) {  // into the caller's float32 array (no allocation)
+    if (out->size() != size_t(rows * cols))
+      raise("out holds " + std::to_string(out->size()) + " floats, not " +
+            std::to_string(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      kernels::dequantize_row(type, src.data() + rb * size_t(r), out->data() + r * cols, cols);
+    return nb::cast(*out);
+  }
+  auto* buf = new float[size_t(rows * cols)];
   for (int64_t r = 0; r < rows; ++r)
-    kernels::dequantize_row(type, src.data() + rb * size_t(r), out + r * cols, cols);
-  nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+    kernels::dequantize_row(type, src.data() + rb * size_t(r), buf + r * cols, cols);
+  nb::capsule owner(buf, [](void* p) noexcept { delete[] static_cast<float*>(p); });
   size_t dims[2] = {size_t(rows), size_t(cols)};
-  return nb::ndarray<nb::numpy, float>(out, shape.size(), shape.size() == 2 ? dims : dims + 1,
-                                       owner);
+  return nb::cast(
+      nb::ndarray<nb::numpy, float>(buf, shape.size(), shape.size() == 2 ? dims : dims + 1, owner));
 }
 
 }  // namespace
@@ -448,7 +457,8 @@ NB_MODULE(_expertd, m) {
       .def("stats", &PyClient::stats)
       .def("close", &PyClient::close);
 
-  m.def("dequantize", &dequantize, nb::arg("data"), nb::arg("type"), nb::arg("shape"));
+  m.def("dequantize", &dequantize, nb::arg("data"), nb::arg("type"), nb::arg("shape"),
+        nb::arg("out") = nb::none());
   m.def("type_id", [](const std::string& name) {
     const auto* t = kernels::type_by_name(name);
     if (!t) raise("unknown GGML type '" + name + "'");

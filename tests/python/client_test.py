@@ -88,6 +88,14 @@ try:
         blocks = np.frombuffer(g.tobytes(), dtype=[("d", "<f2"), ("q", "i1", 32)])
         ref = (blocks["d"].astype(np.float32)[:, None] * blocks["q"].astype(np.float32)).reshape(rows, cols)
         check(w.dtype == np.float32 and np.array_equal(w, ref), "dequantize(Q8_0) == NumPy's")
+        into = np.full((rows + 1, cols), 7.0, np.float32)
+        got = expertd.dequantize(g, "Q8_0", (rows, cols), out=into[1:])
+        check(np.array_equal(into[1:], ref) and np.all(into[0] == 7.0) and np.shares_memory(got, into),
+              "dequantize(..., out=) writes the rows into the caller's array, nothing else")
+        raises(lambda: expertd.dequantize(g, "Q8_0", (rows, cols), out=np.empty((rows, 2), np.float32)),
+               ["out holds"], "an out of the wrong size")
+        raises(lambda: expertd.dequantize(g, "Q8_0", (rows, cols), out=np.empty((rows, cols), np.float64)),
+               ["float32"], "an out that is not float32")
         del a, b, g
     raises(lambda: lease.view(0), ["released"], "a released lease's view")
 
