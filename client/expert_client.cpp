@@ -335,6 +335,11 @@ Result<Lease> Client::acquire(uint32_t layer, std::span<const uint32_t> experts)
     return make_error(
         "expertd: BadRequest: this client already holds or awaits a lease; release it before "
         "the next acquire");
+  // The board pins without a message, so first a look (no wait) at whether the daemon hung up:
+  // a dead daemon is this call's error, not the next round trip's.
+  if (pollfd p{fd_, POLLRDHUP, 0};
+      ::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)))
+    return fail(make_error("expertd closed the connection")).error();
   if (Lease l; pin_from_board(layer, experts, l)) {
     current_lease_ = l.id;
     return l;

@@ -148,6 +148,11 @@ try:
     bad = subprocess.run([sys.executable, "-m", "expertd", "stats", "--socket", "/nonexistent.sock"],
                          capture_output=True, text=True)
     check(bad.returncode == 1 and "nonexistent" in bad.stderr, "stats without a daemon: exit 1 naming it")
+    # The daemon gone (killed): the next call is an Error naming it, closing still works.
+    procs[0].kill()
+    procs[0].wait()
+    raises(lambda: c.acquire(0, [2]), ["expertd closed the connection"], "the daemon killed, then an acquire")
+    raises(lambda: c.stats(), ["connection to expertd is broken"], "then stats")
     c.close()
 finally:
     for p in procs:
