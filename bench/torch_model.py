@@ -12,7 +12,6 @@ usage: <build>/python-torch-venv/bin/python bench/torch_model.py --bin build [--
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,7 @@ args = ap.parse_args()
 B, SRC = os.path.abspath(args.bin), os.path.abspath(args.source)
 
 sys.path.insert(0, os.path.join(SRC, "tests", "python"))
-from py_util import Packed, start_expertd  # noqa: E402
+from py_util import Packed, start_expertd, stop_all  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -99,7 +98,4 @@ try:
           f"hits {int(st['cache_hits'])}, misses {int(st['cache_misses'])}")
     client.close()
 finally:
-    if d:
-        d.terminate()
-        d.wait(timeout=30)
-    shutil.rmtree(tmp, ignore_errors=True)
+    stop_all([d], tmp)

@@ -14,10 +14,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "kernels/dequant.h"
 #include "kernels/fp16.h"
+#include "kernels/gemm_drive.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 
@@ -145,38 +145,28 @@ void gemm_lay_out(uint32_t, const uint8_t* xq, size_t xq_row, const int32_t* tok
 void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                const uint8_t* panel, int64_t n_tokens, float* y) {
   const GemmType& g = *find(wtype);
-  const int64_t units = cols / kUnit, groups = (n_tokens + kLanes - 1) / kLanes;
+  const int64_t units = cols / kUnit;
   const size_t w_row = row_size(wtype, cols);
   const AUnit* act = units_of(reinterpret_cast<const AUnit*>(panel));
-  thread_local std::vector<WUnit> wp;
-  wp.resize(size_t(units) * kRows);
-  for (int64_t rb = r0; rb < r1; rb += kRows) {
-    const int nr = int(std::min<int64_t>(kRows, r1 - rb));
-    for (int r = 0; r < kRows; ++r)
-      for (int64_t u = 0; u < units; ++u) {
-        WUnit& wu = wp[size_t(u) * kRows + r];
-        if (r < nr)
-          g.unpack(static_cast<const uint8_t*>(w) + (rb + r) * w_row, u, wu);
-        else
-          std::memset(&wu, 0, sizeof wu);  // past the last row: zeros
-      }
-    for (int64_t gi = 0; gi < groups; ++gi) {
-      __m256 acc[kRows * 8];
-      for (__m256& v : acc) v = _mm256_setzero_ps();
-      for (int64_t u = 0; u < units; ++u) micro(&wp[size_t(u) * kRows], act[gi * units + u], acc);
-      alignas(32) float out[kRows][kLanes];
-      for (int r = 0; r < kRows; ++r) {  // hsum's order of the 8 lanes
-        const __m256* a8 = acc + 8 * r;
-        _mm256_store_ps(
-            out[r],
-            _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a8[0], a8[4]), _mm256_add_ps(a8[2], a8[6])),
+  x86::drive_rows<kRows, kLanes, WUnit>(
+      units, n_tokens, rows, r0, r1,
+      [&](int64_t row, int64_t u, WUnit& wu) {
+        g.unpack(static_cast<const uint8_t*>(w) + row * w_row, u, wu);
+      },
+      [](WUnit& wu) { std::memset(&wu, 0, sizeof wu); },
+      [&](const WUnit* wp, int64_t gi, float(*out)[kLanes]) {
+        __m256 acc[kRows * 8];
+        for (__m256& v : acc) v = _mm256_setzero_ps();
+        for (int64_t u = 0; u < units; ++u) micro(&wp[size_t(u) * kRows], act[gi * units + u], acc);
+        for (int r = 0; r < kRows; ++r) {  // hsum's order of the 8 lanes
+          const __m256* a8 = acc + 8 * r;
+          _mm256_store_ps(
+              out[r], _mm256_add_ps(
+                          _mm256_add_ps(_mm256_add_ps(a8[0], a8[4]), _mm256_add_ps(a8[2], a8[6])),
                           _mm256_add_ps(_mm256_add_ps(a8[1], a8[5]), _mm256_add_ps(a8[3], a8[7]))));
-      }
-      const int nt = int(std::min<int64_t>(kLanes, n_tokens - gi * kLanes));
-      for (int t = 0; t < nt; ++t)
-        for (int r = 0; r < nr; ++r) y[(gi * kLanes + t) * rows + rb + r] = out[r][t];
-    }
-  }
+        }
+      },
+      y);
 }
 
 }  // namespace kernels::avx2

@@ -9,7 +9,6 @@ python -m expertd stats."""
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -155,9 +154,6 @@ try:
     raises(lambda: c.stats(), ["connection to expertd is broken"], "then stats")
     c.close()
 finally:
-    for p in procs:
-        p.terminate()
-        p.wait(timeout=30)
-    shutil.rmtree(tmp, ignore_errors=True)
+    py_util.stop_all(procs, tmp)
 
 finish()

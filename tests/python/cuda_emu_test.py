@@ -12,7 +12,6 @@ pointer(i, role) is the role's offset into it; NumPy views of VRAM raise naming 
 import argparse
 import ctypes
 import os
-import shutil
 import sys
 import tempfile
 
@@ -68,9 +67,6 @@ try:
             py_util.raises(expertd.Error, fn, ["VRAM", "lease.torch"], f"a NumPy {what} of VRAM")
     c.close()
 finally:
-    if d:
-        d.terminate()
-        d.wait(timeout=30)
-    shutil.rmtree(tmp, ignore_errors=True)
+    py_util.stop_all([d], tmp)
 
 finish()

@@ -96,3 +96,12 @@ def start_expertd(build_dir, manifest_path, sock, flags, exe="expertd"):
             time.sleep(0.02)
     d.terminate()
     raise RuntimeError(f"{exe} did not listen on {sock} in 20 s: " + open(sock + ".log").read())
+
+
+def stop_all(procs, tmp):
+    """Ends each started process of PROCS (None: not started) and removes the folder TMP."""
+    for p in procs:
+        if p is not None:
+            p.terminate()
+            p.wait(timeout=30)
+    shutil.rmtree(tmp, ignore_errors=True)

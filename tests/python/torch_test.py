@@ -20,7 +20,6 @@ import argparse
 import copy
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -76,10 +75,12 @@ def held_model(model, full_gguf):
     return ref
 
 
+# (the solo run's thread count: torch splits its float sums by threads, so another count may round
+# differently: on an AMD EPYC 1 thread and 2 did)
 CHILD = """
 import hashlib, sys, torch, expertd
 from expertd.torch import load_qwen3moe
-torch.set_num_threads(1)
+torch.set_num_threads(2)
 c = expertd.Client.connect(sys.argv[1], 'torch-child')
 m = load_qwen3moe(sys.argv[2], c)
 ids = torch.tensor([[int(x) for x in sys.argv[3].split(',')]])
@@ -212,9 +213,6 @@ try:
           ", ".join(o[0].strip()[:12] or o[1].strip()[-200:] for o in outs))
     c.close()
 finally:
-    for p in procs:
-        p.terminate()
-        p.wait(timeout=30)
-    shutil.rmtree(tmp, ignore_errors=True)
+    py_util.stop_all(procs, tmp)
 
 finish()
