@@ -18,4 +18,8 @@ expertd::Result<std::unique_ptr<Forward>> make_cuda_forward(const Model& m,
                                                             int reconnect_ms = 0, int n_seq = 1,
                                                             KvType kv = KvType::F32);
 
+// The CUDA backend alone, with every tensor of m.weights uploaded (the per-op sweep's: its weights
+// in a Model of no layers).
+expertd::Result<std::unique_ptr<Ops>> make_cuda_ops(const Model& m);
+
 }  // namespace engine

@@ -163,6 +163,7 @@ class CudaOps final : public Ops {
 
   // Embeddings: dequantized on the host (one row per token), uploaded.
   void embed(const Tensor& emb, std::span<const int32_t> tokens, Act x) override {
+    if (!ok()) return;  // x may be unallocated
     std::vector<float> h(size_t(x.rows) * x.cols);
     for (size_t t = 0; t < tokens.size(); ++t)
       kernels::dequantize_row(emb.type, emb.data + emb.row_bytes() * tokens[t], &h[t * x.cols],
@@ -644,6 +645,13 @@ class CudaSlotMemory final : public SlotMemory {
 };
 
 }  // namespace
+
+expertd::Result<std::unique_ptr<Ops>> make_cuda_ops(const Model& m) {
+  auto ops = std::make_unique<CudaOps>();
+  if (auto st = ops->init(); !st) return st.error();
+  if (auto st = ops->place(m, true); !st) return st.error();
+  return std::unique_ptr<Ops>(std::move(ops));
+}
 
 expertd::Result<std::unique_ptr<Engine>> make_cuda_forward(const Model& m,
                                                            const std::string& socket, int n_ctx,

@@ -153,6 +153,30 @@ void Engine::score_predictions(int il, const std::vector<uint32_t>& used) {
   }
 }
 
+void group_routes(std::span<const Route> routes, int n_expert, int k, MoeRoutes& r) {
+  const int T = static_cast<int>(routes.size()), K = k;
+  r.n_tokens = T, r.k = K;
+  r.experts.clear();
+  r.weights.resize(size_t(T) * K);
+  std::vector<std::pair<int, int>> uses;  // (expert, t * K + k) in token order
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < K; ++j) {
+      uses.push_back({static_cast<int>(routes[t].experts[j]), t * K + j});
+      r.weights[size_t(t) * K + j] = routes[t].weights[j];
+    }
+  std::vector<int> index_of(n_expert, -1);  // expert -> its place among the unique ones
+  for (auto [e, row] : uses) index_of[e] = 0;
+  for (int e = 0; e < n_expert; ++e)
+    if (index_of[e] >= 0)
+      index_of[e] = static_cast<int>(r.experts.size()),
+      r.experts.push_back(static_cast<uint32_t>(e));
+  r.tokens.resize(r.experts.size());
+  r.outs.resize(r.experts.size());
+  for (size_t i = 0; i < r.experts.size(); ++i) r.tokens[i].clear(), r.outs[i].clear();
+  for (auto [e, row] : uses)
+    r.tokens[index_of[e]].push_back(row / K), r.outs[index_of[e]].push_back(row);
+}
+
 Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
   const int T = static_cast<int>(h.rows), X = m_.hp.n_expert, K = m_.hp.n_expert_used;
   if (prefetch_) prefetch_next(il);
@@ -162,30 +186,9 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
   std::vector<int32_t> forced;
   if (w.tid2eid) forced = hashed_experts(w, tokens_, K);
   ops_->route(logits, w, K, forced.empty() ? nullptr : forced.data(), routes);
-  // Each unique expert with its tokens and their (token, k) output rows: fetched once per layer.
   MoeRoutes& r = moe_routes_;
-  r.n_tokens = T, r.k = K;
-  r.experts.clear();
-  r.weights.resize(size_t(T) * K);
-  std::vector<std::pair<int, int>> uses;  // (expert, t * K + k) in token order
-  for (int t = 0; t < T; ++t)
-    for (int k = 0; k < K; ++k) {
-      uses.push_back({static_cast<int>(routes[t].experts[k]), t * K + k});
-      r.weights[size_t(t) * K + k] = routes[t].weights[k];
-    }
-  std::vector<int> index_of(X, -1);  // expert -> its place among the unique ones (ascending ids)
-  for (auto [e, row] : uses) index_of[e] = 0;
-  for (int e = 0; e < X; ++e)
-    if (index_of[e] >= 0)
-      index_of[e] = static_cast<int>(r.experts.size()),
-      r.experts.push_back(static_cast<uint32_t>(e));
+  group_routes(routes, X, K, r);
   if (prefetch_) score_predictions(il, r.experts);  // ascending, unique
-  r.tokens.resize(r.experts.size());
-  r.outs.resize(r.experts.size());
-  for (size_t i = 0; i < r.experts.size(); ++i) r.tokens[i].clear(), r.outs[i].clear();
-  for (auto [e, row] : uses)
-    r.tokens[index_of[e]].push_back(row / K), r.outs[index_of[e]].push_back(row);
-
   Act out = ops_->alloc(T, x.cols);
   ops_->moe_begin(x, r);
   auto st = experts_.for_each_batch(

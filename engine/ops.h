@@ -159,6 +159,10 @@ struct MoeRoutes {
   std::vector<float> weights;                // n_tokens x k mixing weights, in router order
 };
 
+// A layer's routes grouped by expert (its MoeRoutes): each unique expert, ascending, with its
+// tokens and their output rows. Keeps r's buffers.
+void group_routes(std::span<const Route> routes, int n_expert, int k, MoeRoutes& r);
+
 struct ExpertWeights {
   Tensor gate, up, down;        // one expert: {in, out}
   Tensor gate_b, up_b, down_b;  // its biases (F32), when the model has them (gpt-oss)

@@ -15,6 +15,15 @@ template <uint32_t T>
 void rows(const void* src, float* y, int64_t n) {
   for (int64_t c = 0; c < n / 32; ++c)
     dequant32<T>(static_cast<const uint8_t*>(src), c, y + 32 * c);
+  if constexpr (T == F32 || T == F16 || T == BF16) {  // blocks of one: a row of any length
+    for (int64_t i = n / 32 * 32; i < n; ++i) {
+      if constexpr (T == F32)
+        y[i] = static_cast<const float*>(src)[i];
+      else
+        y[i] = T == F16 ? dq::h2f(static_cast<const uint16_t*>(src)[i])
+                        : dq::bf2f(static_cast<const uint16_t*>(src)[i]);
+    }
+  }
 }
 template <class X, auto F>
 void quant(const float* x, void* y, int64_t n) {

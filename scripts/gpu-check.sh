@@ -7,7 +7,8 @@
 #   3. runs the `gpu` tests (none may be skipped: a GPU is present): the IPC arena shared by two
 #      engine processes, event ordering under a flood of misses, every CUDA kernel against the
 #      CPU reference, golden logits and greedy tokens on the GPU, daemon slots bit-identical to
-#      uploaded experts, the command lines,
+#      uploaded experts, every engine op against the CPU backend (the per-op sweep), the command
+#      lines,
 #   4. benchmarks: H2D bandwidth of the staging path vs bare cudaMemcpyAsync from pinned memory,
 #      miss delivery into VRAM vs the drive's O_DIRECT bandwidth, decode tokens/s of a synthetic
 #      Qwen3-30B-A3B-shaped model with every expert in VRAM and through a cuda expertd whose cache
@@ -85,7 +86,7 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DEXPE
   -DEXPERTD_GOLDEN_DIR="$golden" >"$out/configure.log" 2>&1 ||
   { cat "$out/configure.log"; exit 1; }
 # What the gpu tests and the benchmarks need, not the CPU suites or the CUDA emulation's builds.
-targets="cuda_kernels_test cuda_arena_test cuda_engine_test cuda_cli_test gpu_probe expertd expertctl expert-run expert-pack expert-bench"
+targets="cuda_kernels_test cuda_arena_test cuda_engine_test ops_sweep_test cuda_cli_test gpu_probe expertd expertctl expert-run expert-pack expert-bench"
 # shellcheck disable=SC2086
 cmake --build "$BUILD" -j"$(nproc)" --target $targets >"$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 

@@ -245,6 +245,26 @@ TEST(Kernels, NormsRopeSoftmax) {
   EXPECT_EQ(bf16_to_fp32(fp32_to_bf16(1.00390625f)), 1.0f);  // ties to even
 }
 
+// The float types' rows may be of any length (embeddings, F32 tables): every element is
+// dequantized, the tail past the last 32 too (it was left unwritten).
+TEST(Kernels, FloatRowsOfAnyLengthDequantizeWhole) {
+  for (int64_t n : {1, 4, 24, 45, 100}) {
+    std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n), -7.0f);
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = 0.25f * float(i + 1);
+    dequantize_row(F32, x.data(), y.data(), n);
+    EXPECT_EQ(x, y) << "F32, n = " << n;
+    std::vector<uint16_t> h(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      h[size_t(i)] = fp32_to_fp16(x[size_t(i)]), b[size_t(i)] = fp32_to_bf16(x[size_t(i)]);
+    std::fill(y.begin(), y.end(), -7.0f);
+    dequantize_row(F16, h.data(), y.data(), n);
+    EXPECT_EQ(x, y) << "F16, n = " << n;  // quarters below 32: exact in both
+    std::fill(y.begin(), y.end(), -7.0f);
+    dequantize_row(BF16, b.data(), y.data(), n);
+    EXPECT_EQ(x, y) << "BF16, n = " << n;
+  }
+}
+
 // attend over an F16 cache (--kv-type f16): on every instruction set, bit for bit attend over the
 // same rows widened to float (keys with a stride past their head, a window of values, a sink).
 TEST(Kernels, AttendOverF16IsAttendOverTheWidenedRows) {
