@@ -1,3 +1,4 @@
-// kernels/cuda/cuda_kernels.cu compiled as C++ against the CUDA emulation (see
+// kernels/cuda/cuda_kernels.cu and cuda_dsv4.cu compiled as C++ against the CUDA emulation (see
 // include/cuda_runtime.h).
+#include "kernels/cuda/cuda_dsv4.cu"
 #include "kernels/cuda/cuda_kernels.cu"
