@@ -37,8 +37,6 @@ Cache::Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& p
         std::make_unique<Affinity>(static_cast<uint32_t>(manifest.layers.size()), n_experts_);
     affinity_of_.assign(slots_.size(), 0.0);
     affinity_grant_.assign(slots_.size(), 0);
-    spdlog::info("lfru+affinity: co-occurrence {} layers ahead, a table of {:.1f} MiB",
-                 affinity_->layers_ahead(), double(affinity_->table_bytes()) / 1048576.0);
   }
   stats_.reset(manifest.layers.size());
 }
@@ -79,7 +77,7 @@ void Cache::acquire(ClientId c, uint64_t request_id, uint32_t layer,
   }
   bool queued = std::any_of(waiting_.begin(), waiting_.end(),
                             [&](const Pending& p) { return p.client == c; });
-  if (auto it = lease_of_client_.find(c); it != lease_of_client_.end() || queued) {
+  if (leases_.of(c) || queued) {
     ++stats_.c.client_errors;
     return sink_.request_failed(
         c, request_id, ErrorCode::BadRequest,
@@ -268,17 +266,12 @@ bool Cache::grant(const Pending& p) {
     }
   }
   evicting_client_ = -1;
-  const uint64_t lease_id = next_lease_++;
-  Lease& l = leases_[lease_id];
-  l.client = p.client;
-  l.layer = p.layer;
-  l.experts = p.experts;
+  auto [lease_id, lp] = leases_.open(p.client, p.layer, p.experts, order, p.start);
+  Lease& l = *lp;
   l.slots.assign(n, proto::kNoSlot);
   l.held.assign(n, 0);
-  l.order = order;
   l.next = wave;
   l.pinned = static_cast<uint32_t>(wave);
-  l.start = p.start;
   std::vector<uint8_t> ready(n, 0);
   for (size_t w = 0; w < wave; ++w) {
     const uint32_t i = order[w];
@@ -287,7 +280,6 @@ bool Cache::grant(const Pending& p) {
     l.held[i] = 1;
     ready[i] = held[i] >= 0 ? pin_resident(l, lease_id, i, s) : load_fresh(l, lease_id, i, s);
   }
-  lease_of_client_[p.client] = lease_id;
   ++stats_.c.acquires;
   sink_.acquire_granted(p.client, p.request_id, lease_id, l.slots, ready);
   if (wave < n) {
@@ -298,12 +290,12 @@ bool Cache::grant(const Pending& p) {
     announce(p.layer, rest);
     ++stats_.c.waves;
   }
-  if (l.next == n && l.pending == 0) stats_.acquire_latency_us.record(us_since(p.start));
+  if (l.complete()) stats_.acquire_latency_us.record(us_since(p.start));
   return true;
 }
 
 bool Cache::grant_more(uint64_t lease_id) {
-  Lease& l = leases_.at(lease_id);
+  Lease& l = *leases_.find(lease_id);
   const size_t n = l.experts.size();
   while (l.pinned < cfg_.max_experts_per_request && l.next < n) {
     const uint32_t i = l.order[l.next];
@@ -318,7 +310,7 @@ bool Cache::grant_more(uint64_t lease_id) {
       ++grants_;
       s = take_slot();
       evicting_client_ = -1;
-      if (s < 0) return false;  // no room now: waits in waves_waiting_
+      if (s < 0) return false;  // no room now: its wave waits (Leases::wait)
       ready = load_fresh(l, lease_id, i, static_cast<uint32_t>(s));
     }
     l.slots[i] = static_cast<uint32_t>(s);
@@ -327,19 +319,19 @@ bool Cache::grant_more(uint64_t lease_id) {
     ++l.next;
     if (ready) sink_.expert_ready(l.client, lease_id, i, ErrorCode::None, "", l.slots[i]);
   }
-  if (l.next == n && l.pending == 0) stats_.acquire_latency_us.record(us_since(l.start));
+  if (l.complete()) stats_.acquire_latency_us.record(us_since(l.start));
   return true;
 }
 
 void Cache::done(ClientId c, uint64_t request_id, uint64_t lease_id,
                  std::span<const uint32_t> indices) {
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end() || it->second.client != c) {
+  Lease* lp = leases_.find(lease_id, c);
+  if (!lp) {
     ++stats_.c.client_errors;
     return sink_.request_failed(c, request_id, ErrorCode::BadRequest,
                                 "unknown lease " + std::to_string(lease_id));
   }
-  Lease& l = it->second;
+  Lease& l = *lp;
   for (uint32_t i : indices) {
     if (i >= l.experts.size() || !l.held[i]) {
       ++stats_.c.client_errors;
@@ -358,9 +350,7 @@ void Cache::done(ClientId c, uint64_t request_id, uint64_t lease_id,
     unpin(l.slots[i]);
   }
   ++stats_.c.dones;
-  const bool queued =
-      std::find(waves_waiting_.begin(), waves_waiting_.end(), lease_id) != waves_waiting_.end();
-  if (!queued && !grant_more(lease_id)) waves_waiting_.push_back(lease_id);
+  if (!leases_.waiting(lease_id) && !grant_more(lease_id)) leases_.wait(lease_id);
   drain_waiting();
 }
 
@@ -545,14 +535,13 @@ void Cache::finish_load(uint32_t s, Status st, ErrorCode code) {
 
 void Cache::lease_progress(uint64_t lease_id, uint32_t index, ErrorCode code,
                            const std::string& msg) {
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end()) return;  // released meanwhile
-  Lease& l = it->second;
+  Lease* lp = leases_.find(lease_id);
+  if (!lp) return;  // released meanwhile
+  Lease& l = *lp;
   assert(l.pending > 0);
   --l.pending;
   sink_.expert_ready(l.client, lease_id, index, code, msg, l.slots[index]);
-  if (l.pending == 0 && l.next == l.experts.size())
-    stats_.acquire_latency_us.record(us_since(l.start));
+  if (l.complete()) stats_.acquire_latency_us.record(us_since(l.start));
 }
 
 void Cache::pin(uint32_t s) {
@@ -572,13 +561,13 @@ void Cache::unpin(uint32_t s) {
 }
 
 void Cache::release(ClientId c, uint64_t request_id, uint64_t lease_id) {
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end() || it->second.client != c) {
+  const Lease* lp = leases_.find(lease_id, c);
+  if (!lp) {
     ++stats_.c.client_errors;
     return sink_.request_failed(c, request_id, ErrorCode::BadRequest,
                                 "unknown lease " + std::to_string(lease_id));
   }
-  const Lease& l = it->second;
+  const Lease& l = *lp;
   for (size_t i = 0; i < l.experts.size(); ++i) {
     if (!l.held[i]) continue;  // not granted yet, or done
     auto& w = slots_[l.slots[i]].waiters;
@@ -587,10 +576,7 @@ void Cache::release(ClientId c, uint64_t request_id, uint64_t lease_id) {
         w.end());
     unpin(l.slots[i]);
   }
-  waves_waiting_.erase(std::remove(waves_waiting_.begin(), waves_waiting_.end(), lease_id),
-                       waves_waiting_.end());
-  leases_.erase(it);
-  lease_of_client_.erase(c);
+  leases_.close(lease_id);
   ++stats_.c.releases;
   drain_waiting();
 }
@@ -606,9 +592,9 @@ void Cache::disconnect(ClientId c) {
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
                                 [&](const Pending& p) { return p.client == c; }),
                  waiting_.end());
-  if (auto it = lease_of_client_.find(c); it != lease_of_client_.end()) {
+  if (auto id = leases_.of(c)) {
     --stats_.c.releases;  // not a release the client asked for
-    release(c, 0, it->second);
+    release(c, 0, *id);
   } else {
     drain_waiting();
   }
@@ -616,9 +602,9 @@ void Cache::disconnect(ClientId c) {
 
 void Cache::drain_waiting() {
   // Leases waiting for room for their next wave first: they hold pins already.
-  while (!waves_waiting_.empty()) {
-    if (!grant_more(waves_waiting_.front())) return;
-    waves_waiting_.pop_front();
+  while (const uint64_t id = leases_.first_waiting()) {
+    if (!grant_more(id)) return;
+    leases_.pop_waiting();
   }
   while (!waiting_.empty() && can_grant(waiting_.front().layer, waiting_.front().experts)) {
     if (!grant(waiting_.front())) return;  // engines pinned the room from the board meanwhile

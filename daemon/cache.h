@@ -1,4 +1,4 @@
-// The expert cache: slot table (FREE -> LOADING -> READY), leases that pin slots, joined
+// The expert cache: slot table (FREE -> LOADING -> READY), leases that pin slots (leases.h), joined
 // waiters, FIFO waiting when slots are short, prefetch, and eviction through a policy.
 // Runs on the control thread only: no locks. It talks to clients through CacheSink.
 #pragma once
@@ -18,6 +18,7 @@
 #include "daemon/board.h"
 #include "daemon/host_tier.h"
 #include "daemon/io_engine.h"
+#include "daemon/leases.h"
 #include "daemon/policy.h"
 #include "daemon/stats.h"
 #include "proto/expertd_generated.h"
@@ -26,7 +27,6 @@
 
 namespace expertd::daemon {
 
-using ClientId = uint32_t;
 using wire::ErrorCode;
 
 class CacheSink {
@@ -61,7 +61,7 @@ class Cache {
  public:
   Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& policy, CacheSink& sink,
         CacheConfig cfg);
-  void set_io(IoEngine* io) { io_ = io; }
+  void set_io(BlockReader* io) { io_ = io; }
   // The residency board engines pin hits from without a round trip (proto/board.h); without
   // one every acquire comes through the socket.
   void set_board(Board* board);
@@ -86,7 +86,7 @@ class Cache {
   void disconnect(ClientId c);
   void evict_all();                            // every unpinned READY slot
   void expire_waiting();                       // timer: fail acquires that waited too long
-  void on_read_done(uint64_t job, Status st);  // from IoEngine
+  void on_read_done(uint64_t job, Status st);  // from the BlockReader
 
   // Checks an acquire/prefetch's ids; "" when valid.
   std::pair<ErrorCode, std::string> check_ids(uint32_t layer, std::span<const uint32_t> experts,
@@ -103,6 +103,7 @@ class Cache {
   Stats& stats() { return stats_; }
   Gauges gauges() const;
   uint32_t max_experts_per_request() const { return cfg_.max_experts_per_request; }
+  const Affinity* affinity() const { return affinity_.get(); }  // lfru+affinity's model, or null
   // For tests and status: the slot holding (layer, expert), or -1.
   int32_t slot_of(uint32_t layer, uint32_t expert) const { return index_[key(layer, expert)]; }
 
@@ -125,18 +126,6 @@ class Cache {
     enum : uint8_t { kNone, kTouched, kLoaded } announce = kNone;
     std::chrono::steady_clock::time_point read_start;
     std::vector<Waiter> waiters;
-  };
-  struct Lease {
-    ClientId client = 0;
-    uint32_t layer = 0;
-    std::vector<uint32_t> experts;
-    std::vector<uint32_t> slots;  // proto::kNoSlot until granted
-    std::vector<uint8_t> held;    // granted and not done: pinned
-    std::vector<uint32_t> order;  // the grant order: what was resident first
-    size_t next = 0;              // order[next] is granted next
-    uint32_t pinned = 0;          // held, counted
-    uint32_t pending = 0;         // granted, not ready yet
-    std::chrono::steady_clock::time_point start;
   };
   struct Pending {
     ClientId client;
@@ -182,21 +171,19 @@ class Cache {
   EvictionPolicy& policy_;
   CacheSink& sink_;
   CacheConfig cfg_;
-  IoEngine* io_ = nullptr;
+  BlockReader* io_ = nullptr;
   uint32_t n_experts_;
   std::vector<Slot> slots_;
   std::vector<int32_t> index_;       // (layer, expert) -> slot or -1
   std::vector<uint32_t> frequency_;  // (layer, expert) -> acquires (aged by lfru)
   std::vector<uint32_t> free_;
-  std::unordered_map<uint64_t, Lease> leases_;
-  std::unordered_map<ClientId, uint64_t> lease_of_client_;
+  Leases leases_;
   std::deque<Pending> waiting_;
-  std::deque<uint64_t> waves_waiting_;  // leases whose next wave waits for room
   // The host tier (arena_.host_slot_count() > 0): experts evicted from VRAM, least recently
   // demoted out first; an expert is in VRAM or the host tier, not both.
   HostTier host_;
   std::vector<std::pair<uint32_t, uint32_t>> warm_;  // (layer, expert) to read, most popular last
-  uint64_t next_lease_ = 1, clock_ = 0, accesses_ = 0;
+  uint64_t clock_ = 0, accesses_ = 0;
   uint32_t prefetch_inflight_ = 0, loading_ = 0;
   // Loads waiting for the arena to take another read (cuda: a free staging buffer).
   std::deque<uint32_t> deferred_demand_, deferred_prefetch_;

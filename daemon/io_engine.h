@@ -28,7 +28,20 @@ struct IoStats {
   uint64_t queued = 0;               // parts waiting in the FIFOs now
 };
 
-class IoEngine {
+// What the cache asks of its reads: the drive's (IoEngine) or the trace simulator's, which
+// completes them at once (daemon/cache_sim.h).
+class BlockReader {
+ public:
+  virtual ~BlockReader() = default;
+  // Reads [offset, offset+bytes) into dst in `splits` parallel parts.
+  virtual void read(uint64_t job, uint64_t offset, uint64_t bytes, uint8_t* dst, uint32_t splits,
+                    IoPriority prio) = 0;
+  // Moves a job's queued prefetch parts to the demand queue (a demand miss joined it).
+  virtual void promote(uint64_t job) = 0;
+  virtual const IoStats& stats() const = 0;
+};
+
+class IoEngine final : public BlockReader {
  public:
   // Called once per job when all its parts are done: ok, or the first error.
   using Done = std::function<void(uint64_t job, Status status)>;
@@ -41,13 +54,12 @@ class IoEngine {
   // Reads [offset, offset+bytes) into dst in `splits` parallel parts. offset, bytes and dst must
   // honour the 4096-byte O_DIRECT contract (asserted: the caller validated the layout).
   void read(uint64_t job, uint64_t offset, uint64_t bytes, uint8_t* dst, uint32_t splits,
-            IoPriority prio);
-  // Moves a job's queued prefetch parts to the demand queue (a demand miss joined it).
-  void promote(uint64_t job);
+            IoPriority prio) override;
+  void promote(uint64_t job) override;
   // Reaps completions, then runs callbacks, then submits what the freed room allows.
   void reap();
   bool idle() const { return in_flight_ == 0 && demand_.empty() && prefetch_.empty(); }
-  const IoStats& stats() const { return stats_; }
+  const IoStats& stats() const override { return stats_; }
   void reset_high_water() { stats_.bytes_in_flight_max = stats_.bytes_in_flight; }
 
  private:

@@ -142,6 +142,9 @@ int run(const Config& cfg) {
     }
   } sink;
   Cache cache(m, *arena, *policy, sink, cc);
+  if (const Affinity* a = cache.affinity())
+    spdlog::info("lfru+affinity: co-occurrence {} layers ahead, a table of {:.1f} MiB",
+                 a->layers_ahead(), double(a->table_bytes()) / 1048576.0);
   cache_ptr = &cache;
   cache.set_io(io->get());
   std::unique_ptr<Board> board;

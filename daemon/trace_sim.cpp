@@ -11,7 +11,8 @@
 #include <random>
 #include <unordered_map>
 
-#include "daemon/affinity.h"
+#include "daemon/cache.h"
+#include "daemon/cache_sim.h"
 #include "daemon/policy.h"
 
 namespace expertd::daemon {
@@ -356,6 +357,38 @@ Result<SimResult> simulate_queue(const Trace& t, uint32_t slots, QueuePolicy& p)
   return res;
 }
 
+// The daemon's policies replay through the real Cache (daemon/cache_sim.h): each record an
+// acquire of its experts in one wave, its reads completed, its lease released.
+Result<SimResult> simulate_cache(const Trace& t, uint32_t slots, EvictionPolicy& policy) {
+  const pack::Manifest m = sim::manifest(t.n_layers, t.n_experts);
+  sim::NullArena arena(slots, 4096);
+  sim::RecordingSink sink;
+  sim::QueuedReader reader;
+  CacheConfig cfg;
+  cfg.verify_checksums = false;         // nothing is read
+  cfg.max_experts_per_request = slots;  // a record is one wave
+  cfg.waiting_acquires_max = 1;
+  Cache cache(m, arena, policy, sink, cfg);
+  cache.set_io(&reader);
+  uint64_t request = 0;
+  for (size_t ri = 0; ri < t.records.size(); ++ri) {
+    const auto& r = t.records[ri];
+    if (r.experts.size() > slots)
+      return make_error("a request of " + std::to_string(r.experts.size()) + " experts exceeds " +
+                        std::to_string(slots) + " slots");
+    const uint64_t id = ++request;
+    cache.acquire(r.client, id, r.layer, r.experts);
+    reader.complete_all(cache);
+    if (!sink.failures.empty())
+      return make_error("record " + std::to_string(ri) + ": " + sink.failures.back().message);
+    if (sink.grants.empty() || sink.grants.back().request_id != id)
+      return make_error("record " + std::to_string(ri) + " was not granted");
+    cache.release(r.client, ++request, sink.grants.back().lease_id);
+  }
+  const auto& c = cache.stats().c;
+  return SimResult{c.cache_hits, c.cache_misses, c.cache_evictions};
+}
+
 }  // namespace
 
 std::vector<std::string> lab_policy_names() {
@@ -378,10 +411,10 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
   }
   auto policy = belady ? nullptr : make_policy(base);
   if (!belady && !policy) return make_error("unknown policy " + policy_name);
-  std::unique_ptr<Affinity> model;
-  if (policy && policy->wants_affinity())
-    model = std::make_unique<Affinity>(t.n_layers, t.n_experts);
-  const bool sees_ahead = belady || horizon >= 0;
+  if (!belady && horizon < 0) return simulate_cache(t, slots, *policy);
+  // Belady and the horizon see the coming accesses, which the Cache cannot: their own replay,
+  // in the Cache's order of events (each request's resident experts first, then its misses, its
+  // experts pinned until it ends).
   const size_t keys = size_t{t.n_layers} * t.n_experts;
   constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
   // The last record the horizon policy sees from each record: the end of the step H steps on.
@@ -399,7 +432,7 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
   }
   // Belady and the horizon policies need each access's next use of the same expert.
   std::vector<std::vector<uint64_t>> next_use(t.records.size());
-  if (sees_ahead) {
+  {
     std::vector<uint64_t> upcoming(keys, kNever);
     for (size_t i = t.records.size(); i-- > 0;) {
       const auto& r = t.records[i];
@@ -433,20 +466,8 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
       return make_error("a request of " + std::to_string(r.experts.size()) + " experts exceeds " +
                         std::to_string(slots) + " slots");
     std::vector<uint32_t> pinned;
-    // lfru+affinity: the chance that this step uses an expert of a layer still to come (the
-    // step's experts so far, this acquire's included), as the cache computes it.
-    std::unordered_map<int64_t, double> chances;
-    if (model) model->record(r.client, r.layer, r.experts);
     auto view = [&](const Slot& x) {
-      SlotView v{x.last_access, x.inserted, freq[x.key], 0.0};
-      if (model && x.key / t.n_experts > r.layer) {
-        auto [it, fresh] = chances.try_emplace(x.key, 0.0);
-        if (fresh)
-          it->second = model->chance(r.client, static_cast<uint32_t>(x.key / t.n_experts),
-                                     static_cast<uint32_t>(x.key % t.n_experts));
-        v.affinity = it->second;
-      }
-      return v;
+      return SlotView{x.last_access, x.inserted, freq[x.key], 0.0};
     };
     for (size_t k = 0; k < r.experts.size(); ++k) {  // resident first, as Cache::grant
       size_t key = size_t{r.layer} * t.n_experts + r.experts[k];
@@ -454,7 +475,7 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
       uint32_t i = static_cast<uint32_t>(where[key]);
       ++res.hits;
       s[i].pinned = true;
-      if (sees_ahead) s[i].next = next_use[ri][k];
+      s[i].next = next_use[ri][k];
       pinned.push_back(i);
       touch(i);
     }
@@ -493,7 +514,7 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
       s[i].inserted = ++clock;
       s[i].last_access = s[i].inserted;
       s[i].pinned = true;
-      if (sees_ahead) s[i].next = next_use[ri][k];
+      s[i].next = next_use[ri][k];
       where[key] = static_cast<int32_t>(i);
       pinned.push_back(i);
       touch(i);

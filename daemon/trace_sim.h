@@ -1,7 +1,9 @@
 // Offline cache simulation over an expertd trace (--trace-path): the daemon's policies and the
 // offline optimum (Belady: evict the expert whose next use is farthest) as the yardstick.
-// The simulation follows Cache's order of events exactly, so a trace replayed with the
-// daemon's policy and slot count reproduces its hits (tested).
+// The daemon's policies replay through the real Cache (daemon/cache_sim.h: no drive, no memory),
+// so a trace replayed with the daemon's policy and slot count reproduces its hits (tested);
+// Belady and the horizon policies, which see the coming accesses, and the lab's follow the
+// Cache's order of events in replays of their own.
 #pragma once
 
 #include <cstdint>
