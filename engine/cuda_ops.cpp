@@ -57,11 +57,17 @@ class CudaOps final : public Ops {
   // Uploads every tensor the forward pass reads (the token embeddings only when the output
   // shares them: embeddings are looked up on the host). `experts`: the routed experts too.
   Status place(const Model& m, bool experts) {
-    for (const Tensor& t : m.weights) {
+    by_weight_.assign(m.weights.size(), {});
+    for (size_t i = 0; i < m.weights.size(); ++i) {
+      const Tensor& t = m.weights[i];
       const bool expert = is_expert(m, t);
       if ((expert && !experts) || (t.data == m.tok_embd.data && m.output.data != m.tok_embd.data))
         continue;
-      if (placed_.count(t.data) || t.type == kernels::I32) continue;  // tables stay on the host
+      if (t.type == kernels::I32) continue;                       // tables stay on the host
+      if (auto it = placed_.find(t.data); it != placed_.end()) {  // shared bytes: one copy
+        by_weight_[i] = {t.data, it->second.bytes, it->second.dev};
+        continue;
+      }
       if (!kernels::cuda::weight_type_supported(t.type))
         return make_error(
             std::string("weight type ") +
@@ -74,6 +80,7 @@ class CudaOps final : public Ops {
       if (auto e = cudaMemcpy(p, t.data, t.bytes(), cudaMemcpyHostToDevice); e != cudaSuccess)
         return make_error(cuda_error("cudaMemcpy", e));
       placed_[t.data] = {t.bytes(), static_cast<const uint8_t*>(p)};
+      by_weight_[i] = {t.data, t.bytes(), static_cast<const uint8_t*>(p)};
     }
     return {};
   }
@@ -560,10 +567,15 @@ class CudaOps final : public Ops {
   const uint8_t* dev(const Tensor& t) {
     if (!ok() || !t) return nullptr;
     if (t.on_device) return t.data;
-    auto it = placed_.upper_bound(t.data);
-    if (it != placed_.begin()) {
+    if (t.weight >= 0) {  // a model weight, or a view into one
+      if (size_t(t.weight) < by_weight_.size()) {
+        const Copy& c = by_weight_[size_t(t.weight)];
+        if (c.dev && t.data >= c.host && t.data + t.bytes() <= c.host + c.bytes)
+          return c.dev + (t.data - c.host);
+      }
+    } else if (auto it = placed_.upper_bound(t.data); it != placed_.begin()) {  // not numbered
       --it;
-      if (t.data + t.bytes() <= it->first + it->second.bytes)
+      if (t.data >= it->first && t.data + t.bytes() <= it->first + it->second.bytes)
         return it->second.dev + (t.data - it->first);
     }
     fail(make_error("a weight of type " + std::to_string(t.type) + " was not uploaded to the GPU"));
@@ -606,6 +618,12 @@ class CudaOps final : public Ops {
   Status status_;
   std::vector<void*> allocs_;
   std::map<const uint8_t*, Placed> placed_;  // host address -> its copy in VRAM
+  struct Copy {
+    const uint8_t* host = nullptr;
+    size_t bytes = 0;
+    const uint8_t* dev = nullptr;  // null: not uploaded (an I32 table, an unplaced expert)
+  };
+  std::vector<Copy> by_weight_;  // Tensor::weight -> its copy: no search per op
   BlockArena arena_;
   Cache& cache(int slot, int il) { return cache_[size_t(slot) * n_layer_ + il]; }
   std::vector<Cache> cache_;  // [slot][layer]

@@ -134,6 +134,7 @@ Result<Model> Model::load(const gguf::Model& f) {
     }
     experts_found += expert && !s.optional;
     if (auto st = bind(f, s, *ti); !st) return st.error();
+    s.dst->weight = static_cast<int32_t>(m.weights.size());
     m.weights.push_back(*s.dst);
   }
   if (!m.output) m.output = m.tok_embd;

@@ -15,6 +15,9 @@ struct Tensor {
   std::array<int64_t, 3> ne{0, 0, 0};  // {in, out, n}
   const uint8_t* data = nullptr;  // host memory (the mapped GGUF, a host slot), or device memory
   bool on_device = false;         // data is a device pointer (an expert in a cuda expertd's slot)
+  // Its place in Model::weights (set by the loader; views keep it), -1 for any other tensor: a
+  // backend that copies the weights finds the copy by it without a search.
+  int32_t weight = -1;
   explicit operator bool() const { return data != nullptr; }
   const float* f32() const { return reinterpret_cast<const float*>(data); }
   size_t row_bytes() const { return kernels::row_size(type, ne[0]); }

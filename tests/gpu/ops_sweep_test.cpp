@@ -68,8 +68,9 @@ class Weights {
   const engine::Model& model() const { return m_; }
 
  private:
-  Tensor add(Tensor t, const std::vector<uint8_t>& b) {
+  Tensor add(Tensor t, const std::vector<uint8_t>& b) {  // numbered as the loader numbers them
     t.data = b.data();
+    t.weight = static_cast<int32_t>(m_.weights.size());
     m_.weights.push_back(t);
     return t;
   }
@@ -176,6 +177,9 @@ TEST(OpsSweep, MatmulOfEveryGpuTypeAndTokenCount) {
         Act a = input(o, x, T, 256);
         out.add(o, "y", o.matmul(m, a));
         out.add(o, "matrix 2 of 3", o.matmul(stack.matrix(2), a));
+        Tensor loose = stack.matrix(1);  // a tensor the loader did not number: found by address
+        loose.weight = -1;
+        out.add(o, "unnumbered matrix 1 of 3", o.matmul(loose, a));
       });
     }
   }
