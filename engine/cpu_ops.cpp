@@ -254,8 +254,12 @@ class CpuOps final : public Ops {
       for (int i = 0; i < n; ++i) std::copy_n(x.row(t), x.cols, out.row(t) + i * x.cols);
   }
 
-  void mul_sigmoid(Act y, Act g) override {
-    for (int64_t i = 0; i < y.rows * y.cols; ++i) y.data[i] *= sigmoid(g.data[i]);
+  void mul_act(Act y, Act g, Unary f) override {
+    const int64_t n = y.rows * y.cols;
+    if (f == Unary::Sigmoid)
+      for (int64_t i = 0; i < n; ++i) y.data[i] *= sigmoid(g.data[i]);
+    else
+      for (int64_t i = 0; i < n; ++i) y.data[i] *= kernels::silu(g.data[i]);
   }
 
   void res_mix(Act stack, int n, Act cur, const Tensor& w, float eps, Act out) override {
@@ -284,15 +288,17 @@ class CpuOps final : public Ops {
   // Token by token (the recurrence is sequential; heads in parallel): the convolutions with
   // their state, silu, the L2 norms, the gates, then per head the decay, the delta-rule update
   // and the read-out, with the state held transposed (value-major) as ggml's gated_delta_net.
-  void kda_at(int slot, int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta,
-              int64_t pos0, Act out) override {
-    const int64_t H = o.n_head, S = o.head_dim, D = H * S, C = o.d_conv - 1, T = q.rows;
+  void delta_rule_at(int slot, int il, const DeltaOpts& o, Act q, Act k, Act v, Act g, Act beta,
+                     int64_t pos0, Act out) override {
+    const int64_t Hk = o.n_k_head, Hv = o.n_v_head, dk = o.dk, dv = o.dv, C = o.d_conv - 1,
+                  T = q.rows, G = o.gate_width(), group = Hv / Hk;
     std::vector<float>& st = cache(slot, il).state;
     if (pos0 == 0) std::fill(st.begin(), st.end(), 0.0f);
     const Tensor* conv_w[3] = {&o.conv_q, &o.conv_k, &o.conv_v};
     Act xs[3] = {q, k, v};
+    float* window = st.data();  // per input: [channel][C] oldest first
     for (int m = 0; m < 3; ++m) {
-      float* window = st.data() + m * C * D;  // [channel][C] oldest first
+      const int64_t D = xs[m].cols;
       const float* w = conv_w[m]->f32();
       pool_.parallel_for(D, 64, [&](int64_t b, int64_t e) {
         for (int64_t c = b; c < e; ++c) {
@@ -308,44 +314,47 @@ class CpuOps final : public Ops {
           }
         }
       });
+      window += C * D;
     }
-    const float inv_sqrt_s = 1.0f / std::sqrt(float(S));
-    auto l2 = [&](float* x) {  // ggml: rms_norm with eps / S (a double sum), then 1 / sqrt(S)
+    const float inv_sqrt_dk = 1.0f / std::sqrt(float(dk));
+    auto l2 = [&](float* x) {  // ggml: rms_norm with eps / dk (a double sum), then 1 / sqrt(dk)
       double ss = 0;
-      for (int64_t i = 0; i < S; ++i) ss += double(x[i] * x[i]);
-      const float sc = 1.0f / std::sqrt(float(ss / double(S)) + o.eps / float(S));
-      for (int64_t i = 0; i < S; ++i) x[i] = x[i] * sc * inv_sqrt_s;
+      for (int64_t i = 0; i < dk; ++i) ss += double(x[i] * x[i]);
+      const float sc = 1.0f / std::sqrt(float(ss / double(dk)) + o.eps / float(dk));
+      for (int64_t i = 0; i < dk; ++i) x[i] = x[i] * sc * inv_sqrt_dk;
     };
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < H; ++h) {
-        l2(q.row(t) + h * S), l2(k.row(t) + h * S);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < Hk; ++h) l2(q.row(t) + h * dk), l2(k.row(t) + h * dk);
+      for (int64_t h = 0; h < Hv; ++h) {
         const float a = o.a.f32()[h];
-        float* gt = g.row(t) + h * S;
-        for (int64_t i = 0; i < S; ++i)
+        float* gt = g.row(t) + h * G;
+        for (int64_t i = 0; i < G; ++i)
           gt[i] = std::isfinite(o.lower_bound)
                       ? sigmoid(-(gt[i] * a)) * o.lower_bound
                       : (gt[i] > 20.0f ? gt[i] : std::log(1.0f + std::exp(gt[i]))) * a;
         beta.row(t)[h] = sigmoid(beta.row(t)[h]);
       }
-    float* states = st.data() + 3 * C * D;
-    pool_.parallel_for(H, 1, [&](int64_t b, int64_t e) {
-      std::vector<float> decay(S), delta(S);
+    }
+    float* states = window;
+    pool_.parallel_for(Hv, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> decay(dk), delta(dv);
       for (int64_t h = b; h < e; ++h) {
-        float* M = states + h * S * S;  // M[j][i] = S[i][j]: row j is value j's column
+        const int64_t kh = h / group;
+        float* M = states + h * dk * dv;  // M[j][i] = S[i][j]: row j is value j's column
         for (int64_t t = 0; t < T; ++t) {
-          const float *qt = q.row(t) + h * S, *kt = k.row(t) + h * S, *vt = v.row(t) + h * S,
-                      *gt = g.row(t) + h * S;
+          const float *qt = q.row(t) + kh * dk, *kt = k.row(t) + kh * dk, *vt = v.row(t) + h * dv,
+                      *gt = g.row(t) + h * G;
           const float bt = beta.row(t)[h];
-          float* ot = out.row(t) + h * S;
+          float* ot = out.row(t) + h * dv;
           // ggml's order of operations, so the state keeps llama.cpp's bits
-          for (int64_t i = 0; i < S; ++i) decay[i] = std::exp(gt[i]);
-          for (int64_t j = 0; j < S; ++j)
-            for (int64_t i = 0; i < S; ++i) M[j * S + i] *= decay[i];
-          for (int64_t j = 0; j < S; ++j)
-            delta[j] = (vt[j] - kernels::dot_f32_ggml(M + j * S, kt, S, be_)) * bt;
-          for (int64_t j = 0; j < S; ++j) kernels::axpy_ggml(delta[j], kt, M + j * S, S, be_);
-          for (int64_t j = 0; j < S; ++j)
-            ot[j] = kernels::dot_f32_ggml(M + j * S, qt, S, be_) * inv_sqrt_s;
+          for (int64_t i = 0; i < dk; ++i) decay[i] = std::exp(gt[G == 1 ? 0 : i]);
+          for (int64_t j = 0; j < dv; ++j)
+            for (int64_t i = 0; i < dk; ++i) M[j * dk + i] *= decay[i];
+          for (int64_t j = 0; j < dv; ++j)
+            delta[j] = (vt[j] - kernels::dot_f32_ggml(M + j * dk, kt, dk, be_)) * bt;
+          for (int64_t j = 0; j < dv; ++j) kernels::axpy_ggml(delta[j], kt, M + j * dk, dk, be_);
+          for (int64_t j = 0; j < dv; ++j)
+            ot[j] = kernels::dot_f32_ggml(M + j * dk, qt, dk, be_) * inv_sqrt_dk;
         }
       }
     });

@@ -292,30 +292,32 @@ class CudaOps final : public Ops {
       check("copy", cudaMemcpyAsync(dst.data, src.data, sizeof(float) * src.rows * src.cols,
                                     cudaMemcpyDeviceToDevice, stream_));
   }
-  void mul_sigmoid(Act y, Act g) override {
+  void mul_act(Act y, Act g, Unary f) override {
     if (ok())
-      check("mul_sigmoid", kernels::cuda::mul_sigmoid(y.data, g.data, y.rows * y.cols, stream_));
+      check("mul_act",
+            kernels::cuda::mul_act(y.data, g.data, y.rows * y.cols, f == Unary::Silu, stream_));
   }
   void res_mix(Act stack, int n, Act cur, const Tensor& w, float eps, Act out) override {
     if (const float* d = dev_f32(w))
       check("res_mix", kernels::cuda::res_mix(stack.data, n, cur.data, d, out.data, cur.rows,
                                               cur.cols, eps, stream_));
   }
-  void kda_at(int slot, int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta,
-              int64_t pos0, Act out) override {
+  void delta_rule_at(int slot, int il, const DeltaOpts& o, Act q, Act k, Act v, Act g, Act beta,
+                     int64_t pos0, Act out) override {
     if (!ok()) return;
     Cache& c = cache(slot, il);
     if (pos0 == 0)
       check("reset state",
             cudaMemsetAsync(c.state, 0, sizeof(float) * size_t(c.rows.state), stream_));
-    kernels::cuda::Kda a;
+    kernels::cuda::Delta a;
     a.q = q.data, a.k = k.data, a.v = v.data, a.g = g.data, a.beta = beta.data, a.state = c.state,
     a.out = out.data;
     a.conv_q = dev_f32(o.conv_q), a.conv_k = dev_f32(o.conv_k), a.conv_v = dev_f32(o.conv_v),
     a.a = dev_f32(o.a);
-    a.n_tokens = q.rows, a.n_head = o.n_head, a.head_dim = o.head_dim, a.d_conv = o.d_conv,
-    a.lower_bound = o.lower_bound, a.eps = o.eps;
-    if (ok()) check("kda", kernels::cuda::kda(a, stream_));
+    a.n_tokens = q.rows, a.n_k_head = o.n_k_head, a.n_v_head = o.n_v_head, a.dk = o.dk, a.dv = o.dv,
+    a.per_head_decay = o.per_head_decay, a.d_conv = o.d_conv, a.lower_bound = o.lower_bound,
+    a.eps = o.eps;
+    if (ok()) check("delta_rule", kernels::cuda::delta_rule(a, stream_));
   }
 
   void add_gated(Act y, Act x, const Tensor& gate, Act h) override {

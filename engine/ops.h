@@ -54,8 +54,8 @@ struct MlaOpts {
 
 // The cache a layer keeps: values of keys and of values per position (0: none), a part of fixed
 // size kept like them (DeepSeek-V4's window ring and compressed entries), and a recurrent state of
-// fixed size in F32 (Kimi-K3's KDA layers, DeepSeek-V4's compressors' pending rows), zeroed where
-// the layer needs it when an eval starts at position 0. The counts are of values, not bytes.
+// fixed size in F32 (Kimi-K3's delta-rule layers, DeepSeek-V4's compressors' pending rows), zeroed
+// where the layer needs it when an eval starts at position 0. The counts are of values, not bytes.
 struct KvRows {
   int64_t k = 0, v = 0;
   int64_t state = 0;
@@ -81,20 +81,34 @@ struct SeqRows {
   int64_t first = 0, n = 0, pos0 = 0;
 };
 
-// Kimi Delta Attention (Kimi-Linear, Kimi-K3): per head, a head_dim x head_dim state decayed per
-// key dimension, updated by the delta rule, read by the query. The layer's state holds the last
-// d_conv - 1 inputs of the q, k and v short convolutions, then the heads' states.
-struct KdaOpts {
-  int n_head = 0;
-  int64_t head_dim = 0;
+// The delta rule, as Kimi Delta Attention (Kimi-Linear, Kimi-K3) and the gated delta-net
+// (Qwen3-Next, Qwen3.5-MoE) run it: per value head a dk x dv state, decayed per key dimension
+// (KDA) or by one factor per head (per_head_decay: the gated delta-net), updated by the delta
+// rule, read by the query. q and k have n_k_head heads of dk values, v n_v_head heads of dv, a
+// multiple of n_k_head: value head h reads key head h / (n_v_head / n_k_head), as transformers'
+// repeat_interleave. Before the scan, in the op: causal depthwise convolutions of d_conv taps
+// with silu over q, k and v (one convolution over [q k v] is the same: its filter's rows split
+// three ways), L2 norms of q and k per head, the decay gate and beta's sigmoid. The layer's state
+// holds the convolutions' last d_conv - 1 inputs (q, k, v), then the heads' states.
+struct DeltaOpts {
+  int n_k_head = 0, n_v_head = 0;
+  int64_t dk = 0, dv = 0;
+  bool per_head_decay = false;  // g holds 1 value per value head, else dk
   int d_conv = 0;
-  Tensor conv_q, conv_k, conv_v;  // F32 {d_conv, n_head * head_dim}: causal depthwise filters
-  Tensor a;                       // F32 {n_head}: -exp(A_log)
+  Tensor conv_q, conv_k, conv_v;  // F32 {d_conv, channels}: causal depthwise filters
+  Tensor a;                       // F32 {n_v_head}: -exp(A_log)
   float lower_bound =
       -INFINITY;      // finite: gate = lower_bound * sigmoid(-a * g), else softplus(g) a
   float eps = 1e-6f;  // of the q and k L2 norms
-  static int64_t state_floats(int n_head, int64_t head_dim, int d_conv) {
-    return 3 * (d_conv - 1) * n_head * head_dim + n_head * head_dim * head_dim;
+  // Kimi Delta Attention: as many key as value heads, of one size, decayed per key dimension.
+  static DeltaOpts kda(int n_head, int64_t head_dim, int d_conv) {
+    DeltaOpts o;
+    o.n_k_head = o.n_v_head = n_head, o.dk = o.dv = head_dim, o.d_conv = d_conv;
+    return o;
+  }
+  int64_t gate_width() const { return per_head_decay ? 1 : dk; }  // of g, per value head
+  int64_t state_floats() const {
+    return (d_conv - 1) * (2 * n_k_head * dk + n_v_head * dv) + n_v_head * dk * dv;
   }
 };
 
@@ -162,6 +176,8 @@ struct MoeRoutes {
 // A layer's routes grouped by expert (its MoeRoutes): each unique expert, ascending, with its
 // tokens and their output rows. Keeps r's buffers.
 void group_routes(std::span<const Route> routes, int n_expert, int k, MoeRoutes& r);
+
+enum class Unary { Sigmoid, Silu };  // silu(x) = x sigmoid(x), as ggml computes it
 
 struct ExpertWeights {
   Tensor gate, up, down;        // one expert: {in, out}
@@ -246,18 +262,19 @@ class Ops {
   virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(act(gate h, up h))
   virtual void copy(Act dst, Act src) = 0;                    // same shape
   virtual void repeat(Act x, int n, Act out) = 0;             // each row of out: x's row n times
-  virtual void mul_sigmoid(Act y, Act g) = 0;                 // y *= sigmoid(g), elementwise
+  // y *= f(g), elementwise: Kimi-K3's output gates (sigmoid), the gated delta-net's (silu).
+  virtual void mul_act(Act y, Act g, Unary f) = 0;
   // Kimi-K3's attention residuals: out = softmax over the n checkpoints (rows [j T, (j+1) T) of
   // `stack`, T = cur.rows) and cur of their scores rmsnorm(x) . w, applied to the raw rows.
   virtual void res_mix(Act stack, int n, Act cur, const Tensor& w, float eps, Act out) = 0;
-  // Kimi Delta Attention of layer il: q, k, v (T x n_head * head_dim) before their
-  // convolutions, g the decay gate before its activation (dt bias added), beta the update
-  // strength before its sigmoid (T x n_head); out: T x n_head * head_dim. Overwrites q, k, v, g,
-  // beta.
-  void kda(int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta, Act out) {
+  // The delta rule of layer il (DeltaOpts): q, k (T x n_k_head dk), v (T x n_v_head dv) before
+  // their convolutions, g the decay gate before its activation (dt bias added; T x n_v_head
+  // gate_width()), beta the update strength before its sigmoid (T x n_v_head); out: T x n_v_head
+  // dv. Overwrites q, k, v, g, beta.
+  void delta_rule(int il, const DeltaOpts& o, Act q, Act k, Act v, Act g, Act beta, Act out) {
     for (const SeqRows& s : seqs_)
-      kda_at(s.slot, il, o, part(q, s), part(k, s), part(v, s), part(g, s), part(beta, s), s.pos0,
-             part(out, s));
+      delta_rule_at(s.slot, il, o, part(q, s), part(k, s), part(v, s), part(g, s), part(beta, s),
+                    s.pos0, part(out, s));
   }
   // y += sigmoid(gate . h) * x per row (gate absent: y += x).
   virtual void add_gated(Act y, Act x, const Tensor& gate, Act h) = 0;
@@ -302,8 +319,8 @@ class Ops {
                             Act out) = 0;
   virtual void attention_mla_at(int slot, int il, Act q, Act kv, const Tensor& wk_b,
                                 const Tensor& wv_b, int64_t pos0, const MlaOpts& o, Act out) = 0;
-  virtual void kda_at(int slot, int il, const KdaOpts& o, Act q, Act k, Act v, Act g, Act beta,
-                      int64_t pos0, Act out) = 0;
+  virtual void delta_rule_at(int slot, int il, const DeltaOpts& o, Act q, Act k, Act v, Act g,
+                             Act beta, int64_t pos0, Act out) = 0;
   virtual void attention_dsv4_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in,
                                  int64_t pos0, Act out) = 0;
   // A sequence's rows of x (an absent activation stays absent).

@@ -105,8 +105,8 @@ class KimiK3 final : public Arch {
       }
       w.kda = kv_heads_[il] == 0;
       if (w.kda) {
-        KdaOpts& o = w.kda_opts;
-        o.n_head = static_cast<int>(H), o.head_dim = S, o.d_conv = d_conv_,
+        DeltaOpts& o = w.kda_opts;
+        o = DeltaOpts::kda(static_cast<int>(H), S, d_conv_);
         o.lower_bound = lower_bound_, o.eps = hp.eps;
         // depthwise filters, stored {d_conv, 1, channels}; F32 (ggml's ssm_conv)
         p.add(o.conv_q, "ssm_conv1d_q.weight", {d_conv_, 1, D}, Role::Bias);
@@ -166,7 +166,7 @@ class KimiK3 final : public Arch {
 
   KvRows kv_rows(const Hparams& hp, int il, int) const override {
     if (kv_heads_[il] == 0)
-      return {0, 0, KdaOpts::state_floats(heads_[il], kda_head_dim_, d_conv_)};
+      return {0, 0, DeltaOpts::kda(heads_[il], kda_head_dim_, d_conv_).state_floats()};
     return {kv_lora_ + hp.n_rot, 0};
   }
   const MoeWeights* moe(int il) const override {
@@ -294,7 +294,7 @@ class KimiK3 final : public Arch {
     Tensor attn_norm, ffn_norm, attn_res, ffn_res;
     bool kda = false;
     // KDA
-    KdaOpts kda_opts;
+    DeltaOpts kda_opts;  // the delta rule as KDA runs it
     Tensor wq, wk, wv, f_a, f_b, beta, dt_b, g, o_norm;
     // MLA
     archs::MlaProjections mla;
@@ -316,9 +316,9 @@ class KimiK3 final : public Arch {
     ops.add_bias(g, w.dt_b);
     Act beta = ops.matmul(w.beta, h);
     Act o = ops.alloc(h.rows, q.cols);
-    ops.kda(il, w.kda_opts, q, k, v, g, beta, o);
-    ops.rms_norm(o, w.o_norm, o, hp_.eps, w.kda_opts.head_dim);
-    ops.mul_sigmoid(o, ops.matmul(w.g, h));
+    ops.delta_rule(il, w.kda_opts, q, k, v, g, beta, o);
+    ops.rms_norm(o, w.o_norm, o, hp_.eps, w.kda_opts.dv);
+    ops.mul_act(o, ops.matmul(w.g, h), Unary::Sigmoid);
     return ops.matmul(w.wo, o);
   }
 
@@ -330,7 +330,7 @@ class KimiK3 final : public Arch {
                     k_mla_ - hp_.n_rot, v_mla_,   1.0f / std::sqrt(float(k_mla_))};
     Act att = ops.alloc(h.rows, int64_t{heads_[il]} * v_mla_);
     ops.attention_mla(il, q, kv, w.wk_b, w.wv_b, o, att);
-    if (w.gate) ops.mul_sigmoid(att, ops.matmul(w.gate, h));
+    if (w.gate) ops.mul_act(att, ops.matmul(w.gate, h), Unary::Sigmoid);
     return ops.matmul(w.wo, att);
   }
 

@@ -138,9 +138,9 @@ __global__ void situ_kernel(const float* g, const float* u, float* out, int64_t 
   out[i] = a * up;
 }
 
-__global__ void mul_sigmoid_kernel(float* y, const float* g, int64_t n) {
+__global__ void mul_act_kernel(float* y, const float* g, int64_t n, bool silu) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] *= 1.0f / (1.0f + expf(-g[i]));
+  if (i < n) y[i] *= silu ? g[i] / (1.0f + expf(-g[i])) : 1.0f / (1.0f + expf(-g[i]));
 }
 
 constexpr int kMaxResidualSources = 64;
@@ -176,8 +176,8 @@ __global__ void res_mix_kernel(const float* stack, int n, const float* cur, cons
 }
 
 // The short causal convolutions, one thread per channel walking the tokens; silu.
-__global__ void kda_conv_kernel(float* x, const float* w, float* window, int64_t D, int64_t T,
-                                int C) {
+__global__ void delta_conv_kernel(float* x, const float* w, float* window, int64_t D, int64_t T,
+                                  int C) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= D) return;
   float* win = window + c * C;
@@ -192,20 +192,25 @@ __global__ void kda_conv_kernel(float* x, const float* w, float* window, int64_t
   }
 }
 
-// One block per (token, head): the L2 norms of q and k, the decay gate and beta's sigmoid.
-__global__ void kda_prep_kernel(float* q, float* k, float* g, float* beta, const float* a,
-                                int64_t H, int64_t S, float lower_bound, float eps) {
+// One block per (token, key head): the L2 norms of q and k.
+__global__ void delta_norm_kernel(float* q, float* k, int64_t S, float eps) {
   __shared__ float red[32];
-  const int64_t th = blockIdx.x, h = th % H;
-  float *qh = q + th * S, *kh = k + th * S, *gh = g + th * S;
+  float *qh = q + int64_t(blockIdx.x) * S, *kh = k + int64_t(blockIdx.x) * S;
   float sq = 0, sk = 0;
   for (int64_t i = threadIdx.x; i < S; i += blockDim.x) sq += qh[i] * qh[i], sk += kh[i] * kh[i];
   sq = block_sum(sq, red);
   sk = block_sum(sk, red);
   const float inv = rsqrtf(float(S));
   const float cq = rsqrtf(sq / S + eps / S) * inv, ck = rsqrtf(sk / S + eps / S) * inv;
-  for (int64_t i = threadIdx.x; i < S; i += blockDim.x) {
-    qh[i] *= cq, kh[i] *= ck;
+  for (int64_t i = threadIdx.x; i < S; i += blockDim.x) qh[i] *= cq, kh[i] *= ck;
+}
+
+// One block per (token, value head): the decay gate (G values) and beta's sigmoid.
+__global__ void delta_gate_kernel(float* g, float* beta, const float* a, int64_t Hv, int64_t G,
+                                  float lower_bound) {
+  const int64_t th = blockIdx.x, h = th % Hv;
+  float* gh = g + th * G;
+  for (int64_t i = threadIdx.x; i < G; i += blockDim.x) {
     const float x = gh[i];
     gh[i] = lower_bound > -INFINITY ? lower_bound / (1.0f + expf(x * a[h]))
                                     : (x > 20.0f ? x : logf(1.0f + expf(x))) * a[h];
@@ -213,33 +218,34 @@ __global__ void kda_prep_kernel(float* q, float* k, float* g, float* beta, const
   if (threadIdx.x == 0) beta[th] = 1.0f / (1.0f + expf(-beta[th]));
 }
 
-constexpr int64_t kMaxKdaHeadDim = 256;
+constexpr int64_t kMaxDeltaKeyDim = 256;
 
-// One block per head, thread j owns value j's column of the state (ggml's transposed layout).
-__global__ void kda_scan_kernel(const float* q, const float* k, const float* v, const float* g,
-                                const float* beta, float* states, float* out, int64_t H, int64_t S,
-                                int64_t T) {
-  __shared__ float sh[3 * kMaxKdaHeadDim];  // decay, k, q of the current token
-  const int64_t h = blockIdx.x;
-  float* M = states + h * S * S;
-  const float inv = rsqrtf(float(S));
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t base = (t * H + h) * S;
+// One block per value head, thread j owns value j's column of the state (ggml's transposed
+// layout): dk floats, decayed, updated and read against the head's key head.
+__global__ void delta_scan_kernel(Delta a, float* states) {
+  __shared__ float sh[3 * kMaxDeltaKeyDim];  // decay, k, q of the current token
+  const int64_t h = blockIdx.x, dk = a.dk, dv = a.dv, Hk = a.n_k_head, Hv = a.n_v_head;
+  const int64_t kh = h / (Hv / Hk), G = a.per_head_decay ? 1 : dk;
+  float* M = states + h * dk * dv;
+  const float inv = rsqrtf(float(dk));
+  for (int64_t t = 0; t < a.n_tokens; ++t) {
+    const int64_t kb = (t * Hk + kh) * dk, vb = (t * Hv + h) * dv, gb = (t * Hv + h) * G;
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < S; i += blockDim.x)
-      sh[i] = expf(g[base + i]), sh[S + i] = k[base + i], sh[2 * S + i] = q[base + i];
+    for (int64_t i = threadIdx.x; i < dk; i += blockDim.x)
+      sh[i] = expf(a.g[gb + (G == 1 ? 0 : i)]), sh[dk + i] = a.k[kb + i],
+      sh[2 * dk + i] = a.q[kb + i];
     __syncthreads();
-    const float b = beta[t * H + h];
-    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
-      float* row = M + j * S;
+    const float b = a.beta[t * Hv + h];
+    for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) {
+      float* row = M + j * dk;
       float sk = 0;
-      for (int64_t i = 0; i < S; ++i) row[i] *= sh[i];
-      for (int64_t i = 0; i < S; ++i) sk += row[i] * sh[S + i];
-      const float d = (v[base + j] - sk) * b;
+      for (int64_t i = 0; i < dk; ++i) row[i] *= sh[i];
+      for (int64_t i = 0; i < dk; ++i) sk += row[i] * sh[dk + i];
+      const float d = (a.v[vb + j] - sk) * b;
       float sq = 0;
-      for (int64_t i = 0; i < S; ++i) row[i] += sh[S + i] * d;
-      for (int64_t i = 0; i < S; ++i) sq += row[i] * sh[2 * S + i];
-      out[base + j] = sq * inv;
+      for (int64_t i = 0; i < dk; ++i) row[i] += sh[dk + i] * d;
+      for (int64_t i = 0; i < dk; ++i) sq += row[i] * sh[2 * dk + i];
+      a.out[vb + j] = sq * inv;
     }
   }
 }
@@ -468,9 +474,9 @@ cudaError_t situ(const float* gate, const float* up, float* out, int64_t n, floa
   return cudaGetLastError();
 }
 
-cudaError_t mul_sigmoid(float* y, const float* g, int64_t n, cudaStream_t stream) {
+cudaError_t mul_act(float* y, const float* g, int64_t n, bool silu, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  EXPERTD_LAUNCH(mul_sigmoid_kernel, blocks_for(n, 256), 256, 0, stream)(y, g, n);
+  EXPERTD_LAUNCH(mul_act_kernel, blocks_for(n, 256), 256, 0, stream)(y, g, n, silu);
   return cudaGetLastError();
 }
 
@@ -483,23 +489,30 @@ cudaError_t res_mix(const float* stack, int n, const float* cur, const float* w,
   return cudaGetLastError();
 }
 
-cudaError_t kda(const Kda& a, cudaStream_t stream) {
-  const int64_t D = a.n_head * a.head_dim, C = a.d_conv - 1;
-  if (a.head_dim > kMaxKdaHeadDim) return cudaErrorInvalidValue;
+cudaError_t delta_rule(const Delta& a, cudaStream_t stream) {
+  const int64_t Dq = a.n_k_head * a.dk, Dv = a.n_v_head * a.dv, C = a.d_conv - 1;
+  if (a.dk > kMaxDeltaKeyDim || a.n_k_head <= 0 || a.n_v_head % a.n_k_head != 0)
+    return cudaErrorInvalidValue;
   if (a.n_tokens <= 0) return cudaSuccess;
   float* xs[3] = {a.q, a.k, a.v};
   const float* ws[3] = {a.conv_q, a.conv_k, a.conv_v};
+  const int64_t widths[3] = {Dq, Dq, Dv};
+  float* window = a.state;
   for (int m = 0; m < 3; ++m) {
-    EXPERTD_LAUNCH(kda_conv_kernel, blocks_for(D, 128), 128, 0, stream)
-    (xs[m], ws[m], a.state + m * C * D, D, a.n_tokens, static_cast<int>(C));
+    EXPERTD_LAUNCH(delta_conv_kernel, blocks_for(widths[m], 128), 128, 0, stream)
+    (xs[m], ws[m], window, widths[m], a.n_tokens, static_cast<int>(C));
     if (auto e = cudaGetLastError(); e != cudaSuccess) return e;
+    window += C * widths[m];
   }
-  EXPERTD_LAUNCH(kda_prep_kernel, static_cast<unsigned>(a.n_tokens * a.n_head), 128, 0, stream)
-  (a.q, a.k, a.g, a.beta, a.a, a.n_head, a.head_dim, a.lower_bound, a.eps);
+  EXPERTD_LAUNCH(delta_norm_kernel, static_cast<unsigned>(a.n_tokens * a.n_k_head), 128, 0, stream)
+  (a.q, a.k, a.dk, a.eps);
   if (auto e = cudaGetLastError(); e != cudaSuccess) return e;
-  const int threads = static_cast<int>(std::min<int64_t>(a.head_dim, 256));
-  EXPERTD_LAUNCH(kda_scan_kernel, static_cast<unsigned>(a.n_head), threads, 0, stream)
-  (a.q, a.k, a.v, a.g, a.beta, a.state + 3 * C * D, a.out, a.n_head, a.head_dim, a.n_tokens);
+  EXPERTD_LAUNCH(delta_gate_kernel, static_cast<unsigned>(a.n_tokens * a.n_v_head), 128, 0, stream)
+  (a.g, a.beta, a.a, a.n_v_head, a.per_head_decay ? 1 : a.dk, a.lower_bound);
+  if (auto e = cudaGetLastError(); e != cudaSuccess) return e;
+  const int threads = static_cast<int>(std::min<int64_t>(a.dv, 256));
+  EXPERTD_LAUNCH(delta_scan_kernel, static_cast<unsigned>(a.n_v_head), threads, 0, stream)
+  (a, window);
   return cudaGetLastError();
 }
 

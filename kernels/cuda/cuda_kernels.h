@@ -54,24 +54,26 @@ cudaError_t swiglu_limit(const float* gate, const float* up, float* out, int64_t
 // side plain when linear_beta <= 0).
 cudaError_t situ(const float* gate, const float* up, float* out, int64_t n, float beta,
                  float linear_beta, cudaStream_t stream);
-cudaError_t mul_sigmoid(float* y, const float* g, int64_t n, cudaStream_t stream);  // y *= sig(g)
+// y *= sigmoid(g), or silu(g) = g / (1 + exp(-g)) (ggml's) when `silu`.
+cudaError_t mul_act(float* y, const float* g, int64_t n, bool silu, cudaStream_t stream);
 // Kimi-K3's attention residuals (engine::Ops::res_mix): per token, the softmax over the n
 // checkpoint rows (stack row j * n_tokens + t) and cur's row of their scores, rmsnorm(x) . w,
 // applied to the raw rows. n <= 64.
 cudaError_t res_mix(const float* stack, int n, const float* cur, const float* w, float* out,
                     int64_t n_tokens, int64_t n_embd, float eps, cudaStream_t stream);
-// Kimi Delta Attention (engine::Ops::kda): q, k, v convolved in place with the state's windows,
-// then the recurrence over n_tokens; state = 3 (d_conv - 1) D conv floats, then the heads'
-// head_dim x head_dim states. head_dim <= 256.
-struct Kda {
+// The delta rule (engine::Ops::delta_rule, engine::DeltaOpts): q, k, v convolved in place with
+// the state's windows, then the recurrence over n_tokens; state = (d_conv - 1) (2 n_k_head dk +
+// n_v_head dv) conv floats, then the value heads' dk x dv states. dk <= 256.
+struct Delta {
   float *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
   float *state = nullptr, *out = nullptr;
   const float *conv_q = nullptr, *conv_k = nullptr, *conv_v = nullptr, *a = nullptr;
-  int64_t n_tokens = 0, n_head = 0, head_dim = 0;
+  int64_t n_tokens = 0, n_k_head = 0, n_v_head = 0, dk = 0, dv = 0;
+  bool per_head_decay = false;
   int d_conv = 0;
   float lower_bound = 0, eps = 0;
 };
-cudaError_t kda(const Kda& a, cudaStream_t stream);
+cudaError_t delta_rule(const Delta& a, cudaStream_t stream);
 // Per token: softmax over n_expert router logits, the k largest (ties: lower id first), their
 // probabilities, renormalised to sum 1 when norm_topk. ids and weights are n_tokens x k.
 cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int k,

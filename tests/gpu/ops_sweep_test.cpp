@@ -199,8 +199,10 @@ TEST(OpsSweep, RowWiseOps) {
     out.add(o, "add_bias", a);
     o.add(a, b);
     out.add(o, "add", a);
-    o.mul_sigmoid(a, input(o, big, T, E));
-    out.add(o, "mul_sigmoid", a);
+    o.mul_act(a, input(o, big, T, E), engine::Unary::Sigmoid);
+    out.add(o, "mul_act sigmoid", a);
+    o.mul_act(a, input(o, y, T, E), engine::Unary::Silu);
+    out.add(o, "mul_act silu", a);
     Act c = o.alloc(T, E);
     o.copy(c, b);
     out.add(o, "copy", c);
@@ -385,35 +387,49 @@ TEST(OpsSweep, LatentAttention) {
   }
 }
 
-TEST(OpsSweep, DeltaRuleAttention) {
+// The delta rule as KDA runs it (a decay per key dimension, both gates) and as the gated
+// delta-net does (a decay per head, 2 key heads for 4 value heads of another size, one
+// convolution filter over [q k v] split by rows).
+TEST(OpsSweep, DeltaRule) {
   EXPERTD_REQUIRE_GPU();
-  constexpr int H = 2, dc = 4;
-  constexpr int64_t D = 32, HD = H * D;
-  for (float lower : {-INFINITY, -5.0f}) {
+  constexpr int dc = 4;
+  struct Class {
+    std::string name;
+    int hk, hv;
+    int64_t dk, dv;
+    bool per_head;
+    float lower;
+  };
+  for (const Class& c : {Class{"kda softplus gate", 2, 2, 32, 32, false, -INFINITY},
+                         Class{"kda bounded gate", 2, 2, 32, 32, false, -5.0f},
+                         Class{"gated delta-net", 2, 4, 32, 48, true, -INFINITY}}) {
     Weights w;
-    engine::KdaOpts ko{H,
-                       D,
-                       dc,
-                       w.f32(normal(dc * HD, 80, 0.5f), dc, HD),
-                       w.f32(normal(dc * HD, 81, 0.5f), dc, HD),
-                       w.f32(normal(dc * HD, 82, 0.5f), dc, HD),
-                       w.f32({-0.5f, -2.0f}, H),
-                       lower};
-    sweep(w, std::string("kda ") + (std::isfinite(lower) ? "bounded gate" : "softplus gate"),
-          kFloatOp, [&](Ops& o, Outputs& out) {
-            o.init_cache({KvRows{0, 0, engine::KdaOpts::state_floats(H, D, dc), 0}}, 32, 2,
-                         engine::KvType::F32);
-            attend_twice(o, out, [&](Ops& o, int64_t T, int i) {
-              const uint32_t s = 83 + 5 * i;
-              Act q = input(o, normal(T * HD, s), T, HD),
-                  k = input(o, normal(T * HD, s + 1), T, HD),
-                  v = input(o, normal(T * HD, s + 2), T, HD),
-                  g = input(o, normal(T * HD, s + 3), T, HD),
-                  beta = input(o, normal(T * H, s + 4), T, H), y = o.alloc(T, HD);
-              o.kda(0, ko, q, k, v, g, beta, y);
-              out.add(o, "eval " + std::to_string(i), y);
-            });
-          });
+    engine::DeltaOpts o;
+    o.n_k_head = c.hk, o.n_v_head = c.hv, o.dk = c.dk, o.dv = c.dv, o.per_head_decay = c.per_head;
+    o.d_conv = dc, o.lower_bound = c.lower;
+    const int64_t Dq = c.hk * c.dk, Dv = c.hv * c.dv, G = o.gate_width();
+    const Tensor conv = w.f32(normal(size_t(dc * (2 * Dq + Dv)), 80, 0.5f), dc, 2 * Dq + Dv);
+    auto rows = [&](int64_t first, int64_t n) {  // channels [first, first + n) of the filter
+      Tensor t = conv;
+      t.ne = {dc, n, 1};
+      t.data = conv.data + size_t(first * dc) * sizeof(float);
+      return t;
+    };
+    o.conv_q = rows(0, Dq), o.conv_k = rows(Dq, Dq), o.conv_v = rows(2 * Dq, Dv);
+    o.a = w.f32(normal(size_t(c.hv), 81, 0.5f, -1.0f), c.hv);
+    sweep(w, "delta_rule " + c.name, kFloatOp, [&](Ops& ops, Outputs& out) {
+      ops.init_cache({KvRows{0, 0, o.state_floats(), 0}}, 32, 2, engine::KvType::F32);
+      attend_twice(ops, out, [&](Ops& ops, int64_t T, int i) {
+        const uint32_t s = 83 + 5 * uint32_t(i);
+        Act q = input(ops, normal(size_t(T * Dq), s), T, Dq),
+            k = input(ops, normal(size_t(T * Dq), s + 1), T, Dq),
+            v = input(ops, normal(size_t(T * Dv), s + 2), T, Dv),
+            g = input(ops, normal(size_t(T * c.hv * G), s + 3), T, c.hv * G),
+            beta = input(ops, normal(size_t(T * c.hv), s + 4), T, c.hv), y = ops.alloc(T, Dv);
+        ops.delta_rule(0, o, q, k, v, g, beta, y);
+        out.add(ops, "eval " + std::to_string(i), y);
+      });
+    });
   }
 }
 
