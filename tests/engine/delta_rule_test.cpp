@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "delta_classes.h"
 #include "engine/cpu_ops.h"
 #include "engine/ops.h"
 #include "kernels/kernels.h"
@@ -17,14 +18,7 @@ namespace {
 
 using engine::Act;
 using engine::DeltaOpts;
-
-std::vector<float> normal(size_t n, uint32_t seed, float sd = 1.0f, float mean = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(mean, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using expertd::test::normal;
 
 engine::Tensor f32(const std::vector<float>& v, int64_t in, int64_t out) {
   engine::Tensor t;
@@ -103,20 +97,9 @@ std::vector<double> row(const std::vector<float>& v, int64_t t, int64_t n) {
 }  // namespace
 
 TEST(DeltaRule, CpuMatchesTheDefinitionInFloat64) {
-  struct Class {
-    const char* name;
-    int hk, hv;
-    int64_t dk, dv;
-    bool per_head;
-    float lower;
-  };
-  for (const Class& c : {Class{"kda", 2, 2, 32, 32, false, -INFINITY},
-                         Class{"kda, bounded gate", 2, 2, 32, 32, false, -5.0f},
-                         Class{"gated delta-net", 2, 4, 32, 48, true, -INFINITY}}) {
+  for (const auto& c : expertd::test::delta_classes()) {
     SCOPED_TRACE(c.name);
-    DeltaOpts o;
-    o.n_k_head = c.hk, o.n_v_head = c.hv, o.dk = c.dk, o.dv = c.dv, o.per_head_decay = c.per_head;
-    o.d_conv = 4, o.lower_bound = c.lower, o.eps = 1e-6f;
+    DeltaOpts o = c.opts(4);
     const int64_t Dq = c.hk * c.dk, Dv = c.hv * c.dv, G = o.gate_width(), Hv = c.hv;
     const auto cq = normal(size_t(4 * Dq), 1, 0.5f), ck = normal(size_t(4 * Dq), 2, 0.5f),
                cv = normal(size_t(4 * Dv), 3, 0.5f), av = normal(size_t(Hv), 4, 0.3f, -1.0f);

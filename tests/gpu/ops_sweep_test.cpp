@@ -18,6 +18,7 @@
 
 #include "engine/cpu_ops.h"
 #include "engine/cuda_engine.h"
+#include "engine/delta_classes.h"
 #include "engine/ops.h"
 #include "gpu_util.h"
 #include "kernels/random_blocks.h"
@@ -30,19 +31,12 @@ using engine::KvRows;
 using engine::Ops;
 using engine::SeqRows;
 using engine::Tensor;
+using expertd::test::normal;
 
 // Bounds: a float op differs by the order of its sums and the device's transcendental functions;
 // a matmul of a quantized type by the CPU's quantized activations (the GPU multiplies float32
 // ones): test-backend-ops' bound for matrix products.
 constexpr double kFloatOp = 1e-7, kMatmul = 5e-4;
-
-std::vector<float> normal(size_t n, uint32_t seed, float sd = 1.0f, float mean = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(mean, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 // The sweep's weights: host tensors of random valid blocks, in a Model of no layers that the CUDA
 // backend uploads whole, as it uploads a model's.
@@ -393,20 +387,9 @@ TEST(OpsSweep, LatentAttention) {
 TEST(OpsSweep, DeltaRule) {
   EXPERTD_REQUIRE_GPU();
   constexpr int dc = 4;
-  struct Class {
-    std::string name;
-    int hk, hv;
-    int64_t dk, dv;
-    bool per_head;
-    float lower;
-  };
-  for (const Class& c : {Class{"kda softplus gate", 2, 2, 32, 32, false, -INFINITY},
-                         Class{"kda bounded gate", 2, 2, 32, 32, false, -5.0f},
-                         Class{"gated delta-net", 2, 4, 32, 48, true, -INFINITY}}) {
+  for (const auto& c : expertd::test::delta_classes()) {
     Weights w;
-    engine::DeltaOpts o;
-    o.n_k_head = c.hk, o.n_v_head = c.hv, o.dk = c.dk, o.dv = c.dv, o.per_head_decay = c.per_head;
-    o.d_conv = dc, o.lower_bound = c.lower;
+    engine::DeltaOpts o = c.opts(dc);
     const int64_t Dq = c.hk * c.dk, Dv = c.hv * c.dv, G = o.gate_width();
     const Tensor conv = w.f32(normal(size_t(dc * (2 * Dq + Dv)), 80, 0.5f), dc, 2 * Dq + Dv);
     auto rows = [&](int64_t first, int64_t n) {  // channels [first, first + n) of the filter

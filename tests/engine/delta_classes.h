@@ -1,0 +1,46 @@
+// The shape classes of the delta rule (engine::DeltaOpts) both its tests run: against float64 on
+// the CPU (engine/delta_rule_test.cpp) and GPU against CPU (gpu/ops_sweep_test.cpp).
+#pragma once
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/ops.h"
+
+namespace expertd::test {
+
+// n values of a normal distribution, seeded: the same inputs on every backend and run.
+inline std::vector<float> normal(size_t n, uint32_t seed, float sd = 1.0f, float mean = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(mean, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+struct DeltaClass {
+  std::string name;
+  int hk, hv;
+  int64_t dk, dv;
+  bool per_head;
+  float lower;
+  // Its options without the tensors (d_conv taps).
+  engine::DeltaOpts opts(int d_conv) const {
+    engine::DeltaOpts o;
+    o.n_k_head = hk, o.n_v_head = hv, o.dk = dk, o.dv = dv, o.per_head_decay = per_head;
+    o.d_conv = d_conv, o.lower_bound = lower, o.eps = 1e-6f;
+    return o;
+  }
+};
+
+// KDA (a decay per key dimension) with both gates; the gated delta-net (a decay per head, 2 key
+// heads for 4 value heads of another size).
+inline std::vector<DeltaClass> delta_classes() {
+  return {{"kda softplus gate", 2, 2, 32, 32, false, -INFINITY},
+          {"kda bounded gate", 2, 2, 32, 32, false, -5.0f},
+          {"gated delta-net", 2, 4, 32, 48, true, -INFINITY}};
+}
+
+}  // namespace expertd::test
