@@ -140,6 +140,25 @@ class CpuOps final : public Ops {
     for (int64_t t = 0; t < x.rows; ++t) kernels::rms_norm(x.row(t), w.f32(), x.row(t), n, eps);
   }
 
+  void layer_norm(Act x, const Tensor& w, const Tensor& b, Act y, float eps) override {
+    const int64_t n = x.cols;
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const float* xr = x.row(t);
+      float* yr = y.row(t);
+      double sum = 0, sum2 = 0;  // ggml's sums in double
+      for (int64_t i = 0; i < n; ++i) sum += double(xr[i]);
+      const float mean = float(sum / double(n));
+      for (int64_t i = 0; i < n; ++i) sum2 += double((xr[i] - mean) * (xr[i] - mean));
+      const float scale = 1.0f / std::sqrt(float(sum2 / double(n)) + eps);
+      for (int64_t i = 0; i < n; ++i) {
+        float v = (xr[i] - mean) * scale;
+        if (w) v *= w.f32()[i];
+        if (b) v += b.f32()[i];
+        yr[i] = v;
+      }
+    }
+  }
+
   void rope_at(Act x, int64_t stride, int64_t offset, int64_t n_rot, int64_t pos0,
                const RopeOpts& o) override {
     for (int64_t t = 0; t < x.rows; ++t)

@@ -208,6 +208,13 @@ class CudaOps final : public Ops {
       check("rms_norm", kernels::cuda::rms_norm(x.data, reinterpret_cast<const float*>(d), y.data,
                                                 n, x.rows * (x.cols / n), eps, stream_));
   }
+  void layer_norm(Act x, const Tensor& w, const Tensor& b, Act y, float eps) override {
+    const float* dw = w ? dev_f32(w) : nullptr;
+    const float* db = b ? dev_f32(b) : nullptr;
+    if (ok())
+      check("layer_norm",
+            kernels::cuda::layer_norm(x.data, dw, db, y.data, x.cols, x.rows, eps, stream_));
+  }
   void rms_norm_part(Act x, const Tensor& w, int64_t n, float eps) override {
     if (const uint8_t* d = dev(w))
       check("rms_norm",

@@ -229,6 +229,9 @@ class Ops {
   virtual void rms_norm(Act x, const Tensor& w, Act y, float eps, int64_t n = 0) = 0;
   virtual void rms_norm_part(Act x, const Tensor& w, int64_t n,
                              float eps) = 0;  // the first n columns, in place
+  // y = (x - mean) / sqrt(variance + eps) * w + b over each row (ggml's norm; w and b F32 and
+  // optional); y may be x.
+  virtual void layer_norm(Act x, const Tensor& w, const Tensor& b, Act y, float eps) = 0;
   // The same two into newly allocated activations.
   Act matmul(const Tensor& w, Act x) {
     Act y = alloc(x.rows, w.ne[1]);

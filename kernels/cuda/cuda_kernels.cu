@@ -82,6 +82,21 @@ __global__ void rms_norm_kernel(const float* x, int64_t xs, const float* w, floa
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
 }
 
+__global__ void layer_norm_kernel(const float* x, const float* w, const float* b, float* y,
+                                  int64_t n, float eps) {
+  __shared__ float red[32];
+  const float* xr = x + int64_t(blockIdx.x) * n;
+  float* yr = y + int64_t(blockIdx.x) * n;
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += xr[i];
+  const float mean = block_sum(s, red) / float(n);
+  float s2 = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s2 += (xr[i] - mean) * (xr[i] - mean);
+  const float scale = rsqrtf(block_sum(s2, red) / float(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    yr[i] = (xr[i] - mean) * scale * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+}
+
 __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride,
                             int64_t n_rot, int64_t pos0, float base, bool neox, bool use_yarn,
                             kernels::Yarn yarn, bool inverse) {
@@ -432,6 +447,14 @@ cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, f
   if (n_rows <= 0) return cudaSuccess;
   EXPERTD_LAUNCH(rms_norm_kernel, static_cast<unsigned>(n_rows), 256, 0, stream)
   (x, x_stride, w, y, y_stride, n, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t layer_norm(const float* x, const float* w, const float* b, float* y, int64_t n,
+                       int64_t n_rows, float eps, cudaStream_t stream) {
+  if (n_rows <= 0) return cudaSuccess;
+  EXPERTD_LAUNCH(layer_norm_kernel, static_cast<unsigned>(n_rows), 256, 0, stream)
+  (x, w, b, y, n, eps);
   return cudaGetLastError();
 }
 

@@ -28,7 +28,11 @@ cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, co
 // Each of n_rows rows of n: y = x / rms(x) * w (w may be null: no weight).
 cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps,
                      cudaStream_t stream);
-// The same over rows that sit x_stride / y_stride floats apart (MLA's latent part of a cache row).
+// Each of n_rows rows of n: y = (x - mean) / sqrt(variance + eps) * w + b (w, b may be null).
+cudaError_t layer_norm(const float* x, const float* w, const float* b, float* y, int64_t n,
+                       int64_t n_rows, float eps, cudaStream_t stream);
+// The same as rms_norm over rows that sit x_stride / y_stride floats apart (MLA's latent part of a
+// cache row).
 cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, float* y,
                              int64_t y_stride, int64_t n, int64_t n_rows, float eps,
                              cudaStream_t stream);

@@ -229,6 +229,13 @@ TEST(OpsSweep, RowWiseOps) {
     o.rms_norm_part(p, head_norm, 32, 1e-6f);
     out.add(o, "the first 32 columns", p);
   });
+  sweep(w, "layer_norm", kFloatOp, [&](Ops& o, Outputs& out) {
+    Act a = input(o, normal(T * E, 13, 3.0f, 2.0f), T, E), y = o.alloc(T, E);
+    o.layer_norm(a, norm, bias, y, 1e-5f);
+    out.add(o, "weight and bias", y);
+    o.layer_norm(a, Tensor{}, Tensor{}, a, 1e-5f);
+    out.add(o, "plain, in place", a);
+  });
 }
 
 TEST(OpsSweep, FfnOfEveryActivation) {

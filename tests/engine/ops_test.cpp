@@ -1,7 +1,9 @@
-// The delta rule (engine::Ops::delta_rule) on the CPU backend against a float64 loop written from
-// its definition (engine/ops.h's DeltaOpts): as KDA runs it and as the gated delta-net does
-// (grouped key heads, a decay per head, values of another size), over a prefill and then a
-// decoded token that reads the state the prefill left.
+// Ops of the CPU backend against their definitions, in float64 (the per-op sweep holds the CUDA
+// backend to the CPU's): the delta rule (engine::Ops::delta_rule, DeltaOpts) as KDA runs it and as
+// the gated delta-net does (grouped key heads, a decay per head, values of another size), over a
+// prefill and then a decoded token that reads the state the prefill left; the layer norm.
+#include "engine/ops.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 
 #include "delta_classes.h"
 #include "engine/cpu_ops.h"
-#include "engine/ops.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -137,4 +138,27 @@ TEST(DeltaRule, CpuMatchesTheDefinitionInFloat64) {
     EXPECT_GT(mag, 0.05) << "outputs all near zero: the comparison would say nothing";
     EXPECT_LE(worst, 1e-5 * std::max(1.0, mag)) << "largest |float - float64| " << worst;
   }
+}
+
+// ggml's norm: (x - mean) / sqrt(variance + eps), then the weight and the bias.
+TEST(CpuOps, LayerNormIsTheDefinition) {
+  auto ops = engine::make_cpu_ops(1);
+  const int64_t n = 48;
+  const auto x = normal(size_t(2 * n), 7, 3.0f, 2.0f), w = normal(size_t(n), 8, 0.5f, 1.0f),
+             b = normal(size_t(n), 9);
+  Act a = ops->alloc(2, n), y = ops->alloc(2, n);
+  std::copy(x.begin(), x.end(), a.data);
+  ops->layer_norm(a, f32(w, n, 1), f32(b, n, 1), y, 1e-5f);
+  double worst = 0;
+  for (int64_t t = 0; t < 2; ++t) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; ++i) mean += x[size_t(t * n + i)] / double(n);
+    for (int64_t i = 0; i < n; ++i) var += std::pow(x[size_t(t * n + i)] - mean, 2) / double(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double want =
+          (x[size_t(t * n + i)] - mean) / std::sqrt(var + 1e-5) * w[size_t(i)] + b[size_t(i)];
+      worst = std::max(worst, std::fabs(want - y.row(t)[i]));
+    }
+  }
+  EXPECT_LE(worst, 1e-5);
 }
