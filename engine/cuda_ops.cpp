@@ -65,7 +65,7 @@ class CudaOps final : public Ops {
         continue;
       if (t.type == kernels::I32) continue;                       // tables stay on the host
       if (auto it = placed_.find(t.data); it != placed_.end()) {  // shared bytes: one copy
-        by_weight_[i] = {t.data, it->second.bytes, it->second.dev};
+        by_weight_[i] = it->second;
         continue;
       }
       if (!kernels::cuda::weight_type_supported(t.type))
@@ -79,8 +79,7 @@ class CudaOps final : public Ops {
       allocs_.push_back(p);
       if (auto e = cudaMemcpy(p, t.data, t.bytes(), cudaMemcpyHostToDevice); e != cudaSuccess)
         return make_error(cuda_error("cudaMemcpy", e));
-      placed_[t.data] = {t.bytes(), static_cast<const uint8_t*>(p)};
-      by_weight_[i] = {t.data, t.bytes(), static_cast<const uint8_t*>(p)};
+      by_weight_[i] = placed_[t.data] = {t.data, t.bytes(), static_cast<const uint8_t*>(p)};
     }
     return {};
   }
@@ -520,10 +519,6 @@ class CudaOps final : public Ops {
     KvRows rows;
     float *k = nullptr, *v = nullptr, *state = nullptr, *kv_state = nullptr;
   };
-  struct Placed {
-    size_t bytes;
-    const uint8_t* dev;
-  };
 
   static bool is_expert(const Model& m, const Tensor& t) {
     for (int il = 0; il < m.hp.n_layer; ++il)
@@ -583,9 +578,8 @@ class CudaOps final : public Ops {
           return c.dev + (t.data - c.host);
       }
     } else if (auto it = placed_.upper_bound(t.data); it != placed_.begin()) {  // not numbered
-      --it;
-      if (t.data >= it->first && t.data + t.bytes() <= it->first + it->second.bytes)
-        return it->second.dev + (t.data - it->first);
+      const Copy& c = (--it)->second;
+      if (t.data + t.bytes() <= c.host + c.bytes) return c.dev + (t.data - c.host);
     }
     fail(make_error("a weight of type " + std::to_string(t.type) + " was not uploaded to the GPU"));
     return nullptr;
@@ -626,13 +620,13 @@ class CudaOps final : public Ops {
   cudaStream_t stream_ = nullptr;
   Status status_;
   std::vector<void*> allocs_;
-  std::map<const uint8_t*, Placed> placed_;  // host address -> its copy in VRAM
-  struct Copy {
+  struct Copy {  // a tensor's bytes on the host and their copy in VRAM
     const uint8_t* host = nullptr;
     size_t bytes = 0;
     const uint8_t* dev = nullptr;  // null: not uploaded (an I32 table, an unplaced expert)
   };
-  std::vector<Copy> by_weight_;  // Tensor::weight -> its copy: no search per op
+  std::map<const uint8_t*, Copy> placed_;  // host address -> its copy
+  std::vector<Copy> by_weight_;            // Tensor::weight -> its copy: no search per op
   BlockArena arena_;
   Cache& cache(int slot, int il) { return cache_[size_t(slot) * n_layer_ + il]; }
   std::vector<Cache> cache_;  // [slot][layer]

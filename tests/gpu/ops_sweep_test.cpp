@@ -11,7 +11,6 @@
 #include <deque>
 #include <functional>
 #include <numeric>
-#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -329,12 +328,11 @@ TEST(OpsSweep, RopeEveryVariantAtTwoSequencesPositions) {
 
 // Attention over the cache: a prefill, then a decode step and another sequence's prefill in one
 // eval (so each reads positions the earlier eval stored).
-void attend_twice(Ops& o, Outputs& out, const std::function<void(Ops&, int64_t, int)>& step) {
+void attend_twice(Ops& o, const std::function<void(Ops&, int64_t, int)>& step) {
   o.begin_eval(std::vector<SeqRows>{{0, 0, 9, 0}});
   step(o, 9, 0);
   o.begin_eval(std::vector<SeqRows>{{0, 0, 1, 9}, {1, 1, 6, 0}});
   step(o, 7, 1);
-  (void)out;
 }
 
 // (F32 caches: the CUDA backend keeps no other; --kv-type f16 is the CPU's, tested there.)
@@ -353,7 +351,7 @@ TEST(OpsSweep, AttentionGroupedQueriesWindowsAndSinks) {
                                  (sinks ? " sinks" : "");
         sweep(w, what, kFloatOp, [&](Ops& o, Outputs& out) {
           o.init_cache({KvRows{hkv * D, hkv * D}}, 32, 2, engine::KvType::F32);
-          attend_twice(o, out, [&](Ops& o, int64_t T, int i) {
+          attend_twice(o, [&](Ops& o, int64_t T, int i) {
             const uint32_t s = 61 + 3 * i;
             Act q = input(o, normal(T * H * D, s), T, H * D),
                 k = input(o, normal(T * hkv * D, s + 1), T, hkv * D),
@@ -376,7 +374,7 @@ TEST(OpsSweep, LatentAttention) {
     sweep(w, std::string("attention_mla ") + kernels::type_traits(type)->name,
           type == kernels::F16 ? 1e-6 : kMatmul, [&](Ops& o, Outputs& out) {
             o.init_cache({KvRows{lora + rot, 0}}, 32, 2, engine::KvType::F32);
-            attend_twice(o, out, [&](Ops& o, int64_t T, int i) {
+            attend_twice(o, [&](Ops& o, int64_t T, int i) {
               const uint32_t s = 70 + 2 * i;
               Act q = input(o, normal(T * H * (nope + rot), s), T, H * (nope + rot)),
                   kv = input(o, normal(T * (lora + rot), s + 1), T, lora + rot),
@@ -409,7 +407,7 @@ TEST(OpsSweep, DeltaRule) {
     o.a = w.f32(normal(size_t(c.hv), 81, 0.5f, -1.0f), c.hv);
     sweep(w, "delta_rule " + c.name, kFloatOp, [&](Ops& ops, Outputs& out) {
       ops.init_cache({KvRows{0, 0, o.state_floats(), 0}}, 32, 2, engine::KvType::F32);
-      attend_twice(ops, out, [&](Ops& ops, int64_t T, int i) {
+      attend_twice(ops, [&](Ops& ops, int64_t T, int i) {
         const uint32_t s = 83 + 5 * uint32_t(i);
         Act q = input(ops, normal(size_t(T * Dq), s), T, Dq),
             k = input(ops, normal(size_t(T * Dq), s + 1), T, Dq),
