@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -35,16 +36,16 @@ void mxfp4_rows(const BlockMxfp4* x, const BlockQ8_0* const* ys, int64_t n, floa
 EXPERTD_ROWS_KERNEL(q8_0, BlockQ8_0, BlockQ8_0, q8_0_rows)
 EXPERTD_ROWS_KERNEL(mxfp4, BlockMxfp4, BlockQ8_0, mxfp4_rows)
 
-// Q4_K and Q5_K share everything but the fifth bit. llama.cpp's structure: the scales as i16
-// madd multipliers from one shuffle, the mins against the activations' pair sums in four float
-// lanes, the rest in eight. N tokens share each decoded weight block (N = 1: the dot; 2..4: the
-// tile, whose every token gets exactly the dot's arithmetic).
+// Q4_K and Q5_K share everything but the fifth bit: the scales as i16 madd multipliers from one
+// shuffle, the mins against the activations' 16-element sums; each super-block's exact sums go
+// to the lanes of sb_lanes (avx2.h), which the matrix-matrix panels reproduce. N tokens share
+// each decoded weight block (N = 1: the dot; 2..4: the tile, whose every token gets exactly the
+// dot's arithmetic).
 template <bool kFive, int N>
 void k45_rows(const uint8_t* blocks, size_t stride, const BlockQ8K* const* ys, int64_t n,
               float* out) {
   __m256 acc[N];
-  __m128 acc_m[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps(), acc_m[t] = _mm_setzero_ps();
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i low4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
   // Group k's scale (i16 word k of each lane, words 0..7 = the 8 scales) in every word.
   alignas(32) static const uint8_t kShuf[8][32] = {
@@ -57,58 +58,59 @@ void k45_rows(const uint8_t* blocks, size_t stride, const BlockQ8K* const* ys, i
       EXPERTD_ROW(4), EXPERTD_ROW(5), EXPERTD_ROW(6), EXPERTD_ROW(7)};
 #undef EXPERTD_ROW
 #undef EXPERTD_W
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const uint8_t* blk = blocks + b * stride;
-    uint16_t hd, hm;
-    std::memcpy(&hd, blk, 2);
-    std::memcpy(&hm, blk + 2, 2);
-    const uint8_t* qh = kFive ? blk + 16 : nullptr;
-    const uint8_t* q4 = kFive ? blk + 48 : blk + 16;
-    uint8_t sm[16];
-    k_scales_mins(blk + 4, sm);
-    const __m256i mins_scales =
-        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sm)));
-    const __m128i mins = _mm256_extracti128_si256(mins_scales, 1);
-    const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
-    const __m256i scales = _mm256_set_m128i(sc128, sc128);
-    const __m256i hbits = kFive ? load(qh) : _mm256_setzero_si256();
-    const float fd = fp16_to_fp32(hd), fm = fp16_to_fp32(hm);
-    __m256i sumi[N];
-    for (int t = 0; t < N; ++t) {
-      const __m256i q8sums = load(ys[t][b].bsums);
-      const __m128i q8s =
-          _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
-      acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(-ys[t][b].d * fm),
-                              _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m[t]);
-      sumi[t] = _mm256_setzero_si256();
-    }
-    for (int j = 0; j < 4; ++j) {
-      const __m256i sl = _mm256_shuffle_epi8(scales, load(kShuf[2 * j]));
-      const __m256i sh = _mm256_shuffle_epi8(scales, load(kShuf[2 * j + 1]));
-      const __m256i q = load(q4 + 32 * j);
-      __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      if (kFive) {
-        lo = _mm256_or_si256(
-            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
-        hi = _mm256_or_si256(
-            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
+  const int64_t nb = n / kQK_K;
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    const int kb = int(std::min<int64_t>(8, nb - b0));
+    __m256i is[N][8], ms[N][8];
+    for (int k = 0; k < 8; ++k) {
+      if (k >= kb) {
+        for (int t = 0; t < N; ++t) is[t][k] = ms[t][k] = _mm256_setzero_si256();
+        continue;
       }
+      const int64_t b = b0 + k;
+      const uint8_t* blk = blocks + b * stride;
+      const uint8_t* qh = kFive ? blk + 16 : nullptr;
+      const uint8_t* q4 = kFive ? blk + 48 : blk + 16;
+      uint8_t sm[16];
+      k_scales_mins(blk + 4, sm);
+      const __m128i sc128 =
+          _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm)));
+      const __m256i scales = _mm256_set_m128i(sc128, sc128);
+      const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8));
+      const __m256i mins_dup = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // m0 m0 .. m7 m7
+      const __m256i hbits = kFive ? load(qh) : _mm256_setzero_si256();
+      __m256i sumi[N];
       for (int t = 0; t < N; ++t) {
-        const int8_t* q8 = ys[t][b].qs + 64 * j;
-        const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, load(q8)));
-        const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, load(q8 + 32)));
-        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(pl, ph));
+        ms[t][k] = _mm256_madd_epi16(mins_dup, load(ys[t][b].bsums));
+        sumi[t] = _mm256_setzero_si256();
       }
+      for (int j = 0; j < 4; ++j) {
+        const __m256i sl = _mm256_shuffle_epi8(scales, load(kShuf[2 * j]));
+        const __m256i sh = _mm256_shuffle_epi8(scales, load(kShuf[2 * j + 1]));
+        const __m256i q = load(q4 + 32 * j);
+        __m256i lo = _mm256_and_si256(q, low4),
+                hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        if (kFive) {
+          lo = _mm256_or_si256(
+              lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
+          hi = _mm256_or_si256(
+              hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
+        }
+        for (int t = 0; t < N; ++t) {
+          const int8_t* q8 = ys[t][b].qs + 64 * j;
+          const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, load(q8)));
+          const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, load(q8 + 32)));
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(pl, ph));
+        }
+      }
+      for (int t = 0; t < N; ++t) is[t][k] = sumi[t];
     }
+    const uint8_t* first = blocks + b0 * stride;
+    const __m256 dx = x86::halves8(first, stride, kb), dmx = x86::halves8(first + 2, stride, kb);
     for (int t = 0; t < N; ++t)
-      acc[t] =
-          _mm256_fmadd_ps(_mm256_set1_ps(ys[t][b].d * fd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+      acc[t] = sb_lanes<true>(acc[t], kb, is[t], ms[t], dx, dmx, q8k_scales(ys[t], b0, kb));
   }
-  for (int t = 0; t < N; ++t) {
-    __m128 m = _mm_add_ps(acc_m[t], _mm_movehl_ps(acc_m[t], acc_m[t]));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    out[t] = hsum(acc[t]) + _mm_cvtss_f32(m);
-  }
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
 }
 template <bool kFive>
 float dot_k45(const uint8_t* blocks, size_t stride, const BlockQ8K* y, int64_t n) {

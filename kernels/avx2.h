@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/quant_blocks.h"
 #include "kernels/x86.h"
 
 namespace kernels::avx2 {
@@ -31,6 +32,32 @@ inline __m256i mul_sum_i8(__m256i x, __m256i y) {  // signed x signed, summed in
 }
 inline __m256i load(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// The super-block types' arithmetic on AVX2 wherever it has a matrix-matrix panel (Q4_K, Q5_K,
+// IQ2_XXS, IQ4_XS; gemm_avx2.cpp computes the same numbers): super-block b's exact integer sum I
+// (and, for the types with mins, their sum M) goes to float lane b % 8 as
+// acc = (acc + (d * dy) * I) - (dmin * dy) * M, eight super-blocks' sums reduced together; the
+// row's result is hsum(acc) (times the type's factor). kb < 8: the row's last super-blocks, the
+// other lanes kept. `is`, `ms`: the 8 super-blocks' integer sums in 8 lanes each (zero past kb);
+// dx, dmx: their d and dmin; dy: the activations' scales (zero past kb).
+template <bool kMins>
+__attribute__((always_inline)) inline __m256 sb_lanes(__m256 acc, int kb, const __m256i* is,
+                                                      const __m256i* ms, __m256 dx, __m256 dmx,
+                                                      __m256 dy) {
+  __m256 r =
+      _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(x86::sums8(is))));
+  if constexpr (kMins)
+    r = _mm256_sub_ps(r, _mm256_mul_ps(_mm256_mul_ps(dmx, dy), _mm256_cvtepi32_ps(x86::sums8(ms))));
+  if (kb == 8) return r;
+  const __m256 keep = _mm256_castsi256_ps(
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(kb), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  return _mm256_blendv_ps(acc, r, keep);
+}
+// The activations' scales of super-blocks b0 .. b0 + kb - 1 (lanes past kb zero).
+__attribute__((always_inline)) inline __m256 q8k_scales(const BlockQ8K* y, int64_t b0, int kb) {
+  auto d = [&](int k) { return k < kb ? y[b0 + k].d : 0.0f; };
+  return _mm256_setr_ps(d(0), d(1), d(2), d(3), d(4), d(5), d(6), d(7));
 }
 
 }  // namespace kernels::avx2

@@ -2,6 +2,7 @@
 // the ternary and the IQ types (compile flags in CMakeLists.txt; split from avx2.cpp).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -231,31 +232,38 @@ void q3k_rows(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, float* ou
 }
 EXPERTD_ROWS_KERNEL(q3_k, BlockQ3K, BlockQ8K, q3k_rows)
 
+// Each super-block's exact sum to the lanes of sb_lanes (avx2.h), as the panels compute it.
 template <int N>
 void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   __m256 acc[N];
   for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
-    __m256i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib, q += 8) {
-      uint32_t aux;
-      std::memcpy(&aux, q + 4, 4);
-      const __m256i g = grid4(iq::iq2xxs_grid[q[0]], iq::iq2xxs_grid[q[1]], iq::iq2xxs_grid[q[2]],
-                              iq::iq2xxs_grid[q[3]]);
-      const __m256i sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127],
-                               kSigns.v[(aux >> 14) & 127], kSigns.v[(aux >> 21) & 127]);
-      const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
-      for (int t = 0; t < N; ++t) {
-        const __m256i q8 = _mm256_sign_epi8(load(ys[t][b].qs + 32 * ib), sg);
-        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), ls));
+  const int64_t nb = n / kQK_K;
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    const int kb = int(std::min<int64_t>(8, nb - b0));
+    __m256i is[N][8];
+    for (int k = 0; k < 8; ++k) {
+      for (int t = 0; t < N; ++t) is[t][k] = _mm256_setzero_si256();
+      if (k >= kb) continue;
+      const int64_t b = b0 + k;
+      const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
+      for (int ib = 0; ib < 8; ++ib, q += 8) {
+        uint32_t aux;
+        std::memcpy(&aux, q + 4, 4);
+        const __m256i g = grid4(iq::iq2xxs_grid[q[0]], iq::iq2xxs_grid[q[1]], iq::iq2xxs_grid[q[2]],
+                                iq::iq2xxs_grid[q[3]]);
+        const __m256i sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127],
+                                 kSigns.v[(aux >> 14) & 127], kSigns.v[(aux >> 21) & 127]);
+        const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
+        for (int t = 0; t < N; ++t) {
+          const __m256i q8 = _mm256_sign_epi8(load(ys[t][b].qs + 32 * ib), sg);
+          is[t][k] = _mm256_add_epi32(is[t][k], _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), ls));
+        }
       }
     }
-    const float fd = fp16_to_fp32(x[b].d);
+    const __m256 dx =
+        x86::halves8(reinterpret_cast<const uint8_t*>(&x[b0].d), sizeof(BlockIq2Xxs), kb);
     for (int t = 0; t < N; ++t)
-      acc[t] =
-          _mm256_fmadd_ps(_mm256_set1_ps(fd * ys[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+      acc[t] = sb_lanes<false>(acc[t], kb, is[t], nullptr, dx, dx, q8k_scales(ys[t], b0, kb));
   }
   for (int t = 0; t < N; ++t) out[t] = 0.125f * hsum(acc[t]);
 }
@@ -345,6 +353,7 @@ float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n) {
   return hsum(acc) + kIq1Delta * hsum(acc_delta);
 }
 
+// Each super-block's exact sum to the lanes of sb_lanes (avx2.h), as the panels compute it.
 template <int N>
 void iq4xs_rows(const BlockIq4Xs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   const __m256i table = _mm256_broadcastsi128_si256(
@@ -352,35 +361,44 @@ void iq4xs_rows(const BlockIq4Xs* x, const BlockQ8K* const* ys, int64_t n, float
   const __m256i m4 = _mm256_set1_epi8(0xF);
   __m256 sum[N];
   for (int t = 0; t < N; ++t) sum[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    uint16_t sh = x[b].scales_h;
-    const uint8_t* qs = x[b].qs;
-    __m256i acc[N][2];
-    for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ib += 2, qs += 32, sh >>= 4) {  // two groups of 32
-      const __m256i q = load(qs);  // group ib: bytes 0..15, group ib + 1: 16..31
-      const __m256i lo = _mm256_and_si256(q, m4),
-                    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      const __m256i w1 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
-      const __m256i w2 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
-      const __m256i a1 = _mm256_sign_epi8(w1, w1), a2 = _mm256_sign_epi8(w2, w2);
-      const int ls1 = ((x[b].scales_l[ib / 2] & 0xf) | ((sh << 4) & 0x30)) - 32;
-      const int ls2 = ((x[b].scales_l[ib / 2] >> 4) | ((sh << 2) & 0x30)) - 32;
-      const __m256i s1 = _mm256_set1_epi16(int16_t(ls1)), s2 = _mm256_set1_epi16(int16_t(ls2));
-      for (int t = 0; t < N; ++t) {
-        const int8_t* q8 = ys[t][b].qs + 32 * ib;
-        acc[t][0] = _mm256_add_epi32(
-            acc[t][0],
-            _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(load(q8), w1)), s1));
-        acc[t][1] = _mm256_add_epi32(
-            acc[t][1],
-            _mm256_madd_epi16(_mm256_maddubs_epi16(a2, _mm256_sign_epi8(load(q8 + 32), w2)), s2));
+  const int64_t nb = n / kQK_K;
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    const int kb = int(std::min<int64_t>(8, nb - b0));
+    __m256i is[N][8];
+    for (int k = 0; k < 8; ++k) {
+      for (int t = 0; t < N; ++t) is[t][k] = _mm256_setzero_si256();
+      if (k >= kb) continue;
+      const int64_t b = b0 + k;
+      uint16_t sh = x[b].scales_h;
+      const uint8_t* qs = x[b].qs;
+      __m256i acc[N][2];
+      for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
+      for (int ib = 0; ib < 8; ib += 2, qs += 32, sh >>= 4) {  // two groups of 32
+        const __m256i q = load(qs);  // group ib: bytes 0..15, group ib + 1: 16..31
+        const __m256i lo = _mm256_and_si256(q, m4),
+                      hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        const __m256i w1 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
+        const __m256i w2 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+        const __m256i a1 = _mm256_sign_epi8(w1, w1), a2 = _mm256_sign_epi8(w2, w2);
+        const int ls1 = ((x[b].scales_l[ib / 2] & 0xf) | ((sh << 4) & 0x30)) - 32;
+        const int ls2 = ((x[b].scales_l[ib / 2] >> 4) | ((sh << 2) & 0x30)) - 32;
+        const __m256i s1 = _mm256_set1_epi16(int16_t(ls1)), s2 = _mm256_set1_epi16(int16_t(ls2));
+        for (int t = 0; t < N; ++t) {
+          const int8_t* q8 = ys[t][b].qs + 32 * ib;
+          acc[t][0] = _mm256_add_epi32(
+              acc[t][0],
+              _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(load(q8), w1)), s1));
+          acc[t][1] = _mm256_add_epi32(
+              acc[t][1],
+              _mm256_madd_epi16(_mm256_maddubs_epi16(a2, _mm256_sign_epi8(load(q8 + 32), w2)), s2));
+        }
       }
+      for (int t = 0; t < N; ++t) is[t][k] = _mm256_add_epi32(acc[t][0], acc[t][1]);
     }
-    const float fd = fp16_to_fp32(x[b].d);
+    const __m256 dx =
+        x86::halves8(reinterpret_cast<const uint8_t*>(&x[b0].d), sizeof(BlockIq4Xs), kb);
     for (int t = 0; t < N; ++t)
-      sum[t] = _mm256_fmadd_ps(_mm256_set1_ps(fd * ys[t][b].d),
-                               _mm256_cvtepi32_ps(_mm256_add_epi32(acc[t][0], acc[t][1])), sum[t]);
+      sum[t] = sb_lanes<false>(sum[t], kb, is[t], nullptr, dx, dx, q8k_scales(ys[t], b0, kb));
   }
   for (int t = 0; t < N; ++t) out[t] = hsum(sum[t]);
 }

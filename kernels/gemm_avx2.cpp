@@ -1,14 +1,19 @@
-// Prefill as matrix-matrix work on AVX2 (no VNNI) for the types whose tiles pay most per token,
-// Q8_0 and MXFP4 (a float scale per 32 weights): panels of 8 weight rows x 8 tokens. (Without
-// vpdpbusd a panel costs what a tile does per weight and token; the K and IQ types' tiles, which
-// pay less per token, stayed ahead of it here.) The weights of 8 rows are unpacked once per panel
-// to signed bytes and their magnitudes; the activations are laid out once per matrix so that one
-// 32-byte load holds four consecutive elements of 8 tokens. Per row and 4 elements: the row's
-// magnitudes broadcast, the activations given the weights' signs, vpmaddubsw, vpmaddwd.
+// Prefill as matrix-matrix work on AVX2 (no VNNI): panels of 8 weight rows x 8 tokens. The
+// weights of 8 rows are unpacked once per panel, for every token of the batch; the activations are
+// laid out once per matrix so that one 32-byte load holds four consecutive elements of 8 tokens,
+// and each load serves 8 rows. Per row and 4 elements, with the row's 4 bytes broadcast, one of:
+//   - Q4_K, Q5_K (unsigned codes): vpmaddubsw of the codes against the activations, summed in 16
+//     bits over a sub-block (Q5_K: half of one, where 16 bits would overflow), then one vpmaddwd
+//     by the sub-block's scale; the mins from the activations' sub-block sums;
+//   - IQ2_XXS (|w| <= 43): the activations biased to unsigned (q + 128) against the signed
+//     values, vpmaddubsw, vpmaddwd by the scale; the bias's share (128 times the scaled values'
+//     sum, known per row) taken off once per super-block;
+//   - IQ4_XS, Q8_0, MXFP4: the magnitudes against the activations given the weights' signs.
 //
-// The arithmetic is the tiles' (x86.h's tile_b32): each block's exact integer sum, then
-// acc + (dx * dy) * I in float lane b % 8, the lanes summed in hsum's order at the end, so a
-// token's result is bit for bit the same here, in a tile or as a single dot.
+// The arithmetic is the tiles' (avx2.h's sb_lanes, x86.h's tile_b32): each super-block's (or
+// 32-block's) exact integer sums, then acc + (d * dy) * I (less (dmin * dy) * M) in float lane
+// b % 8, the lanes summed in hsum's order at the end, so a token's result is bit for bit the same
+// here, in a tile or as a single dot.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -20,6 +25,7 @@
 #include "kernels/gemm_drive.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
+#include "kernels/x86.h"
 
 namespace kernels::avx2 {
 
@@ -27,16 +33,25 @@ namespace {
 
 constexpr int kRows = 8, kLanes = 8, kUnit = 256;
 
+// One unit (a super-block, or 8 blocks of 32) of one weight row, unpacked.
 struct WUnit {
-  alignas(32) int8_t w[kUnit];   // signed values
-  alignas(32) uint8_t a[kUnit];  // their magnitudes
-  float db[8];                   // the blocks' scales
+  alignas(32) int8_t w[kUnit];   // the signed values, or Q4_K's and Q5_K's unsigned codes
+  alignas(32) uint8_t a[kUnit];  // their magnitudes (the types taking the activations' signs)
+  int16_t sc[8];                 // the sub-blocks' integer scales
+  int32_t mn2[4];                // the mins of sub-blocks 2j and 2j + 1 as an i16 pair
+  int32_t corr;                  // IQ2_XXS: 128 * sum over sub-blocks of scale * values' sum
+  float d, dmin;                 // the super-block's scales
+  float db[8];                   // the 32-blocks' scales (Q8_0, MXFP4)
 };
 
+// One unit of 8 tokens' activations.
 struct AUnit {
-  alignas(32) int8_t q[kUnit / 4][kLanes][4];  // [k4][token][4 elements]
-  alignas(32) float yd[8][kLanes];             // one per 32-block
+  alignas(32) int8_t q[kUnit / 4][kLanes][4];  // [k4][token][4 elements] (biased: + 128)
+  alignas(32) int16_t s32[4][kLanes][2];       // Q8_K: the sums of sub-blocks 2j and 2j + 1
+  alignas(32) float yd[8][kLanes];             // Q8_0: one per 32-block; Q8_K: yd[0]
 };
+
+enum class Form { Block32, Codes, Biased, Signs };
 
 void magnitudes(WUnit& w) {
   for (int i = 0; i < kUnit; i += 32)
@@ -69,12 +84,83 @@ void unpack_mxfp4(const uint8_t* row, int64_t u, WUnit& w) {
   magnitudes(w);
 }
 
+template <bool kFive>
+void unpack_k45(const uint8_t* row, int64_t u, WUnit& w) {
+  const size_t stride = kFive ? sizeof(BlockQ5K) : sizeof(BlockQ4K);
+  const uint8_t* blk = row + u * stride;
+  uint16_t hd, hm;
+  std::memcpy(&hd, blk, 2);
+  std::memcpy(&hm, blk + 2, 2);
+  w.d = fp16_to_fp32(hd), w.dmin = fp16_to_fp32(hm);
+  uint8_t sm[16];
+  k_scales_mins(blk + 4, sm);
+  for (int s = 0; s < 8; ++s) w.sc[s] = sm[s];
+  for (int j = 0; j < 4; ++j) w.mn2[j] = int32_t(sm[8 + 2 * j]) | int32_t(sm[9 + 2 * j]) << 16;
+  x86::k45_codes<kFive>(kFive ? blk + 48 : blk + 16, blk + 16, reinterpret_cast<uint8_t*>(w.w));
+}
+
+void unpack_iq2_xxs(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockIq2Xxs& b = reinterpret_cast<const BlockIq2Xxs*>(row)[u];
+  const uint8_t* q = reinterpret_cast<const uint8_t*>(b.qs);
+  w.d = fp16_to_fp32(b.d);
+  // Bit i of a 32-bit sign word -> byte i: 0xFF where negative.
+  const __m256i spread =
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  int32_t corr = 0;
+  for (int ib = 0; ib < 8; ++ib, q += 8) {
+    uint32_t aux;
+    std::memcpy(&aux, q + 4, 4);
+    const __m256i g =
+        _mm256_setr_epi64x(int64_t(iq::iq2xxs_grid[q[0]]), int64_t(iq::iq2xxs_grid[q[1]]),
+                           int64_t(iq::iq2xxs_grid[q[2]]), int64_t(iq::iq2xxs_grid[q[3]]));
+    const uint32_t neg = iq::ksigns_iq2xs[aux & 127] | iq::ksigns_iq2xs[(aux >> 7) & 127] << 8 |
+                         iq::ksigns_iq2xs[(aux >> 14) & 127] << 16 |
+                         uint32_t(iq::ksigns_iq2xs[(aux >> 21) & 127]) << 24;
+    const __m256i m = _mm256_cmpeq_epi8(
+        _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(neg)), spread), bit), bit);
+    const __m256i v = _mm256_sub_epi8(_mm256_xor_si256(g, m), m);  // -g where m is set
+    _mm256_store_si256(reinterpret_cast<__m256i*>(w.w + 32 * ib), v);
+    w.sc[ib] = int16_t(2 * (aux >> 28) + 1);
+    const __m256i s =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+    corr += w.sc[ib] * _mm_cvtsi128_si32(h);
+  }
+  w.corr = 128 * corr;
+}
+
+void unpack_iq4_xs(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockIq4Xs& b = reinterpret_cast<const BlockIq4Xs*>(row)[u];
+  w.d = fp16_to_fp32(b.d);
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl));
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  for (int ib = 0; ib < 8; ++ib) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * ib));
+    _mm_store_si128(reinterpret_cast<__m128i*>(w.w + 32 * ib),
+                    _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));
+    _mm_store_si128(reinterpret_cast<__m128i*>(w.w + 32 * ib + 16),
+                    _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)));
+    const int l = b.scales_l[ib / 2] >> (4 * (ib % 2)) & 0xF;
+    w.sc[ib] = int16_t((l | ((b.scales_h >> (2 * ib)) & 3) << 4) - 32);
+  }
+  magnitudes(w);
+}
+
 using Unpack = void (*)(const uint8_t*, int64_t, WUnit&);
 struct GemmType {
   uint32_t id;
   Unpack unpack;
+  Form form;
+  float post;  // the result's final factor (IQ2_XXS: 0.125)
 };
-const GemmType kGemmTypes[] = {{Q8_0, unpack_q8_0}, {MXFP4, unpack_mxfp4}};
+const GemmType kGemmTypes[] = {
+    {Q8_0, unpack_q8_0, Form::Block32, 1.0f},        {MXFP4, unpack_mxfp4, Form::Block32, 1.0f},
+    {Q4_K, unpack_k45<false>, Form::Codes, 1.0f},    {Q5_K, unpack_k45<true>, Form::Codes, 1.0f},
+    {IQ2_XXS, unpack_iq2_xxs, Form::Biased, 0.125f}, {IQ4_XS, unpack_iq4_xs, Form::Signs, 1.0f},
+};
 const GemmType* find(uint32_t wtype) {
   for (const GemmType& g : kGemmTypes)
     if (g.id == wtype) return &g;
@@ -86,8 +172,15 @@ A* units_of(A* panel) {
   return reinterpret_cast<A*>((reinterpret_cast<uintptr_t>(panel) + 31) & ~uintptr_t(31));
 }
 
-// 8 rows x 8 tokens x one unit (8 blocks): each block's exact sum into the row's float lane s.
-void micro(const WUnit* w, const AUnit& a, __m256* acc) {
+inline __m256i bcast4(const void* p) {  // 4 bytes in every i32 lane
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// 8 rows x 8 tokens x one unit (8 blocks of 32): each block's exact sum into the row's float
+// lane s.
+void micro_b32(const WUnit* w, const AUnit& a, __m256* acc) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int s = 0; s < 8; ++s) {
     __m256i c[kRows];
@@ -96,11 +189,8 @@ void micro(const WUnit* w, const AUnit& a, __m256* acc) {
       const int k4 = 8 * s + k;
       const __m256i av = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.q[k4]));
       for (int r = 0; r < kRows; ++r) {
-        int32_t w4, a4;
-        std::memcpy(&w4, w[r].w + 4 * k4, 4);
-        std::memcpy(&a4, w[r].a + 4 * k4, 4);
-        const __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi32(a4),
-                                               _mm256_sign_epi8(av, _mm256_set1_epi32(w4)));
+        const __m256i p = _mm256_maddubs_epi16(bcast4(w[r].a + 4 * k4),
+                                               _mm256_sign_epi8(av, bcast4(w[r].w + 4 * k4)));
         c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(p, ones));
       }
     }
@@ -109,6 +199,80 @@ void micro(const WUnit* w, const AUnit& a, __m256* acc) {
       const __m256 t = _mm256_mul_ps(_mm256_set1_ps(w[r].db[s]), yd);
       acc[8 * r + s] = _mm256_add_ps(acc[8 * r + s], _mm256_mul_ps(t, _mm256_cvtepi32_ps(c[r])));
     }
+  }
+}
+
+// 4 rows x 8 tokens x one super-block of 8 sub-blocks of 32: the exact integer sums I (scaled
+// sub-block by sub-block) of each row, 8 tokens in i32 lanes. kSteps: the 4-element steps summed
+// in 16 bits before the scale's vpmaddwd (Codes).
+template <Form kForm, int kSteps>
+void micro_sb(const WUnit* w, const AUnit& a, __m256i* isum) {
+  constexpr int kR = 4;
+  for (int r = 0; r < kR; ++r) isum[r] = _mm256_setzero_si256();
+  for (int s = 0; s < 8; ++s) {
+    __m256i sc[kR];
+    for (int r = 0; r < kR; ++r) sc[r] = _mm256_set1_epi16(w[r].sc[s]);
+    for (int k0 = 0; k0 < 8; k0 += kSteps) {
+      __m256i p[kR];
+      for (int r = 0; r < kR; ++r) p[r] = _mm256_setzero_si256();
+      for (int k = k0; k < k0 + kSteps; ++k) {
+        const int k4 = 8 * s + k;
+        const __m256i av = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.q[k4]));
+        for (int r = 0; r < kR; ++r) {
+          if constexpr (kForm == Form::Codes)
+            p[r] = _mm256_add_epi16(p[r], _mm256_maddubs_epi16(bcast4(w[r].w + 4 * k4), av));
+          else if constexpr (kForm == Form::Biased)
+            p[r] = _mm256_maddubs_epi16(av, bcast4(w[r].w + 4 * k4));
+          else
+            p[r] = _mm256_maddubs_epi16(bcast4(w[r].a + 4 * k4),
+                                        _mm256_sign_epi8(av, bcast4(w[r].w + 4 * k4)));
+        }
+      }
+      for (int r = 0; r < kR; ++r)
+        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p[r], sc[r]));
+    }
+  }
+  if constexpr (kForm == Form::Biased)
+    for (int r = 0; r < kR; ++r) isum[r] = _mm256_sub_epi32(isum[r], _mm256_set1_epi32(w[r].corr));
+}
+
+// 8 rows x 8 tokens x one super-block into the rows' float lane l (sb_lanes' arithmetic).
+template <Form kForm, int kSteps, bool kMins>
+void micro_sb_lanes(const WUnit* w, const AUnit& a, int l, __m256* acc) {
+  const __m256 yd = _mm256_load_ps(a.yd[0]);
+  for (int r0 = 0; r0 < kRows; r0 += 4) {
+    __m256i isum[4];
+    micro_sb<kForm, kSteps>(w + r0, a, isum);
+    for (int r = 0; r < 4; ++r) {
+      const WUnit& wr = w[r0 + r];
+      __m256& lane = acc[8 * (r0 + r) + l];
+      lane = _mm256_add_ps(lane, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(wr.d), yd),
+                                               _mm256_cvtepi32_ps(isum[r])));
+      if constexpr (kMins) {
+        __m256i m = _mm256_setzero_si256();
+        for (int j = 0; j < 4; ++j)
+          m = _mm256_add_epi32(
+              m, _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(a.s32[j])),
+                                   _mm256_set1_epi32(wr.mn2[j])));
+        lane = _mm256_sub_ps(
+            lane, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(wr.dmin), yd), _mm256_cvtepi32_ps(m)));
+      }
+    }
+  }
+}
+
+using Micro = void (*)(const WUnit*, const AUnit&, int, __m256*);
+Micro micro_for(const GemmType& g) {
+  switch (g.form) {
+    case Form::Codes:  // 16-bit sums: 8 steps of codes <= 15, 4 of codes <= 31 (|q| <= 128)
+      return g.id == Q5_K ? micro_sb_lanes<Form::Codes, 4, true>
+                          : micro_sb_lanes<Form::Codes, 8, true>;
+    case Form::Biased:
+      return micro_sb_lanes<Form::Biased, 1, false>;
+    case Form::Signs:
+      return micro_sb_lanes<Form::Signs, 1, false>;
+    default:
+      return [](const WUnit* w, const AUnit& a, int, __m256* acc) { micro_b32(w, a, acc); };
   }
 }
 
@@ -122,21 +286,34 @@ size_t gemm_act_bytes(uint32_t, int64_t cols, int64_t n_tokens) {
   return size_t((n_tokens + kLanes - 1) / kLanes) * size_t(cols / kUnit) * sizeof(AUnit) + 32;
 }
 
-void gemm_lay_out(uint32_t, const uint8_t* xq, size_t xq_row, const int32_t* tok, int64_t n_tokens,
-                  int64_t cols, uint8_t* panel) {
+void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_t* tok,
+                  int64_t n_tokens, int64_t cols, uint8_t* panel) {
   AUnit* out = units_of(reinterpret_cast<AUnit*>(panel));
   const int64_t units = cols / kUnit, groups = (n_tokens + kLanes - 1) / kLanes;
+  const bool q8k = vec_dot_type(wtype) == Q8_K;
+  const uint8_t bias = find(wtype)->form == Form::Biased ? 0x80 : 0;
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t u = 0; u < units; ++u) {
       AUnit& a = out[g * units + u];
       std::memset(&a, 0, sizeof a);
+      if (bias) std::memset(a.q, bias, sizeof a.q);  // absent tokens: q = 0, biased
       for (int t = 0; t < kLanes && g * kLanes + t < n_tokens; ++t) {
         const int64_t i = g * kLanes + t;
         const uint8_t* x = xq + (tok ? tok[i] : i) * xq_row;
-        const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(x) + 8 * u;
-        for (int k = 0; k < 8; ++k) {
-          a.yd[k][t] = fp16_to_fp32(b[k].d);
-          for (int k4 = 0; k4 < 8; ++k4) std::memcpy(a.q[8 * k + k4][t], b[k].qs + 4 * k4, 4);
+        if (q8k) {
+          const BlockQ8K& b = reinterpret_cast<const BlockQ8K*>(x)[u];
+          a.yd[0][t] = b.d;
+          for (int j = 0; j < 4; ++j)
+            for (int h = 0; h < 2; ++h)
+              a.s32[j][t][h] = int16_t(b.bsums[4 * j + 2 * h] + b.bsums[4 * j + 2 * h + 1]);
+          for (int k4 = 0; k4 < kUnit / 4; ++k4)
+            for (int e = 0; e < 4; ++e) a.q[k4][t][e] = int8_t(b.qs[4 * k4 + e] ^ bias);
+        } else {
+          const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(x) + 8 * u;
+          for (int k = 0; k < 8; ++k) {
+            a.yd[k][t] = fp16_to_fp32(b[k].d);
+            for (int k4 = 0; k4 < 8; ++k4) std::memcpy(a.q[8 * k + k4][t], b[k].qs + 4 * k4, 4);
+          }
         }
       }
     }
@@ -145,6 +322,8 @@ void gemm_lay_out(uint32_t, const uint8_t* xq, size_t xq_row, const int32_t* tok
 void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                const uint8_t* panel, int64_t n_tokens, float* y) {
   const GemmType& g = *find(wtype);
+  const Micro mk = micro_for(g);
+  const bool block32 = g.form == Form::Block32;
   const int64_t units = cols / kUnit;
   const size_t w_row = row_size(wtype, cols);
   const AUnit* act = units_of(reinterpret_cast<const AUnit*>(panel));
@@ -155,15 +334,16 @@ void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_
       },
       [](WUnit& wu) { std::memset(&wu, 0, sizeof wu); },
       [&](const WUnit* wp, int64_t gi, float(*out)[kLanes]) {
-        __m256 acc[kRows * 8];
+        __m256 acc[kRows * 8];  // 8 float lanes per row: block (or super-block) b in lane b % 8
         for (__m256& v : acc) v = _mm256_setzero_ps();
-        for (int64_t u = 0; u < units; ++u) micro(&wp[size_t(u) * kRows], act[gi * units + u], acc);
+        for (int64_t u = 0; u < units; ++u)
+          mk(&wp[size_t(u) * kRows], act[gi * units + u], block32 ? 0 : int(u % 8), acc);
         for (int r = 0; r < kRows; ++r) {  // hsum's order of the 8 lanes
           const __m256* a8 = acc + 8 * r;
-          _mm256_store_ps(
-              out[r], _mm256_add_ps(
-                          _mm256_add_ps(_mm256_add_ps(a8[0], a8[4]), _mm256_add_ps(a8[2], a8[6])),
-                          _mm256_add_ps(_mm256_add_ps(a8[1], a8[5]), _mm256_add_ps(a8[3], a8[7]))));
+          const __m256 v = _mm256_add_ps(
+              _mm256_add_ps(_mm256_add_ps(a8[0], a8[4]), _mm256_add_ps(a8[2], a8[6])),
+              _mm256_add_ps(_mm256_add_ps(a8[1], a8[5]), _mm256_add_ps(a8[3], a8[7])));
+          _mm256_store_ps(out[r], g.post == 1.0f ? v : _mm256_mul_ps(_mm256_set1_ps(g.post), v));
         }
       },
       y);

@@ -21,6 +21,7 @@
 #include "kernels/gemm_drive.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
+#include "kernels/x86.h"
 
 namespace kernels::avx512 {
 
@@ -55,13 +56,6 @@ struct Shape {
   float post;    // the result's final factor (IQ2_XXS: 0.125)
 };
 
-inline void nib_split(const uint8_t* src, uint8_t* lo, uint8_t* hi) {  // 32 bytes -> 2 x 32
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-  const __m256i m = _mm256_set1_epi8(0xF);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm256_and_si256(v, m));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), _mm256_and_si256(_mm256_srli_epi16(v, 4), m));
-}
-
 // --- Unpacking one unit of a row (u: the unit's index in the row) ---
 
 void unpack_q4_k(const uint8_t* row, int64_t u, WUnit& w) {
@@ -70,7 +64,7 @@ void unpack_q4_k(const uint8_t* row, int64_t u, WUnit& w) {
   k_scales_mins(b.scales, sm);
   for (int s = 0; s < 8; ++s) w.sc[s] = sm[s], w.mn[s] = sm[8 + s];
   w.d = fp16_to_fp32(b.d), w.dmin = fp16_to_fp32(b.dmin);
-  for (int j = 0; j < 4; ++j) nib_split(b.qs + 32 * j, w.code + 64 * j, w.code + 64 * j + 32);
+  x86::k45_codes<false>(b.qs, nullptr, w.code);
 }
 
 void unpack_q5_k(const uint8_t* row, int64_t u, WUnit& w) {
@@ -79,18 +73,7 @@ void unpack_q5_k(const uint8_t* row, int64_t u, WUnit& w) {
   k_scales_mins(b.scales, sm);
   for (int s = 0; s < 8; ++s) w.sc[s] = sm[s], w.mn[s] = sm[8 + s];
   w.d = fp16_to_fp32(b.d), w.dmin = fp16_to_fp32(b.dmin);
-  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
-  const __m256i one = _mm256_set1_epi8(1);
-  for (int j = 0; j < 4; ++j) {
-    nib_split(b.qs + 32 * j, w.code + 64 * j, w.code + 64 * j + 32);
-    for (int h = 0; h < 2; ++h) {  // sub-block s = 2j + h: its fifth bits are bit s of qh
-      uint8_t* c = w.code + 64 * j + 32 * h;
-      const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + h)), one);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(c),
-                          _mm256_or_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)),
-                                          _mm256_slli_epi16(hb, 4)));
-    }
-  }
+  x86::k45_codes<true>(b.qs, b.qh, w.code);
 }
 
 void unpack_q6_k(const uint8_t* row, int64_t u, WUnit& w) {

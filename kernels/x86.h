@@ -52,6 +52,27 @@ inline __m128i q3k_scales(const uint8_t* packed) {
       _mm_set1_epi8(32));
 }
 
+// Q4_K's (kFive: Q5_K's) 256 codes of one super-block in element order: 0..15 from the nibbles
+// qs (0..31 with the fifth bits qh; sub-block s's are bit s of qh's bytes).
+template <bool kFive>
+inline void k45_codes(const uint8_t* qs, const uint8_t* qh, uint8_t* code) {
+  const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+  const __m256i hb =
+      kFive ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)) : _mm256_setzero_si256();
+  for (int j = 0; j < 4; ++j) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
+    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (kFive) {
+      const __m256i b0 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j)), one);
+      const __m256i b1 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j + 1)), one);
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
+      hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(code + 64 * j), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(code + 64 * j + 32), hi);
+  }
+}
+
 // k fp16 values `stride` bytes apart as 8 floats (lanes past k zero).
 __attribute__((always_inline)) inline __m256 halves8(const uint8_t* p, size_t stride, int k) {
   auto h = [&](int i) {

@@ -163,35 +163,38 @@ TEST(Kernels, MatmulIsTheSameOnOneOrManyThreads) {
 TEST(Kernels, MatmulOfManyTokensIsEachTokensDot) {
   std::mt19937_64 rng(13);
   std::normal_distribution<float> g(0.f, 1.f);
-  const int64_t rows = 37, cols = 512;
+  const int64_t rows = 37;
   ThreadPool pool(3);
-  for (uint32_t t : kTypes) {
-    SCOPED_TRACE(t);
-    auto w = random_weights(t, rows * cols, rng);
-    const size_t xq_row = row_size(vec_dot_type(t), cols), w_row = row_size(t, cols);
-    for (int64_t n_tok : {2, 5, 8, 16, 21, 40}) {
-      SCOPED_TRACE(n_tok);
-      std::vector<float> x(n_tok * cols);
-      for (auto& v : x) v = g(rng) * 2.0f;
-      std::vector<uint8_t> xq((n_tok + 3) * xq_row);
-      for (int64_t i = 0; i < n_tok + 3; ++i)
-        quantize_activations(t, x.data() + (i % n_tok) * cols, xq.data() + i * xq_row, cols);
-      std::vector<int32_t> tok(n_tok);
-      for (int64_t i = 0; i < n_tok; ++i) tok[i] = int32_t((i * 7 + 3) % (n_tok + 3));
-      for (Isa be : runnable_backends()) {
-        SCOPED_TRACE(isa_name(be));
-        std::vector<float> y(n_tok * rows, NAN);
-        const MatmulJob job{t,      w.data(),   rows,  cols,    xq.data(),
-                            xq_row, tok.data(), n_tok, y.data()};
-        matmul_batch(&job, 1, &pool, be);
-        for (int64_t i = 0; i < n_tok; ++i)
-          for (int64_t r = 0; r < rows; ++r)
-            ASSERT_EQ(y[i * rows + r],
-                      dot(t, w.data() + r * w_row, xq.data() + tok[i] * xq_row, cols, be))
-                << "token " << i << " row " << r;
+  // 2 super-blocks a row, and 11 (a full group of 8 float lanes, then 3 more)
+  for (int64_t cols : {512, 2816})
+    for (uint32_t t : kTypes) {
+      SCOPED_TRACE(t);
+      SCOPED_TRACE(cols);
+      auto w = random_weights(t, rows * cols, rng);
+      const size_t xq_row = row_size(vec_dot_type(t), cols), w_row = row_size(t, cols);
+      for (int64_t n_tok : {2, 5, 8, 16, 21, 40}) {
+        SCOPED_TRACE(n_tok);
+        std::vector<float> x(n_tok * cols);
+        for (auto& v : x) v = g(rng) * 2.0f;
+        std::vector<uint8_t> xq((n_tok + 3) * xq_row);
+        for (int64_t i = 0; i < n_tok + 3; ++i)
+          quantize_activations(t, x.data() + (i % n_tok) * cols, xq.data() + i * xq_row, cols);
+        std::vector<int32_t> tok(n_tok);
+        for (int64_t i = 0; i < n_tok; ++i) tok[i] = int32_t((i * 7 + 3) % (n_tok + 3));
+        for (Isa be : runnable_backends()) {
+          SCOPED_TRACE(isa_name(be));
+          std::vector<float> y(n_tok * rows, NAN);
+          const MatmulJob job{t,      w.data(),   rows,  cols,    xq.data(),
+                              xq_row, tok.data(), n_tok, y.data()};
+          matmul_batch(&job, 1, &pool, be);
+          for (int64_t i = 0; i < n_tok; ++i)
+            for (int64_t r = 0; r < rows; ++r)
+              ASSERT_EQ(y[i * rows + r],
+                        dot(t, w.data() + r * w_row, xq.data() + tok[i] * xq_row, cols, be))
+                  << "token " << i << " row " << r;
+        }
       }
     }
-  }
 }
 
 // ggml's order of the f32 dot and mad (the KDA recurrence): the 32-float steps through four FMA
