@@ -14,8 +14,8 @@
 
 // --- The types of the weight-types issue ---
 // The 32-element blocks accumulate in eight float lanes as llama.cpp's AVX2 code does (its
-// rounding); the K and IQ types sum each super-block's integers exactly and scale them in the
-// reference's scalar order, so they are bit-identical to the reference.
+// rounding); the K and IQ types sum each super-block's integers exactly, then scale them in float
+// lanes (IQ2_XXS and IQ4_XS: sb_lanes' order, avx2.h, which their matrix-matrix panels share).
 
 #include "kernels/dequant.h"
 

@@ -8,7 +8,9 @@
 //   - IQ2_XXS (|w| <= 43): the activations biased to unsigned (q + 128) against the signed
 //     values, vpmaddubsw, vpmaddwd by the scale; the bias's share (128 times the scaled values'
 //     sum, known per row) taken off once per super-block;
-//   - IQ4_XS, Q8_0, MXFP4: the magnitudes against the activations given the weights' signs.
+//   - IQ4_XS (|w| <= 127): the activations' magnitudes against the values given the activations'
+//     signs (|q| <= 127 in Q8_K);
+//   - Q8_0, MXFP4: the magnitudes against the activations given the weights' signs.
 //
 // The arithmetic is the tiles' (avx2.h's sb_lanes, x86.h's tile_b32): each super-block's (or
 // 32-block's) exact integer sums, then acc + (d * dy) * I (less (dmin * dy) * M) in float lane
@@ -36,7 +38,7 @@ constexpr int kRows = 8, kLanes = 8, kUnit = 256;
 // One unit (a super-block, or 8 blocks of 32) of one weight row, unpacked.
 struct WUnit {
   alignas(32) int8_t w[kUnit];   // the signed values, or Q4_K's and Q5_K's unsigned codes
-  alignas(32) uint8_t a[kUnit];  // their magnitudes (the types taking the activations' signs)
+  alignas(32) uint8_t a[kUnit];  // their magnitudes (Q8_0, MXFP4: the activations take w's signs)
   int16_t sc[8];                 // the sub-blocks' integer scales
   int32_t mn2[4];                // the mins of sub-blocks 2j and 2j + 1 as an i16 pair
   int32_t corr;                  // IQ2_XXS: 128 * sum over sub-blocks of scale * values' sum
@@ -146,7 +148,6 @@ void unpack_iq4_xs(const uint8_t* row, int64_t u, WUnit& w) {
     const int l = b.scales_l[ib / 2] >> (4 * (ib % 2)) & 0xF;
     w.sc[ib] = int16_t((l | ((b.scales_h >> (2 * ib)) & 3) << 4) - 32);
   }
-  magnitudes(w);
 }
 
 using Unpack = void (*)(const uint8_t*, int64_t, WUnit&);
@@ -209,27 +210,37 @@ template <Form kForm, int kSteps>
 void micro_sb(const WUnit* w, const AUnit& a, __m256i* isum) {
   constexpr int kR = 4;
   for (int r = 0; r < kR; ++r) isum[r] = _mm256_setzero_si256();
+#pragma GCC unroll 1
   for (int s = 0; s < 8; ++s) {
     __m256i sc[kR];
     for (int r = 0; r < kR; ++r) sc[r] = _mm256_set1_epi16(w[r].sc[s]);
-    for (int k0 = 0; k0 < 8; k0 += kSteps) {
-      __m256i p[kR];
-      for (int r = 0; r < kR; ++r) p[r] = _mm256_setzero_si256();
-      for (int k = k0; k < k0 + kSteps; ++k) {
+    if constexpr (kForm == Form::Codes) {
+      for (int k0 = 0; k0 < 8; k0 += kSteps) {
+        __m256i p[kR];
+        for (int r = 0; r < kR; ++r) p[r] = _mm256_setzero_si256();
+        for (int k = k0; k < k0 + kSteps; ++k) {
+          const int k4 = 8 * s + k;
+          const __m256i av = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.q[k4]));
+          for (int r = 0; r < kR; ++r)
+            p[r] = _mm256_add_epi16(p[r], _mm256_maddubs_epi16(bcast4(w[r].w + 4 * k4), av));
+        }
+        for (int r = 0; r < kR; ++r)
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p[r], sc[r]));
+      }
+    } else {
+      for (int k = 0; k < 8; ++k) {
         const int k4 = 8 * s + k;
         const __m256i av = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.q[k4]));
+        const __m256i aa = kForm == Form::Signs ? _mm256_abs_epi8(av) : av;
         for (int r = 0; r < kR; ++r) {
-          if constexpr (kForm == Form::Codes)
-            p[r] = _mm256_add_epi16(p[r], _mm256_maddubs_epi16(bcast4(w[r].w + 4 * k4), av));
-          else if constexpr (kForm == Form::Biased)
-            p[r] = _mm256_maddubs_epi16(av, bcast4(w[r].w + 4 * k4));
-          else
-            p[r] = _mm256_maddubs_epi16(bcast4(w[r].a + 4 * k4),
-                                        _mm256_sign_epi8(av, bcast4(w[r].w + 4 * k4)));
+          __m256i p;
+          if constexpr (kForm == Form::Biased)
+            p = _mm256_maddubs_epi16(av, bcast4(w[r].w + 4 * k4));
+          else  // |q| against w with q's signs (|q|, |w| <= 127: no wrap, no saturation)
+            p = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(bcast4(w[r].w + 4 * k4), av));
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, sc[r]));
         }
       }
-      for (int r = 0; r < kR; ++r)
-        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p[r], sc[r]));
     }
   }
   if constexpr (kForm == Form::Biased)
