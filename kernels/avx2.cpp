@@ -44,8 +44,6 @@ EXPERTD_ROWS_KERNEL(mxfp4, BlockMxfp4, BlockQ8_0, mxfp4_rows)
 template <bool kFive, int N>
 void k45_rows(const uint8_t* blocks, size_t stride, const BlockQ8K* const* ys, int64_t n,
               float* out) {
-  __m256 acc[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i low4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
   // Group k's scale (i16 word k of each lane, words 0..7 = the 8 scales) in every word.
   alignas(32) static const uint8_t kShuf[8][32] = {
@@ -58,59 +56,37 @@ void k45_rows(const uint8_t* blocks, size_t stride, const BlockQ8K* const* ys, i
       EXPERTD_ROW(4), EXPERTD_ROW(5), EXPERTD_ROW(6), EXPERTD_ROW(7)};
 #undef EXPERTD_ROW
 #undef EXPERTD_W
-  const int64_t nb = n / kQK_K;
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    const int kb = int(std::min<int64_t>(8, nb - b0));
-    __m256i is[N][8], ms[N][8];
-    for (int k = 0; k < 8; ++k) {
-      if (k >= kb) {
-        for (int t = 0; t < N; ++t) is[t][k] = ms[t][k] = _mm256_setzero_si256();
-        continue;
+  sb_rows<N, true>(blocks, stride, 0, 2, n, ys, 1.0f, out, [&](int64_t b, __m256i* I, __m256i* M) {
+    const uint8_t* blk = blocks + b * stride;
+    const uint8_t* qh = kFive ? blk + 16 : nullptr;
+    const uint8_t* q4 = kFive ? blk + 48 : blk + 16;
+    uint8_t sm[16];
+    k_scales_mins(blk + 4, sm);
+    const __m128i sc128 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm)));
+    const __m256i scales = _mm256_set_m128i(sc128, sc128);
+    const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8));
+    const __m256i mins_dup = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // m0 m0 .. m7 m7
+    const __m256i hbits = kFive ? load(qh) : _mm256_setzero_si256();
+    for (int t = 0; t < N; ++t) M[t] = _mm256_madd_epi16(mins_dup, load(ys[t][b].bsums));
+    for (int j = 0; j < 4; ++j) {
+      const __m256i sl = _mm256_shuffle_epi8(scales, load(kShuf[2 * j]));
+      const __m256i sh = _mm256_shuffle_epi8(scales, load(kShuf[2 * j + 1]));
+      const __m256i q = load(q4 + 32 * j);
+      __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      if (kFive) {
+        lo = _mm256_or_si256(
+            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
+        hi = _mm256_or_si256(
+            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
       }
-      const int64_t b = b0 + k;
-      const uint8_t* blk = blocks + b * stride;
-      const uint8_t* qh = kFive ? blk + 16 : nullptr;
-      const uint8_t* q4 = kFive ? blk + 48 : blk + 16;
-      uint8_t sm[16];
-      k_scales_mins(blk + 4, sm);
-      const __m128i sc128 =
-          _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm)));
-      const __m256i scales = _mm256_set_m128i(sc128, sc128);
-      const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8));
-      const __m256i mins_dup = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // m0 m0 .. m7 m7
-      const __m256i hbits = kFive ? load(qh) : _mm256_setzero_si256();
-      __m256i sumi[N];
       for (int t = 0; t < N; ++t) {
-        ms[t][k] = _mm256_madd_epi16(mins_dup, load(ys[t][b].bsums));
-        sumi[t] = _mm256_setzero_si256();
+        const int8_t* q8 = ys[t][b].qs + 64 * j;
+        const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, load(q8)));
+        const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, load(q8 + 32)));
+        I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(pl, ph));
       }
-      for (int j = 0; j < 4; ++j) {
-        const __m256i sl = _mm256_shuffle_epi8(scales, load(kShuf[2 * j]));
-        const __m256i sh = _mm256_shuffle_epi8(scales, load(kShuf[2 * j + 1]));
-        const __m256i q = load(q4 + 32 * j);
-        __m256i lo = _mm256_and_si256(q, low4),
-                hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        if (kFive) {
-          lo = _mm256_or_si256(
-              lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
-          hi = _mm256_or_si256(
-              hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
-        }
-        for (int t = 0; t < N; ++t) {
-          const int8_t* q8 = ys[t][b].qs + 64 * j;
-          const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, load(q8)));
-          const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, load(q8 + 32)));
-          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(pl, ph));
-        }
-      }
-      for (int t = 0; t < N; ++t) is[t][k] = sumi[t];
     }
-    const uint8_t* first = blocks + b0 * stride;
-    const __m256 dx = x86::halves8(first, stride, kb), dmx = x86::halves8(first + 2, stride, kb);
-    for (int t = 0; t < N; ++t)
-      acc[t] = sb_lanes<true>(acc[t], kb, is[t], ms[t], dx, dmx, q8k_scales(ys[t], b0, kb));
-  }
-  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+  });
 }
 template <bool kFive>
 float dot_k45(const uint8_t* blocks, size_t stride, const BlockQ8K* y, int64_t n) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "kernels/avx2.h"
@@ -159,37 +160,28 @@ float dot_iq4_nl(const BlockIq4Nl* x, const BlockQ8_0* y, int64_t n) {
 
 template <int N>
 void q2k_rows(const BlockQ2K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  __m256 acc[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m128i m4 = _mm_set1_epi8(0xF);
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    // Mins against the 16-element sums of the activations: 16 products in one madd.
-    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
-    const ScalePairs sc(_mm_and_si128(sc8, m4));
-    const float fd = fp16_to_fp32(x[b].d), fm = fp16_to_fp32(x[b].dmin);
-    __m256i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i q2 = load(x[b].qs + 32 * h);
-      for (int j = 0; j < 4; ++j) {
-        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * j), m3);
-        const __m256i scale = sc(4 * h + j);
-        for (int t = 0; t < N; ++t)
-          isum[t] = _mm256_add_epi32(
-              isum[t], _mm256_madd_epi16(
-                           _mm256_maddubs_epi16(q, load(ys[t][b].qs + 32 * (4 * h + j))), scale));
-      }
-    }
-    for (int t = 0; t < N; ++t) {
-      const __m256i prod = _mm256_madd_epi16(mins, load(ys[t][b].bsums));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-ys[t][b].d * fm), _mm256_cvtepi32_ps(prod), acc[t]);
-      acc[t] =
-          _mm256_fmadd_ps(_mm256_set1_ps(ys[t][b].d * fd), _mm256_cvtepi32_ps(isum[t]), acc[t]);
-    }
-  }
-  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+  sb_rows<N, true>(
+      x, sizeof(BlockQ2K), offsetof(BlockQ2K, d), offsetof(BlockQ2K, dmin), n, ys, 1.0f, out,
+      [&](int64_t b, __m256i* I, __m256i* M) {
+        // Mins against the 16-element sums of the activations: 16 products in one madd.
+        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+        const ScalePairs sc(_mm_and_si128(sc8, m4));
+        for (int t = 0; t < N; ++t) M[t] = _mm256_madd_epi16(mins, load(ys[t][b].bsums));
+        for (int h = 0; h < 2; ++h) {
+          const __m256i q2 = load(x[b].qs + 32 * h);
+          for (int j = 0; j < 4; ++j) {
+            const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * j), m3);
+            const __m256i scale = sc(4 * h + j);
+            for (int t = 0; t < N; ++t)
+              I[t] = _mm256_add_epi32(
+                  I[t], _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(q, load(ys[t][b].qs + 32 * (4 * h + j))), scale));
+          }
+        }
+      });
 }
 EXPERTD_ROWS_KERNEL(q2_k, BlockQ2K, BlockQ8K, q2k_rows)
 
@@ -197,75 +189,54 @@ template <int N>
 void q3k_rows(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   // sum (u - 4) q8 with u = q | high bit << 2 in 0..7 (maddubs-ready) = sum u q8 - 4 sum q8, the
   // second from the activations' 16-element sums: no sign ops in the loop.
-  __m256 acc[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const __m128i s8 = x86::q3k_scales(x[b].scales);
-    const ScalePairs sc(s8);
-    const __m256i s16 = _mm256_cvtepi8_epi16(s8);
-    const __m256i hm = load(x[b].hmask);
-    __m256i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i q3 = load(x[b].qs + 32 * h);
-      for (int j = 0; j < 4; ++j) {
-        const int k = 4 * h + j;
-        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q3, 2 * j), m3);
-        const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
-        const __m256i u = _mm256_or_si256(q, _mm256_and_si256(hb, m4));
-        const __m256i scale = sc(k);
+  sb_rows<N, false>(
+      x, sizeof(BlockQ3K), offsetof(BlockQ3K, d), 0, n, ys, 1.0f, out,
+      [&](int64_t b, __m256i* I, __m256i*) {
+        const __m128i s8 = x86::q3k_scales(x[b].scales);
+        const ScalePairs sc(s8);
+        const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+        const __m256i hm = load(x[b].hmask);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i q3 = load(x[b].qs + 32 * h);
+          for (int j = 0; j < 4; ++j) {
+            const int k = 4 * h + j;
+            const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q3, 2 * j), m3);
+            const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
+            const __m256i u = _mm256_or_si256(q, _mm256_and_si256(hb, m4));
+            const __m256i scale = sc(k);
+            for (int t = 0; t < N; ++t)
+              I[t] = _mm256_add_epi32(
+                  I[t],
+                  _mm256_madd_epi16(_mm256_maddubs_epi16(u, load(ys[t][b].qs + 32 * k)), scale));
+          }
+        }
         for (int t = 0; t < N; ++t)
-          isum[t] = _mm256_add_epi32(
-              isum[t],
-              _mm256_madd_epi16(_mm256_maddubs_epi16(u, load(ys[t][b].qs + 32 * k)), scale));
-      }
-    }
-    const float fd = fp16_to_fp32(x[b].d);
-    for (int t = 0; t < N; ++t) {
-      const __m256i offset = _mm256_madd_epi16(s16, load(ys[t][b].bsums));
-      const __m256i v = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(offset, 2));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(fd * ys[t][b].d), _mm256_cvtepi32_ps(v), acc[t]);
-    }
-  }
-  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+          I[t] = _mm256_sub_epi32(
+              I[t], _mm256_slli_epi32(_mm256_madd_epi16(s16, load(ys[t][b].bsums)), 2));
+      });
 }
 EXPERTD_ROWS_KERNEL(q3_k, BlockQ3K, BlockQ8K, q3k_rows)
 
-// Each super-block's exact sum to the lanes of sb_lanes (avx2.h), as the panels compute it.
 template <int N>
 void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  __m256 acc[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
-  const int64_t nb = n / kQK_K;
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    const int kb = int(std::min<int64_t>(8, nb - b0));
-    __m256i is[N][8];
-    for (int k = 0; k < 8; ++k) {
-      for (int t = 0; t < N; ++t) is[t][k] = _mm256_setzero_si256();
-      if (k >= kb) continue;
-      const int64_t b = b0 + k;
-      const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
-      for (int ib = 0; ib < 8; ++ib, q += 8) {
-        uint32_t aux;
-        std::memcpy(&aux, q + 4, 4);
-        const __m256i g = grid4(iq::iq2xxs_grid[q[0]], iq::iq2xxs_grid[q[1]], iq::iq2xxs_grid[q[2]],
-                                iq::iq2xxs_grid[q[3]]);
-        const __m256i sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127],
-                                 kSigns.v[(aux >> 14) & 127], kSigns.v[(aux >> 21) & 127]);
-        const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
-        for (int t = 0; t < N; ++t) {
-          const __m256i q8 = _mm256_sign_epi8(load(ys[t][b].qs + 32 * ib), sg);
-          is[t][k] = _mm256_add_epi32(is[t][k], _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), ls));
+  sb_rows<N, false>(
+      x, sizeof(BlockIq2Xxs), 0, 0, n, ys, 0.125f, out, [&](int64_t b, __m256i* I, __m256i*) {
+        const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
+        for (int ib = 0; ib < 8; ++ib, q += 8) {
+          uint32_t aux;
+          std::memcpy(&aux, q + 4, 4);
+          const __m256i g = grid4(iq::iq2xxs_grid[q[0]], iq::iq2xxs_grid[q[1]],
+                                  iq::iq2xxs_grid[q[2]], iq::iq2xxs_grid[q[3]]);
+          const __m256i sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127],
+                                   kSigns.v[(aux >> 14) & 127], kSigns.v[(aux >> 21) & 127]);
+          const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
+          for (int t = 0; t < N; ++t) {
+            const __m256i q8 = _mm256_sign_epi8(load(ys[t][b].qs + 32 * ib), sg);
+            I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), ls));
+          }
         }
-      }
-    }
-    const __m256 dx =
-        x86::halves8(reinterpret_cast<const uint8_t*>(&x[b0].d), sizeof(BlockIq2Xxs), kb);
-    for (int t = 0; t < N; ++t)
-      acc[t] = sb_lanes<false>(acc[t], kb, is[t], nullptr, dx, dx, q8k_scales(ys[t], b0, kb));
-  }
-  for (int t = 0; t < N; ++t) out[t] = 0.125f * hsum(acc[t]);
+      });
 }
 EXPERTD_ROWS_KERNEL(iq2_xxs, BlockIq2Xxs, BlockQ8K, iq2xxs_rows)
 
@@ -353,54 +324,36 @@ float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n) {
   return hsum(acc) + kIq1Delta * hsum(acc_delta);
 }
 
-// Each super-block's exact sum to the lanes of sb_lanes (avx2.h), as the panels compute it.
 template <int N>
 void iq4xs_rows(const BlockIq4Xs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   const __m256i table = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl)));
   const __m256i m4 = _mm256_set1_epi8(0xF);
-  __m256 sum[N];
-  for (int t = 0; t < N; ++t) sum[t] = _mm256_setzero_ps();
-  const int64_t nb = n / kQK_K;
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    const int kb = int(std::min<int64_t>(8, nb - b0));
-    __m256i is[N][8];
-    for (int k = 0; k < 8; ++k) {
-      for (int t = 0; t < N; ++t) is[t][k] = _mm256_setzero_si256();
-      if (k >= kb) continue;
-      const int64_t b = b0 + k;
-      uint16_t sh = x[b].scales_h;
-      const uint8_t* qs = x[b].qs;
-      __m256i acc[N][2];
-      for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
-      for (int ib = 0; ib < 8; ib += 2, qs += 32, sh >>= 4) {  // two groups of 32
-        const __m256i q = load(qs);  // group ib: bytes 0..15, group ib + 1: 16..31
-        const __m256i lo = _mm256_and_si256(q, m4),
-                      hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        const __m256i w1 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
-        const __m256i w2 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
-        const __m256i a1 = _mm256_sign_epi8(w1, w1), a2 = _mm256_sign_epi8(w2, w2);
-        const int ls1 = ((x[b].scales_l[ib / 2] & 0xf) | ((sh << 4) & 0x30)) - 32;
-        const int ls2 = ((x[b].scales_l[ib / 2] >> 4) | ((sh << 2) & 0x30)) - 32;
-        const __m256i s1 = _mm256_set1_epi16(int16_t(ls1)), s2 = _mm256_set1_epi16(int16_t(ls2));
-        for (int t = 0; t < N; ++t) {
-          const int8_t* q8 = ys[t][b].qs + 32 * ib;
-          acc[t][0] = _mm256_add_epi32(
-              acc[t][0],
-              _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(load(q8), w1)), s1));
-          acc[t][1] = _mm256_add_epi32(
-              acc[t][1],
-              _mm256_madd_epi16(_mm256_maddubs_epi16(a2, _mm256_sign_epi8(load(q8 + 32), w2)), s2));
+  sb_rows<N, false>(
+      x, sizeof(BlockIq4Xs), 0, 0, n, ys, 1.0f, out, [&](int64_t b, __m256i* I, __m256i*) {
+        uint16_t sh = x[b].scales_h;
+        const uint8_t* qs = x[b].qs;
+        for (int ib = 0; ib < 8; ib += 2, qs += 32, sh >>= 4) {  // two groups of 32
+          const __m256i q = load(qs);  // group ib: bytes 0..15, group ib + 1: 16..31
+          const __m256i lo = _mm256_and_si256(q, m4),
+                        hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+          const __m256i w1 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
+          const __m256i w2 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+          const __m256i a1 = _mm256_sign_epi8(w1, w1), a2 = _mm256_sign_epi8(w2, w2);
+          const int ls1 = ((x[b].scales_l[ib / 2] & 0xf) | ((sh << 4) & 0x30)) - 32;
+          const int ls2 = ((x[b].scales_l[ib / 2] >> 4) | ((sh << 2) & 0x30)) - 32;
+          const __m256i s1 = _mm256_set1_epi16(int16_t(ls1)), s2 = _mm256_set1_epi16(int16_t(ls2));
+          for (int t = 0; t < N; ++t) {
+            const int8_t* q8 = ys[t][b].qs + 32 * ib;
+            I[t] = _mm256_add_epi32(
+                I[t],
+                _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(load(q8), w1)), s1));
+            I[t] = _mm256_add_epi32(
+                I[t], _mm256_madd_epi16(
+                          _mm256_maddubs_epi16(a2, _mm256_sign_epi8(load(q8 + 32), w2)), s2));
+          }
         }
-      }
-      for (int t = 0; t < N; ++t) is[t][k] = _mm256_add_epi32(acc[t][0], acc[t][1]);
-    }
-    const __m256 dx =
-        x86::halves8(reinterpret_cast<const uint8_t*>(&x[b0].d), sizeof(BlockIq4Xs), kb);
-    for (int t = 0; t < N; ++t)
-      sum[t] = sb_lanes<false>(sum[t], kb, is[t], nullptr, dx, dx, q8k_scales(ys[t], b0, kb));
-  }
-  for (int t = 0; t < N; ++t) out[t] = hsum(sum[t]);
+      });
 }
 EXPERTD_ROWS_KERNEL(iq4_xs, BlockIq4Xs, BlockQ8K, iq4xs_rows)
 
@@ -581,48 +534,43 @@ float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n) {
 
 namespace kernels::avx2 {
 
-// llama.cpp's structure: q in 0..63 suits maddubs; the -32 offset comes off as 32 x the
-// scaled 16-element sums of the activations, in eight i32 lanes.
+// q in 0..63 suits maddubs; the -32 offset comes off as 32 x the scaled 16-element sums of the
+// activations, in eight i32 lanes.
 template <int N>
 void q6k_rows(const BlockQ6K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  __m256 acc[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
-    const ScalePairs sc(s8);
-    const __m256i s16 = _mm256_cvtepi8_epi16(s8);
-    const uint8_t* ql = x[b].ql;
-    const uint8_t* qh = x[b].qh;
-    __m256i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
-    for (int half = 0; half < 2; ++half, ql += 64, qh += 32) {
-      const __m256i l0 = load(ql), l1 = load(ql + 32), h = load(qh);
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(l1, m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
-      for (int g = 0; g < 4; ++g) {
-        const __m256i scale = sc(4 * half + g);
-        for (int t = 0; t < N; ++t)
-          isum[t] = _mm256_add_epi32(
-              isum[t],
-              _mm256_madd_epi16(
-                  scale, _mm256_maddubs_epi16(q[g], load(ys[t][b].qs + 128 * half + 32 * g))));
-      }
-    }
-    const float fd = fp16_to_fp32(x[b].d);
-    for (int t = 0; t < N; ++t) {
-      const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load(ys[t][b].bsums), s16), 5);
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(ys[t][b].d * fd),
-                               _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], offset)), acc[t]);
-    }
-  }
-  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+  sb_rows<N, false>(
+      x, sizeof(BlockQ6K), offsetof(BlockQ6K, d), 0, n, ys, 1.0f, out,
+      [&](int64_t b, __m256i* I, __m256i*) {
+        const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+        const ScalePairs sc(s8);
+        const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+        const uint8_t* ql = x[b].ql;
+        const uint8_t* qh = x[b].qh;
+        for (int half = 0; half < 2; ++half, ql += 64, qh += 32) {
+          const __m256i l0 = load(ql), l1 = load(ql + 32), h = load(qh);
+          const __m256i q[4] = {
+              _mm256_or_si256(_mm256_and_si256(l0, m4),
+                              _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+              _mm256_or_si256(_mm256_and_si256(l1, m4),
+                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
+          for (int g = 0; g < 4; ++g) {
+            const __m256i scale = sc(4 * half + g);
+            for (int t = 0; t < N; ++t)
+              I[t] = _mm256_add_epi32(
+                  I[t],
+                  _mm256_madd_epi16(
+                      scale, _mm256_maddubs_epi16(q[g], load(ys[t][b].qs + 128 * half + 32 * g))));
+          }
+        }
+        for (int t = 0; t < N; ++t)  // the -32 offset: 32 x the scaled 16-element sums
+          I[t] = _mm256_sub_epi32(
+              I[t], _mm256_slli_epi32(_mm256_madd_epi16(load(ys[t][b].bsums), s16), 5));
+      });
 }
 EXPERTD_ROWS_KERNEL(q6_k, BlockQ6K, BlockQ8K, q6k_rows)
 

@@ -2,9 +2,10 @@
 // weights of 8 rows are unpacked once per panel, for every token of the batch; the activations are
 // laid out once per matrix so that one 32-byte load holds four consecutive elements of 8 tokens,
 // and each load serves 8 rows. Per row and 4 elements, with the row's 4 bytes broadcast, one of:
-//   - Q4_K, Q5_K (unsigned codes): vpmaddubsw of the codes against the activations, summed in 16
-//     bits over a sub-block (Q5_K: half of one, where 16 bits would overflow), then one vpmaddwd
-//     by the sub-block's scale; the mins from the activations' sub-block sums;
+//   - the K-quants (unsigned codes: Q4_K, Q5_K, Q2_K, Q3_K, Q6_K): vpmaddubsw of the codes against
+//     the activations, summed in 16 bits over a sub-block (or a part of one, where 16 bits would
+//     overflow), then one vpmaddwd by the sub-block's scale; the mins (Q4_K, Q5_K, Q2_K) or the
+//     codes' bias (Q3_K, Q6_K) from the activations' sub-block sums;
 //   - IQ2_XXS (|w| <= 43): the activations biased to unsigned (q + 128) against the signed
 //     values, vpmaddubsw, vpmaddwd by the scale; the bias's share (128 times the scaled values'
 //     sum, known per row) taken off once per super-block;
@@ -39,17 +40,19 @@ constexpr int kRows = 8, kLanes = 8, kUnit = 256;
 struct WUnit {
   alignas(32) int8_t w[kUnit];   // the signed values, or Q4_K's and Q5_K's unsigned codes
   alignas(32) uint8_t a[kUnit];  // their magnitudes (Q8_0, MXFP4: the activations take w's signs)
-  int16_t sc[8];                 // the sub-blocks' integer scales
-  int32_t mn2[4];                // the mins of sub-blocks 2j and 2j + 1 as an i16 pair
-  int32_t corr;                  // IQ2_XXS: 128 * sum over sub-blocks of scale * values' sum
-  float d, dmin;                 // the super-block's scales
-  float db[8];                   // the 32-blocks' scales (Q8_0, MXFP4)
+  int16_t sc[16];                // the sub-blocks' integer scales
+  int32_t f2[8];  // factors of sub-blocks 2j and 2j + 1's activation sums (i16 pair):
+                  // their mins, or the code's bias times their scales
+  int32_t corr;   // IQ2_XXS: 128 * sum over sub-blocks of scale * values' sum
+  float d, dmin;  // the super-block's scales
+  float db[8];    // the 32-blocks' scales (Q8_0, MXFP4)
 };
 
 // One unit of 8 tokens' activations.
 struct AUnit {
   alignas(32) int8_t q[kUnit / 4][kLanes][4];  // [k4][token][4 elements] (biased: + 128)
-  alignas(32) int16_t s32[4][kLanes][2];       // Q8_K: the sums of sub-blocks 2j and 2j + 1
+  alignas(32) int16_t s32[4][kLanes][2];       // Q8_K: sums of elements 64j .. + 31, + 32 .. + 63
+  alignas(32) int16_t s16[8][kLanes][2];       // Q8_K: sums of elements 32j .. + 15, + 16 .. + 31
   alignas(32) float yd[8][kLanes];             // Q8_0: one per 32-block; Q8_K: yd[0]
 };
 
@@ -86,6 +89,10 @@ void unpack_mxfp4(const uint8_t* row, int64_t u, WUnit& w) {
   magnitudes(w);
 }
 
+inline int32_t pair16(int lo, int hi) {  // two i16 lanes
+  return int32_t(uint32_t(uint16_t(lo)) | uint32_t(uint16_t(hi)) << 16);
+}
+
 template <bool kFive>
 void unpack_k45(const uint8_t* row, int64_t u, WUnit& w) {
   const size_t stride = kFive ? sizeof(BlockQ5K) : sizeof(BlockQ4K);
@@ -97,8 +104,34 @@ void unpack_k45(const uint8_t* row, int64_t u, WUnit& w) {
   uint8_t sm[16];
   k_scales_mins(blk + 4, sm);
   for (int s = 0; s < 8; ++s) w.sc[s] = sm[s];
-  for (int j = 0; j < 4; ++j) w.mn2[j] = int32_t(sm[8 + 2 * j]) | int32_t(sm[9 + 2 * j]) << 16;
+  for (int j = 0; j < 4; ++j) w.f2[j] = pair16(sm[8 + 2 * j], sm[9 + 2 * j]);
   x86::k45_codes<kFive>(kFive ? blk + 48 : blk + 16, blk + 16, reinterpret_cast<uint8_t*>(w.w));
+}
+
+void unpack_q2_k(const uint8_t* row, int64_t u, WUnit& w) {
+  const BlockQ2K& b = reinterpret_cast<const BlockQ2K*>(row)[u];
+  w.d = fp16_to_fp32(b.d), w.dmin = fp16_to_fp32(b.dmin);
+  for (int s = 0; s < 16; ++s) w.sc[s] = int16_t(b.scales[s] & 0xF);
+  for (int j = 0; j < 8; ++j) w.f2[j] = pair16(b.scales[2 * j] >> 4, b.scales[2 * j + 1] >> 4);
+  x86::q2k_codes(b, reinterpret_cast<uint8_t*>(w.w));
+}
+
+void unpack_q3_k(const uint8_t* row, int64_t u, WUnit& w) {  // codes 0..7, value = code - 4
+  const BlockQ3K& b = reinterpret_cast<const BlockQ3K*>(row)[u];
+  w.d = fp16_to_fp32(b.d);
+  int8_t sc[16];
+  q3k_scales(b.scales, sc);
+  for (int s = 0; s < 16; ++s) w.sc[s] = int16_t(sc[s] - 32);
+  for (int j = 0; j < 8; ++j) w.f2[j] = pair16(4 * w.sc[2 * j], 4 * w.sc[2 * j + 1]);
+  x86::q3k_codes(b, reinterpret_cast<uint8_t*>(w.w));
+}
+
+void unpack_q6_k(const uint8_t* row, int64_t u, WUnit& w) {  // codes 0..63, value = code - 32
+  const BlockQ6K& b = reinterpret_cast<const BlockQ6K*>(row)[u];
+  w.d = fp16_to_fp32(b.d);
+  for (int s = 0; s < 16; ++s) w.sc[s] = b.scales[s];
+  for (int j = 0; j < 8; ++j) w.f2[j] = pair16(32 * w.sc[2 * j], 32 * w.sc[2 * j + 1]);
+  x86::q6k_codes(b, reinterpret_cast<uint8_t*>(w.w));
 }
 
 void unpack_iq2_xxs(const uint8_t* row, int64_t u, WUnit& w) {
@@ -151,16 +184,28 @@ void unpack_iq4_xs(const uint8_t* row, int64_t u, WUnit& w) {
 }
 
 using Unpack = void (*)(const uint8_t*, int64_t, WUnit&);
+// How a super-block type's unpacked unit combines with the activations: Form; the sub-block
+// (elements per integer scale); the 4-element steps summed in 16 bits before the scale's vpmaddwd
+// (Codes: no pair of them may pass 32767 with |q| <= 127); whether f2 against the activations'
+// sub-block sums is a separate term scaled by dmin (mins) or comes off the integer sum (bias).
 struct GemmType {
   uint32_t id;
   Unpack unpack;
   Form form;
-  float post;  // the result's final factor (IQ2_XXS: 0.125)
+  int sub = 32, steps = 1;
+  bool mins = false, bias = false;
+  float post = 1.0f;  // the result's final factor (IQ2_XXS: 0.125)
 };
 const GemmType kGemmTypes[] = {
-    {Q8_0, unpack_q8_0, Form::Block32, 1.0f},        {MXFP4, unpack_mxfp4, Form::Block32, 1.0f},
-    {Q4_K, unpack_k45<false>, Form::Codes, 1.0f},    {Q5_K, unpack_k45<true>, Form::Codes, 1.0f},
-    {IQ2_XXS, unpack_iq2_xxs, Form::Biased, 0.125f}, {IQ4_XS, unpack_iq4_xs, Form::Signs, 1.0f},
+    {Q8_0, unpack_q8_0, Form::Block32},
+    {MXFP4, unpack_mxfp4, Form::Block32},
+    {Q4_K, unpack_k45<false>, Form::Codes, 32, 8, true},   // codes <= 15
+    {Q5_K, unpack_k45<true>, Form::Codes, 32, 4, true},    // <= 31
+    {Q2_K, unpack_q2_k, Form::Codes, 16, 4, true},         // <= 3
+    {Q3_K, unpack_q3_k, Form::Codes, 16, 4, false, true},  // <= 7
+    {Q6_K, unpack_q6_k, Form::Codes, 16, 2, false, true},  // <= 63
+    {IQ2_XXS, unpack_iq2_xxs, Form::Biased, 32, 1, false, false, 0.125f},
+    {IQ4_XS, unpack_iq4_xs, Form::Signs},
 };
 const GemmType* find(uint32_t wtype) {
   for (const GemmType& g : kGemmTypes)
@@ -203,23 +248,23 @@ void micro_b32(const WUnit* w, const AUnit& a, __m256* acc) {
   }
 }
 
-// 4 rows x 8 tokens x one super-block of 8 sub-blocks of 32: the exact integer sums I (scaled
+// 4 rows x 8 tokens x one super-block of sub-blocks of kSub: the exact integer sums I (scaled
 // sub-block by sub-block) of each row, 8 tokens in i32 lanes. kSteps: the 4-element steps summed
 // in 16 bits before the scale's vpmaddwd (Codes).
-template <Form kForm, int kSteps>
+template <Form kForm, int kSub, int kSteps>
 void micro_sb(const WUnit* w, const AUnit& a, __m256i* isum) {
-  constexpr int kR = 4;
+  constexpr int kR = 4, kK = kSub / 4;
   for (int r = 0; r < kR; ++r) isum[r] = _mm256_setzero_si256();
 #pragma GCC unroll 1
-  for (int s = 0; s < 8; ++s) {
+  for (int s = 0; s < kUnit / kSub; ++s) {
     __m256i sc[kR];
     for (int r = 0; r < kR; ++r) sc[r] = _mm256_set1_epi16(w[r].sc[s]);
     if constexpr (kForm == Form::Codes) {
-      for (int k0 = 0; k0 < 8; k0 += kSteps) {
+      for (int k0 = 0; k0 < kK; k0 += kSteps) {
         __m256i p[kR];
         for (int r = 0; r < kR; ++r) p[r] = _mm256_setzero_si256();
         for (int k = k0; k < k0 + kSteps; ++k) {
-          const int k4 = 8 * s + k;
+          const int k4 = kK * s + k;
           const __m256i av = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.q[k4]));
           for (int r = 0; r < kR; ++r)
             p[r] = _mm256_add_epi16(p[r], _mm256_maddubs_epi16(bcast4(w[r].w + 4 * k4), av));
@@ -228,8 +273,8 @@ void micro_sb(const WUnit* w, const AUnit& a, __m256i* isum) {
           isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p[r], sc[r]));
       }
     } else {
-      for (int k = 0; k < 8; ++k) {
-        const int k4 = 8 * s + k;
+      for (int k = 0; k < kK; ++k) {
+        const int k4 = kK * s + k;
         const __m256i av = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.q[k4]));
         const __m256i aa = kForm == Form::Signs ? _mm256_abs_epi8(av) : av;
         for (int r = 0; r < kR; ++r) {
@@ -248,43 +293,45 @@ void micro_sb(const WUnit* w, const AUnit& a, __m256i* isum) {
 }
 
 // 8 rows x 8 tokens x one super-block into the rows' float lane l (sb_lanes' arithmetic).
-template <Form kForm, int kSteps, bool kMins>
+template <Form kForm, int kSub, int kSteps, bool kMins, bool kBias>
 void micro_sb_lanes(const WUnit* w, const AUnit& a, int l, __m256* acc) {
   const __m256 yd = _mm256_load_ps(a.yd[0]);
   for (int r0 = 0; r0 < kRows; r0 += 4) {
     __m256i isum[4];
-    micro_sb<kForm, kSteps>(w + r0, a, isum);
+    micro_sb<kForm, kSub, kSteps>(w + r0, a, isum);
     for (int r = 0; r < 4; ++r) {
       const WUnit& wr = w[r0 + r];
+      __m256i f = _mm256_setzero_si256();  // f2 against the activations' sub-block sums
+      if constexpr (kMins || kBias) {
+        const int16_t(*sums)[kLanes][2] = kSub == 32 ? a.s32 : a.s16;
+        for (int j = 0; j < 256 / kSub / 2; ++j)
+          f = _mm256_add_epi32(
+              f, _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(sums[j])),
+                                   _mm256_set1_epi32(wr.f2[j])));
+      }
+      if constexpr (kBias) isum[r] = _mm256_sub_epi32(isum[r], f);
       __m256& lane = acc[8 * (r0 + r) + l];
       lane = _mm256_add_ps(lane, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(wr.d), yd),
                                                _mm256_cvtepi32_ps(isum[r])));
-      if constexpr (kMins) {
-        __m256i m = _mm256_setzero_si256();
-        for (int j = 0; j < 4; ++j)
-          m = _mm256_add_epi32(
-              m, _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(a.s32[j])),
-                                   _mm256_set1_epi32(wr.mn2[j])));
+      if constexpr (kMins)
         lane = _mm256_sub_ps(
-            lane, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(wr.dmin), yd), _mm256_cvtepi32_ps(m)));
-      }
+            lane, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(wr.dmin), yd), _mm256_cvtepi32_ps(f)));
     }
   }
 }
 
 using Micro = void (*)(const WUnit*, const AUnit&, int, __m256*);
 Micro micro_for(const GemmType& g) {
-  switch (g.form) {
-    case Form::Codes:  // 16-bit sums: 8 steps of codes <= 15, 4 of codes <= 31 (|q| <= 128)
-      return g.id == Q5_K ? micro_sb_lanes<Form::Codes, 4, true>
-                          : micro_sb_lanes<Form::Codes, 8, true>;
-    case Form::Biased:
-      return micro_sb_lanes<Form::Biased, 1, false>;
-    case Form::Signs:
-      return micro_sb_lanes<Form::Signs, 1, false>;
-    default:
-      return [](const WUnit* w, const AUnit& a, int, __m256* acc) { micro_b32(w, a, acc); };
-  }
+  if (g.form == Form::Block32)
+    return [](const WUnit* w, const AUnit& a, int, __m256* acc) { micro_b32(w, a, acc); };
+  if (g.form == Form::Biased) return micro_sb_lanes<Form::Biased, 32, 1, false, false>;
+  if (g.form == Form::Signs) return micro_sb_lanes<Form::Signs, 32, 1, false, false>;
+  if (g.sub == 32)  // Q4_K, Q5_K
+    return g.steps == 8 ? micro_sb_lanes<Form::Codes, 32, 8, true, false>
+                        : micro_sb_lanes<Form::Codes, 32, 4, true, false>;
+  if (g.mins) return micro_sb_lanes<Form::Codes, 16, 4, true, false>;     // Q2_K
+  return g.steps == 4 ? micro_sb_lanes<Form::Codes, 16, 4, false, true>   // Q3_K
+                      : micro_sb_lanes<Form::Codes, 16, 2, false, true>;  // Q6_K
 }
 
 }  // namespace
@@ -317,6 +364,8 @@ void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_
           for (int j = 0; j < 4; ++j)
             for (int h = 0; h < 2; ++h)
               a.s32[j][t][h] = int16_t(b.bsums[4 * j + 2 * h] + b.bsums[4 * j + 2 * h + 1]);
+          for (int j = 0; j < 8; ++j)
+            for (int h = 0; h < 2; ++h) a.s16[j][t][h] = b.bsums[2 * j + h];
           for (int k4 = 0; k4 < kUnit / 4; ++k4)
             for (int e = 0; e < 4; ++e) a.q[k4][t][e] = int8_t(b.qs[4 * k4 + e] ^ bias);
         } else {

@@ -80,32 +80,14 @@ void unpack_q6_k(const uint8_t* row, int64_t u, WUnit& w) {
   const BlockQ6K& b = reinterpret_cast<const BlockQ6K*>(row)[u];
   for (int s = 0; s < 16; ++s) w.sc[s] = b.scales[s];
   w.d = fp16_to_fp32(b.d);
-  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
-  for (int h = 0; h < 2; ++h) {
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-    for (int g = 0; g < 4; ++g) {  // elements 128h + 32g .. + 31
-      const __m256i ql =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32 * (g & 1)));
-      const __m256i lo =
-          _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (g >> 1))), m4);
-      const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), m2);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.code + 128 * h + 32 * g),
-                          _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
-    }
-  }
+  x86::q6k_codes(b, w.code);
 }
 
 void unpack_q2_k(const uint8_t* row, int64_t u, WUnit& w) {
   const BlockQ2K& b = reinterpret_cast<const BlockQ2K*>(row)[u];
   for (int s = 0; s < 16; ++s) w.sc[s] = b.scales[s] & 0xF, w.mn[s] = b.scales[s] >> 4;
   w.d = fp16_to_fp32(b.d), w.dmin = fp16_to_fp32(b.dmin);
-  const __m256i m3 = _mm256_set1_epi8(3);
-  for (int h = 0; h < 2; ++h) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
-    for (int j = 0; j < 4; ++j)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.code + 128 * h + 32 * j),
-                          _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3));
-  }
+  x86::q2k_codes(b, w.code);
 }
 
 void unpack_q3_k(const uint8_t* row, int64_t u, WUnit& w) {
@@ -114,18 +96,7 @@ void unpack_q3_k(const uint8_t* row, int64_t u, WUnit& w) {
   q3k_scales(b.scales, sc);
   for (int s = 0; s < 16; ++s) w.sc[s] = sc[s] - 32;
   w.d = fp16_to_fp32(b.d);
-  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-  const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
-  for (int h = 0; h < 2; ++h) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
-    for (int j = 0; j < 4; ++j) {
-      const int k = 4 * h + j;
-      const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
-      const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(k)), one);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.code + 32 * k),
-                          _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)));
-    }
-  }
+  x86::q3k_codes(b, w.code);
 }
 
 void unpack_iq2_xxs(const uint8_t* row, int64_t u, WUnit& w) {

@@ -73,6 +73,48 @@ inline void k45_codes(const uint8_t* qs, const uint8_t* qh, uint8_t* code) {
   }
 }
 
+// Q6_K's 256 codes (0..63, the value + 32) of one super-block in element order.
+inline void q6k_codes(const BlockQ6K& b, uint8_t* code) {
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+    for (int g = 0; g < 4; ++g) {  // elements 128h + 32g .. + 31
+      const __m256i ql =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32 * (g & 1)));
+      const __m256i lo =
+          _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (g >> 1))), m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), m2);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(code + 128 * h + 32 * g),
+                          _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
+    }
+  }
+}
+// Q2_K's 256 codes (0..3) of one super-block in element order.
+inline void q2k_codes(const BlockQ2K& b, uint8_t* code) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
+    for (int j = 0; j < 4; ++j)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(code + 128 * h + 32 * j),
+                          _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3));
+  }
+}
+// Q3_K's 256 codes (0..7, the value + 4: the low bits and the high bit) in element order.
+inline void q3k_codes(const BlockQ3K& b, uint8_t* code) {
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+  for (int h = 0; h < 2; ++h) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
+    for (int j = 0; j < 4; ++j) {
+      const int k = 4 * h + j;
+      const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+      const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(k)), one);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(code + 32 * k),
+                          _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)));
+    }
+  }
+}
+
 // k fp16 values `stride` bytes apart as 8 floats (lanes past k zero).
 __attribute__((always_inline)) inline __m256 halves8(const uint8_t* p, size_t stride, int k) {
   auto h = [&](int i) {
