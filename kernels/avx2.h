@@ -60,6 +60,28 @@ __attribute__((always_inline)) inline __m256 q8k_scales(const BlockQ8K* y, int64
   return _mm256_setr_ps(d(0), d(1), d(2), d(3), d(4), d(5), d(6), d(7));
 }
 
+// Eight super-blocks from b0 (kFull), or the row's last kb, into acc (sb_rows).
+template <int N, bool kMins, bool kFull, class Body>
+__attribute__((always_inline)) inline void sb_chunk(const uint8_t* blocks, size_t stride,
+                                                    size_t d_off, size_t dmin_off, int64_t b0,
+                                                    int kb, const BlockQ8K* const* ys, __m256* acc,
+                                                    const Body& body) {
+  if constexpr (kFull) kb = 8;
+  __m256i is[N][8], ms[N][8];
+#pragma GCC unroll 1
+  for (int k = 0; k < 8; ++k) {  // not unrolled: a body's integer registers would spill
+    __m256i I[N], M[N];
+    for (int t = 0; t < N; ++t) I[t] = M[t] = _mm256_setzero_si256();
+    if (kFull || k < kb) body(b0 + k, I, M);
+    for (int t = 0; t < N; ++t) is[t][k] = I[t], ms[t][k] = M[t];
+  }
+  const uint8_t* first = blocks + b0 * stride;
+  const __m256 dx = x86::halves8(first + d_off, stride, kb);
+  const __m256 dmx = kMins ? x86::halves8(first + dmin_off, stride, kb) : dx;
+  for (int t = 0; t < N; ++t)
+    acc[t] = sb_lanes<kMins>(acc[t], kb, is[t], ms[t], dx, dmx, q8k_scales(ys[t], b0, kb));
+}
+
 // A row of a super-block type against N tokens in sb_lanes' arithmetic. body(b, I, M) computes
 // super-block b's exact integer sums for each token t < N (I[t]; M[t], the mins' sum, when
 // kMins) in 8 lanes each; the super-blocks' d (and dmin) are fp16 at d_off (dmin_off) of each
@@ -73,21 +95,11 @@ __attribute__((always_inline)) inline void sb_rows(const void* x, size_t stride,
   __m256 acc[N];
   for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const int64_t nb = n / kQK_K;
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    const int kb = int(nb - b0 < 8 ? nb - b0 : 8);
-    __m256i is[N][8], ms[N][8];
-    for (int k = 0; k < 8; ++k) {
-      __m256i I[N], M[N];
-      for (int t = 0; t < N; ++t) I[t] = M[t] = _mm256_setzero_si256();
-      if (k < kb) body(b0 + k, I, M);
-      for (int t = 0; t < N; ++t) is[t][k] = I[t], ms[t][k] = M[t];
-    }
-    const uint8_t* first = blocks + b0 * stride;
-    const __m256 dx = x86::halves8(first + d_off, stride, kb);
-    const __m256 dmx = kMins ? x86::halves8(first + dmin_off, stride, kb) : dx;
-    for (int t = 0; t < N; ++t)
-      acc[t] = sb_lanes<kMins>(acc[t], kb, is[t], ms[t], dx, dmx, q8k_scales(ys[t], b0, kb));
-  }
+  int64_t b0 = 0;
+  for (; b0 + 8 <= nb; b0 += 8)
+    sb_chunk<N, kMins, true>(blocks, stride, d_off, dmin_off, b0, 8, ys, acc, body);
+  if (b0 < nb)
+    sb_chunk<N, kMins, false>(blocks, stride, d_off, dmin_off, b0, int(nb - b0), ys, acc, body);
   for (int t = 0; t < N; ++t) out[t] = post * hsum(acc[t]);
 }
 

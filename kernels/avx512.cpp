@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/avx2.h"
 #include "kernels/dequant.h"
 #include "kernels/fp16.h"
 #include "kernels/isa.h"
@@ -28,22 +30,9 @@ namespace {
 // maddubs and one vpdpwssd (scale applied in the integer sum). Every (row, token) result goes
 // through the same operations whatever N is, so a token's numbers do not depend on how many share
 // its tile.
-inline int32_t hsum_i32(__m512i v) {
-  return _mm512_reduce_add_epi32(v);
-}
-inline int32_t hsum_i32(__m256i v) {
-  return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(v));
-}
-// The lane sums of a and of b with one reduction for the pair (the K-quants' weight sum and
-// mins sum per super-block: integers, so any order gives the same numbers).
-inline void hsum_pair(__m512i a, __m256i b, int32_t& sa, int32_t& sb) {
-  const __m256i a8 = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
-  __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(a8), b, 1);  // [a8 | b]
-  v = _mm512_add_epi32(v, _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-  v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
-  v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
-  sa = _mm_cvtsi128_si32(_mm512_castsi512_si128(v));
-  sb = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(v, 2));
+// A super-block's 16 lane sums as 8 (exact: integers), for sb_rows (avx2.h).
+inline __m256i fold(__m512i v) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
 inline __m512i two_halves16(int lo, int hi) {  // i16 lanes: 16 x lo, then 16 x hi
   return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(lo)),
@@ -53,58 +42,48 @@ inline __m512i two_halves16(int lo, int hi) {  // i16 lanes: 16 x lo, then 16 x 
 template <bool kFive, int N>
 void tile_k45_avx512(const uint8_t* blocks, size_t stride, const BlockQ8K* const* ys, int64_t n,
                      float* out) {
-  float acc[N] = {};
   const __m512i low4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
   const __m512i nib_shift = two_halves16(0, 4);  // low half: low nibbles, high half: high nibbles
   __m512i sel[4];                                // sub-blocks 2k (low half) and 2k+1 (high half)
   for (int k = 0; k < 4; ++k) sel[k] = two_halves16(2 * k, 2 * k + 1);
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const uint8_t* blk = blocks + b * stride;
-    uint16_t hd, hm;
-    std::memcpy(&hd, blk, 2);
-    std::memcpy(&hm, blk + 2, 2);
-    const uint8_t* q4 = kFive ? blk + 48 : blk + 16;
-    uint8_t sm[16];
-    k_scales_mins(blk + 4, sm);
-    const __m512i sc16 = _mm512_cvtepu8_epi16(
-        _mm256_zextsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
-    const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8));
-    const __m256i mins_dup =
-        _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // m0 m0 m1 m1 ... m7 m7
-    const __m512i hbits =
-        kFive
-            ? _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16)))
-            : _mm512_setzero_si512();
-    __m512i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
-    for (int k = 0; k < 4; ++k) {
-      const __m512i q =
-          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4 + 32 * k)));
-      __m512i w = _mm512_and_si512(_mm512_srlv_epi16(q, nib_shift), low4);
-      if (kFive)
-        w = _mm512_or_si512(
-            w, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hbits, sel[k]), one), 4));
-      const __m512i sc = _mm512_permutexvar_epi16(sel[k], sc16);
-      for (int t = 0; t < N; ++t)
-        isum[t] = _mm512_dpwssd_epi32(
-            isum[t], _mm512_maddubs_epi16(w, _mm512_loadu_si512(ys[t][b].qs + 64 * k)), sc);
-    }
-    const float d = fp16_to_fp32(hd), dmin = fp16_to_fp32(hm);
-    for (int t = 0; t < N; ++t) {
-      const __m256i pm = _mm256_madd_epi16(
-          mins_dup, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
-      int32_t is, ms;
-      hsum_pair(isum[t], pm, is, ms);
-      acc[t] = acc[t] + (d * ys[t][b].d) * float(is);
-      acc[t] = acc[t] - (dmin * ys[t][b].d) * float(ms);
-    }
-  }
-  for (int t = 0; t < N; ++t) out[t] = acc[t];
+  avx2::sb_rows<N, true>(
+      blocks, stride, 0, 2, n, ys, 1.0f, out, [&](int64_t b, __m256i* I, __m256i* M) {
+        const uint8_t* blk = blocks + b * stride;
+        const uint8_t* q4 = kFive ? blk + 48 : blk + 16;
+        uint8_t sm[16];
+        k_scales_mins(blk + 4, sm);
+        const __m512i sc16 = _mm512_cvtepu8_epi16(
+            _mm256_zextsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
+        const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8));
+        const __m256i mins_dup =
+            _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // m0 m0 m1 m1 ... m7 m7
+        const __m512i hbits = kFive ? _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                                          reinterpret_cast<const __m256i*>(blk + 16)))
+                                    : _mm512_setzero_si512();
+        __m512i isum[N];
+        for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) {
+          const __m512i q = _mm512_broadcast_i64x4(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4 + 32 * k)));
+          __m512i w = _mm512_and_si512(_mm512_srlv_epi16(q, nib_shift), low4);
+          if (kFive)
+            w = _mm512_or_si512(
+                w, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hbits, sel[k]), one), 4));
+          const __m512i sc = _mm512_permutexvar_epi16(sel[k], sc16);
+          for (int t = 0; t < N; ++t)
+            isum[t] = _mm512_dpwssd_epi32(
+                isum[t], _mm512_maddubs_epi16(w, _mm512_loadu_si512(ys[t][b].qs + 64 * k)), sc);
+        }
+        for (int t = 0; t < N; ++t) {
+          M[t] = _mm256_madd_epi16(
+              mins_dup, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
+          I[t] = fold(isum[t]);
+        }
+      });
 }
 
 template <int N>
 void tile_q6_k_avx512(const BlockQ6K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  float acc[N] = {};
   const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
   const __m512i h01 = two_halves16(0, 2), h23 = two_halves16(4, 6);
   // Scale lanes for 64 weights = four 16-weight groups: 8 i16 lanes per scale.
@@ -114,44 +93,42 @@ void tile_q6_k_avx512(const BlockQ6K* x, const BlockQ8K* const* ys, int64_t n, f
     for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(4 * m + i / 8);
     sel[m] = _mm512_load_si512(idx);
   }
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
-    const __m256i sc16_256 = _mm256_cvtepi8_epi16(sc8);
-    const __m512i sc16 = _mm512_castsi256_si512(sc16_256);
-    __m512i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
-    for (int half = 0; half < 2; ++half) {
-      // ql: 64 bytes = [l0 | l1]; qh: 32 bytes serving both.
-      const __m512i l = _mm512_loadu_si512(x[b].ql + 64 * half);
-      const __m512i h = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh + 32 * half)));
-      const __m512i q01 =
-          _mm512_or_si512(_mm512_and_si512(l, m4),
-                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, h01), m2), 4));
-      const __m512i q23 =
-          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, h23), m2), 4));
-      const __m512i s01 = _mm512_permutexvar_epi16(sel[2 * half], sc16),
-                    s23 = _mm512_permutexvar_epi16(sel[2 * half + 1], sc16);
-      for (int t = 0; t < N; ++t) {
-        const int8_t* q8 = ys[t][b].qs + 128 * half;
-        isum[t] =
-            _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(q01, _mm512_loadu_si512(q8)), s01);
-        isum[t] = _mm512_dpwssd_epi32(isum[t],
-                                      _mm512_maddubs_epi16(q23, _mm512_loadu_si512(q8 + 64)), s23);
-      }
-    }
-    const float d = fp16_to_fp32(x[b].d);
-    for (int t = 0; t < N; ++t) {
-      // sum (q - 32) * q8 * sc = sum q * q8 * sc - 32 * sum sc * bsum
-      const __m256i off = _mm256_madd_epi16(
-          sc16_256, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
-      const __m512i is =
-          _mm512_sub_epi32(isum[t], _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
-      acc[t] = acc[t] + (d * ys[t][b].d) * float(hsum_i32(is));
-    }
-  }
-  for (int t = 0; t < N; ++t) out[t] = acc[t];
+  avx2::sb_rows<N, false>(
+      x, sizeof(BlockQ6K), offsetof(BlockQ6K, d), 0, n, ys, 1.0f, out,
+      [&](int64_t b, __m256i* I, __m256i*) {
+        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+        const __m256i sc16_256 = _mm256_cvtepi8_epi16(sc8);
+        const __m512i sc16 = _mm512_castsi256_si512(sc16_256);
+        __m512i isum[N];
+        for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
+        for (int half = 0; half < 2; ++half) {
+          // ql: 64 bytes = [l0 | l1]; qh: 32 bytes serving both.
+          const __m512i l = _mm512_loadu_si512(x[b].ql + 64 * half);
+          const __m512i h = _mm512_broadcast_i64x4(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh + 32 * half)));
+          const __m512i q01 = _mm512_or_si512(
+              _mm512_and_si512(l, m4),
+              _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, h01), m2), 4));
+          const __m512i q23 = _mm512_or_si512(
+              _mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+              _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, h23), m2), 4));
+          const __m512i s01 = _mm512_permutexvar_epi16(sel[2 * half], sc16),
+                        s23 = _mm512_permutexvar_epi16(sel[2 * half + 1], sc16);
+          for (int t = 0; t < N; ++t) {
+            const int8_t* q8 = ys[t][b].qs + 128 * half;
+            isum[t] = _mm512_dpwssd_epi32(isum[t],
+                                          _mm512_maddubs_epi16(q01, _mm512_loadu_si512(q8)), s01);
+            isum[t] = _mm512_dpwssd_epi32(
+                isum[t], _mm512_maddubs_epi16(q23, _mm512_loadu_si512(q8 + 64)), s23);
+          }
+        }
+        for (int t = 0; t < N; ++t) {
+          // sum (q - 32) * q8 * sc = sum q * q8 * sc - 32 * sum sc * bsum
+          const __m256i off = _mm256_madd_epi16(
+              sc16_256, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
+          I[t] = _mm256_sub_epi32(fold(isum[t]), _mm256_slli_epi32(off, 5));
+        }
+      });
 }
 
 // One block's 4-element sums: |w| x the activations with w's signs, one vpdpbusd.
@@ -193,79 +170,72 @@ struct TwoBitSteps {
 // Q2_K: 2-bit weights (0..3) x sub-block scales, less dmin x mins against the 16-element sums.
 template <int N>
 void tile_q2_k_avx512(const BlockQ2K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  float acc[N] = {};
   const __m512i m3 = _mm512_set1_epi8(3);
   const __m128i m4 = _mm_set1_epi8(0xF);
   const TwoBitSteps st;
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
-    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)));
-    __m512i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
-    for (int h = 0; h < 2; ++h) {
-      const __m512i q2 = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h)));
-      for (int j = 0; j < 2; ++j) {  // sub-blocks 4h + 2j and 4h + 2j + 1: 64 weights
-        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, st.shift[j]), m3);
-        const __m512i sc = _mm512_permutexvar_epi16(st.sel[2 * h + j], sc16);
-        for (int t = 0; t < N; ++t)
-          isum[t] = _mm512_dpwssd_epi32(
-              isum[t], _mm512_maddubs_epi16(q, _mm512_loadu_si512(ys[t][b].qs + 128 * h + 64 * j)),
-              sc);
-      }
-    }
-    const float fd = fp16_to_fp32(x[b].d), fm = fp16_to_fp32(x[b].dmin);
-    for (int t = 0; t < N; ++t) {
-      const __m256i pm = _mm256_madd_epi16(
-          mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
-      int32_t is, ms;
-      hsum_pair(isum[t], pm, is, ms);
-      acc[t] = acc[t] + (fd * ys[t][b].d) * float(is);
-      acc[t] = acc[t] - (fm * ys[t][b].d) * float(ms);
-    }
-  }
-  for (int t = 0; t < N; ++t) out[t] = acc[t];
+  avx2::sb_rows<N, true>(
+      x, sizeof(BlockQ2K), offsetof(BlockQ2K, d), offsetof(BlockQ2K, dmin), n, ys, 1.0f, out,
+      [&](int64_t b, __m256i* I, __m256i* M) {
+        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+        const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)));
+        __m512i isum[N];
+        for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; ++h) {
+          const __m512i q2 = _mm512_broadcast_i64x4(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h)));
+          for (int j = 0; j < 2; ++j) {  // sub-blocks 4h + 2j and 4h + 2j + 1: 64 weights
+            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, st.shift[j]), m3);
+            const __m512i sc = _mm512_permutexvar_epi16(st.sel[2 * h + j], sc16);
+            for (int t = 0; t < N; ++t)
+              isum[t] = _mm512_dpwssd_epi32(
+                  isum[t],
+                  _mm512_maddubs_epi16(q, _mm512_loadu_si512(ys[t][b].qs + 128 * h + 64 * j)), sc);
+          }
+        }
+        for (int t = 0; t < N; ++t) {
+          M[t] = _mm256_madd_epi16(
+              mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
+          I[t] = fold(isum[t]);
+        }
+      });
 }
 
 // Q3_K: u = q | high bit << 2 in 0..7 against the activations, less 4 x their 16-element sums.
 template <int N>
 void tile_q3_k_avx512(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  float acc[N] = {};
   const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
   const TwoBitSteps st;
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const __m128i s8 = x86::q3k_scales(x[b].scales);
-    const __m256i s16 = _mm256_cvtepi8_epi16(s8);
-    const __m512i sc16 = _mm512_castsi256_si512(s16);
-    const __m512i hm =
-        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].hmask)));
-    __m512i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
-    for (int h = 0; h < 2; ++h) {
-      const __m512i q3 = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h)));
-      for (int j = 0; j < 2; ++j) {
-        const int k = 4 * h + 2 * j;  // sub-blocks k, k + 1 (32 weights each)
-        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q3, st.shift[j]), m3);
-        const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, two_halves16(k, k + 1)), one);
-        const __m512i u = _mm512_or_si512(q, _mm512_slli_epi16(hb, 2));
-        const __m512i sc = _mm512_permutexvar_epi16(st.sel[2 * h + j], sc16);
-        for (int t = 0; t < N; ++t)
-          isum[t] = _mm512_dpwssd_epi32(
-              isum[t], _mm512_maddubs_epi16(u, _mm512_loadu_si512(ys[t][b].qs + 32 * k)), sc);
-      }
-    }
-    const float fd = fp16_to_fp32(x[b].d);
-    for (int t = 0; t < N; ++t) {
-      const __m256i off = _mm256_madd_epi16(
-          s16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
-      const __m512i v =
-          _mm512_sub_epi32(isum[t], _mm512_zextsi256_si512(_mm256_slli_epi32(off, 2)));
-      acc[t] = acc[t] + (fd * ys[t][b].d) * float(hsum_i32(v));
-    }
-  }
-  for (int t = 0; t < N; ++t) out[t] = acc[t];
+  avx2::sb_rows<N, false>(
+      x, sizeof(BlockQ3K), offsetof(BlockQ3K, d), 0, n, ys, 1.0f, out,
+      [&](int64_t b, __m256i* I, __m256i*) {
+        const __m128i s8 = x86::q3k_scales(x[b].scales);
+        const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+        const __m512i sc16 = _mm512_castsi256_si512(s16);
+        const __m512i hm = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].hmask)));
+        __m512i isum[N];
+        for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; ++h) {
+          const __m512i q3 = _mm512_broadcast_i64x4(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h)));
+          for (int j = 0; j < 2; ++j) {
+            const int k = 4 * h + 2 * j;  // sub-blocks k, k + 1 (32 weights each)
+            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q3, st.shift[j]), m3);
+            const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, two_halves16(k, k + 1)), one);
+            const __m512i u = _mm512_or_si512(q, _mm512_slli_epi16(hb, 2));
+            const __m512i sc = _mm512_permutexvar_epi16(st.sel[2 * h + j], sc16);
+            for (int t = 0; t < N; ++t)
+              isum[t] = _mm512_dpwssd_epi32(
+                  isum[t], _mm512_maddubs_epi16(u, _mm512_loadu_si512(ys[t][b].qs + 32 * k)), sc);
+          }
+        }
+        for (int t = 0; t < N; ++t) {
+          const __m256i off = _mm256_madd_epi16(
+              s16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
+          I[t] = _mm256_sub_epi32(fold(isum[t]), _mm256_slli_epi32(off, 2));
+        }
+      });
 }
 
 // IQ2_XXS: per 32 weights four 8-weight grid rows (unsigned), four 7-bit sign indices and a 4-bit
@@ -282,30 +252,25 @@ inline __mmask32 iq2_signs(uint32_t aux) {
 
 template <int N>
 void tile_iq2_xxs_avx512(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  float acc[N] = {};
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
-    __m256i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib, q += 8) {
-      uint32_t aux;
-      std::memcpy(&aux, q + 4, 4);
-      const __m256i g =
-          _mm256_set_epi64x(int64_t(iq::iq2xxs_grid[q[3]]), int64_t(iq::iq2xxs_grid[q[2]]),
-                            int64_t(iq::iq2xxs_grid[q[1]]), int64_t(iq::iq2xxs_grid[q[0]]));
-      const __mmask32 m = iq2_signs(aux);
-      const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
-      for (int t = 0; t < N; ++t) {
-        const __m256i y =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs + 32 * ib));
-        const __m256i q8 = _mm256_mask_sub_epi8(y, m, _mm256_setzero_si256(), y);
-        isum[t] = _mm256_dpwssd_epi32(isum[t], _mm256_maddubs_epi16(g, q8), ls);
-      }
-    }
-    const float fd = fp16_to_fp32(x[b].d);
-    for (int t = 0; t < N; ++t) acc[t] = acc[t] + (fd * ys[t][b].d) * float(hsum_i32(isum[t]));
-  }
-  for (int t = 0; t < N; ++t) out[t] = 0.125f * acc[t];
+  avx2::sb_rows<N, false>(
+      x, sizeof(BlockIq2Xxs), 0, 0, n, ys, 0.125f, out, [&](int64_t b, __m256i* isum, __m256i*) {
+        const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
+        for (int ib = 0; ib < 8; ++ib, q += 8) {
+          uint32_t aux;
+          std::memcpy(&aux, q + 4, 4);
+          const __m256i g =
+              _mm256_set_epi64x(int64_t(iq::iq2xxs_grid[q[3]]), int64_t(iq::iq2xxs_grid[q[2]]),
+                                int64_t(iq::iq2xxs_grid[q[1]]), int64_t(iq::iq2xxs_grid[q[0]]));
+          const __mmask32 m = iq2_signs(aux);
+          const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
+          for (int t = 0; t < N; ++t) {
+            const __m256i y =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs + 32 * ib));
+            const __m256i q8 = _mm256_mask_sub_epi8(y, m, _mm256_setzero_si256(), y);
+            isum[t] = _mm256_dpwssd_epi32(isum[t], _mm256_maddubs_epi16(g, q8), ls);
+          }
+        }
+      });
 }
 
 // IQ4_XS: 4-bit indices into IQ4_NL's table (signed); |w| against the activations with w's signs.
@@ -316,33 +281,31 @@ void tile_iq4_xs_avx512(const BlockIq4Xs* x, const BlockQ8K* const* ys, int64_t 
   const __m512i m4 = _mm512_set1_epi8(0xF);
   // 128-bit lanes of 16 bytes: group ib's low nibbles, its high, group ib + 1's low, its high.
   const __m512i nib_shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
-  float acc[N] = {};
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const uint8_t* qs = x[b].qs;
-    const unsigned sh = x[b].scales_h;
-    __m512i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
-    for (int ib = 0; ib < 8; ib += 2, qs += 32) {
-      const __m512i q =
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
-      const __m512i idx =
-          _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(q, q, 0x50), nib_shift), m4);
-      const __m512i w = _mm512_shuffle_epi8(table, idx);
-      const __m512i aw = _mm512_abs_epi8(w);
-      const __mmask64 neg = _mm512_movepi8_mask(w);
-      const int l = x[b].scales_l[ib / 2];
-      const int ls1 = ((l & 0xf) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
-      const int ls2 = ((l >> 4) | (((sh >> (2 * ib + 2)) & 3) << 4)) - 32;
-      const __m512i sc = two_halves16(ls1, ls2);
-      for (int t = 0; t < N; ++t) {
-        const __m512i q8 = negate_where(_mm512_loadu_si512(ys[t][b].qs + 32 * ib), neg);
-        isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(aw, q8), sc);
-      }
-    }
-    const float fd = fp16_to_fp32(x[b].d);
-    for (int t = 0; t < N; ++t) acc[t] = acc[t] + (fd * ys[t][b].d) * float(hsum_i32(isum[t]));
-  }
-  for (int t = 0; t < N; ++t) out[t] = acc[t];
+  avx2::sb_rows<N, false>(
+      x, sizeof(BlockIq4Xs), 0, 0, n, ys, 1.0f, out, [&](int64_t b, __m256i* I, __m256i*) {
+        const uint8_t* qs = x[b].qs;
+        const unsigned sh = x[b].scales_h;
+        __m512i isum[N];
+        for (int t = 0; t < N; ++t) isum[t] = _mm512_setzero_si512();
+        for (int ib = 0; ib < 8; ib += 2, qs += 32) {
+          const __m512i q =
+              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
+          const __m512i idx =
+              _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(q, q, 0x50), nib_shift), m4);
+          const __m512i w = _mm512_shuffle_epi8(table, idx);
+          const __m512i aw = _mm512_abs_epi8(w);
+          const __mmask64 neg = _mm512_movepi8_mask(w);
+          const int l = x[b].scales_l[ib / 2];
+          const int ls1 = ((l & 0xf) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+          const int ls2 = ((l >> 4) | (((sh >> (2 * ib + 2)) & 3) << 4)) - 32;
+          const __m512i sc = two_halves16(ls1, ls2);
+          for (int t = 0; t < N; ++t) {
+            const __m512i q8 = negate_where(_mm512_loadu_si512(ys[t][b].qs + 32 * ib), neg);
+            isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(aw, q8), sc);
+          }
+        }
+        for (int t = 0; t < N; ++t) I[t] = fold(isum[t]);
+      });
 }
 
 static_assert(kMaxTile == 4, "x86::with_n instantiates tiles of 1..4 tokens");

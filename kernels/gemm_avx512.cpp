@@ -231,7 +231,7 @@ void lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_t* to
 // --- The microkernel: 8 rows x 16 tokens x one unit ---
 
 template <int kSub, int kBias, bool kMins, bool kBlock32>
-void micro(const WUnit* w, const AUnit& a, __m512* acc) {
+void micro(const WUnit* w, const AUnit& a, int l, __m512* acc) {
   constexpr int kNs = kUnit / kSub, kSteps = kSub / 4;
   __m512i isum[kRows], msum[kRows];
   if constexpr (!kBlock32)
@@ -265,18 +265,19 @@ void micro(const WUnit* w, const AUnit& a, __m512* acc) {
   }
   if constexpr (!kBlock32) {
     const __m512 yd = _mm512_load_ps(a.yd[0]);
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kRows; ++r) {  // into the row's float lane l (sb_lanes' arithmetic)
+      __m512& lane = acc[8 * r + l];
       const __m512 t = _mm512_mul_ps(_mm512_set1_ps(w[r].d), yd);
-      acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(t, _mm512_cvtepi32_ps(isum[r])));
+      lane = _mm512_add_ps(lane, _mm512_mul_ps(t, _mm512_cvtepi32_ps(isum[r])));
       if constexpr (kMins) {
         const __m512 tm = _mm512_mul_ps(_mm512_set1_ps(w[r].dmin), yd);
-        acc[r] = _mm512_sub_ps(acc[r], _mm512_mul_ps(tm, _mm512_cvtepi32_ps(msum[r])));
+        lane = _mm512_sub_ps(lane, _mm512_mul_ps(tm, _mm512_cvtepi32_ps(msum[r])));
       }
     }
   }
 }
 
-using Micro = void (*)(const WUnit*, const AUnit&, __m512*);
+using Micro = void (*)(const WUnit*, const AUnit&, int, __m512*);
 
 Micro micro_for(const Shape& s) {
   if (s.block32) return micro<32, 128, false, true>;
@@ -323,17 +324,15 @@ void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_
         std::memset(wu.db, 0, sizeof wu.db);
       },
       [&](const WUnit* wp, int64_t gi, float(*out)[kLanes]) {
-        __m512 acc[kRows * 8];  // block32: 8 float lanes per row (tile_b32_avx512's), else one
+        __m512 acc[kRows * 8];  // 8 float lanes per row: block (or super-block) b in lane b % 8
         for (__m512& v : acc) v = _mm512_setzero_ps();
-        for (int64_t u = 0; u < units; ++u) mk(&wp[size_t(u) * kRows], act[gi * units + u], acc);
-        for (int r = 0; r < kRows; ++r) {
-          __m512 v = acc[r];
-          if (g.shape.block32) {  // x86::hsum's order of the 8 lanes
-            const __m512* a8 = acc + 8 * r;
-            v = _mm512_add_ps(
-                _mm512_add_ps(_mm512_add_ps(a8[0], a8[4]), _mm512_add_ps(a8[2], a8[6])),
-                _mm512_add_ps(_mm512_add_ps(a8[1], a8[5]), _mm512_add_ps(a8[3], a8[7])));
-          }
+        for (int64_t u = 0; u < units; ++u)
+          mk(&wp[size_t(u) * kRows], act[gi * units + u], int(u % 8), acc);
+        for (int r = 0; r < kRows; ++r) {  // x86::hsum's order of the 8 lanes
+          const __m512* a8 = acc + 8 * r;
+          const __m512 v = _mm512_add_ps(
+              _mm512_add_ps(_mm512_add_ps(a8[0], a8[4]), _mm512_add_ps(a8[2], a8[6])),
+              _mm512_add_ps(_mm512_add_ps(a8[1], a8[5]), _mm512_add_ps(a8[3], a8[7])));
           _mm512_store_ps(
               out[r], g.shape.post == 1.0f ? v : _mm512_mul_ps(_mm512_set1_ps(g.shape.post), v));
         }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/fp16.h"
+#include "kernels/isa.h"
 #include "kernels/quant_blocks.h"
 #include "random_weights.h"
 #include "test_util.h"
@@ -193,6 +194,62 @@ TEST(Kernels, MatmulOfManyTokensIsEachTokensDot) {
                         dot(t, w.data() + r * w_row, xq.data() + tok[i] * xq_row, cols, be))
                   << "token " << i << " row " << r;
         }
+      }
+    }
+}
+
+// The super-block types' AVX2 and AVX-512 bodies compute one arithmetic (each super-block's exact
+// integer sums into float lane b % 8, avx2.h's sb_lanes): a dot and every tile width give the
+// same bits on both, so a CPU may run either (AMD's Zen 4 runs the AVX2 ones: kernels/types.cpp).
+TEST(Kernels, SuperBlockBodiesGiveTheSameBitsOnBothIsas) {
+  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> g(0.f, 1.f);
+  using Tile = void (*)(const void*, const void* const*, int, int64_t, float*);
+  struct Bodies {
+    uint32_t type;
+    Tile avx2, avx512;
+  };
+#define EXPERTD_BODIES(T, Block, name)                                                      \
+  Bodies {                                                                                  \
+    T,                                                                                      \
+        [](const void* w, const void* const* ys, int n_tok, int64_t n, float* out) {        \
+          avx2::tile_##name(static_cast<const Block*>(w),                                   \
+                            reinterpret_cast<const BlockQ8K* const*>(ys), n_tok, n, out);   \
+        },                                                                                  \
+        [](const void* w, const void* const* ys, int n_tok, int64_t n, float* out) {        \
+          avx512::tile_##name(static_cast<const Block*>(w),                                 \
+                              reinterpret_cast<const BlockQ8K* const*>(ys), n_tok, n, out); \
+        }                                                                                   \
+  }
+  const Bodies bodies[] = {
+      EXPERTD_BODIES(Q4_K, BlockQ4K, q4_k),       EXPERTD_BODIES(Q5_K, BlockQ5K, q5_k),
+      EXPERTD_BODIES(Q6_K, BlockQ6K, q6_k),       EXPERTD_BODIES(Q2_K, BlockQ2K, q2_k),
+      EXPERTD_BODIES(Q3_K, BlockQ3K, q3_k),       EXPERTD_BODIES(IQ2_XXS, BlockIq2Xxs, iq2_xxs),
+      EXPERTD_BODIES(IQ4_XS, BlockIq4Xs, iq4_xs),
+  };
+#undef EXPERTD_BODIES
+  for (const Bodies& k : bodies)
+    for (int64_t n : {256, 2816}) {  // 1 super-block; a full group of 8 lanes and 3 more
+      SCOPED_TRACE(k.type);
+      SCOPED_TRACE(n);
+      auto w = random_weights(k.type, n, rng);
+      std::vector<std::vector<uint8_t>> xq(4, std::vector<uint8_t>(row_size(Q8_K, n)));
+      std::vector<float> x(n);
+      const void* ys[4];
+      for (int t = 0; t < 4; ++t) {
+        for (auto& v : x) v = g(rng) * 2.0f;
+        quantize_activations(k.type, x.data(), xq[t].data(), n);
+        ys[t] = xq[t].data();
+      }
+      for (int n_tok = 1; n_tok <= 4; ++n_tok) {
+        float a[4], b[4];
+        k.avx2(w.data(), ys, n_tok, n, a);
+        k.avx512(w.data(), ys, n_tok, n, b);
+        for (int t = 0; t < n_tok; ++t) ASSERT_EQ(a[t], b[t]) << n_tok << " tokens, token " << t;
+        // the dot on either instruction set (each the tile of one)
+        ASSERT_EQ(dot(k.type, w.data(), ys[0], n, Isa::Avx2), b[0]);
+        ASSERT_EQ(dot(k.type, w.data(), ys[0], n, Isa::Avx512), b[0]);
       }
     }
 }
