@@ -144,17 +144,21 @@ struct Q8_0Values {
   }
 };
 struct Mxfp4Values {
-  static __m256i values(const BlockMxfp4& b) {
-    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
-    const __m128i m4 = _mm_set1_epi8(0xF);
+  static __m256i values(const BlockMxfp4& b) {  // low nibbles (elements 0..15), then high
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled)));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-    return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
-                            _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));
+    return _mm256_shuffle_epi8(
+        table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0xF)));
   }
-  static __m256 scales(const BlockMxfp4* b, int k) {
-    alignas(32) float e[8] = {};
-    for (int i = 0; i < k; ++i) e[i] = e8m0_half(b[i].e);
-    return _mm256_load_ps(e);
+  // e8m0_half of up to 8 blocks at once (lanes past k zero).
+  __attribute__((always_inline)) static __m256 scales(const BlockMxfp4* b, int k) {
+    auto e = [&](int i) { return i < k ? int(b[i].e) : -1; };
+    const __m256i v = _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);  // e < 2; -1: 0
+    return _mm256_castsi256_ps(
+        _mm256_blendv_epi8(sub, normal, _mm256_cmpgt_epi32(v, _mm256_set1_epi32(1))));
   }
 };
 
