@@ -11,7 +11,9 @@
 //     sum, known per row) taken off once per super-block;
 //   - IQ4_XS (|w| <= 127): the activations' magnitudes against the values given the activations'
 //     signs (|q| <= 127 in Q8_K);
-//   - Q8_0, MXFP4: the magnitudes against the activations given the weights' signs.
+//   - MXFP4 (|w| <= 12 doubled): the values + 12 as unsigned codes, summed in 16 bits over half
+//     a block, 12 x the block's activation sum taken off;
+//   - Q8_0: the magnitudes against the activations given the weights' signs.
 //
 // The arithmetic is the tiles' (avx2.h's sb_lanes, x86.h's tile_b32): each super-block's (or
 // 32-block's) exact integer sums, then acc + (d * dy) * I (less (dmin * dy) * M) in float lane
@@ -54,9 +56,10 @@ struct AUnit {
   alignas(32) int16_t s32[4][kLanes][2];       // Q8_K: sums of elements 64j .. + 31, + 32 .. + 63
   alignas(32) int16_t s16[8][kLanes][2];       // Q8_K: sums of elements 32j .. + 15, + 16 .. + 31
   alignas(32) float yd[8][kLanes];             // Q8_0: one per 32-block; Q8_K: yd[0]
+  alignas(32) int32_t s_blk[8][kLanes];        // Q8_0: each 32-block's sum
 };
 
-enum class Form { Block32, Codes, Biased, Signs };
+enum class Form { Block32, Mxfp4, Codes, Biased, Signs };
 
 void magnitudes(WUnit& w) {
   for (int i = 0; i < kUnit; i += 32)
@@ -74,9 +77,10 @@ void unpack_q8_0(const uint8_t* row, int64_t u, WUnit& w) {
   magnitudes(w);
 }
 
-void unpack_mxfp4(const uint8_t* row, int64_t u, WUnit& w) {
+void unpack_mxfp4(const uint8_t* row, int64_t u, WUnit& w) {  // codes: the doubled value + 12
   const BlockMxfp4* b = reinterpret_cast<const BlockMxfp4*>(row) + 8 * u;
-  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
+  const __m128i table = _mm_add_epi8(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled)), _mm_set1_epi8(12));
   const __m128i m4 = _mm_set1_epi8(0xF);
   for (int k = 0; k < 8; ++k) {
     w.db[k] = e8m0_half(b[k].e);
@@ -86,7 +90,6 @@ void unpack_mxfp4(const uint8_t* row, int64_t u, WUnit& w) {
     _mm_store_si128(reinterpret_cast<__m128i*>(w.w + 32 * k + 16),
                     _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)));
   }
-  magnitudes(w);
 }
 
 inline int32_t pair16(int lo, int hi) {  // two i16 lanes
@@ -198,7 +201,7 @@ struct GemmType {
 };
 const GemmType kGemmTypes[] = {
     {Q8_0, unpack_q8_0, Form::Block32},
-    {MXFP4, unpack_mxfp4, Form::Block32},
+    {MXFP4, unpack_mxfp4, Form::Mxfp4},
     {Q4_K, unpack_k45<false>, Form::Codes, 32, 8, true},   // codes <= 15
     {Q5_K, unpack_k45<true>, Form::Codes, 32, 4, true},    // <= 31
     {Q2_K, unpack_q2_k, Form::Codes, 16, 4, true},         // <= 3
@@ -244,6 +247,38 @@ void micro_b32(const WUnit* w, const AUnit& a, __m256* acc) {
     for (int r = 0; r < kRows; ++r) {
       const __m256 t = _mm256_mul_ps(_mm256_set1_ps(w[r].db[s]), yd);
       acc[8 * r + s] = _mm256_add_ps(acc[8 * r + s], _mm256_mul_ps(t, _mm256_cvtepi32_ps(c[r])));
+    }
+  }
+}
+
+// MXFP4: 4 rows x 8 tokens x one unit (8 blocks of 32): the codes (value + 12, <= 24) against the
+// activations summed in 16 bits over 4 steps (2 x 24 x 127 x 4 < 32767), 12 x the block's
+// activation sum taken off; each block's exact sum into the row's float lane s, as micro_b32.
+void micro_mxfp4_4(const WUnit* w, const AUnit& a, __m256* acc) {
+  constexpr int kR = 4;
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 1
+  for (int s = 0; s < 8; ++s) {
+    __m256i c[kR];
+    for (int r = 0; r < kR; ++r) c[r] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      __m256i p[kR];
+      for (int r = 0; r < kR; ++r) p[r] = _mm256_setzero_si256();
+      for (int k = 4 * h; k < 4 * h + 4; ++k) {
+        const int k4 = 8 * s + k;
+        const __m256i av = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.q[k4]));
+        for (int r = 0; r < kR; ++r)
+          p[r] = _mm256_add_epi16(p[r], _mm256_maddubs_epi16(bcast4(w[r].w + 4 * k4), av));
+      }
+      for (int r = 0; r < kR; ++r) c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(p[r], ones));
+    }
+    const __m256i sb = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.s_blk[s]));
+    const __m256i bias = _mm256_add_epi32(_mm256_slli_epi32(sb, 3), _mm256_slli_epi32(sb, 2));
+    const __m256 yd = _mm256_load_ps(a.yd[s]);
+    for (int r = 0; r < kR; ++r) {
+      const __m256 t = _mm256_mul_ps(_mm256_set1_ps(w[r].db[s]), yd);
+      acc[8 * r + s] = _mm256_add_ps(
+          acc[8 * r + s], _mm256_mul_ps(t, _mm256_cvtepi32_ps(_mm256_sub_epi32(c[r], bias))));
     }
   }
 }
@@ -324,6 +359,11 @@ using Micro = void (*)(const WUnit*, const AUnit&, int, __m256*);
 Micro micro_for(const GemmType& g) {
   if (g.form == Form::Block32)
     return [](const WUnit* w, const AUnit& a, int, __m256* acc) { micro_b32(w, a, acc); };
+  if (g.form == Form::Mxfp4)
+    return [](const WUnit* w, const AUnit& a, int, __m256* acc) {
+      micro_mxfp4_4(w, a, acc);
+      micro_mxfp4_4(w + 4, a, acc + 32);
+    };
   if (g.form == Form::Biased) return micro_sb_lanes<Form::Biased, 32, 1, false, false>;
   if (g.form == Form::Signs) return micro_sb_lanes<Form::Signs, 32, 1, false, false>;
   if (g.sub == 32)  // Q4_K, Q5_K
@@ -372,6 +412,9 @@ void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_
           const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(x) + 8 * u;
           for (int k = 0; k < 8; ++k) {
             a.yd[k][t] = fp16_to_fp32(b[k].d);
+            int sum = 0;
+            for (int e = 0; e < 32; ++e) sum += b[k].qs[e];
+            a.s_blk[k][t] = sum;
             for (int k4 = 0; k4 < 8; ++k4) std::memcpy(a.q[8 * k + k4][t], b[k].qs + 4 * k4, 4);
           }
         }
@@ -383,7 +426,7 @@ void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_
                const uint8_t* panel, int64_t n_tokens, float* y) {
   const GemmType& g = *find(wtype);
   const Micro mk = micro_for(g);
-  const bool block32 = g.form == Form::Block32;
+  const bool block32 = g.form == Form::Block32 || g.form == Form::Mxfp4;
   const int64_t units = cols / kUnit;
   const size_t w_row = row_size(wtype, cols);
   const AUnit* act = units_of(reinterpret_cast<const AUnit*>(panel));

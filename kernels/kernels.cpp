@@ -149,13 +149,12 @@ void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const flo
 // From this many tokens on, a job of a type with a matrix-matrix body runs it: there unpacking a
 // weight row and its panel cost about what 2 tokens (the 32-element block types, whose tiles pay
 // a block scale per token) or 5 tokens (the super-block types) cost in tiles. AVX2's panels of 8
-// tokens (no vpdpbusd) pass the tiles from 6-7 tokens on, Q3_K's (its scales unpack slowly) from
-// 12-16 (one thread, 768 x 2048 weights, AMD EPYC: 1.2-1.3x the tiles at 8 tokens, 1.5-1.9x at
-// 32; Q3_K 0.98x at 8, 1.27x at 16).
+// tokens (no vpdpbusd) pass the tiles later (one thread, 768 x 2048 weights, AMD EPYC): MXFP4 at
+// 4 tokens (2.0x at 8), Q8_0 between 4 and 8 (0.65x, 1.3x), the super-block types at 6-7 (1.2-1.3x
+// at 8, 1.5-1.9x at 32), Q3_K (its scales unpack slowly) at 12-16 (0.98x at 8, 1.27x at 16).
 static int64_t gemm_min_tokens(uint32_t wtype, Isa be) {
-  if (wtype == Q8_0 || wtype == MXFP4) return 2;
-  if (be == Isa::Avx2) return wtype == Q3_K ? 16 : 7;
-  return 5;
+  if (be == Isa::Avx2) return wtype == MXFP4 ? 4 : wtype == Q8_0 ? 6 : wtype == Q3_K ? 16 : 7;
+  return wtype == Q8_0 || wtype == MXFP4 ? 2 : 5;
 }
 
 // An instruction set's matrix-matrix body (kernels/gemm_*.cpp).
