@@ -11,6 +11,10 @@
 
 namespace kernels {
 
+// AMD's family 19h (Zen 3, Zen 4): a 512-bit instruction runs as two 256-bit halves, so AVX-512
+// bodies gain nothing over AVX2's width and some run slower (types.cpp, kernels.cpp).
+bool halves_512();
+
 namespace ref {
 void quantize_f32(const float* x, float* y, int64_t n);
 void quantize_f16(const float* x, uint16_t* y, int64_t n);

@@ -25,6 +25,17 @@ static bool has_f16c() {
   return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
+bool halves_512() {
+  static const bool h = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u /* "Auth"enticAMD */) return false;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned base = a >> 8 & 0xF;
+    return base + (base == 0xF ? (a >> 20 & 0xFF) : 0) == 0x19;
+  }();
+  return h;
+}
+
 Isa best_isa() {
   static const Isa b = [] {
     __builtin_cpu_init();
@@ -146,15 +157,20 @@ void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const flo
   matmul_batch(&job, 1, pool, be);
 }
 
-// From this many tokens on, a job of a type with a matrix-matrix body runs it: there unpacking a
-// weight row and its panel cost about what 2 tokens (the 32-element block types, whose tiles pay
-// a block scale per token) or 5 tokens (the super-block types) cost in tiles. AVX2's panels of 8
-// tokens (no vpdpbusd) pass the tiles later (one thread, 768 x 2048 weights, AMD EPYC): MXFP4 at
-// 4 tokens (2.0x at 8), Q8_0 between 4 and 8 (0.65x, 1.3x), the super-block types at 6-7 (1.2-1.3x
-// at 8, 1.5-1.9x at 32), Q3_K (its scales unpack slowly) at 12-16 (0.98x at 8, 1.27x at 16).
+// From this many tokens on, a job of a type with a matrix-matrix body runs it (one thread, 768 x
+// 2048 weights, the panel's time against the tiles'). On the AVX-512 Xeon of the issue, unpacking
+// a weight row and its 16-token panel cost about what 2 tokens (the 32-element block types, whose
+// tiles pay a block scale per token) or 5 tokens (the super-block types) cost in tiles. On AMD's
+// Zen 4 (halves_512) the AVX-512 panels pass the tiles at 5 tokens (1.08x MXFP4, 0.94x Q8_0) and
+// 6 (0.97-1.19x the super-block types). AVX2's panels of 8 tokens (no vpdpbusd; AMD EPYC):
+// MXFP4 at 4 tokens (2.0x at 8), Q8_0 between 4 and 8 (0.65x, 1.3x), the super-block types at
+// 6-7 (1.2-1.3x at 8, 1.5-1.9x at 32), Q3_K (its scales unpack slowly) at 12-16 (0.98x at 8,
+// 1.27x at 16).
 static int64_t gemm_min_tokens(uint32_t wtype, Isa be) {
+  const bool b32 = wtype == Q8_0 || wtype == MXFP4;
   if (be == Isa::Avx2) return wtype == MXFP4 ? 4 : wtype == Q8_0 ? 6 : wtype == Q3_K ? 16 : 7;
-  return wtype == Q8_0 || wtype == MXFP4 ? 2 : 5;
+  if (halves_512()) return b32 ? 5 : 6;
+  return b32 ? 2 : 5;
 }
 
 // An instruction set's matrix-matrix body (kernels/gemm_*.cpp).

@@ -1,7 +1,5 @@
 #include "kernels/types.h"
 
-#include <cpuid.h>
-
 #include <array>
 #include <cctype>
 
@@ -138,26 +136,17 @@ std::string names(bool (*pick)(const TypeTraits&)) {
   return s;
 }
 
-// AMD's family 19h (Zen 3 and Zen 4) runs a 512-bit instruction as two 256-bit halves: there the
-// super-block types' AVX2 dots and tiles beat their AVX-512 ones (Zen 4, one thread, a 1024 x
-// 2048 matrix from L3: AVX-512 at 0.75x AVX2's speed for Q4_K, 0.79x Q2_K, 0.81x Q5_K, 0.88x
-// Q3_K and IQ4_XS, 0.97x Q6_K). Both give the same bits (sb_lanes' arithmetic, test
-// Kernels.SuperBlockBodiesGiveTheSameBitsOnBothIsas), so the AVX-512 kernels run the AVX2 bodies
-// of those types there; the matrix-matrix panels stay AVX-512's.
-bool halves_512() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u /* "Auth" */) return false;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
-  const unsigned family = (a >> 8 & 0xF) + ((a >> 8 & 0xF) == 0xF ? (a >> 20 & 0xFF) : 0);
-  return family == 0x19;
-}
-
 }  // namespace
 
 // Looked up on every matmul and row conversion: an array indexed by id, built once.
 const TypeTraits* type_traits(uint32_t id) {
   static const auto table = [] {
     auto t = kTypes;
+    // Zen 4 (halves_512(), isa.h): the super-block types' AVX2 dots and tiles beat their AVX-512
+    // ones (one thread, a 1024 x 2048 matrix from L3: AVX-512 at 0.75x AVX2's speed for Q4_K,
+    // 0.79x Q2_K, 0.81x Q5_K, 0.88x Q3_K and IQ4_XS, 0.97x Q6_K); both give the same bits
+    // (sb_lanes' arithmetic, test Kernels.SuperBlockBodiesGiveTheSameBitsOnBothIsas), so the
+    // AVX-512 kernels run the AVX2 bodies of those types there; the panels stay AVX-512's.
     if (halves_512())
       for (TypeTraits& x : t)
         if (x.id == Q4_K || x.id == Q5_K || x.id == Q6_K || x.id == Q2_K || x.id == Q3_K ||
