@@ -1,5 +1,6 @@
 // What the AVX2 kernel files (avx2.cpp, avx2_quants.cpp; compiled with -mavx2 -mfma -mf16c)
-// share: the rows-kernel convention and two small helpers. Internal to kernels/.
+// share: the rows-kernel convention, two small helpers, and the super-block types' arithmetic
+// (sb_lanes, sb_rows), which the AVX-512 tiles use too. Internal to kernels/.
 #pragma once
 
 #include <immintrin.h>

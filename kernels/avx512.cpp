@@ -2,8 +2,9 @@
 // row against N (1..kMaxTile) token rows: the weights are unpacked once per block and reused for
 // every token; per token, a 64-weight step is one maddubs and one vpdpwssd (scale applied in the
 // integer sum). Every (row, token) result goes through the same operations whatever N is, so a
-// token's numbers do not depend on how many share its tile. Types without a tile here run the
-// AVX2 kernels (this CPU has AVX2).
+// token's numbers do not depend on how many share its tile. The super-block types' sums go
+// through avx2.h's sb_rows (each super-block's exact sums into float lane b % 8), so they give
+// the AVX2 bodies' bits. Types without a tile here run the AVX2 kernels (this CPU has AVX2).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -25,11 +26,6 @@ using x86::hsum;
 
 namespace {
 
-// AVX-512 VNNI bodies. Each computes one weight row against N (1..kMaxTile) token rows: the weights
-// are unpacked once per block and reused for every token; per token, a 64-weight step is one
-// maddubs and one vpdpwssd (scale applied in the integer sum). Every (row, token) result goes
-// through the same operations whatever N is, so a token's numbers do not depend on how many share
-// its tile.
 // A super-block's 16 lane sums as 8 (exact: integers), for sb_rows (avx2.h).
 inline __m256i fold(__m512i v) {
   return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));

@@ -79,17 +79,17 @@ void unpack_q8_0(const uint8_t* row, int64_t u, WUnit& w) {
 
 void unpack_mxfp4(const uint8_t* row, int64_t u, WUnit& w) {  // codes: the doubled value + 12
   const BlockMxfp4* b = reinterpret_cast<const BlockMxfp4*>(row) + 8 * u;
-  const __m128i table = _mm_add_epi8(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled)), _mm_set1_epi8(12));
-  const __m128i m4 = _mm_set1_epi8(0xF);
+  const __m256i table = _mm256_add_epi8(
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled))),
+      _mm256_set1_epi8(12));
   for (int k = 0; k < 8; ++k) {
-    w.db[k] = e8m0_half(b[k].e);
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs));
-    _mm_store_si128(reinterpret_cast<__m128i*>(w.w + 32 * k),
-                    _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));
-    _mm_store_si128(reinterpret_cast<__m128i*>(w.w + 32 * k + 16),
-                    _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)));
+    _mm256_store_si256(
+        reinterpret_cast<__m256i*>(w.w + 32 * k),
+        _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q),
+                                                    _mm256_set1_epi8(0xF))));
   }
+  _mm256_storeu_ps(w.db, x86::Mxfp4Values::scales(b, 8));
 }
 
 inline int32_t pair16(int lo, int hi) {  // two i16 lanes
@@ -149,12 +149,8 @@ void unpack_iq2_xxs(const uint8_t* row, int64_t u, WUnit& w) {
   for (int ib = 0; ib < 8; ++ib, q += 8) {
     uint32_t aux;
     std::memcpy(&aux, q + 4, 4);
-    const __m256i g =
-        _mm256_setr_epi64x(int64_t(iq::iq2xxs_grid[q[0]]), int64_t(iq::iq2xxs_grid[q[1]]),
-                           int64_t(iq::iq2xxs_grid[q[2]]), int64_t(iq::iq2xxs_grid[q[3]]));
-    const uint32_t neg = iq::ksigns_iq2xs[aux & 127] | iq::ksigns_iq2xs[(aux >> 7) & 127] << 8 |
-                         iq::ksigns_iq2xs[(aux >> 14) & 127] << 16 |
-                         uint32_t(iq::ksigns_iq2xs[(aux >> 21) & 127]) << 24;
+    const __m256i g = x86::iq2xxs_grid(q);
+    const uint32_t neg = x86::iq2xxs_negative(aux);
     const __m256i m = _mm256_cmpeq_epi8(
         _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(neg)), spread), bit), bit);
     const __m256i v = _mm256_sub_epi8(_mm256_xor_si256(g, m), m);  // -g where m is set

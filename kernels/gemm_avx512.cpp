@@ -5,11 +5,11 @@
 // consecutive elements of 16 tokens. Each vpdpbusd then adds 4 products for 16 tokens of one row
 // (the row's 4 bytes broadcast), 8 rows reusing each activation load.
 //
-// The arithmetic is the AVX-512 tiles' (avx512.cpp): per super-block (per 32-element block for
-// Q8_0 and MXFP4) the exact integer sum, then acc = acc + (d * yd) * I (less (dmin * yd) * M for
-// the types with mins) in float, block by block (Q8_0, MXFP4: into float lane b % 8, the lanes
-// summed in a fixed order at the end). So a token's result is bit for bit the same
-// whether it is computed here, in a tile of 1..4 tokens or as a single dot.
+// The arithmetic is the tiles' (avx512.cpp, and AVX2's, which give the same bits): per
+// super-block (per 32-element block for Q8_0 and MXFP4) the exact integer sum, then
+// acc = acc + (d * yd) * I (less (dmin * yd) * M for the types with mins) in float lane b % 8,
+// the lanes summed in x86::hsum's order at the end (avx2.h's sb_lanes). So a token's result is bit
+// for bit the same whether it is computed here, in a tile of 1..4 tokens or as a single dot.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -107,13 +107,8 @@ void unpack_iq2_xxs(const uint8_t* row, int64_t u, WUnit& w) {
   for (int ib = 0; ib < 8; ++ib, q += 8) {
     uint32_t aux;
     std::memcpy(&aux, q + 4, 4);
-    const __m256i g =
-        _mm256_setr_epi64x(int64_t(iq::iq2xxs_grid[q[0]]), int64_t(iq::iq2xxs_grid[q[1]]),
-                           int64_t(iq::iq2xxs_grid[q[2]]), int64_t(iq::iq2xxs_grid[q[3]]));
-    const __mmask32 neg = static_cast<__mmask32>(
-        iq::ksigns_iq2xs[aux & 127] | iq::ksigns_iq2xs[(aux >> 7) & 127] << 8 |
-        iq::ksigns_iq2xs[(aux >> 14) & 127] << 16 |
-        uint32_t(iq::ksigns_iq2xs[(aux >> 21) & 127]) << 24);
+    const __m256i g = x86::iq2xxs_grid(q);
+    const __mmask32 neg = static_cast<__mmask32>(x86::iq2xxs_negative(aux));
     const __m256i v = _mm256_mask_sub_epi8(g, neg, _mm256_setzero_si256(), g);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.code + 32 * ib), _mm256_add_epi8(v, bias));
     w.sc[ib] = int32_t(2 * (aux >> 28) + 1);

@@ -121,7 +121,7 @@ void tile_iq3_s(const BlockIq3S* x, const BlockQ8K* const* ys, int n_tok, int64_
 void tile_iq1_s(const BlockIq1S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 void tile_q8_0(const BlockQ8_0* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
 void tile_mxfp4(const BlockMxfp4* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
-// Matrix-matrix (gemm_avx2.cpp) for Q8_0 and MXFP4: as avx512's below.
+// Matrix-matrix (gemm_avx2.cpp) for Q8_0, MXFP4, Q2_K-Q6_K, IQ2_XXS, IQ4_XS: as avx512's below.
 bool gemm_supported(uint32_t wtype);
 size_t gemm_act_bytes(uint32_t wtype, int64_t cols, int64_t n_tokens);
 void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_t* tok,

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/dequant.h"
 #include "kernels/fp16.h"
 #include "kernels/quant_blocks.h"
 
@@ -113,6 +114,19 @@ inline void q3k_codes(const BlockQ3K& b, uint8_t* code) {
                           _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)));
     }
   }
+}
+
+// IQ2_XXS's group of 32 weights (8 bytes at q; aux, its last 4, little-endian): the 4 grid rows
+// (magnitudes, element order), and bit i set where element i is negative (ksigns_iq2xs). The
+// group's scale is 2 (aux >> 28) + 1.
+inline __m256i iq2xxs_grid(const uint8_t* q) {
+  return _mm256_setr_epi64x(int64_t(iq::iq2xxs_grid[q[0]]), int64_t(iq::iq2xxs_grid[q[1]]),
+                            int64_t(iq::iq2xxs_grid[q[2]]), int64_t(iq::iq2xxs_grid[q[3]]));
+}
+inline uint32_t iq2xxs_negative(uint32_t aux) {
+  return iq::ksigns_iq2xs[aux & 127] | iq::ksigns_iq2xs[(aux >> 7) & 127] << 8 |
+         iq::ksigns_iq2xs[(aux >> 14) & 127] << 16 |
+         uint32_t(iq::ksigns_iq2xs[(aux >> 21) & 127]) << 24;
 }
 
 // k fp16 values `stride` bytes apart as 8 floats (lanes past k zero).
