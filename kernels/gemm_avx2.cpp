@@ -40,8 +40,8 @@ constexpr int kRows = 8, kLanes = 8, kUnit = 256;
 
 // One unit (a super-block, or 8 blocks of 32) of one weight row, unpacked.
 struct WUnit {
-  alignas(32) int8_t w[kUnit];   // the signed values, or Q4_K's and Q5_K's unsigned codes
-  alignas(32) uint8_t a[kUnit];  // their magnitudes (Q8_0, MXFP4: the activations take w's signs)
+  alignas(32) int8_t w[kUnit];   // the signed values, or the K-quants' and MXFP4's unsigned codes
+  alignas(32) uint8_t a[kUnit];  // their magnitudes (Q8_0: the activations take w's signs)
   int16_t sc[16];                // the sub-blocks' integer scales
   int32_t f2[8];  // factors of sub-blocks 2j and 2j + 1's activation sums (i16 pair):
                   // their mins, or the code's bias times their scales
