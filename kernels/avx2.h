@@ -35,13 +35,13 @@ inline __m256i load(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-// The super-block types' arithmetic on AVX2 wherever it has a matrix-matrix panel (Q4_K, Q5_K,
-// IQ2_XXS, IQ4_XS; gemm_avx2.cpp computes the same numbers): super-block b's exact integer sum I
-// (and, for the types with mins, their sum M) goes to float lane b % 8 as
-// acc = (acc + (d * dy) * I) - (dmin * dy) * M, eight super-blocks' sums reduced together; the
-// row's result is hsum(acc) (times the type's factor). kb < 8: the row's last super-blocks, the
-// other lanes kept. `is`, `ms`: the 8 super-blocks' integer sums in 8 lanes each (zero past kb);
-// dx, dmx: their d and dmin; dy: the activations' scales (zero past kb).
+// The arithmetic of the super-block types with matrix-matrix panels (Q2_K-Q6_K, IQ2_XXS, IQ4_XS),
+// on both instruction sets (gemm_avx2.cpp and gemm_avx512.cpp compute the same numbers):
+// super-block b's exact integer sum I (and, for the types with mins, their sum M) goes to float
+// lane b % 8 as acc = (acc + (d * dy) * I) - (dmin * dy) * M, eight super-blocks' sums reduced
+// together; the row's result is hsum(acc) (times the type's factor). kb < 8: the row's last
+// super-blocks, the other lanes kept. `is`, `ms`: the 8 super-blocks' integer sums in 8 lanes each
+// (zero past kb); dx, dmx: their d and dmin; dy: the activations' scales (zero past kb).
 template <bool kMins>
 __attribute__((always_inline)) inline __m256 sb_lanes(__m256 acc, int kb, const __m256i* is,
                                                       const __m256i* ms, __m256 dx, __m256 dmx,

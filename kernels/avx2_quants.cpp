@@ -226,8 +226,7 @@ void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, flo
         for (int ib = 0; ib < 8; ++ib, q += 8) {
           uint32_t aux;
           std::memcpy(&aux, q + 4, 4);
-          const __m256i g = grid4(iq::iq2xxs_grid[q[0]], iq::iq2xxs_grid[q[1]],
-                                  iq::iq2xxs_grid[q[2]], iq::iq2xxs_grid[q[3]]);
+          const __m256i g = x86::iq2xxs_grid(q);
           const __m256i sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127],
                                    kSigns.v[(aux >> 14) & 127], kSigns.v[(aux >> 21) & 127]);
           const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));

@@ -254,9 +254,7 @@ void tile_iq2_xxs_avx512(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_
         for (int ib = 0; ib < 8; ++ib, q += 8) {
           uint32_t aux;
           std::memcpy(&aux, q + 4, 4);
-          const __m256i g =
-              _mm256_set_epi64x(int64_t(iq::iq2xxs_grid[q[3]]), int64_t(iq::iq2xxs_grid[q[2]]),
-                                int64_t(iq::iq2xxs_grid[q[1]]), int64_t(iq::iq2xxs_grid[q[0]]));
+          const __m256i g = x86::iq2xxs_grid(q);
           const __mmask32 m = iq2_signs(aux);
           const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
           for (int t = 0; t < N; ++t) {

@@ -182,36 +182,6 @@ void unpack_iq4_xs(const uint8_t* row, int64_t u, WUnit& w) {
   }
 }
 
-using Unpack = void (*)(const uint8_t*, int64_t, WUnit&);
-// How a super-block type's unpacked unit combines with the activations: Form; the sub-block
-// (elements per integer scale); the 4-element steps summed in 16 bits before the scale's vpmaddwd
-// (Codes: no pair of them may pass 32767 with |q| <= 127); whether f2 against the activations'
-// sub-block sums is a separate term scaled by dmin (mins) or comes off the integer sum (bias).
-struct GemmType {
-  uint32_t id;
-  Unpack unpack;
-  Form form;
-  int sub = 32, steps = 1;
-  bool mins = false, bias = false;
-  float post = 1.0f;  // the result's final factor (IQ2_XXS: 0.125)
-};
-const GemmType kGemmTypes[] = {
-    {Q8_0, unpack_q8_0, Form::Block32},
-    {MXFP4, unpack_mxfp4, Form::Mxfp4},
-    {Q4_K, unpack_k45<false>, Form::Codes, 32, 8, true},   // codes <= 15
-    {Q5_K, unpack_k45<true>, Form::Codes, 32, 4, true},    // <= 31
-    {Q2_K, unpack_q2_k, Form::Codes, 16, 4, true},         // <= 3
-    {Q3_K, unpack_q3_k, Form::Codes, 16, 4, false, true},  // <= 7
-    {Q6_K, unpack_q6_k, Form::Codes, 16, 2, false, true},  // <= 63
-    {IQ2_XXS, unpack_iq2_xxs, Form::Biased, 32, 1, false, false, 0.125f},
-    {IQ4_XS, unpack_iq4_xs, Form::Signs},
-};
-const GemmType* find(uint32_t wtype) {
-  for (const GemmType& g : kGemmTypes)
-    if (g.id == wtype) return &g;
-  return nullptr;
-}
-
 template <class A>
 A* units_of(A* panel) {
   return reinterpret_cast<A*>((reinterpret_cast<uintptr_t>(panel) + 31) & ~uintptr_t(31));
@@ -351,23 +321,41 @@ void micro_sb_lanes(const WUnit* w, const AUnit& a, int l, __m256* acc) {
   }
 }
 
-using Micro = void (*)(const WUnit*, const AUnit&, int, __m256*);
-Micro micro_for(const GemmType& g) {
-  if (g.form == Form::Block32)
-    return [](const WUnit* w, const AUnit& a, int, __m256* acc) { micro_b32(w, a, acc); };
-  if (g.form == Form::Mxfp4)
-    return [](const WUnit* w, const AUnit& a, int, __m256* acc) {
-      micro_mxfp4_4(w, a, acc);
-      micro_mxfp4_4(w + 4, a, acc + 32);
-    };
-  if (g.form == Form::Biased) return micro_sb_lanes<Form::Biased, 32, 1, false, false>;
-  if (g.form == Form::Signs) return micro_sb_lanes<Form::Signs, 32, 1, false, false>;
-  if (g.sub == 32)  // Q4_K, Q5_K
-    return g.steps == 8 ? micro_sb_lanes<Form::Codes, 32, 8, true, false>
-                        : micro_sb_lanes<Form::Codes, 32, 4, true, false>;
-  if (g.mins) return micro_sb_lanes<Form::Codes, 16, 4, true, false>;     // Q2_K
-  return g.steps == 4 ? micro_sb_lanes<Form::Codes, 16, 4, false, true>   // Q3_K
-                      : micro_sb_lanes<Form::Codes, 16, 2, false, true>;  // Q6_K
+using Unpack = void (*)(const uint8_t*, int64_t, WUnit&);
+// A unit of 8 rows against one of 8 tokens, into the rows' float lanes (l: the super-block's).
+using Micro = void (*)(const WUnit*, const AUnit&, int l, __m256* acc);
+struct GemmType {
+  uint32_t id;
+  Unpack unpack;
+  Form form;
+  Micro micro;
+  float post = 1.0f;  // the result's final factor (IQ2_XXS: 0.125)
+};
+// Codes' template arguments: the sub-block; the 4-element steps summed in 16 bits before the
+// scale's vpmaddwd (no pair of them may pass 32767 with |q| <= 127: codes <= 15 take 8 steps,
+// <= 31 4, <= 63 2); mins (a separate term scaled by dmin) or the codes' bias (off the integer
+// sum), each f2 against the activations' sub-block sums.
+const GemmType kGemmTypes[] = {
+    {Q8_0, unpack_q8_0, Form::Block32,
+     [](const WUnit* w, const AUnit& a, int, __m256* acc) { micro_b32(w, a, acc); }},
+    {MXFP4, unpack_mxfp4, Form::Mxfp4,
+     [](const WUnit* w, const AUnit& a, int, __m256* acc) {
+       micro_mxfp4_4(w, a, acc);
+       micro_mxfp4_4(w + 4, a, acc + 32);
+     }},
+    {Q4_K, unpack_k45<false>, Form::Codes, micro_sb_lanes<Form::Codes, 32, 8, true, false>},
+    {Q5_K, unpack_k45<true>, Form::Codes, micro_sb_lanes<Form::Codes, 32, 4, true, false>},
+    {Q2_K, unpack_q2_k, Form::Codes, micro_sb_lanes<Form::Codes, 16, 4, true, false>},
+    {Q3_K, unpack_q3_k, Form::Codes, micro_sb_lanes<Form::Codes, 16, 4, false, true>},
+    {Q6_K, unpack_q6_k, Form::Codes, micro_sb_lanes<Form::Codes, 16, 2, false, true>},
+    {IQ2_XXS, unpack_iq2_xxs, Form::Biased, micro_sb_lanes<Form::Biased, 32, 1, false, false>,
+     0.125f},
+    {IQ4_XS, unpack_iq4_xs, Form::Signs, micro_sb_lanes<Form::Signs, 32, 1, false, false>},
+};
+const GemmType* find(uint32_t wtype) {
+  for (const GemmType& g : kGemmTypes)
+    if (g.id == wtype) return &g;
+  return nullptr;
 }
 
 }  // namespace
@@ -421,7 +409,6 @@ void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_
 void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                const uint8_t* panel, int64_t n_tokens, float* y) {
   const GemmType& g = *find(wtype);
-  const Micro mk = micro_for(g);
   const bool block32 = g.form == Form::Block32 || g.form == Form::Mxfp4;
   const int64_t units = cols / kUnit;
   const size_t w_row = row_size(wtype, cols);
@@ -436,7 +423,7 @@ void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_
         __m256 acc[kRows * 8];  // 8 float lanes per row: block (or super-block) b in lane b % 8
         for (__m256& v : acc) v = _mm256_setzero_ps();
         for (int64_t u = 0; u < units; ++u)
-          mk(&wp[size_t(u) * kRows], act[gi * units + u], block32 ? 0 : int(u % 8), acc);
+          g.micro(&wp[size_t(u) * kRows], act[gi * units + u], block32 ? 0 : int(u % 8), acc);
         for (int r = 0; r < kRows; ++r) {  // hsum's order of the 8 lanes
           const __m256* a8 = acc + 8 * r;
           const __m256 v = _mm256_add_ps(

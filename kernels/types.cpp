@@ -169,7 +169,7 @@ const TypeTraits* type_by_name(std::string_view name) {
     bool eq = true;
     for (size_t i = 0; i < name.size() && eq; ++i)
       eq = std::toupper(static_cast<unsigned char>(name[i])) == n[i];
-    if (eq) return &t;
+    if (eq) return type_traits(t.id);  // the dispatch table's entry (its bodies for this CPU)
   }
   return nullptr;
 }
