@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/meminfo.h"
 #include "common/result.h"
 
 namespace expertd::daemon {
@@ -56,8 +57,7 @@ class SlotArena {
   virtual uint64_t d2h_bytes() const { return 0; }
 };
 
-// Bytes the host could give the arena now (MemAvailable), for the slot budget.
-Result<uint64_t> host_available_bytes();
+using expertd::host_available_bytes;  // common/meminfo.h: the slot budget
 
 // Shared host memory: a sealed memfd mapped read-write here, read-only in clients
 // (F_SEAL_FUTURE_WRITE forbids any new writable mapping). O_DIRECT reads land in the slots.

@@ -32,18 +32,6 @@ class HostArena final : public SlotArena {
 
 }  // namespace
 
-Result<uint64_t> host_available_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  uint64_t kb;
-  std::string unit;
-  while (f >> key >> kb) {
-    std::getline(f, unit);
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return make_error("cannot read MemAvailable from /proc/meminfo");
-}
-
 Result<std::unique_ptr<SlotArena>> create_host_arena(uint32_t slot_count, uint64_t slot_bytes,
                                                      bool lock_memory, std::string* warning) {
   uint64_t bytes = uint64_t{slot_count} * slot_bytes;

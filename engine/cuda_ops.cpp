@@ -60,7 +60,7 @@ class CudaOps final : public Ops {
     by_weight_.assign(m.weights.size(), {});
     for (size_t i = 0; i < m.weights.size(); ++i) {
       const Tensor& t = m.weights[i];
-      const bool expert = is_expert(m, t);
+      const bool expert = m.is_routed_experts(t);
       if ((expert && !experts) || (t.data == m.tok_embd.data && m.output.data != m.tok_embd.data))
         continue;
       if (t.type == kernels::I32) continue;                       // tables stay on the host
@@ -519,15 +519,6 @@ class CudaOps final : public Ops {
     KvRows rows;
     float *k = nullptr, *v = nullptr, *state = nullptr, *kv_state = nullptr;
   };
-
-  static bool is_expert(const Model& m, const Tensor& t) {
-    for (int il = 0; il < m.hp.n_layer; ++il)
-      if (const MoeWeights* w = m.moe(il))
-        for (const Tensor* e : {&w->gate_exps, &w->up_exps, &w->down_exps, &w->gate_exps_b,
-                                &w->up_exps_b, &w->down_exps_b})
-          if (e->data == t.data) return true;
-    return false;
-  }
 
   void run_expert(const MoeWeights& w, const ExpertWeights& ew, const int32_t* d_idx, int64_t n) {
     const int64_t E = moe_h_.cols, F = ew.gate.ne[1];

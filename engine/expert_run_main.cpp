@@ -35,6 +35,7 @@ struct Common {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int ctx = 4096;
   bool prefetch = false;
+  bool interleave = true;
   std::string device = "cpu";
   std::string kv_type_name = "f32";
   KvType kv_type() const { return kv_type_name == "f16" ? KvType::F16 : KvType::F32; }
@@ -54,6 +55,10 @@ void add_common(CLI::App* c, Common& o) {
   c->add_flag("--prefetch", o.prefetch,
               "hint the next layer's likely experts to expertd before they are needed (bench also "
               "reports how well the routers one and two layers ahead predicted each layer's)");
+  c->add_flag("--interleave,!--no-interleave", o.interleave,
+              "CPU: decode reads interleaved copies (eight rows side by side) of the Q4_K matrices "
+              "of the core and, with --local where they fit in half the available memory, of the "
+              "experts; the same logits, the copies' memory added (default: on)");
   c->add_option("--device", o.device,
                 "cpu, or cuda: weights, KV cache and MoE kernels on the GPU, experts from a cuda "
                 "expertd's VRAM slots (or uploaded whole with --local)")
@@ -125,7 +130,7 @@ Loaded load(Common o) {
 std::unique_ptr<Forward> forward(Loaded& l, const Common& o, int n_ctx) {
   EngineSpec spec;
   spec.device = o.device, spec.socket = o.socket, spec.threads = o.threads, spec.n_ctx = n_ctx;
-  spec.kv = o.kv_type(), spec.reconnect_ms = o.reconnect_ms();
+  spec.kv = o.kv_type(), spec.reconnect_ms = o.reconnect_ms(), spec.interleave = o.interleave;
   auto e = make_engine(*l.model, spec);
   if (!e) die(e.error().message);
   return std::move(*e);

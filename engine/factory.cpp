@@ -2,6 +2,7 @@
 
 #include <cassert>
 
+#include "common/meminfo.h"
 #include "engine/cpu_ops.h"
 #ifdef EXPERTD_HAVE_CUDA_ENGINE
 #include "engine/cuda_engine.h"
@@ -47,8 +48,13 @@ expertd::Result<std::unique_ptr<Engine>> make_engine(const Model& m, const Engin
       if (!d) return d.error();
       src = std::move(*d);
     }
-    e = std::make_unique<Engine>(m, make_cpu_ops(s.threads), std::move(src), s.n_ctx, s.n_seq,
-                                 s.kv);
+    // The experts in the model file too where their copies fit in half the memory available
+    // (the file's pages, read once to copy them, the kernel may then drop).
+    const auto avail = expertd::host_available_bytes();
+    const bool experts = s.socket.empty() && s.interleave && avail &&
+                         interleaved_bytes(m, true) - interleaved_bytes(m, false) <= *avail / 2;
+    e = std::make_unique<Engine>(m, make_cpu_ops(s.threads, s.interleave ? &m : nullptr, experts),
+                                 std::move(src), s.n_ctx, s.n_seq, s.kv);
   }
   assert(e);  // check_spec refused a device this build cannot make
   if (auto st = e->ops().status(); !st) return st.error();

@@ -18,6 +18,9 @@ struct EngineSpec {
   KvType kv = KvType::F32;
   int reconnect_ms = 0;  // a lost expertd: wait this long for it to come back (0: fail at once)
   bool prefetch = false;
+  // The CPU backend's interleaved copies of the core matrices (kernels' rows8): decode faster,
+  // the same bits, the copies' memory (about the core's bytes of those types) added.
+  bool interleave = true;
 };
 
 // Errors name the cause: a core GGUF without --socket, a build without the CUDA tier, a device

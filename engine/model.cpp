@@ -19,6 +19,15 @@ const MoeWeights* Model::moe(int il) const {
   return arch->moe(il);
 }
 
+bool Model::is_routed_experts(const Tensor& t) const {
+  for (int il = 0; il < hp.n_layer; ++il)
+    if (const MoeWeights* w = moe(il))
+      for (const Tensor* e : {&w->gate_exps, &w->up_exps, &w->down_exps, &w->gate_exps_b,
+                              &w->up_exps_b, &w->down_exps_b})
+        if (e->data == t.data) return true;
+  return false;
+}
+
 namespace {
 
 bool expert_role(Role r) {

@@ -93,6 +93,9 @@ struct Model {
 
   // The MoE weights of layer il, nullptr for a dense layer.
   const MoeWeights* moe(int il) const;
+  // Whether t holds a layer's routed experts (or their biases): the tensors an expert source
+  // serves, which the backends do not copy.
+  bool is_routed_experts(const Tensor& t) const;
   // Checks every tensor's presence, type and shape; errors name the tensor and the file.
   static expertd::Result<Model> load(const gguf::Model& file);
 };

@@ -148,12 +148,13 @@ uint8_t* Scratch::get(size_t n) {
 }
 
 void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x,
-            int64_t n_tokens, float* y, Scratch& scratch, ThreadPool* pool, Isa be) {
+            int64_t n_tokens, float* y, Scratch& scratch, ThreadPool* pool, Isa be,
+            const void* w8) {
   const size_t xq_row = row_size(vec_dot_type(wtype), cols);
   uint8_t* xq = scratch.get(xq_row * n_tokens);
   for (int64_t t = 0; t < n_tokens; ++t)
     quantize_activations(wtype, x + t * cols, xq + t * xq_row, cols, be);
-  const MatmulJob job{wtype, w, rows, cols, xq, xq_row, nullptr, n_tokens, y};
+  const MatmulJob job{wtype, w, rows, cols, xq, xq_row, nullptr, n_tokens, y, w8};
   matmul_batch(&job, 1, pool, be);
 }
 
@@ -185,6 +186,22 @@ const Gemm kGemmAvx2{avx2::gemm_supported, avx2::gemm_act_bytes, avx2::gemm_lay_
                      avx2::gemm_rows};
 const Gemm kGemmAvx512{avx512::gemm_supported, avx512::gemm_act_bytes, avx512::gemm_lay_out,
                        avx512::gemm_rows};
+
+// Rows r0 .. r1 of an interleaved job: the groups of eight that start there (a group is its first
+// row's: one that starts before r1 is computed whole).
+static void rows8_job(const MatmulJob& m, int64_t r0, int64_t r1) {
+  const void* xs[kMaxTile];
+  float out[kMaxTile * 8];
+  for (int64_t r = (r0 + 7) / 8 * 8; r < r1; r += 8) {
+    for (int64_t t = 0; t < m.n_tokens; t += kMaxTile) {
+      const int nt = static_cast<int>(std::min<int64_t>(kMaxTile, m.n_tokens - t));
+      for (int i = 0; i < nt; ++i) xs[i] = m.xq + (m.tok ? m.tok[t + i] : t + i) * m.xq_row;
+      rows8_group(m.wtype, m.w8, m.cols, r / 8, xs, nt, out);
+      for (int i = 0; i < nt; ++i)
+        std::memcpy(m.y + (t + i) * m.rows + r, out + 8 * i, 8 * sizeof(float));
+    }
+  }
+}
 
 void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be) {
   // Rows of all jobs laid end to end; a chunk of the loop may span jobs.
@@ -228,6 +245,10 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
       if (panel_at[j] != SIZE_MAX) {
         gemm->rows(m.wtype, m.w, m.rows, m.cols, g - first[j], r_end, panel_base + panel_at[j],
                    m.n_tokens, m.y);
+        continue;
+      }
+      if (m.w8 && be != Isa::Scalar) {
+        rows8_job(m, g - first[j], r_end);
         continue;
       }
       const size_t w_row = row_size(m.wtype, m.cols);

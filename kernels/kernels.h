@@ -40,8 +40,23 @@ struct Scratch {
   ~Scratch();
   uint8_t* get(size_t n);
 };
+// w8: the same matrix interleaved (rows8_pack), or null.
 void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x,
-            int64_t n_tokens, float* y, Scratch& scratch, ThreadPool* pool, Isa b = best_isa());
+            int64_t n_tokens, float* y, Scratch& scratch, ThreadPool* pool, Isa b = best_isa(),
+            const void* w8 = nullptr);
+
+// Weights interleaved eight rows at a time (kernels/rows8.h): a copy of a matrix whose
+// matrix-vector product (decode, and any job too small for a matrix-matrix panel) reads eight rows
+// in the lanes of one register, for the types with such a body (Q4_K). It gives the rows' bits:
+// a job's w8 is an addition to its w, which the panels and the scalar reference still read.
+bool rows8_supported(uint32_t wtype);
+size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols);  // rows % 8 == 0, cols % 256 == 0
+void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void* out,
+                ThreadPool* pool = nullptr);
+// Group g (rows 8g .. 8g + 7) of w8 against n_tok (1..kMaxTile) quantized activation rows: out[t
+// * 8 + r] is bit for bit dot(wtype, row 8g + r, xs[t], cols) on the SIMD instruction sets.
+void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const void* const* xs,
+                 int n_tok, float* out);
 
 // One weight matrix against already-quantized activation rows: token i's row is
 // xq + tok[i] * xq_row (tok == nullptr: row i). y[i * rows + r] receives row r's dot.
@@ -54,6 +69,7 @@ struct MatmulJob {
   const int32_t* tok;
   int64_t n_tokens;
   float* y;
+  const void* w8 = nullptr;  // the same matrix interleaved (rows8_pack; rows % 8 == 0), or null
 };
 // Runs every job in one parallel loop over all their rows (one fork-join however many matrices:
 // a decode step's experts are many small matrices). Each y value is exactly what matmul() gives.

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   size_t max_body_mb = 8;
   int workers = 1, worker_fd = -1;
-  bool prefetch = false;
+  bool prefetch = false, interleave = true;
   std::string device = "cpu";
   std::string kv_type_name = "f32";
   size_t prefix_cache_mib = 1024;
@@ -105,6 +105,10 @@ int main(int argc, char** argv) {
   app.add_flag("--prefetch", prefetch,
                "hint each next layer's likely experts (the union over the batch) to expertd before "
                "they are needed");
+  app.add_flag("--interleave,!--no-interleave", interleave,
+               "CPU: decode reads interleaved copies (eight rows side by side) of the Q4_K "
+               "matrices of the core and, with --local where they fit in half the available "
+               "memory, of the experts; the same logits, the copies' memory added (default: on)");
   app.add_option("--workers", workers,
                  "engine processes, each with its own --parallel sequences and KV caches, on one "
                  "expertd (1: the engine runs in this process)")
@@ -205,6 +209,7 @@ int main(int argc, char** argv) {
   engine::EngineSpec spec;
   spec.device = device, spec.socket = local ? "" : socket, spec.threads = threads;
   spec.n_ctx = ctx, spec.n_seq = parallel, spec.kv = kv_type, spec.prefetch = prefetch;
+  spec.interleave = interleave;
   if (auto st = engine::check_spec(spec); !st) die(st.error().message);
   serve::EngineFactory make = [&]() { return engine::make_engine(mod, spec); };
 

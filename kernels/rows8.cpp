@@ -1,0 +1,71 @@
+// Interleaving a matrix's rows eight at a time (rows8.h) and running a group of them.
+#include "kernels/rows8.h"
+
+#include <cassert>
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+namespace kernels {
+
+namespace {
+
+void pack_q4_k(const BlockQ4K* const* rows, BlockQ4Kx8& out) {
+  for (int r = 0; r < 8; ++r) {
+    const BlockQ4K& b = *rows[r];
+    out.d[r] = b.d, out.dmin[r] = b.dmin;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      k4_scale_min(j, b.scales, &sc, &m);
+      out.scales[j][r] = sc;
+      out.mins[j / 2][r][j % 2] = m;
+    }
+    for (int p = 0; p < 4; ++p)
+      for (int s = 0; s < 8; ++s) std::memcpy(out.qs[p][s][r], b.qs + 32 * p + 4 * s, 4);
+  }
+}
+
+}  // namespace
+
+bool rows8_supported(uint32_t wtype) {
+  return wtype == Q4_K;
+}
+
+size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
+  assert(rows8_supported(wtype) && rows % 8 == 0 && cols % kQK_K == 0);
+  (void)wtype;
+  return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockQ4Kx8);
+}
+
+void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void* out,
+                ThreadPool* pool) {
+  const size_t row = row_size(wtype, cols);
+  const int64_t nb = cols / kQK_K;
+  auto groups = [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      auto* dst = static_cast<BlockQ4Kx8*>(out) + g * nb;
+      for (int64_t b = 0; b < nb; ++b) {
+        const BlockQ4K* src[8];
+        for (int r = 0; r < 8; ++r)
+          src[r] = reinterpret_cast<const BlockQ4K*>(static_cast<const uint8_t*>(w) +
+                                                     size_t(8 * g + r) * row) +
+                   b;
+        pack_q4_k(src, dst[b]);
+      }
+    }
+  };
+  if (pool)
+    pool->parallel_for(rows / 8, 16, groups);
+  else
+    groups(0, rows / 8);
+}
+
+void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const void* const* xs,
+                 int n_tok, float* out) {
+  assert(wtype == Q4_K);
+  (void)wtype;
+  const auto* group = static_cast<const BlockQ4Kx8*>(w8) + g * (cols / kQK_K);
+  avx2::rows8_q4_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
+}
+
+}  // namespace kernels

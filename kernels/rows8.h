@@ -1,0 +1,37 @@
+// Weights interleaved eight rows at a time, for the matrix-vector product of decode. A row-major
+// matrix's dot per row sums each row across the lanes of a register and broadcasts every
+// sub-block scale over its 32 weights; here the eight rows of a group sit in the eight 32-bit
+// lanes of one register (four bytes of each row side by side), so one broadcast activation serves
+// eight rows, each lane's scale is the row's own, and no lane is summed across. llama.cpp's
+// repacked blocks (block_q4_Kx8) do the same at load; this layout is ours.
+//
+// The arithmetic is the rows' (avx2.h's sb_lanes): super-block b's exact integer sums into float
+// lane b % 8 of its row, the lanes summed in hsum's order, so a row's result has exactly the bits
+// dot() gives for it. The interleaved copy is an addition to the rows (MatmulJob::w8), never a
+// different answer. Internal to kernels/.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/quant_blocks.h"
+
+namespace kernels {
+
+// Eight rows' super-block b of Q4_K (1184 bytes against the rows' 8 x 144): d and dmin as the
+// rows hold them, the 6-bit scales and mins unpacked, the codes interleaved in 4-byte steps.
+struct BlockQ4Kx8 {
+  uint16_t d[8], dmin[8];  // fp16, row r in [r]
+  uint8_t scales[8][8];    // [sub-block][row]
+  uint8_t mins[4][8][2];   // [sub-block pair][row][sub-block 2p, 2p + 1]
+  uint8_t qs[4][8][8][4];  // [sub-block pair p][step s][row][4 bytes]: the row's qs[32p + 4s ..]
+};
+static_assert(sizeof(BlockQ4Kx8) == 1184);
+
+namespace avx2 {
+// One group of eight rows (its blocks from `group`, cols / 256 of them) against n_tok (1..4)
+// Q8_K activation rows: out[t * 8 + r] is row r's dot with token t.
+void rows8_q4_k(const BlockQ4Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out);
+}  // namespace avx2
+
+}  // namespace kernels

@@ -1,0 +1,96 @@
+// The interleaved rows' matrix-vector bodies (rows8.h), AVX2; the AVX-512 build runs them too
+// (eight rows fill a 256-bit register, and AMD's Zen 4 runs 512-bit ones as two halves).
+#include <immintrin.h>
+
+#include "kernels/rows8.h"
+#include "kernels/x86.h"
+
+namespace kernels::avx2 {
+
+namespace {
+
+inline __m256i bcast32(const int8_t* p) {  // four activation bytes in every lane
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Eight u8 values as i16 words (v0, v0, v1, v1, ..): a madd multiplier of lane r by v[r].
+inline __m256i dup_words(const uint8_t* v) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v));
+  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(b, b));
+}
+
+// Row r's result in lane r: the eight lane accumulators added as x86::hsum adds one row's lanes,
+// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+inline __m256 sum_lanes(const __m256* a) {
+  return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                       _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+}
+
+template <int N>
+void q4_k_group(const BlockQ4Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  __m256 acc[N][8];
+  for (int t = 0; t < N; ++t)
+    for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ4Kx8& w = x[b];
+    // Four blocks ahead (~4.6 KiB; the stream runs on into the next group): the hardware's
+    // prefetcher alone leaves the product well short of the memory's bandwidth.
+    for (size_t o = 0; o < sizeof(BlockQ4Kx8); o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(x + b + 4) + o, _MM_HINT_T0);
+    __m256i I[N], M[N];
+    alignas(16) int32_t bs[N][4];  // the activations' 32-element sums as i16 pairs (2p, 2p + 1)
+    for (int t = 0; t < N; ++t) {
+      const __m128i* s = reinterpret_cast<const __m128i*>(ys[t][b].bsums);
+      _mm_store_si128(reinterpret_cast<__m128i*>(bs[t]),
+                      _mm_hadd_epi16(_mm_loadu_si128(s), _mm_loadu_si128(s + 1)));
+      I[t] = M[t] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 1
+    for (int p = 0; p < 4; ++p) {
+      const __m256i mins =
+          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.mins[p])));
+      __m256i lo_sum[N], hi_sum[N];  // i16: 8 steps of pairs <= 2 * 15 * 128 stay below 2^15
+      for (int t = 0; t < N; ++t) {
+        M[t] = _mm256_add_epi32(M[t], _mm256_madd_epi16(mins, _mm256_set1_epi32(bs[t][p])));
+        lo_sum[t] = hi_sum[t] = _mm256_setzero_si256();
+      }
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[p][s]));
+        const __m256i lo = _mm256_and_si256(q, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        for (int t = 0; t < N; ++t) {
+          const int8_t* a = ys[t][b].qs + 64 * p + 4 * s;
+          lo_sum[t] = _mm256_add_epi16(lo_sum[t], _mm256_maddubs_epi16(lo, bcast32(a)));
+          hi_sum[t] = _mm256_add_epi16(hi_sum[t], _mm256_maddubs_epi16(hi, bcast32(a + 32)));
+        }
+      }
+      const __m256i sl = dup_words(w.scales[2 * p]), sh = dup_words(w.scales[2 * p + 1]);
+      for (int t = 0; t < N; ++t)
+        I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_madd_epi16(lo_sum[t], sl),
+                                                       _mm256_madd_epi16(hi_sum[t], sh)));
+    }
+    const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
+    const __m256 dmx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.dmin)));
+    const int l = int(b & 7);
+    for (int t = 0; t < N; ++t) {  // avx2.h's sb_lanes, one row per lane
+      const __m256 dy = _mm256_set1_ps(ys[t][b].d);
+      const __m256 r =
+          _mm256_add_ps(acc[t][l], _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(I[t])));
+      acc[t][l] = _mm256_sub_ps(r, _mm256_mul_ps(_mm256_mul_ps(dmx, dy), _mm256_cvtepi32_ps(M[t])));
+    }
+  }
+  for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + 8 * t, sum_lanes(acc[t]));
+}
+
+}  // namespace
+
+void rows8_q4_k(const BlockQ4Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out) {
+  x86::with_n(n_tok, [&](auto N) { q4_k_group<N>(group, cols / kQK_K, ys, out); });
+}
+
+}  // namespace kernels::avx2
