@@ -25,34 +25,48 @@ void pack_q4_k(const BlockQ4K* const* rows, BlockQ4Kx8& out) {
   }
 }
 
+void pack_mxfp4(const BlockMxfp4* const* rows, BlockMxfp4x8& out) {
+  for (int r = 0; r < 8; ++r) {
+    out.e[r] = rows[r]->e;
+    for (int s = 0; s < 4; ++s) std::memcpy(out.qs[s][r], rows[r]->qs + 4 * s, 4);
+  }
+}
+
+// Eight rows' block b (rows8.h's layout of the type) from the rows' blocks b.
+template <class Block, class Block8, void (*kPack)(const Block* const*, Block8&)>
+void pack_groups(const void* w, size_t row, int64_t nb, void* out, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      const Block* src[8];
+      for (int r = 0; r < 8; ++r)
+        src[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) +
+                                                size_t(8 * g + r) * row) +
+                 b;
+      kPack(src, static_cast<Block8*>(out)[g * nb + b]);
+    }
+}
+
 }  // namespace
 
 bool rows8_supported(uint32_t wtype) {
-  return wtype == Q4_K;
+  return wtype == Q4_K || wtype == MXFP4;
 }
 
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
   assert(rows8_supported(wtype) && rows % 8 == 0 && cols % kQK_K == 0);
-  (void)wtype;
-  return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockQ4Kx8);
+  const bool k = wtype == Q4_K;
+  return size_t(rows / 8) * size_t(cols / (k ? kQK_K : kQK8_0)) *
+         (k ? sizeof(BlockQ4Kx8) : sizeof(BlockMxfp4x8));
 }
 
 void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void* out,
                 ThreadPool* pool) {
   const size_t row = row_size(wtype, cols);
-  const int64_t nb = cols / kQK_K;
   auto groups = [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      auto* dst = static_cast<BlockQ4Kx8*>(out) + g * nb;
-      for (int64_t b = 0; b < nb; ++b) {
-        const BlockQ4K* src[8];
-        for (int r = 0; r < 8; ++r)
-          src[r] = reinterpret_cast<const BlockQ4K*>(static_cast<const uint8_t*>(w) +
-                                                     size_t(8 * g + r) * row) +
-                   b;
-        pack_q4_k(src, dst[b]);
-      }
-    }
+    if (wtype == Q4_K)
+      pack_groups<BlockQ4K, BlockQ4Kx8, pack_q4_k>(w, row, cols / kQK_K, out, g0, g1);
+    else
+      pack_groups<BlockMxfp4, BlockMxfp4x8, pack_mxfp4>(w, row, cols / kQK8_0, out, g0, g1);
   };
   if (pool)
     pool->parallel_for(rows / 8, 16, groups);
@@ -62,10 +76,14 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
 
 void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const void* const* xs,
                  int n_tok, float* out) {
-  assert(wtype == Q4_K);
-  (void)wtype;
-  const auto* group = static_cast<const BlockQ4Kx8*>(w8) + g * (cols / kQK_K);
-  avx2::rows8_q4_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
+  if (wtype == Q4_K) {
+    const auto* group = static_cast<const BlockQ4Kx8*>(w8) + g * (cols / kQK_K);
+    avx2::rows8_q4_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
+  } else {
+    assert(wtype == MXFP4);
+    const auto* group = static_cast<const BlockMxfp4x8*>(w8) + g * (cols / kQK8_0);
+    avx2::rows8_mxfp4(group, cols, reinterpret_cast<const BlockQ8_0* const*>(xs), n_tok, out);
+  }
 }
 
 }  // namespace kernels

@@ -27,11 +27,21 @@ struct BlockQ4Kx8 {
 };
 static_assert(sizeof(BlockQ4Kx8) == 1184);
 
+// Eight rows' block b of MXFP4 (the rows' 8 x 17 bytes): the exponents, the codes interleaved in
+// 4-byte steps.
+struct BlockMxfp4x8 {
+  uint8_t e[8];         // row r's E8M0 exponent in [r]
+  uint8_t qs[4][8][4];  // [step s][row][4 bytes]: the row's qs[4s ..] (elements 4s.., 16 + 4s..)
+};
+static_assert(sizeof(BlockMxfp4x8) == 8 * sizeof(BlockMxfp4));
+
 namespace avx2 {
 // One group of eight rows (its blocks from `group`, cols / 256 of them) against n_tok (1..4)
 // Q8_K activation rows: out[t * 8 + r] is row r's dot with token t.
 void rows8_q4_k(const BlockQ4Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                 float* out);
+void rows8_mxfp4(const BlockMxfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                 float* out);
 }  // namespace avx2
 
 }  // namespace kernels

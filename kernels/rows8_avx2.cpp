@@ -86,7 +86,68 @@ void q4_k_group(const BlockQ4Kx8* x, int64_t nb, const BlockQ8K* const* ys, floa
   for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + 8 * t, sum_lanes(acc[t]));
 }
 
+// MXFP4: the doubled values + 12 (0..24) as unsigned codes against the activations, summed in
+// 16 bits over half a block (4 steps of pairs <= 2 * 24 * 128), 12 x the block's activation sum
+// taken off: each block's exact sum, then x86::b32_step's arithmetic, one row per lane.
+template <int N>
+void mxfp4_group(const BlockMxfp4x8* x, int64_t nb, const BlockQ8_0* const* ys, float* out) {
+  const __m256i low4 = _mm256_set1_epi8(0xF), ones16 = _mm256_set1_epi16(1);
+  const __m256i twelve = _mm256_set1_epi8(12);
+  const __m256i table = _mm256_add_epi8(
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled))),
+      _mm256_set1_epi8(12));
+  __m256 acc[N][8];
+  for (int t = 0; t < N; ++t)
+    for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockMxfp4x8& w = x[b];
+    for (size_t o = 0; o < sizeof(BlockMxfp4x8); o += 64)  // as q4_k_group's, ~4.4 KiB ahead
+      _mm_prefetch(reinterpret_cast<const char*>(x + b + 32) + o, _MM_HINT_T0);
+    __m256i lo_sum[N], hi_sum[N];
+    for (int t = 0; t < N; ++t) lo_sum[t] = hi_sum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[s]));
+      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
+      const __m256i hi =
+          _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+      for (int t = 0; t < N; ++t) {
+        const int8_t* a = ys[t][b].qs + 4 * s;
+        lo_sum[t] = _mm256_add_epi16(lo_sum[t], _mm256_maddubs_epi16(lo, bcast32(a)));
+        hi_sum[t] = _mm256_add_epi16(hi_sum[t], _mm256_maddubs_epi16(hi, bcast32(a + 16)));
+      }
+    }
+    // The rows' scales: e8m0_half of each exponent (x86::Mxfp4Values::scales).
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.e)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256 dx = _mm256_castsi256_ps(
+        _mm256_blendv_epi8(sub, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+    const int l = int(b & 7);
+    for (int t = 0; t < N; ++t) {
+      // 12 x the activations' sum over the block, in every lane.
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs));
+      __m256i bias = _mm256_madd_epi16(_mm256_maddubs_epi16(twelve, a), ones16);
+      bias = _mm256_hadd_epi32(bias, bias);
+      bias = _mm256_hadd_epi32(bias, bias);
+      bias = _mm256_add_epi32(bias, _mm256_permute2x128_si256(bias, bias, 1));
+      const __m256i I = _mm256_sub_epi32(_mm256_add_epi32(_mm256_madd_epi16(lo_sum[t], ones16),
+                                                          _mm256_madd_epi16(hi_sum[t], ones16)),
+                                         bias);
+      const __m256 dy = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(ys[t][b].d)));
+      acc[t][l] =
+          _mm256_add_ps(acc[t][l], _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(I)));
+    }
+  }
+  for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + 8 * t, sum_lanes(acc[t]));
+}
+
 }  // namespace
+
+void rows8_mxfp4(const BlockMxfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                 float* out) {
+  x86::with_n(n_tok, [&](auto N) { mxfp4_group<N>(group, cols / kQK8_0, ys, out); });
+}
 
 void rows8_q4_k(const BlockQ4Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                 float* out) {

@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
                "hint each next layer's likely experts (the union over the batch) to expertd before "
                "they are needed");
   app.add_flag("--interleave,!--no-interleave", interleave,
-               "CPU: decode reads interleaved copies (eight rows side by side) of the Q4_K "
-               "matrices of the core and, with --local where they fit in half the available "
+               "CPU: decode reads interleaved copies (eight rows side by side) of the Q4_K and "
+               "MXFP4 matrices of the core and, with --local where they fit in half the available "
                "memory, of the experts; the same logits, the copies' memory added (default: on)");
   app.add_option("--workers", workers,
                  "engine processes, each with its own --parallel sequences and KV caches, on one "
