@@ -157,13 +157,41 @@ TEST(Kernels, MatmulIsTheSameOnOneOrManyThreads) {
   }
 }
 
+// n_tok tokens (rows of 2 x N(0, 1) picked by index among n_tok + 3 quantized ones, as an expert's
+// tokens are) against the rows x cols weights w (and w8, their interleaved copy, or null) in one
+// matmul_batch on every instruction set this CPU runs: each value bit for bit the single dot's.
+void expect_each_tokens_dot(uint32_t t, const std::vector<uint8_t>& w, const void* w8, int64_t rows,
+                            int64_t cols, int64_t n_tok, std::mt19937_64& rng, ThreadPool& pool) {
+  SCOPED_TRACE(n_tok);
+  std::normal_distribution<float> g(0.f, 1.f);
+  const size_t xq_row = row_size(vec_dot_type(t), cols), w_row = row_size(t, cols);
+  std::vector<float> x(n_tok * cols);
+  for (auto& v : x) v = g(rng) * 2.0f;
+  std::vector<uint8_t> xq((n_tok + 3) * xq_row);
+  for (int64_t i = 0; i < n_tok + 3; ++i)
+    quantize_activations(t, x.data() + (i % n_tok) * cols, xq.data() + i * xq_row, cols);
+  std::vector<int32_t> tok(n_tok);
+  for (int64_t i = 0; i < n_tok; ++i) tok[i] = int32_t((i * 7 + 3) % (n_tok + 3));
+  for (Isa be : runnable_backends()) {
+    SCOPED_TRACE(isa_name(be));
+    std::vector<float> y(n_tok * rows, NAN);
+    const MatmulJob job{t,      w.data(),   rows,  cols,     xq.data(),
+                        xq_row, tok.data(), n_tok, y.data(), w8};
+    matmul_batch(&job, 1, &pool, be);
+    for (int64_t i = 0; i < n_tok; ++i)
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_EQ(y[i * rows + r],
+                  dot(t, w.data() + r * w_row, xq.data() + tok[i] * xq_row, cols, be))
+            << "token " << i << " row " << r;
+  }
+}
+
 // Many tokens at once (prefill): the types with a matrix-matrix body on an instruction set run it
 // (panels of rows x tokens); every value is still bit for bit the single dot's, for token counts
 // that fill panels or not, rows that are not a multiple of the panel, activations picked by index
 // (the experts' tokens) and on one thread or several.
 TEST(Kernels, MatmulOfManyTokensIsEachTokensDot) {
   std::mt19937_64 rng(13);
-  std::normal_distribution<float> g(0.f, 1.f);
   const int64_t rows = 37;
   ThreadPool pool(3);
   // 2 super-blocks a row, and 11 (a full group of 8 float lanes, then 3 more)
@@ -172,29 +200,8 @@ TEST(Kernels, MatmulOfManyTokensIsEachTokensDot) {
       SCOPED_TRACE(t);
       SCOPED_TRACE(cols);
       auto w = random_weights(t, rows * cols, rng);
-      const size_t xq_row = row_size(vec_dot_type(t), cols), w_row = row_size(t, cols);
-      for (int64_t n_tok : {2, 5, 8, 16, 21, 40}) {
-        SCOPED_TRACE(n_tok);
-        std::vector<float> x(n_tok * cols);
-        for (auto& v : x) v = g(rng) * 2.0f;
-        std::vector<uint8_t> xq((n_tok + 3) * xq_row);
-        for (int64_t i = 0; i < n_tok + 3; ++i)
-          quantize_activations(t, x.data() + (i % n_tok) * cols, xq.data() + i * xq_row, cols);
-        std::vector<int32_t> tok(n_tok);
-        for (int64_t i = 0; i < n_tok; ++i) tok[i] = int32_t((i * 7 + 3) % (n_tok + 3));
-        for (Isa be : runnable_backends()) {
-          SCOPED_TRACE(isa_name(be));
-          std::vector<float> y(n_tok * rows, NAN);
-          const MatmulJob job{t,      w.data(),   rows,  cols,    xq.data(),
-                              xq_row, tok.data(), n_tok, y.data()};
-          matmul_batch(&job, 1, &pool, be);
-          for (int64_t i = 0; i < n_tok; ++i)
-            for (int64_t r = 0; r < rows; ++r)
-              ASSERT_EQ(y[i * rows + r],
-                        dot(t, w.data() + r * w_row, xq.data() + tok[i] * xq_row, cols, be))
-                  << "token " << i << " row " << r;
-        }
-      }
+      for (int64_t n_tok : {2, 5, 8, 16, 21, 40})
+        expect_each_tokens_dot(t, w, nullptr, rows, cols, n_tok, rng, pool);
     }
 }
 
@@ -204,7 +211,6 @@ TEST(Kernels, MatmulOfManyTokensIsEachTokensDot) {
 // threads, 40 rows); the scalar reference reads the rows and ignores the copy.
 TEST(Kernels, InterleavedRowsGiveTheDotsBits) {
   std::mt19937_64 rng(19);
-  std::normal_distribution<float> g(0.f, 1.f);
   const int64_t rows = 40;
   ThreadPool pool(3);
   for (int64_t cols : {256, 512, 2816})
@@ -215,29 +221,8 @@ TEST(Kernels, InterleavedRowsGiveTheDotsBits) {
       auto w = random_weights(t, rows * cols, rng);
       std::vector<uint8_t> w8(rows8_bytes(t, rows, cols));
       rows8_pack(t, w.data(), rows, cols, w8.data(), &pool);
-      const size_t xq_row = row_size(vec_dot_type(t), cols), w_row = row_size(t, cols);
-      for (int64_t n_tok : {1, 2, 3, 4, 5, 9}) {
-        SCOPED_TRACE(n_tok);
-        std::vector<float> x(n_tok * cols);
-        for (auto& v : x) v = g(rng) * 2.0f;
-        std::vector<uint8_t> xq((n_tok + 3) * xq_row);
-        for (int64_t i = 0; i < n_tok + 3; ++i)
-          quantize_activations(t, x.data() + (i % n_tok) * cols, xq.data() + i * xq_row, cols);
-        std::vector<int32_t> tok(n_tok);
-        for (int64_t i = 0; i < n_tok; ++i) tok[i] = int32_t((i * 7 + 3) % (n_tok + 3));
-        for (Isa be : runnable_backends()) {
-          SCOPED_TRACE(isa_name(be));
-          std::vector<float> y(n_tok * rows, NAN);
-          const MatmulJob job{t,      w.data(),   rows,  cols,     xq.data(),
-                              xq_row, tok.data(), n_tok, y.data(), w8.data()};
-          matmul_batch(&job, 1, &pool, be);
-          for (int64_t i = 0; i < n_tok; ++i)
-            for (int64_t r = 0; r < rows; ++r)
-              ASSERT_EQ(y[i * rows + r],
-                        dot(t, w.data() + r * w_row, xq.data() + tok[i] * xq_row, cols, be))
-                  << "token " << i << " row " << r;
-        }
-      }
+      for (int64_t n_tok : {1, 2, 3, 4, 5, 9})
+        expect_each_tokens_dot(t, w, w8.data(), rows, cols, n_tok, rng, pool);
     }
 }
 
