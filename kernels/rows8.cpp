@@ -32,6 +32,13 @@ void pack_mxfp4(const BlockMxfp4* const* rows, BlockMxfp4x8& out) {
   }
 }
 
+void pack_q8_0(const BlockQ8_0* const* rows, BlockQ8_0x8& out) {
+  for (int r = 0; r < 8; ++r) {
+    out.d[r] = rows[r]->d;
+    for (int s = 0; s < 8; ++s) std::memcpy(out.qs[s][r], rows[r]->qs + 4 * s, 4);
+  }
+}
+
 // Eight rows' block b (rows8.h's layout of the type) from the rows' blocks b.
 template <class Block, class Block8, void (*kPack)(const Block* const*, Block8&)>
 void pack_groups(const void* w, size_t row, int64_t nb, void* out, int64_t g0, int64_t g1) {
@@ -49,14 +56,13 @@ void pack_groups(const void* w, size_t row, int64_t nb, void* out, int64_t g0, i
 }  // namespace
 
 bool rows8_supported(uint32_t wtype) {
-  return wtype == Q4_K || wtype == MXFP4;
+  return wtype == Q4_K || wtype == MXFP4 || wtype == Q8_0;
 }
 
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
   assert(rows8_supported(wtype) && rows % 8 == 0 && cols % kQK_K == 0);
-  const bool k = wtype == Q4_K;
-  return size_t(rows / 8) * size_t(cols / (k ? kQK_K : kQK8_0)) *
-         (k ? sizeof(BlockQ4Kx8) : sizeof(BlockMxfp4x8));
+  if (wtype == Q4_K) return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockQ4Kx8);
+  return size_t(rows / 8) * 8 * row_size(wtype, cols);  // the rows' bytes, rearranged
 }
 
 void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void* out,
@@ -65,8 +71,10 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
   auto groups = [&](int64_t g0, int64_t g1) {
     if (wtype == Q4_K)
       pack_groups<BlockQ4K, BlockQ4Kx8, pack_q4_k>(w, row, cols / kQK_K, out, g0, g1);
-    else
+    else if (wtype == MXFP4)
       pack_groups<BlockMxfp4, BlockMxfp4x8, pack_mxfp4>(w, row, cols / kQK8_0, out, g0, g1);
+    else
+      pack_groups<BlockQ8_0, BlockQ8_0x8, pack_q8_0>(w, row, cols / kQK8_0, out, g0, g1);
   };
   if (pool)
     pool->parallel_for(rows / 8, 16, groups);
@@ -79,10 +87,13 @@ void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const 
   if (wtype == Q4_K) {
     const auto* group = static_cast<const BlockQ4Kx8*>(w8) + g * (cols / kQK_K);
     avx2::rows8_q4_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
-  } else {
-    assert(wtype == MXFP4);
+  } else if (wtype == MXFP4) {
     const auto* group = static_cast<const BlockMxfp4x8*>(w8) + g * (cols / kQK8_0);
     avx2::rows8_mxfp4(group, cols, reinterpret_cast<const BlockQ8_0* const*>(xs), n_tok, out);
+  } else {
+    assert(wtype == Q8_0);
+    const auto* group = static_cast<const BlockQ8_0x8*>(w8) + g * (cols / kQK8_0);
+    avx2::rows8_q8_0(group, cols, reinterpret_cast<const BlockQ8_0* const*>(xs), n_tok, out);
   }
 }
 

@@ -35,6 +35,13 @@ struct BlockMxfp4x8 {
 };
 static_assert(sizeof(BlockMxfp4x8) == 8 * sizeof(BlockMxfp4));
 
+// Eight rows' block b of Q8_0 (the rows' 8 x 34 bytes): the scales, the values in 4-byte steps.
+struct BlockQ8_0x8 {
+  uint16_t d[8];       // fp16, row r in [r]
+  int8_t qs[8][8][4];  // [step s][row][4 bytes]: the row's qs[4s ..]
+};
+static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0));
+
 namespace avx2 {
 // One group of eight rows (its blocks from `group`, cols / 256 of them) against n_tok (1..4)
 // Q8_K activation rows: out[t * 8 + r] is row r's dot with token t.
@@ -42,6 +49,8 @@ void rows8_q4_k(const BlockQ4Kx8* group, int64_t cols, const BlockQ8K* const* ys
                 float* out);
 void rows8_mxfp4(const BlockMxfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                  float* out);
+void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                float* out);
 }  // namespace avx2
 
 }  // namespace kernels
