@@ -105,10 +105,11 @@ int main(int argc, char** argv) {
   app.add_flag("--prefetch", prefetch,
                "hint each next layer's likely experts (the union over the batch) to expertd before "
                "they are needed");
-  app.add_flag("--interleave,!--no-interleave", interleave,
-               "CPU: decode reads interleaved copies (eight rows side by side) of the Q4_K and "
-               "MXFP4 matrices of the core and, with --local where they fit in half the available "
-               "memory, of the experts; the same logits, the copies' memory added (default: on)");
+  app.add_flag(
+      "--interleave,!--no-interleave", interleave,
+      "CPU: decode reads interleaved copies (eight rows side by side) of the Q4_K, "
+      "MXFP4 and Q8_0 matrices of the core and, with --local where they fit in half the available "
+      "memory, of the experts; the same logits, the copies' memory added (default: on)");
   app.add_option("--workers", workers,
                  "engine processes, each with its own --parallel sequences and KV caches, on one "
                  "expertd (1: the engine runs in this process)")

@@ -89,8 +89,8 @@ TEST(Golden, EveryLlamaCppWeightTypeMatchesLlamaCpp) {
 
 // Through a real expertd with a cache smaller than the model and acquires smaller than a
 // layer's unique experts (so prefill's layers come in waves): bit-identical to the local path.
-// The local engine runs as expert-run builds it, its Q4_K and MXFP4 matrices (core and experts)
-// read from interleaved copies (kernels/rows8.h); the daemon's experts come in their rows.
+// The local engine runs as expert-run builds it, its Q4_K, MXFP4 and Q8_0 matrices (core and
+// experts) read from interleaved copies (kernels/rows8.h); the daemon's experts come in their rows.
 TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
   REQUIRE_GOLDEN();
   for (const char* id :
