@@ -238,12 +238,13 @@ int bench_attention(const AttentionArgs& args) {
 // expert-bench gemv: decode's matrix-vector product (one token against a weight matrix far larger
 // than the caches, on the engine's thread pool) against a stream that reads the same bytes with the
 // same threads (64-byte loads summed, nothing else): the GEMV's bytes/s over the machine's. 1.0
-// is reading the weights as fast as memory gives them. Alternating rounds, medians.
+// is reading the weights as fast as memory gives them. For the types with interleaved rows
+// (kernels/rows8.h) the interleaved copy is timed too. Alternating rounds, medians.
 CLI::App* add_gemv_command(CLI::App& app, GemvArgs& a) {
   auto* g = app.add_subcommand(
       "gemv",
-      "decode's matrix-vector product per weight type against a stream of the same bytes "
-      "(bytes/s; ratio = GEMV / stream)");
+      "decode's matrix-vector product per weight type (and its interleaved rows, where the type "
+      "has them) against a stream of the same bytes (bytes/s; ratio = GEMV / stream)");
   g->add_option("--types", a.types, "weight types")->delimiter(',')->capture_default_str();
   g->add_option("--mib", a.mib, "matrix size")->capture_default_str();
   g->add_option("--threads", a.threads, "threads (default: all cores)");

@@ -370,4 +370,56 @@ EXPERTD_AVX512_KERNEL(iq2_xxs, BlockIq2Xxs)
 EXPERTD_AVX512_KERNEL(iq4_xs, BlockIq4Xs)
 #undef EXPERTD_AVX512_KERNEL
 
+// The activations' quantizers, 16 floats a step: quantize_acts.h's arithmetic (the same products,
+// its rounding — nearbyint's and nearest_int's round-half-even — and its clamp), so the same bytes.
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
+  for (int64_t b = 0; b < n / kQK8_0; ++b, x += kQK8_0) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127.f;
+    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+    y[b].d = fp32_to_fp16(d);
+    // cvtps rounds half to even (the default MXCSR), as nearbyint does; |x * id| <= 127.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs),
+                     _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, id))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16),
+                     _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, id))));
+  }
+}
+
+void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n) {
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
+    __m512 m = _mm512_setzero_ps();
+    for (int j = 0; j < kQK_K; j += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + j)));
+    const float amax = _mm512_reduce_max_ps(m);
+    if (amax == 0) {
+      std::memset(&y[b], 0, sizeof y[b]);
+      continue;
+    }
+    // The signed value of the first element of magnitude amax (the reference keeps the first).
+    float max = 0;
+    for (int j = 0; j < kQK_K; j += 16) {
+      const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + j)),
+                                               _mm512_set1_ps(amax), _CMP_EQ_OQ);
+      if (hit) {
+        max = x[j + __builtin_ctz(hit)];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m512 s = _mm512_set1_ps(iscale), magic = _mm512_set1_ps(12582912.f);
+    for (int j = 0; j < kQK_K; j += 16) {  // nearest_int(iscale * x), at most 127
+      const __m512i bits =
+          _mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(s, _mm512_loadu_ps(x + j)), magic));
+      const __m512i q =
+          _mm512_min_epi32(_mm512_sub_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x007fffff)),
+                                            _mm512_set1_epi32(0x00400000)),
+                           _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + j), _mm512_cvtsepi32_epi8(q));
+      y[b].bsums[j / 16] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    y[b].d = 1 / iscale;
+  }
+}
+
 }  // namespace kernels::avx512

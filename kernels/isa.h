@@ -131,6 +131,10 @@ void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_
 }  // namespace avx2
 
 namespace avx512 {
+// The activations' quantizers, quantize_acts.h's arithmetic 16 floats a step (the reference's
+// bytes).
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
+void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n);
 float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);
 float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n);
 float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n);

@@ -55,7 +55,7 @@ const std::array kTypes = {
                {dot<uint16_t, uint16_t, ref::dot_bf16>, dot<uint16_t, uint16_t, avx2::dot_bf16>, dot<uint16_t, uint16_t, avx2::dot_bf16>}, {}, true},
     TypeTraits{Q5_0, "Q5_0", 32, 22, Q8_0, rows<Q5_0>, {},
                {dot<BlockQ5_0, BlockQ8_0, ref::dot_q5_0>, dot<BlockQ5_0, BlockQ8_0, avx2::dot_q5_0>, dot<BlockQ5_0, BlockQ8_0, avx2::dot_q5_0>}, {}, true},
-    TypeTraits{Q8_0, "Q8_0", 32, 34, Q8_0, rows<Q8_0>, {quant<BlockQ8_0, ref::quantize_q8_0>, quant<BlockQ8_0, avx2::quantize_q8_0>},
+    TypeTraits{Q8_0, "Q8_0", 32, 34, Q8_0, rows<Q8_0>, {quant<BlockQ8_0, ref::quantize_q8_0>, quant<BlockQ8_0, avx2::quantize_q8_0>, quant<BlockQ8_0, avx512::quantize_q8_0>},
                {dot<BlockQ8_0, BlockQ8_0, ref::dot_q8_0>, dot<BlockQ8_0, BlockQ8_0, avx2::dot_q8_0>, dot<BlockQ8_0, BlockQ8_0, avx512::dot_q8_0>},
                {nullptr, tile<BlockQ8_0, BlockQ8_0, avx2::tile_q8_0>, tile<BlockQ8_0, BlockQ8_0, avx512::tile_q8_0>}, true},
     TypeTraits{MXFP4, "MXFP4", 32, 17, Q8_0, rows<MXFP4>, {},
@@ -71,7 +71,7 @@ const std::array kTypes = {
                {dot<BlockQ6K, BlockQ8K, ref::dot_q6_k>, dot<BlockQ6K, BlockQ8K, avx2::dot_q6_k>, dot<BlockQ6K, BlockQ8K, avx512::dot_q6_k>},
                {nullptr, tile<BlockQ6K, BlockQ8K, avx2::tile_q6_k>, tile<BlockQ6K, BlockQ8K, avx512::tile_q6_k>}, true},
     // Activations of the K-quant dots only.
-    TypeTraits{Q8_K, "Q8_K", 256, 292, 0, nullptr, {quant<BlockQ8K, ref::quantize_q8_k>, quant<BlockQ8K, avx2::quantize_q8_k>}},
+    TypeTraits{Q8_K, "Q8_K", 256, 292, 0, nullptr, {quant<BlockQ8K, ref::quantize_q8_k>, quant<BlockQ8K, avx2::quantize_q8_k>, quant<BlockQ8K, avx512::quantize_q8_k>}},
     // Activations of the Q4_1 / Q5_1 dots.
     TypeTraits{Q8_1, "Q8_1", 32, 36, 0, rows<Q8_1>, {quant<BlockQ8_1, ref::quantize_q8_1>}},
     // The legacy 32-blocks and IQ4_NL against Q8_0 / Q8_1 activations.

@@ -125,6 +125,40 @@ TEST(Kernels, TileEqualsSingleDotsOnEveryBackend) {
   }
 }
 
+// The activations' quantizers of every instruction set write the reference's bytes, on random rows
+// and on the edges: an all-zero block, the largest magnitude twice with both signs (Q8_K keeps the
+// first one's sign), products exactly between two integers (round half to even), a negative
+// maximum, tiny and large magnitudes.
+TEST(Kernels, ActivationQuantizersGiveTheReferencesBytes) {
+  std::mt19937_64 rng(23);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<std::vector<float>> rows;
+  for (int r = 0; r < 8; ++r) {
+    std::vector<float> x(1024);
+    for (auto& v : x) v = g(rng) * (r + 1) * 0.7f;
+    rows.push_back(x);
+  }
+  std::vector<float> edge(1024, 0.0f);  // block 0 (of 256 and of 32) all zero
+  for (int i = 256; i < 512; ++i) edge[i] = float(i % 7) - 3.0f;
+  edge[300] = -5.0f, edge[301] = 5.0f;  // ties of the largest magnitude, the negative first
+  for (int i = 512; i < 768; ++i) edge[i] = -float(i % 255) / 2.0f;  // x.5 products, max -127
+  for (int i = 768; i < 1024; ++i) edge[i] = (i % 2 ? 1e-30f : -3e4f) * float(i % 5);
+  rows.push_back(edge);
+  for (uint32_t t : {Q8_0, Q4_K}) {  // Q8_0 and Q8_K activations
+    SCOPED_TRACE(t);
+    const size_t bytes = row_size(vec_dot_type(t), 1024);
+    for (const auto& x : rows) {
+      std::vector<uint8_t> ref(bytes), got(bytes);
+      quantize_activations(t, x.data(), ref.data(), 1024, Isa::Scalar);
+      for (Isa be : runnable_backends()) {
+        SCOPED_TRACE(isa_name(be));
+        quantize_activations(t, x.data(), got.data(), 1024, be);
+        EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), bytes));
+      }
+    }
+  }
+}
+
 TEST(Kernels, Q8KQuantizationIsLlamaCpps) {
   std::vector<float> x(256);
   for (int i = 0; i < 256; ++i) x[i] = std::sin(i * 0.1f) * (i == 77 ? 5.f : 1.f);
