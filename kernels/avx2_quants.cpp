@@ -58,12 +58,7 @@ inline __m256i mul_by(__m256i w, __m256i q, __m256i scale) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w)),
                            scale);
 }
-inline int hsum_i32(__m256i a) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
+using x86::hsum_i32;
 inline __m256i grid4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
   return _mm256_set_epi64x(static_cast<int64_t>(d), static_cast<int64_t>(c),
                            static_cast<int64_t>(b), static_cast<int64_t>(a));

@@ -1,7 +1,6 @@
-// Activations quantized for the dots (Q8_0, Q8_K), as ggml's reference quantizes them. The same
-// source is compiled by the reference and by the AVX2 file (whose flags let the compiler
-// vectorise it; the results are the same): internal linkage, one copy per file. The AVX-512 file
-// writes the Q8_0 and Q8_K ones with intrinsics, to the same bytes.
+// Activations quantized for the dots (Q8_0, Q8_K, Q8_1), as ggml's reference quantizes them: the
+// reference (ref.cpp). The AVX2 and AVX-512 files write the Q8_0 and Q8_K ones with intrinsics to
+// the same bytes (test Kernels.ActivationQuantizersGiveTheReferencesBytes).
 #pragma once
 
 #include <cmath>

@@ -24,6 +24,14 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+// The sum of 8 i32 lanes.
+inline int hsum_i32(__m256i a) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
 // Calls f with the tile width n (1..4) as a compile-time constant: the tiles are templates over
 // their token count (kernels.h's kMaxTile is 4; 8 spills registers and runs slower).
 template <typename F>
