@@ -28,18 +28,28 @@ inline __m256 sum_lanes(const __m256* a) {
                        _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
 }
 
-template <int N>
-void q4_k_group(const BlockQ4Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
-  const __m256i low4 = _mm256_set1_epi8(0xF);
+// The loop every body runs: block by block, each prefetching the block kAhead on (~4.5 KiB: the
+// stream runs on into the next group; the hardware's prefetcher alone leaves the product well short
+// of the memory's bandwidth), body(b, block, acc) adding block b's sums into the tokens' lane
+// accumulators acc[t][b % 8]; token t's row r into out[8t + r].
+template <int N, int kAhead, class Block, class Body>
+__attribute__((always_inline)) inline void blocks(const Block* x, int64_t nb, float* out,
+                                                  const Body& body) {
   __m256 acc[N][8];
   for (int t = 0; t < N; ++t)
     for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const BlockQ4Kx8& w = x[b];
-    // Four blocks ahead (~4.6 KiB; the stream runs on into the next group): the hardware's
-    // prefetcher alone leaves the product well short of the memory's bandwidth.
-    for (size_t o = 0; o < sizeof(BlockQ4Kx8); o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(x + b + 4) + o, _MM_HINT_T0);
+    for (size_t o = 0; o < sizeof(Block); o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(x + b + kAhead) + o, _MM_HINT_T0);
+    body(b, x[b], acc);
+  }
+  for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + 8 * t, sum_lanes(acc[t]));
+}
+
+template <int N>
+void q4_k_group(const BlockQ4Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  blocks<N, 4>(x, nb, out, [&](int64_t b, const BlockQ4Kx8& w, __m256(*acc)[8]) {
     __m256i I[N], M[N];
     alignas(16) int32_t bs[N][4];  // the activations' 32-element sums as i16 pairs (2p, 2p + 1)
     for (int t = 0; t < N; ++t) {
@@ -82,8 +92,7 @@ void q4_k_group(const BlockQ4Kx8* x, int64_t nb, const BlockQ8K* const* ys, floa
           _mm256_add_ps(acc[t][l], _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(I[t])));
       acc[t][l] = _mm256_sub_ps(r, _mm256_mul_ps(_mm256_mul_ps(dmx, dy), _mm256_cvtepi32_ps(M[t])));
     }
-  }
-  for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + 8 * t, sum_lanes(acc[t]));
+  });
 }
 
 // MXFP4: the doubled values + 12 (0..24) as unsigned codes against the activations, summed in
@@ -96,13 +105,7 @@ void mxfp4_group(const BlockMxfp4x8* x, int64_t nb, const BlockQ8_0* const* ys, 
   const __m256i table = _mm256_add_epi8(
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled))),
       _mm256_set1_epi8(12));
-  __m256 acc[N][8];
-  for (int t = 0; t < N; ++t)
-    for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const BlockMxfp4x8& w = x[b];
-    for (size_t o = 0; o < sizeof(BlockMxfp4x8); o += 64)  // as q4_k_group's, ~4.4 KiB ahead
-      _mm_prefetch(reinterpret_cast<const char*>(x + b + 32) + o, _MM_HINT_T0);
+  blocks<N, 32>(x, nb, out, [&](int64_t b, const BlockMxfp4x8& w, __m256(*acc)[8]) {
     __m256i lo_sum[N], hi_sum[N];
     for (int t = 0; t < N; ++t) lo_sum[t] = hi_sum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -138,8 +141,7 @@ void mxfp4_group(const BlockMxfp4x8* x, int64_t nb, const BlockQ8_0* const* ys, 
       acc[t][l] =
           _mm256_add_ps(acc[t][l], _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(I)));
     }
-  }
-  for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + 8 * t, sum_lanes(acc[t]));
+  });
 }
 
 // Q8_0: the values' magnitudes against the activations given the values' signs (the dot's
@@ -147,13 +149,7 @@ void mxfp4_group(const BlockMxfp4x8* x, int64_t nb, const BlockQ8_0* const* ys, 
 template <int N>
 void q8_0_group(const BlockQ8_0x8* x, int64_t nb, const BlockQ8_0* const* ys, float* out) {
   const __m256i ones16 = _mm256_set1_epi16(1);
-  __m256 acc[N][8];
-  for (int t = 0; t < N; ++t)
-    for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const BlockQ8_0x8& w = x[b];
-    for (size_t o = 0; o < sizeof(BlockQ8_0x8); o += 64)  // as q4_k_group's, ~4.3 KiB ahead
-      _mm_prefetch(reinterpret_cast<const char*>(x + b + 16) + o, _MM_HINT_T0);
+  blocks<N, 16>(x, nb, out, [&](int64_t b, const BlockQ8_0x8& w, __m256(*acc)[8]) {
     __m256i I[N];
     for (int t = 0; t < N; ++t) I[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -172,8 +168,7 @@ void q8_0_group(const BlockQ8_0x8* x, int64_t nb, const BlockQ8_0* const* ys, fl
       acc[t][l] =
           _mm256_add_ps(acc[t][l], _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(I[t])));
     }
-  }
-  for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + 8 * t, sum_lanes(acc[t]));
+  });
 }
 
 }  // namespace
