@@ -52,6 +52,7 @@ class CpuOps final : public Ops {
 
   std::string name() const override { return kernels::isa_name(be_); }
   expertd::Status status() const override { return {}; }  // nothing on the CPU fails
+  uint64_t weight_copy_bytes() const override { return rows8_bytes_; }
 
   Act alloc(int64_t rows, int64_t cols) override {
     return {arena_.alloc(size_t(rows * cols)), rows, cols};
@@ -134,12 +135,15 @@ class CpuOps final : public Ops {
   void interleave(const Model& m, bool experts) {
     rows8_.clear();
     rows8_.resize(m.weights.size());
+    rows8_bytes_ = 0;
     for (size_t i = 0; i < m.weights.size(); ++i) {
       const Tensor& t = m.weights[i];
       if (!interleavable(m, t, experts)) continue;
       const int64_t rows = t.ne[1] * std::max<int64_t>(t.ne[2], 1);
       Rows8& c = rows8_[i];
-      c.bytes.reset(new uint8_t[kernels::rows8_bytes(t.type, rows, t.ne[0])]);
+      const size_t bytes = kernels::rows8_bytes(t.type, rows, t.ne[0]);
+      c.bytes.reset(new uint8_t[bytes]);
+      rows8_bytes_ += bytes;
       kernels::rows8_pack(t.type, t.data, rows, t.ne[0], c.bytes.get(), &pool_);
       c.host = t.data, c.host_end = t.data + t.bytes();
       c.group = kernels::rows8_bytes(t.type, 8, t.ne[0]), c.row = t.row_bytes();
@@ -802,6 +806,7 @@ class CpuOps final : public Ops {
     return c.bytes.get() + size_t(w.data - c.host) / (8 * c.row) * c.group;
   }
   std::vector<Rows8> rows8_;
+  uint64_t rows8_bytes_ = 0;
 
   kernels::ThreadPool pool_;
   kernels::Isa be_;

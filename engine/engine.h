@@ -99,6 +99,7 @@ class Engine {
   std::vector<expertd::proto::Metric> daemon_metrics() { return experts_.daemon_metrics(); }
   const SourceStats& source_stats() const { return experts_.stats(); }
   std::string device_name() const { return ops_->name(); }
+  uint64_t weight_copy_bytes() const { return ops_->weight_copy_bytes(); }
   // Routing of the last eval: [layer][token] (empty for dense layers).
   const std::vector<std::vector<Route>>& routes() const { return routes_; }
 

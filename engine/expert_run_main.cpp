@@ -278,8 +278,10 @@ int cmd_generate(const Common& o, GenOptions g) {
   if (ids.empty()) die("the prompt is empty");
   auto eng = forward(l, o, std::min<int>(o.ctx, static_cast<int>(ids.size()) + g.n));
   if (::isatty(2))  // on a terminal (scripts read the text alone)
-    std::fprintf(stderr, "%s: attention cache %.1f MiB for %d positions\n",
-                 l.model->hp.arch.c_str(), cache_mib(*eng), eng->n_ctx());
+    std::fprintf(stderr,
+                 "%s: attention cache %.1f MiB for %d positions, %.1f MiB of interleaved weights\n",
+                 l.model->hp.arch.c_str(), cache_mib(*eng), eng->n_ctx(),
+                 double(eng->weight_copy_bytes()) / (1 << 20));
   eng->set_prefetch(o.prefetch);
   engine::Sampler sampler(g.sp);
   auto before = eng->daemon_metrics();
@@ -392,7 +394,8 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
                               {"decode_tok_s", n_gen / tg},
                               {"prompt", prompt},
                               {"decode_stream", stream},
-                              {"attention_cache_mib", cache_mib(*eng)}};
+                              {"attention_cache_mib", cache_mib(*eng)},
+                              {"interleaved_mib", double(eng->weight_copy_bytes()) / (1 << 20)}};
   if (!m2.empty()) {
     double h = metric(m2, "cache_hits") - metric(m1, "cache_hits"),
            m = metric(m2, "cache_misses") - metric(m1, "cache_misses");
@@ -433,6 +436,9 @@ int cmd_bench(const Common& o, int n_prompt, int n_gen, bool json) {
     std::printf("prefill %d tokens: %.2f tok/s\ndecode  %d tokens: %.2f tok/s\n", n_prompt,
                 n_prompt / pp, n_gen, n_gen / tg);
     std::printf("attention cache: %.1f MiB for %d positions\n", cache_mib(*eng), eng->n_ctx());
+    if (eng->weight_copy_bytes() > 0)
+      std::printf("interleaved copies of weights: %.1f MiB\n",
+                  double(eng->weight_copy_bytes()) / (1 << 20));
     if (j.contains("decode_hit_rate"))
       std::printf("decode through expertd: hit rate %.3f, %.2f misses/token, %.2f MiB read/token\n",
                   j["decode_hit_rate"].get<double>(), j["decode_misses_per_token"].get<double>(),

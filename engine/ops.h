@@ -189,6 +189,8 @@ class Ops {
   virtual ~Ops() = default;
   virtual std::string name() const = 0;  // "avx2", "cuda:0 NVIDIA H200", ...
   virtual expertd::Status status() const = 0;
+  // Bytes of the backend's own rearranged copies of weights (the CPU's interleaved rows).
+  virtual uint64_t weight_copy_bytes() const { return 0; }
 
   // Scratch: alloc hands out rows x cols floats (uninitialised); release_to(mark()) frees what
   // was allocated since. begin_eval lets the arena consolidate between evaluations and sets the
