@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "engine/arena.h"
+#include "engine/interleaved.h"
 
 namespace engine {
 namespace {
@@ -38,21 +39,13 @@ float glu(const Glu& a, float g, float u) {
   return kernels::silu(g) * u;
 }
 
-// A matrix the CPU backend may keep an interleaved copy of: the type has one, whole groups of
-// eight rows, not embeddings only looked up, not routed experts unless asked.
-bool interleavable(const Model& m, const Tensor& t, bool experts) {
-  return kernels::rows8_supported(t.type) && t.ne[1] % 8 == 0 && t.ne[0] % 256 == 0 &&
-         (experts || !m.is_routed_experts(t)) &&
-         !(t.data == m.tok_embd.data && m.output.data != t.data);
-}
-
 class CpuOps final : public Ops {
  public:
   explicit CpuOps(int n_threads) : pool_(n_threads), be_(kernels::best_isa()) {}
 
   std::string name() const override { return kernels::isa_name(be_); }
   expertd::Status status() const override { return {}; }  // nothing on the CPU fails
-  uint64_t weight_copy_bytes() const override { return rows8_bytes_; }
+  uint64_t weight_copy_bytes() const override { return rows8_.bytes(); }
 
   Act alloc(int64_t rows, int64_t cols) override {
     return {arena_.alloc(size_t(rows * cols)), rows, cols};
@@ -127,28 +120,10 @@ class CpuOps final : public Ops {
   void matmul(const Tensor& w, Act x, Act y) override {
     assert(!w.on_device && x.cols == w.ne[0] && y.cols == w.ne[1] && x.rows == y.rows);
     kernels::matmul(w.type, w.data, w.ne[1], w.ne[0], x.data, x.rows, y.data, scratch_, &pool_, be_,
-                    interleaved(w));
+                    rows8_.find(w));
   }
 
-  // Copies every matrix whose type has interleaved rows, ne[1] % 8 == 0: the core's (not the
-  // embeddings only looked up) and, with `experts`, the routed experts in the model file.
-  void interleave(const Model& m, bool experts) {
-    rows8_.clear();
-    rows8_.resize(m.weights.size());
-    rows8_bytes_ = 0;
-    for (size_t i = 0; i < m.weights.size(); ++i) {
-      const Tensor& t = m.weights[i];
-      if (!interleavable(m, t, experts)) continue;
-      const int64_t rows = t.ne[1] * std::max<int64_t>(t.ne[2], 1);
-      Rows8& c = rows8_[i];
-      const size_t bytes = kernels::rows8_bytes(t.type, rows, t.ne[0]);
-      c.bytes.reset(new uint8_t[bytes]);
-      rows8_bytes_ += bytes;
-      kernels::rows8_pack(t.type, t.data, rows, t.ne[0], c.bytes.get(), &pool_);
-      c.host = t.data, c.host_end = t.data + t.bytes();
-      c.group = kernels::rows8_bytes(t.type, 8, t.ne[0]), c.row = t.row_bytes();
-    }
-  }
+  void interleave(const Model& m, bool experts) { rows8_.build(m, experts, &pool_); }
 
   void add_bias(Act y, const Tensor& b) override {
     for (int64_t t = 0; t < y.rows; ++t)
@@ -602,9 +577,9 @@ class CpuOps final : public Ops {
       const auto& qg = quantized_h(ws[b].gate.type);
       const auto& qu = quantized_h(ws[b].up.type);
       jobs.push_back({ws[b].gate.type, ws[b].gate.data, F, E, qg.buf.data(), qg.row, tk.data(), n,
-                      g[b].data(), interleaved(ws[b].gate)});
+                      g[b].data(), rows8_.find(ws[b].gate)});
       jobs.push_back({ws[b].up.type, ws[b].up.data, F, E, qu.buf.data(), qu.row, tk.data(), n,
-                      u[b].data(), interleaved(ws[b].up)});
+                      u[b].data(), rows8_.find(ws[b].up)});
     }
     kernels::matmul_batch(jobs.data(), jobs.size(), &pool_, be_);
     jobs.clear();
@@ -622,7 +597,7 @@ class CpuOps final : public Ops {
         kernels::quantize_activations(ew.down.type, &g[b][i * F], aq[b].data() + i * arow, F, be_);
       ys[b].resize(size_t(n) * E);
       jobs.push_back({ew.down.type, ew.down.data, E, F, aq[b].data(), arow, nullptr, n,
-                      ys[b].data(), interleaved(ew.down)});
+                      ys[b].data(), rows8_.find(ew.down)});
     }
     kernels::matmul_batch(jobs.data(), jobs.size(), &pool_, be_);
     for (size_t b = 0; b < nb; ++b) {
@@ -790,25 +765,8 @@ class CpuOps final : public Ops {
     return c;
   }
 
-  // A weight's interleaved copy, found by Tensor::weight; a view into it (a head's rows, a group of
-  // matmul_grouped) uses it where its first row starts a group of eight.
-  struct Rows8 {
-    std::unique_ptr<uint8_t[]> bytes;
-    const uint8_t *host = nullptr, *host_end = nullptr;  // the rows it copies
-    size_t group = 0, row = 0;  // bytes of eight interleaved rows, of one row
-  };
-  const void* interleaved(const Tensor& w) const {
-    if (w.weight < 0 || size_t(w.weight) >= rows8_.size() || w.ne[1] % 8 != 0) return nullptr;
-    const Rows8& c = rows8_[size_t(w.weight)];
-    if (!c.bytes || w.data < c.host || w.data >= c.host_end ||
-        size_t(w.data - c.host) % (8 * c.row) != 0)
-      return nullptr;
-    return c.bytes.get() + size_t(w.data - c.host) / (8 * c.row) * c.group;
-  }
-  std::vector<Rows8> rows8_;
-  uint64_t rows8_bytes_ = 0;
-
   kernels::ThreadPool pool_;
+  InterleavedWeights rows8_;  // the matrices decode reads interleaved (engine/interleaved.h)
   kernels::Isa be_;
   kernels::Scratch scratch_;
   HostArena arena_;
@@ -829,14 +787,6 @@ class CpuOps final : public Ops {
 };
 
 }  // namespace
-
-size_t interleaved_bytes(const Model& m, bool experts) {
-  size_t n = 0;
-  for (const Tensor& t : m.weights)
-    if (interleavable(m, t, experts))
-      n += kernels::rows8_bytes(t.type, t.ne[1] * std::max<int64_t>(t.ne[2], 1), t.ne[0]);
-  return n;
-}
 
 std::unique_ptr<Ops> make_cpu_ops(int n_threads, const Model* interleave, bool experts) {
   auto ops = std::make_unique<CpuOps>(n_threads);

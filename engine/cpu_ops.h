@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "engine/interleaved.h"  // interleaved_bytes
 #include "engine/model.h"
 #include "engine/ops.h"
 
@@ -15,7 +16,5 @@ namespace engine {
 // file) get interleaved copies; null for none.
 std::unique_ptr<Ops> make_cpu_ops(int n_threads, const Model* interleave = nullptr,
                                   bool experts = false);
-// The bytes those copies take.
-size_t interleaved_bytes(const Model& m, bool experts);
 
 }  // namespace engine

@@ -62,7 +62,7 @@ bool rows8_supported(uint32_t wtype) {
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
   assert(rows8_supported(wtype) && rows % 8 == 0 && cols % kQK_K == 0);
   if (wtype == Q4_K) return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockQ4Kx8);
-  return size_t(rows / 8) * 8 * row_size(wtype, cols);  // the rows' bytes, rearranged
+  return size_t(rows) * row_size(wtype, cols);  // the rows' bytes, rearranged
 }
 
 void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void* out,

@@ -1,0 +1,43 @@
+#include "engine/interleaved.h"
+
+#include <algorithm>
+
+#include "kernels/kernels.h"
+
+namespace engine {
+
+bool interleavable(const Model& m, const Tensor& t, bool experts) {
+  return kernels::rows8_supported(t.type) && t.ne[1] % 8 == 0 && t.ne[0] % 256 == 0 &&
+         (experts || !m.is_routed_experts(t)) &&
+         !(t.data == m.tok_embd.data && m.output.data != t.data);
+}
+
+static int64_t all_rows(const Tensor& t) {
+  return t.ne[1] * std::max<int64_t>(t.ne[2], 1);
+}
+
+size_t interleaved_bytes(const Model& m, bool experts) {
+  size_t n = 0;
+  for (const Tensor& t : m.weights)
+    if (interleavable(m, t, experts)) n += kernels::rows8_bytes(t.type, all_rows(t), t.ne[0]);
+  return n;
+}
+
+void InterleavedWeights::build(const Model& m, bool experts, kernels::ThreadPool* pool) {
+  copies_.clear();
+  copies_.resize(m.weights.size());
+  bytes_ = 0;
+  for (size_t i = 0; i < m.weights.size(); ++i) {
+    const Tensor& t = m.weights[i];
+    if (!interleavable(m, t, experts)) continue;
+    Copy& c = copies_[i];
+    const size_t bytes = kernels::rows8_bytes(t.type, all_rows(t), t.ne[0]);
+    c.bytes.reset(new uint8_t[bytes]);
+    kernels::rows8_pack(t.type, t.data, all_rows(t), t.ne[0], c.bytes.get(), pool);
+    c.host = t.data, c.host_end = t.data + t.bytes();
+    c.group = kernels::rows8_bytes(t.type, 8, t.ne[0]), c.row = t.row_bytes();
+    bytes_ += bytes;
+  }
+}
+
+}  // namespace engine
