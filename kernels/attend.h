@@ -15,37 +15,30 @@ namespace kernels {
 // all of them instead of once per query (the caches are streamed from memory G times fewer), and
 // each query's result is what it would be alone, bit for bit: the same dot per key, the same
 // softmax, the same additions in the same order. sinks: G logits or null; s: G * n_keys floats.
-// Dot: q . k_j; WSum: out += w_j v_j for j in order, each step what axpy(w_j, v_j, out) does (so
-// that a body may keep out in registers across the keys and still give axpy's bits).
-template <typename Elem, float (*Dot)(const float*, const Elem*, int64_t),
-          void (*WSum)(const float*, const Elem*, int64_t, int64_t, float*, int64_t)>
+// Dots: every query's scaled dot with every key (each one dot_f32's bits); Softmax: softmax.h's
+// over one query's scores; WSum: each query's out += w_j v_j for j in order, each step what
+// axpy(w_j, v_j, out) does (so that a body may keep out in registers across the keys and still give
+// axpy's bits).
+template <typename Elem,
+          void (*Dots)(const float*, int64_t, int, const Elem*, int64_t, int64_t, int64_t, float,
+                       float*),
+          void (*WSum)(const float*, int64_t, int, const Elem*, int64_t, int64_t, float*, int64_t,
+                       int64_t),
+          void (*Softmax)(float*, int64_t, float)>
 void attend_group_with(const float* q, int64_t q_stride, int G, const Elem* k, const Elem* v,
                        int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
                        float scale, const float* sinks, float* s, float* out, int64_t out_stride) {
-  for (int64_t j = 0; j < n_keys; ++j) {
-    const Elem* kj = k + j * k_stride;
-    for (int g = 0; g < G; ++g) s[g * n_keys + j] = Dot(q + g * q_stride, kj, dk) * scale;
-  }
+  Dots(q, q_stride, G, k, n_keys, k_stride, dk, scale, s);
   for (int g = 0; g < G; ++g) {
-    float* sg = s + g * n_keys;
-    const float sink = sinks ? sinks[g] : -INFINITY;
-    float mx = sink;
-    for (int64_t j = 0; j < n_keys; ++j) mx = sg[j] > mx ? sg[j] : mx;
-    double sum = sink == -INFINITY ? 0.0 : std::exp(sink - mx);
-    for (int64_t j = 0; j < n_keys; ++j) {
-      sg[j] = std::exp(sg[j] - mx);
-      sum += sg[j];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < n_keys; ++j) sg[j] = sg[j] * inv;
+    Softmax(s + g * n_keys, n_keys, sinks ? sinks[g] : -INFINITY);
     for (int64_t i = 0; i < dv; ++i) out[g * out_stride + i] = 0.0f;
   }
-  // The values in blocks of keys small enough to stay in cache while every query takes its share.
-  constexpr int64_t kBlock = 256;
+  // The values in blocks of keys small enough to stay in the first-level cache (16 KiB) while
+  // every query takes its share; the sum's order is the keys' whatever the block.
+  const int64_t kBlock = std::max<int64_t>(8, (int64_t{16} << 10) / (dv * int64_t(sizeof(Elem))));
   for (int64_t j0 = 0; j0 < n_keys; j0 += kBlock)
-    for (int g = 0; g < G; ++g)
-      WSum(s + g * n_keys + j0, v + j0 * v_stride, std::min(kBlock, n_keys - j0), v_stride,
-           out + g * out_stride, dv);
+    WSum(s + j0, n_keys, G, v + j0 * v_stride, std::min(kBlock, n_keys - j0), v_stride, out,
+         out_stride, dv);
 }
 
 }  // namespace kernels

@@ -13,6 +13,7 @@
 #include "kernels/fp16.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
+#include "kernels/softmax.h"
 #include "kernels/x86.h"
 
 namespace kernels::avx2 {
@@ -213,13 +214,149 @@ static void wsum_body(const float* w, const Elem* v, int64_t n, int64_t stride, 
   }
 }
 
-void wsum_f32(const float* w, const float* v, int64_t n, int64_t stride, float* out, int64_t dv) {
-  wsum_body(w, v, n, stride, out, dv);
+// Two queries at once over 32 floats of out each: each load of a value row serves both (the
+// floats past the last multiple of 32 go to wsum_body, one query at a time; every float's steps
+// are the same either way: FMAs below dv's last multiple of 8, multiply-then-add past it).
+template <typename Elem>
+static void wsum_group(const float* w, int64_t w_stride, int G, const Elem* v, int64_t n,
+                       int64_t stride, float* out, int64_t out_stride, int64_t dv) {
+  const int64_t d32 = dv & ~int64_t{31};
+  int g = 0;
+  for (; g + 2 <= G; g += 2) {
+    const float* w0 = w + g * w_stride;
+    const float* w1 = w0 + w_stride;
+    float* o0 = out + g * out_stride;
+    float* o1 = o0 + out_stride;
+    for (int64_t i = 0; i < d32; i += 32) {
+      __m256 x[4], y[4];
+      for (int k = 0; k < 4; ++k)
+        x[k] = _mm256_loadu_ps(o0 + i + 8 * k), y[k] = _mm256_loadu_ps(o1 + i + 8 * k);
+      for (int64_t j = 0; j < n; ++j) {
+        const __m256 a = _mm256_set1_ps(w0[j]), b = _mm256_set1_ps(w1[j]);
+        const Elem* vj = v + j * stride + i;
+        for (int k = 0; k < 4; ++k) {
+          const __m256 vk = load8(vj + 8 * k);
+          x[k] = _mm256_fmadd_ps(a, vk, x[k]);
+          y[k] = _mm256_fmadd_ps(b, vk, y[k]);
+        }
+      }
+      for (int k = 0; k < 4; ++k)
+        _mm256_storeu_ps(o0 + i + 8 * k, x[k]), _mm256_storeu_ps(o1 + i + 8 * k, y[k]);
+    }
+    if (d32 < dv) {
+      wsum_body(w0, v + d32, n, stride, o0 + d32, dv - d32);
+      wsum_body(w1, v + d32, n, stride, o1 + d32, dv - d32);
+    }
+  }
+  if (g < G) wsum_body(w + g * w_stride, v, n, stride, out + g * out_stride, dv);
 }
 
-void wsum_f16(const float* w, const uint16_t* v, int64_t n, int64_t stride, float* out,
-              int64_t dv) {
-  wsum_body(w, v, n, stride, out, dv);
+void wsum_f32(const float* w, int64_t w_stride, int G, const float* v, int64_t n, int64_t stride,
+              float* out, int64_t out_stride, int64_t dv) {
+  wsum_group(w, w_stride, G, v, n, stride, out, out_stride, dv);
+}
+
+void wsum_f16(const float* w, int64_t w_stride, int G, const uint16_t* v, int64_t n, int64_t stride,
+              float* out, int64_t out_stride, int64_t dv) {
+  wsum_group(w, w_stride, G, v, n, stride, out, out_stride, dv);
+}
+
+// Attention's scores, each pair's steps dot_steps's and its sum dot_f32's (the four accumulators
+// added in pairs, hsum, then the tail one product at a time): two queries share each load of a
+// key, and no call is made per pair (three or four at once measured slower: registers spill).
+template <typename Elem>
+static void dots_body(const float* q, int64_t q_stride, int G, const Elem* k, int64_t n_keys,
+                      int64_t k_stride, int64_t dk, float scale, float* s) {
+  const int64_t n32 = dk & ~int64_t{31};
+  auto sum = [](const __m256* acc) {
+    return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  };
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const Elem* kj = k + j * k_stride;
+    int g = 0;
+    for (; g + 2 <= G; g += 2) {
+      const float* a = q + g * q_stride;
+      const float* b = a + q_stride;
+      __m256 x[4], y[4];
+      for (int c = 0; c < 4; ++c) x[c] = y[c] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < n32; i += 32)
+        for (int c = 0; c < 4; ++c) {
+          const __m256 kv = load8(kj + i + 8 * c);
+          x[c] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * c), kv, x[c]);
+          y[c] = _mm256_fmadd_ps(_mm256_loadu_ps(b + i + 8 * c), kv, y[c]);
+        }
+      float sx = sum(x), sy = sum(y);
+      for (int64_t i = n32; i < dk; ++i) sx += a[i] * widen1(kj[i]);
+      for (int64_t i = n32; i < dk; ++i) sy += b[i] * widen1(kj[i]);
+      s[g * n_keys + j] = sx * scale;
+      s[(g + 1) * n_keys + j] = sy * scale;
+    }
+    if (g < G) {
+      const float* a = q + g * q_stride;
+      __m256 x[4];
+      for (int c = 0; c < 4; ++c) x[c] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < n32; i += 32)
+        for (int c = 0; c < 4; ++c)
+          x[c] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * c), load8(kj + i + 8 * c), x[c]);
+      float sx = sum(x);
+      for (int64_t i = n32; i < dk; ++i) sx += a[i] * widen1(kj[i]);
+      s[g * n_keys + j] = sx * scale;
+    }
+  }
+}
+
+void dots_f32(const float* q, int64_t q_stride, int G, const float* k, int64_t n_keys,
+              int64_t k_stride, int64_t dk, float scale, float* s) {
+  dots_body(q, q_stride, G, k, n_keys, k_stride, dk, scale, s);
+}
+
+void dots_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, int64_t n_keys,
+              int64_t k_stride, int64_t dk, float scale, float* s) {
+  dots_body(q, q_stride, G, k, n_keys, k_stride, dk, scale, s);
+}
+
+// softmax.h's exp_score on eight scores.
+static inline __m256 exp_scores8(__m256 x) {
+  using namespace attn_softmax;
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Hi), x);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kTaylor[7]);
+  for (int i = 6; i >= 0; --i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kTaylor[i]));
+  const __m256i two_n =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
+  return _mm256_and_ps(e, _mm256_cmp_ps(x, _mm256_set1_ps(kFloor), _CMP_GE_OQ));
+}
+
+void softmax_scores(float* s, int64_t n, float sink) {
+  const int64_t n8 = n & ~int64_t{7};
+  __m256 m8 = _mm256_set1_ps(sink);
+  for (int64_t j = 0; j < n8; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(s + j));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m8);
+  float mx = sink;
+  for (const float x : lanes) mx = x > mx ? x : mx;
+  for (int64_t j = n8; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256d acc = _mm256_setzero_pd();  // lane l: the scores j = l (mod 4), in order
+  for (int64_t j = 0; j < n8; j += 8) {
+    const __m256 e = exp_scores8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmx));
+    _mm256_storeu_ps(s + j, e);
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double a[4];
+  _mm256_store_pd(a, acc);
+  for (int64_t j = n8; j < n; ++j) s[j] = attn_softmax::exp_score(s[j] - mx), a[j % 4] += s[j];
+  double sum = (a[0] + a[1]) + (a[2] + a[3]);
+  if (sink != -INFINITY) sum += attn_softmax::exp_score(sink - mx);
+  const float inv = static_cast<float>(1.0 / sum);
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (int64_t j = 0; j < n8; j += 8)
+    _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), vinv));
+  for (int64_t j = n8; j < n; ++j) s[j] *= inv;
 }
 
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {

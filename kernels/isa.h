@@ -27,8 +27,20 @@ void axpy(float a, const float* x, float* y, int64_t n);
 // the same F32 arithmetic in the same order. wsum: out += w_j v_j over n rows, j in order, each
 // step axpy's (attention's values pass; attend.h).
 float dot_f32_f16(const float* a, const uint16_t* b, int64_t n);
-void wsum_f32(const float* w, const float* v, int64_t n, int64_t stride, float* out, int64_t dv);
-void wsum_f16(const float* w, const uint16_t* v, int64_t n, int64_t stride, float* out, int64_t dv);
+// (G queries: w + g * w_stride, out + g * out_stride.)
+void wsum_f32(const float* w, int64_t w_stride, int G, const float* v, int64_t n, int64_t stride,
+              float* out, int64_t out_stride, int64_t dv);
+void wsum_f16(const float* w, int64_t w_stride, int G, const uint16_t* v, int64_t n, int64_t stride,
+              float* out, int64_t out_stride, int64_t dv);
+// Attention's scores: s[g * n_keys + j] = dot(q + g * q_stride, k + j * k_stride, dk) * scale for
+// G queries and n_keys keys, each pair's dot that of dot_f32 (dot_f32_f16) bit for bit.
+void dots_f32(const float* q, int64_t q_stride, int G, const float* k, int64_t n_keys,
+              int64_t k_stride, int64_t dk, float scale, float* s);
+void dots_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, int64_t n_keys,
+              int64_t k_stride, int64_t dk, float scale, float* s);
+// Attention's softmax of n scores in place, a sink's logit beside them (-INFINITY: none); the
+// steps softmax.h defines, the same bits on every instruction set.
+void softmax_scores(float* s, int64_t n, float sink);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);
@@ -73,8 +85,20 @@ void axpy(float a, const float* x, float* y, int64_t n);
 // the same F32 arithmetic in the same order. wsum: out += w_j v_j over n rows, j in order, each
 // step axpy's (attention's values pass; attend.h).
 float dot_f32_f16(const float* a, const uint16_t* b, int64_t n);
-void wsum_f32(const float* w, const float* v, int64_t n, int64_t stride, float* out, int64_t dv);
-void wsum_f16(const float* w, const uint16_t* v, int64_t n, int64_t stride, float* out, int64_t dv);
+// (G queries: w + g * w_stride, out + g * out_stride.)
+void wsum_f32(const float* w, int64_t w_stride, int G, const float* v, int64_t n, int64_t stride,
+              float* out, int64_t out_stride, int64_t dv);
+void wsum_f16(const float* w, int64_t w_stride, int G, const uint16_t* v, int64_t n, int64_t stride,
+              float* out, int64_t out_stride, int64_t dv);
+// Attention's scores: s[g * n_keys + j] = dot(q + g * q_stride, k + j * k_stride, dk) * scale for
+// G queries and n_keys keys, each pair's dot that of dot_f32 (dot_f32_f16) bit for bit.
+void dots_f32(const float* q, int64_t q_stride, int G, const float* k, int64_t n_keys,
+              int64_t k_stride, int64_t dk, float scale, float* s);
+void dots_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, int64_t n_keys,
+              int64_t k_stride, int64_t dk, float scale, float* s);
+// Attention's softmax of n scores in place, a sink's logit beside them (-INFINITY: none); the
+// steps softmax.h defines, the same bits on every instruction set.
+void softmax_scores(float* s, int64_t n, float sink);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);

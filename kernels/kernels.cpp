@@ -302,20 +302,18 @@ void attend_any(const float* q, int64_t q_stride, int G, const Elem* k, const El
                 int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
                 float scale, const float* sinks, float* s, float* out, int64_t out_stride, Isa be) {
   if constexpr (std::is_same_v<Elem, float>) {
-    (be == Isa::Scalar
-         ? attend_group_with<float, ref::dot_f32, ref::wsum_f32>
-         : attend_group_with<float, avx2::dot_f32, avx2::wsum_f32>)(q, q_stride, G, k, v, n_keys,
-                                                                    k_stride, v_stride, dk, dv,
-                                                                    scale, sinks, s, out,
-                                                                    out_stride);
+    (be == Isa::Scalar ? attend_group_with<float, ref::dots_f32, ref::wsum_f32, ref::softmax_scores>
+                       : attend_group_with<float, avx2::dots_f32, avx2::wsum_f32,
+                                           avx2::softmax_scores>)(q, q_stride, G, k, v, n_keys,
+                                                                  k_stride, v_stride, dk, dv, scale,
+                                                                  sinks, s, out, out_stride);
   } else {
     (be == Isa::Scalar
-         ? attend_group_with<uint16_t, ref::dot_f32_f16, ref::wsum_f16>
-         : attend_group_with<uint16_t, avx2::dot_f32_f16, avx2::wsum_f16>)(q, q_stride, G, k, v,
-                                                                           n_keys, k_stride,
-                                                                           v_stride, dk, dv, scale,
-                                                                           sinks, s, out,
-                                                                           out_stride);
+         ? attend_group_with<uint16_t, ref::dots_f16, ref::wsum_f16, ref::softmax_scores>
+         : attend_group_with<uint16_t, avx2::dots_f16, avx2::wsum_f16,
+                             avx2::softmax_scores>)(q, q_stride, G, k, v, n_keys, k_stride,
+                                                    v_stride, dk, dv, scale, sinks, s, out,
+                                                    out_stride);
   }
 }
 
@@ -347,6 +345,10 @@ void attend_group_f16(const float* q, int64_t q_stride, int G, const uint16_t* k
                       Isa be) {
   attend_any(q, q_stride, G, k, v, n_keys, k_stride, v_stride, dk, dv, scale, sinks, s, out,
              out_stride, be);
+}
+
+void attention_softmax(float* s, int64_t n, float sink, Isa be) {
+  be == Isa::Scalar ? ref::softmax_scores(s, n, sink) : avx2::softmax_scores(s, n, sink);
 }
 
 void to_f16(const float* x, uint16_t* y, int64_t n) {

@@ -107,6 +107,10 @@ void attend_group_f16(const float* q, int64_t q_stride, int G, const uint16_t* k
                       int64_t n_keys, int64_t k_stride, int64_t v_stride, int64_t dk, int64_t dv,
                       float scale, const float* sinks, float* s, float* out, int64_t out_stride,
                       Isa be = best_isa());
+// attend's softmax of n scores in place, `sink` one more logit in its denominator (-INFINITY:
+// none): softmax.h's steps (its own exp, within ~1 ulp of exp; sums in double), the same bits on
+// every instruction set.
+void attention_softmax(float* s, int64_t n, float sink, Isa be = best_isa());
 // Rows of floats to F16 and back (round to nearest even; exact widening).
 void to_f16(const float* x, uint16_t* y, int64_t n);
 void from_f16(const uint16_t* x, float* y, int64_t n);

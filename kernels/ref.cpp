@@ -8,6 +8,7 @@
 #include "kernels/fp16.h"
 #include "kernels/isa.h"
 #include "kernels/quantize_acts.h"
+#include "kernels/softmax.h"
 
 namespace kernels::ref {
 
@@ -53,14 +54,44 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
 }
 
-// out += w_j v_j over the rows, j in order (attend's values).
-void wsum_f32(const float* w, const float* v, int64_t n, int64_t stride, float* out, int64_t dv) {
-  for (int64_t j = 0; j < n; ++j) axpy(w[j], v + j * stride, out, dv);
+// out += w_j v_j over the rows, j in order (attend's values), for each query.
+void wsum_f32(const float* w, int64_t w_stride, int G, const float* v, int64_t n, int64_t stride,
+              float* out, int64_t out_stride, int64_t dv) {
+  for (int g = 0; g < G; ++g)
+    for (int64_t j = 0; j < n; ++j)
+      axpy(w[g * w_stride + j], v + j * stride, out + g * out_stride, dv);
 }
 
-void wsum_f16(const float* w, const uint16_t* v, int64_t n, int64_t stride, float* out,
-              int64_t dv) {
-  for (int64_t j = 0; j < n; ++j) axpy_f16(w[j], v + j * stride, out, dv);
+void wsum_f16(const float* w, int64_t w_stride, int G, const uint16_t* v, int64_t n, int64_t stride,
+              float* out, int64_t out_stride, int64_t dv) {
+  for (int g = 0; g < G; ++g)
+    for (int64_t j = 0; j < n; ++j)
+      axpy_f16(w[g * w_stride + j], v + j * stride, out + g * out_stride, dv);
+}
+
+void dots_f32(const float* q, int64_t q_stride, int G, const float* k, int64_t n_keys,
+              int64_t k_stride, int64_t dk, float scale, float* s) {
+  for (int g = 0; g < G; ++g)
+    for (int64_t j = 0; j < n_keys; ++j)
+      s[g * n_keys + j] = dot_f32(q + g * q_stride, k + j * k_stride, dk) * scale;
+}
+
+void dots_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, int64_t n_keys,
+              int64_t k_stride, int64_t dk, float scale, float* s) {
+  for (int g = 0; g < G; ++g)
+    for (int64_t j = 0; j < n_keys; ++j)
+      s[g * n_keys + j] = dot_f32_f16(q + g * q_stride, k + j * k_stride, dk) * scale;
+}
+
+void softmax_scores(float* s, int64_t n, float sink) {
+  float mx = sink;
+  for (int64_t j = 0; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
+  double a[4] = {0, 0, 0, 0};
+  for (int64_t j = 0; j < n; ++j) s[j] = attn_softmax::exp_score(s[j] - mx), a[j % 4] += s[j];
+  double sum = (a[0] + a[1]) + (a[2] + a[3]);
+  if (sink != -INFINITY) sum += attn_softmax::exp_score(sink - mx);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < n; ++j) s[j] *= inv;
 }
 
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {

@@ -452,8 +452,46 @@ TEST(Kernels, AttendGroupIsAttendPerQuery) {
     }
 }
 
-// attend's values pass (out held in registers across the keys) gives what one axpy per key does,
-// bit for bit: attend against the plain loop of dot_f32 and axpy on every instruction set.
+// attention_softmax: the same bits on every instruction set (its SIMD body's eight scores at once
+// and its reference's one at a time), each probability within 4e-7 (relative, ~3 ulp) of a float64
+// softmax of the same differences, masked scores (-INFINITY) 0, a sink in the denominator only.
+TEST(Kernels, AttentionSoftmaxIsOneDefinitionOnEveryIsaNearFloat64) {
+  std::mt19937 rng(17);
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{13}, int64_t{300}})
+    for (const float spread : {0.5f, 8.0f, 60.0f})
+      for (const float sink : {-INFINITY, 1.5f}) {
+        SCOPED_TRACE(testing::Message() << "n " << n << " spread " << spread << " sink " << sink);
+        std::normal_distribution<float> nd(0.0f, spread);
+        std::vector<float> x(n);
+        for (auto& v : x) v = nd(rng);
+        if (n > 2) x[1] = -INFINITY;
+        // exp in float64 of each score less the maximum as float gives it (the subtraction's
+        // rounding is the input's, not the softmax's).
+        std::vector<double> want(n);
+        float mx = sink;
+        for (float v : x) mx = std::max(mx, v);
+        double sum = sink == -INFINITY ? 0.0 : std::exp(double(sink - mx));
+        for (int64_t j = 0; j < n; ++j) sum += want[j] = std::exp(double(x[j] - mx));
+        for (auto& w : want) w /= sum;
+        std::vector<float> first;
+        for (Isa be : runnable_backends()) {
+          std::vector<float> got = x;
+          attention_softmax(got.data(), n, sink, be);
+          if (first.empty())
+            first = got;
+          else
+            EXPECT_EQ(std::memcmp(got.data(), first.data(), n * sizeof(float)), 0)
+                << "isa " << int(be);
+          // exp's floor (-87): a probability below e^-87 may be 0.
+          for (int64_t j = 0; j < n; ++j)
+            EXPECT_NEAR(got[j], want[j], std::max(4e-7 * want[j], 2e-38)) << "score " << j;
+        }
+      }
+}
+
+// attend's scores and values pass (two queries a key or value load, out held in registers across
+// the keys) give what one dot_f32 and one axpy per key do, bit for bit: attend against the plain
+// loop of dot_f32, attention_softmax and axpy on every instruction set.
 TEST(Kernels, AttendIsTheLoopOfDotAndAxpy) {
   std::mt19937 rng(13);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -467,16 +505,11 @@ TEST(Kernels, AttendIsTheLoopOfDotAndAxpy) {
       std::vector<float> s(n_keys), got(dv), want(dv, 0.0f);
       attend(q.data(), kv.data(), kv.data() + 1, n_keys, stride, stride, dk, dv, 0.2f, -INFINITY,
              s.data(), got.data(), be);
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < n_keys; ++j) {
-        s[j] = dot_f32(q.data(), kv.data() + j * stride, dk, be) * 0.2f;
-        mx = std::max(mx, s[j]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < n_keys; ++j) s[j] = std::exp(s[j] - mx), sum += s[j];
-      const float inv = static_cast<float>(1.0 / sum);
       for (int64_t j = 0; j < n_keys; ++j)
-        axpy(s[j] * inv, kv.data() + 1 + j * stride, want.data(), dv, be);
+        s[j] = dot_f32(q.data(), kv.data() + j * stride, dk, be) * 0.2f;
+      attention_softmax(s.data(), n_keys, -INFINITY, be);
+      for (int64_t j = 0; j < n_keys; ++j)
+        axpy(s[j], kv.data() + 1 + j * stride, want.data(), dv, be);
       EXPECT_EQ(std::memcmp(got.data(), want.data(), dv * sizeof(float)), 0) << "dv " << dv;
     }
   }
