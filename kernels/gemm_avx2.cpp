@@ -414,7 +414,7 @@ void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_
   const size_t w_row = row_size(wtype, cols);
   const AUnit* act = units_of(reinterpret_cast<const AUnit*>(panel));
   x86::drive_rows<kRows, kLanes, WUnit>(
-      units, n_tokens, rows, r0, r1,
+      units, n_tokens, rows, r0, r1, static_cast<const uint8_t*>(w), w_row,
       [&](int64_t row, int64_t u, WUnit& wu) {
         g.unpack(static_cast<const uint8_t*>(w) + row * w_row, u, wu);
       },

@@ -224,65 +224,115 @@ void lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_t* to
 }
 
 // --- The microkernel: 8 rows x 16 tokens x one unit ---
+// Over the 16 token lanes of a zmm (Z16), or the first 8 of them in a ymm (Z8: a group of at most
+// 8 tokens, as the last of an expert's share of a prefill often is, at half the work where a
+// 512-bit instruction is two 256-bit halves). Each lane's steps are the same in both.
 
-template <int kSub, int kBias, bool kMins, bool kBlock32>
-void micro(const WUnit* w, const AUnit& a, int l, __m512* acc) {
+struct Z16 {
+  using I = __m512i;
+  using F = __m512;
+  static I zero() { return _mm512_setzero_si512(); }
+  static F zerof() { return _mm512_setzero_ps(); }
+  static I load(const void* p) { return _mm512_load_si512(p); }
+  static F loadf(const float* p) { return _mm512_load_ps(p); }
+  static I dpbusd(I c, int32_t w, I a) { return _mm512_dpbusd_epi32(c, _mm512_set1_epi32(w), a); }
+  static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
+  template <int kShift>
+  static I shl(I a) {
+    return _mm512_slli_epi32(a, kShift);
+  }
+  static I mullo(I a, int32_t b) { return _mm512_mullo_epi32(a, _mm512_set1_epi32(b)); }
+  static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F mul(float a, F b) { return _mm512_mul_ps(_mm512_set1_ps(a), b); }
+  static F addf(F a, F b) { return _mm512_add_ps(a, b); }
+  static F subf(F a, F b) { return _mm512_sub_ps(a, b); }
+};
+
+struct Z8 {
+  using I = __m256i;
+  using F = __m256;
+  static I zero() { return _mm256_setzero_si256(); }
+  static F zerof() { return _mm256_setzero_ps(); }
+  static I load(const void* p) { return _mm256_load_si256(static_cast<const __m256i*>(p)); }
+  static F loadf(const float* p) { return _mm256_load_ps(p); }
+  static I dpbusd(I c, int32_t w, I a) { return _mm256_dpbusd_epi32(c, _mm256_set1_epi32(w), a); }
+  static I add(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
+  template <int kShift>
+  static I shl(I a) {
+    return _mm256_slli_epi32(a, kShift);
+  }
+  static I mullo(I a, int32_t b) { return _mm256_mullo_epi32(a, _mm256_set1_epi32(b)); }
+  static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F mul(float a, F b) { return _mm256_mul_ps(_mm256_set1_ps(a), b); }
+  static F addf(F a, F b) { return _mm256_add_ps(a, b); }
+  static F subf(F a, F b) { return _mm256_sub_ps(a, b); }
+};
+
+template <class V, int kSub, int kBias, bool kMins, bool kBlock32>
+void micro(const WUnit* w, const AUnit& a, int l, typename V::F* acc) {
+  using I = typename V::I;
+  using F = typename V::F;
   constexpr int kNs = kUnit / kSub, kSteps = kSub / 4;
-  __m512i isum[kRows], msum[kRows];
+  I isum[kRows], msum[kRows];
   if constexpr (!kBlock32)
-    for (int r = 0; r < kRows; ++r) isum[r] = msum[r] = _mm512_setzero_si512();
+    for (int r = 0; r < kRows; ++r) isum[r] = msum[r] = V::zero();
   for (int s = 0; s < kNs; ++s) {
-    __m512i c[kRows];
-    for (int r = 0; r < kRows; ++r) c[r] = _mm512_setzero_si512();
+    I c[kRows];
+    for (int r = 0; r < kRows; ++r) c[r] = V::zero();
     for (int k = 0; k < kSteps; ++k) {
       const int k4 = s * kSteps + k;
-      const __m512i av = _mm512_load_si512(a.q[k4]);
+      const I av = V::load(a.q[k4]);
       for (int r = 0; r < kRows; ++r) {
         int32_t w4;
         std::memcpy(&w4, w[r].code + 4 * k4, 4);
-        c[r] = _mm512_dpbusd_epi32(c[r], _mm512_set1_epi32(w4), av);
+        c[r] = V::dpbusd(c[r], w4, av);
       }
     }
-    __m512i q = _mm512_load_si512(a.sum16[kSub == 16 ? s : 2 * s]);
-    if constexpr (kSub == 32) q = _mm512_add_epi32(q, _mm512_load_si512(a.sum16[2 * s + 1]));
-    const __m512i bq = _mm512_slli_epi32(q, kBias == 128 ? 7 : kBias == 32 ? 5 : 2);
+    I q = V::load(a.sum16[kSub == 16 ? s : 2 * s]);
+    if constexpr (kSub == 32) q = V::add(q, V::load(a.sum16[2 * s + 1]));
+    const I bq = V::template shl < kBias == 128 ? 7 : kBias == 32 ? 5 : 2 > (q);
     for (int r = 0; r < kRows; ++r) {
-      const __m512i cr = kBias ? _mm512_sub_epi32(c[r], bq) : c[r];
+      const I cr = kBias ? V::sub(c[r], bq) : c[r];
       if constexpr (kBlock32) {  // block s goes to the row's float lane s (the tiles' order)
-        const __m512 t = _mm512_mul_ps(_mm512_set1_ps(w[r].db[s]), _mm512_load_ps(a.yd[s]));
-        acc[8 * r + s] = _mm512_add_ps(acc[8 * r + s], _mm512_mul_ps(t, _mm512_cvtepi32_ps(cr)));
+        const F t = V::mul(w[r].db[s], V::loadf(a.yd[s]));
+        acc[8 * r + s] = V::addf(acc[8 * r + s], V::mul(t, V::cvt(cr)));
       } else {
-        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(cr, _mm512_set1_epi32(w[r].sc[s])));
-        if constexpr (kMins)
-          msum[r] = _mm512_add_epi32(msum[r], _mm512_mullo_epi32(q, _mm512_set1_epi32(w[r].mn[s])));
+        isum[r] = V::add(isum[r], V::mullo(cr, w[r].sc[s]));
+        if constexpr (kMins) msum[r] = V::add(msum[r], V::mullo(q, w[r].mn[s]));
       }
     }
   }
   if constexpr (!kBlock32) {
-    const __m512 yd = _mm512_load_ps(a.yd[0]);
+    const F yd = V::loadf(a.yd[0]);
     for (int r = 0; r < kRows; ++r) {  // into the row's float lane l (sb_lanes' arithmetic)
-      __m512& lane = acc[8 * r + l];
-      const __m512 t = _mm512_mul_ps(_mm512_set1_ps(w[r].d), yd);
-      lane = _mm512_add_ps(lane, _mm512_mul_ps(t, _mm512_cvtepi32_ps(isum[r])));
+      F& lane = acc[8 * r + l];
+      const F t = V::mul(w[r].d, yd);
+      lane = V::addf(lane, V::mul(t, V::cvt(isum[r])));
       if constexpr (kMins) {
-        const __m512 tm = _mm512_mul_ps(_mm512_set1_ps(w[r].dmin), yd);
-        lane = _mm512_sub_ps(lane, _mm512_mul_ps(tm, _mm512_cvtepi32_ps(msum[r])));
+        const F tm = V::mul(w[r].dmin, yd);
+        lane = V::subf(lane, V::mul(tm, V::cvt(msum[r])));
       }
     }
   }
 }
 
-using Micro = void (*)(const WUnit*, const AUnit&, int, __m512*);
+template <class V>
+using Micro = void (*)(const WUnit*, const AUnit&, int, typename V::F*);
 
-Micro micro_for(const Shape& s) {
-  if (s.block32) return micro<32, 128, false, true>;
+template <class V>
+Micro<V> micro_for(const Shape& s) {
+  if (s.block32) return micro<V, 32, 128, false, true>;
   if (s.sub == 32) {
-    if (s.mins) return micro<32, 0, true, false>;
-    return micro<32, 128, false, false>;  // IQ2_XXS, IQ4_XS
+    if (s.mins) return micro<V, 32, 0, true, false>;
+    return micro<V, 32, 128, false, false>;  // IQ2_XXS, IQ4_XS
   }
-  if (s.mins) return micro<16, 0, true, false>;          // Q2_K
-  if (s.bias == 32) return micro<16, 32, false, false>;  // Q6_K
-  return micro<16, 4, false, false>;                     // Q3_K
+  if (s.mins) return micro<V, 16, 0, true, false>;          // Q2_K
+  if (s.bias == 32) return micro<V, 16, 32, false, false>;  // Q6_K
+  return micro<V, 16, 4, false, false>;                     // Q3_K
 }
 
 }  // namespace
@@ -303,12 +353,13 @@ void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_
 void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                const uint8_t* panel, int64_t n_tokens, float* y) {
   const GemmType& g = *find(wtype);
-  const Micro mk = micro_for(g.shape);
+  const Micro<Z16> mk = micro_for<Z16>(g.shape);
+  const Micro<Z8> mk8 = micro_for<Z8>(g.shape);
   const int64_t units = cols / kUnit;
   const size_t w_row = row_size(wtype, cols);
   const AUnit* act = units_of(reinterpret_cast<const AUnit*>(panel));
   x86::drive_rows<kRows, kLanes, WUnit>(
-      units, n_tokens, rows, r0, r1,
+      units, n_tokens, rows, r0, r1, static_cast<const uint8_t*>(w), w_row,
       [&](int64_t row, int64_t u, WUnit& wu) {
         g.unpack(static_cast<const uint8_t*>(w) + row * w_row, u, wu);
       },
@@ -319,18 +370,23 @@ void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_
         std::memset(wu.db, 0, sizeof wu.db);
       },
       [&](const WUnit* wp, int64_t gi, float(*out)[kLanes]) {
-        __m512 acc[kRows * 8];  // 8 float lanes per row: block (or super-block) b in lane b % 8
-        for (__m512& v : acc) v = _mm512_setzero_ps();
-        for (int64_t u = 0; u < units; ++u)
-          mk(&wp[size_t(u) * kRows], act[gi * units + u], int(u % 8), acc);
-        for (int r = 0; r < kRows; ++r) {  // x86::hsum's order of the 8 lanes
-          const __m512* a8 = acc + 8 * r;
-          const __m512 v = _mm512_add_ps(
-              _mm512_add_ps(_mm512_add_ps(a8[0], a8[4]), _mm512_add_ps(a8[2], a8[6])),
-              _mm512_add_ps(_mm512_add_ps(a8[1], a8[5]), _mm512_add_ps(a8[3], a8[7])));
-          _mm512_store_ps(
-              out[r], g.shape.post == 1.0f ? v : _mm512_mul_ps(_mm512_set1_ps(g.shape.post), v));
-        }
+        auto run = [&]<class V>(V, Micro<V> m, auto store) {
+          // 8 float lanes per row: block (or super-block) b in lane b % 8
+          typename V::F acc[kRows * 8];
+          for (auto& v : acc) v = V::zerof();
+          for (int64_t u = 0; u < units; ++u)
+            m(&wp[size_t(u) * kRows], act[gi * units + u], int(u % 8), acc);
+          for (int r = 0; r < kRows; ++r) {  // x86::hsum's order of the 8 lanes
+            const auto* a8 = acc + 8 * r;
+            const auto v = V::addf(V::addf(V::addf(a8[0], a8[4]), V::addf(a8[2], a8[6])),
+                                   V::addf(V::addf(a8[1], a8[5]), V::addf(a8[3], a8[7])));
+            store(out[r], g.shape.post == 1.0f ? v : V::mul(g.shape.post, v));
+          }
+        };
+        if (n_tokens - gi * kLanes <= 8)
+          run(Z8{}, mk8, [](float* o, __m256 v) { _mm256_store_ps(o, v); });
+        else
+          run(Z16{}, mk, [](float* o, __m512 v) { _mm512_store_ps(o, v); });
       },
       y);
 }
