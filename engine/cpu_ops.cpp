@@ -269,8 +269,14 @@ class CpuOps final : public Ops {
     Act a = alloc(h.rows, F), b = alloc(h.rows, F);
     matmul(w.gate, h, a);
     matmul(w.up, h, b);
-    for (int64_t i = 0; i < h.rows * F; ++i) a.data[i] = glu(w.act, a.data[i], b.data[i]);
+    glu_rows(w.act, a.data, b.data, h.rows * F);
     matmul(w.down, a, out);
+  }
+
+  // g = act(g, u) over n values (SwiGLU vectorised: kernels::swiglu).
+  void glu_rows(const Glu& a, float* g, const float* u, int64_t n) {
+    if (a.kind == Activation::Swiglu) return kernels::swiglu(g, u, g, n, be_);
+    for (int64_t i = 0; i < n; ++i) g[i] = glu(a, g[i], u[i]);
   }
 
   void copy(Act dst, Act src) override {
@@ -594,7 +600,7 @@ class CpuOps final : public Ops {
         for (int64_t i = 0; i < n; ++i)
           for (int64_t j = 0; j < F; ++j)
             g[b][i * F + j] += ew.gate_b.f32()[j], u[b][i * F + j] += ew.up_b.f32()[j];
-      for (size_t i = 0; i < g[b].size(); ++i) g[b][i] = glu(w.act, g[b][i], u[b][i]);
+      glu_rows(w.act, g[b].data(), u[b].data(), int64_t(g[b].size()));
       const size_t arow = kernels::row_size(kernels::vec_dot_type(ew.down.type), F);
       aq[b].resize(arow * n);
       for (int64_t i = 0; i < n; ++i)

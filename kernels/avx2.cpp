@@ -315,8 +315,8 @@ void dots_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, int64_
   dots_body(q, q_stride, G, k, n_keys, k_stride, dk, scale, s);
 }
 
-// softmax.h's exp_score on eight scores.
-static inline __m256 exp_scores8(__m256 x) {
+// softmax.h's steps of exp on eight values (x already in [kFloor, kCeil], or masked after).
+static inline __m256 exp_steps8(__m256 x) {
   using namespace attn_softmax;
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -326,8 +326,27 @@ static inline __m256 exp_scores8(__m256 x) {
   for (int i = 6; i >= 0; --i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kTaylor[i]));
   const __m256i two_n =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
-  return _mm256_and_ps(e, _mm256_cmp_ps(x, _mm256_set1_ps(kFloor), _CMP_GE_OQ));
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
+}
+
+// softmax.h's exp_score on eight scores.
+static inline __m256 exp_scores8(__m256 x) {
+  const __m256 e = exp_steps8(x);
+  return _mm256_and_ps(e, _mm256_cmp_ps(x, _mm256_set1_ps(attn_softmax::kFloor), _CMP_GE_OQ));
+}
+
+void swiglu(const float* g, const float* u, float* out, int64_t n) {
+  using namespace attn_softmax;
+  const __m256 lo = _mm256_set1_ps(kFloor), hi = _mm256_set1_ps(kCeil), one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(g + i);
+    const __m256 m = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_xor_ps(x, _mm256_set1_ps(-0.0f))));
+    const __m256 e = exp_steps8(m);
+    _mm256_storeu_ps(
+        out + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+  }
+  for (; i < n; ++i) out[i] = g[i] / (1.0f + exp_clamped(-g[i])) * u[i];
 }
 
 void softmax_scores(float* s, int64_t n, float sink) {

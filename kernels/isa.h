@@ -41,6 +41,8 @@ void dots_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, int64_
 // Attention's softmax of n scores in place, a sink's logit beside them (-INFINITY: none); the
 // steps softmax.h defines, the same bits on every instruction set.
 void softmax_scores(float* s, int64_t n, float sink);
+// SwiGLU: out[i] = g[i] / (1 + exp_clamped(-g[i])) * u[i] (softmax.h's exp; out may be g or u).
+void swiglu(const float* g, const float* u, float* out, int64_t n);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);
@@ -99,6 +101,8 @@ void dots_f16(const float* q, int64_t q_stride, int G, const uint16_t* k, int64_
 // Attention's softmax of n scores in place, a sink's logit beside them (-INFINITY: none); the
 // steps softmax.h defines, the same bits on every instruction set.
 void softmax_scores(float* s, int64_t n, float sink);
+// SwiGLU: out[i] = g[i] / (1 + exp_clamped(-g[i])) * u[i] (softmax.h's exp; out may be g or u).
+void swiglu(const float* g, const float* u, float* out, int64_t n);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
 float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);

@@ -351,6 +351,10 @@ void attention_softmax(float* s, int64_t n, float sink, Isa be) {
   be == Isa::Scalar ? ref::softmax_scores(s, n, sink) : avx2::softmax_scores(s, n, sink);
 }
 
+void swiglu(const float* g, const float* u, float* out, int64_t n, Isa be) {
+  be == Isa::Scalar ? ref::swiglu(g, u, out, n) : avx2::swiglu(g, u, out, n);
+}
+
 void to_f16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }

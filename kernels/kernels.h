@@ -129,5 +129,8 @@ void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bo
           const Yarn* yarn = nullptr, bool inverse = false);
 void softmax(float* x, int64_t n);
 float silu(float x);
+// SwiGLU over n values: out[i] = silu(g[i]) * u[i] with softmax.h's exp (within ~1 ulp of exp;
+// silu above keeps the C library's), the same bits on every instruction set; out may be g or u.
+void swiglu(const float* g, const float* u, float* out, int64_t n, Isa be = best_isa());
 
 }  // namespace kernels

@@ -94,6 +94,10 @@ void softmax_scores(float* s, int64_t n, float sink) {
   for (int64_t j = 0; j < n; ++j) s[j] *= inv;
 }
 
+void swiglu(const float* g, const float* u, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = g[i] / (1.0f + attn_softmax::exp_clamped(-g[i])) * u[i];
+}
+
 float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
   float s = 0;
   for (int64_t i = 0; i < n; ++i) s += fp16_to_fp32(a[i]) * fp16_to_fp32(b[i]);

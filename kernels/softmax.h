@@ -1,6 +1,6 @@
-// Attention's softmax over one query's scores, defined once for every instruction set: the
-// reference (ref.cpp) computes it one score at a time with these steps, the SIMD bodies eight at
-// a time with the same operations, so all give the same bits.
+// Attention's softmax over one query's scores (and SwiGLU's exp), defined once for every
+// instruction set: the reference (ref.cpp) computes it one value at a time with these steps, the
+// SIMD bodies eight at a time with the same operations, so all give the same bits.
 //   e_j = exp_score(s_j - max), max over the scores and the sink;
 //   sum = (a0 + a1) + (a2 + a3), a_l the double sum of e_j over j = l (mod 4) in order, plus
 //         exp_score(sink - max) when there is a sink;
@@ -26,6 +26,21 @@ inline constexpr float kTaylor[8] = {1.0f,      1.0f,       1.0f / 2,   1.0f / 6
 
 inline float exp_score(float x) {
   if (!(x >= kFloor)) return 0.0f;  // -inf (a masked score) and NaN too
+  const float n = std::nearbyint(x * kLog2e);
+  float r = std::fma(n, -kLn2Hi, x);
+  r = std::fma(n, -kLn2Lo, r);
+  float p = kTaylor[7];
+  for (int i = 6; i >= 0; --i) p = std::fma(p, r, kTaylor[i]);
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
+
+// exp over the whole float range for SwiGLU's silu (x / (1 + e^-x)): the same steps on x clamped
+// to [-87, 88] (e^88 < FLT_MAX; beyond either end silu is x or 0 within 1e-36).
+inline constexpr float kCeil = 88.0f;
+inline float exp_clamped(float x) {
+  if (x != x) return x;
+  x = kFloor > x ? kFloor : x;  // the SIMD bodies' max(kFloor, x) and min(kCeil, x)
+  x = kCeil < x ? kCeil : x;
   const float n = std::nearbyint(x * kLog2e);
   float r = std::fma(n, -kLn2Hi, x);
   r = std::fma(n, -kLn2Lo, r);
