@@ -21,11 +21,12 @@ inline constexpr float kLog2e = 1.44269504088896341f;
 inline constexpr float kLn2Hi = 0.693359375f;  // 355 / 512: n * kLn2Hi is exact
 inline constexpr float kLn2Lo = -2.12194440e-4f;
 inline constexpr float kFloor = -87.0f;
+inline constexpr float kCeil = 88.0f;
 inline constexpr float kTaylor[8] = {1.0f,      1.0f,       1.0f / 2,   1.0f / 6,
                                      1.0f / 24, 1.0f / 120, 1.0f / 720, 1.0f / 5040};
 
-inline float exp_score(float x) {
-  if (!(x >= kFloor)) return 0.0f;  // -inf (a masked score) and NaN too
+// The steps on x in [kFloor, kCeil].
+inline float exp_steps(float x) {
   const float n = std::nearbyint(x * kLog2e);
   float r = std::fma(n, -kLn2Hi, x);
   r = std::fma(n, -kLn2Lo, r);
@@ -34,19 +35,16 @@ inline float exp_score(float x) {
   return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
 }
 
+inline float exp_score(float x) {
+  return x >= kFloor ? exp_steps(x) : 0.0f;  // 0 for -inf (a masked score) and NaN too
+}
+
 // exp over the whole float range for SwiGLU's silu (x / (1 + e^-x)): the same steps on x clamped
 // to [-87, 88] (e^88 < FLT_MAX; beyond either end silu is x or 0 within 1e-36).
-inline constexpr float kCeil = 88.0f;
 inline float exp_clamped(float x) {
   if (x != x) return x;
   x = kFloor > x ? kFloor : x;  // the SIMD bodies' max(kFloor, x) and min(kCeil, x)
-  x = kCeil < x ? kCeil : x;
-  const float n = std::nearbyint(x * kLog2e);
-  float r = std::fma(n, -kLn2Hi, x);
-  r = std::fma(n, -kLn2Lo, r);
-  float p = kTaylor[7];
-  for (int i = 6; i >= 0; --i) p = std::fma(p, r, kTaylor[i]);
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return exp_steps(kCeil < x ? kCeil : x);
 }
 
 }  // namespace kernels::attn_softmax
