@@ -8,37 +8,12 @@
 #include <memory>
 
 #include "common/aligned.h"
+#include "engine/activation.h"
 #include "engine/arena.h"
 #include "engine/interleaved.h"
 
 namespace engine {
 namespace {
-
-float sigmoid(float x) {
-  return 1.0f / (1.0f + std::exp(-x));
-}
-
-// act(gate, up) with ggml's expressions (its scale, tanh, sigmoid ops one after another).
-float glu(const Glu& a, float g, float u) {
-  switch (a.kind) {
-    case Activation::SwigluOai: {
-      const float x = std::min(g, 7.0f), y = std::clamp(u, -7.0f, 7.0f);
-      return x / (1.0f + std::exp(-1.702f * x)) * (y + 1.0f);
-    }
-    case Activation::Situ: {
-      const float act = std::tanh(g * (1.0f / a.beta)) * a.beta * sigmoid(g);
-      if (a.linear_beta > 0.0f) u = std::tanh(u * (1.0f / a.linear_beta)) * a.linear_beta;
-      return act * u;
-    }
-    case Activation::SwigluLimit: {  // ggml's swiglu_clamp
-      const float x = std::min(g, a.limit), y = std::clamp(u, -a.limit, a.limit);
-      return x / (1.0f + std::exp(-x)) * y;
-    }
-    case Activation::Swiglu:
-      break;
-  }
-  return kernels::silu(g) * u;
-}
 
 class CpuOps final : public Ops {
  public:
@@ -269,14 +244,8 @@ class CpuOps final : public Ops {
     Act a = alloc(h.rows, F), b = alloc(h.rows, F);
     matmul(w.gate, h, a);
     matmul(w.up, h, b);
-    glu_rows(w.act, a.data, b.data, h.rows * F);
+    glu_rows(w.act, a.data, b.data, h.rows * F, be_);
     matmul(w.down, a, out);
-  }
-
-  // g = act(g, u) over n values (SwiGLU vectorised: kernels::swiglu).
-  void glu_rows(const Glu& a, float* g, const float* u, int64_t n) {
-    if (a.kind == Activation::Swiglu) return kernels::swiglu(g, u, g, n, be_);
-    for (int64_t i = 0; i < n; ++i) g[i] = glu(a, g[i], u[i]);
   }
 
   void copy(Act dst, Act src) override {
@@ -600,7 +569,7 @@ class CpuOps final : public Ops {
         for (int64_t i = 0; i < n; ++i)
           for (int64_t j = 0; j < F; ++j)
             g[b][i * F + j] += ew.gate_b.f32()[j], u[b][i * F + j] += ew.up_b.f32()[j];
-      glu_rows(w.act, g[b].data(), u[b].data(), int64_t(g[b].size()));
+      glu_rows(w.act, g[b].data(), u[b].data(), int64_t(g[b].size()), be_);
       const size_t arow = kernels::row_size(kernels::vec_dot_type(ew.down.type), F);
       aq[b].resize(arow * n);
       for (int64_t i = 0; i < n; ++i)
