@@ -1,6 +1,9 @@
 #include "engine/interleaved.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <new>
 
 #include "kernels/kernels.h"
 
@@ -23,6 +26,10 @@ size_t interleaved_bytes(const Model& m, bool experts) {
   return n;
 }
 
+void UnmapBytes::operator()(uint8_t* p) const {
+  if (p) ::munmap(p, size);
+}
+
 void InterleavedWeights::build(const Model& m, bool experts, kernels::ThreadPool* pool) {
   copies_.clear();
   copies_.resize(m.weights.size());
@@ -32,7 +39,10 @@ void InterleavedWeights::build(const Model& m, bool experts, kernels::ThreadPool
     if (!interleavable(m, t, experts)) continue;
     Copy& c = copies_[i];
     const size_t bytes = kernels::rows8_bytes(t.type, all_rows(t), t.ne[0]);
-    c.bytes.reset(new uint8_t[bytes]);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    (void)::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without it the copies still work
+    c.bytes = std::unique_ptr<uint8_t[], UnmapBytes>(static_cast<uint8_t*>(p), UnmapBytes{bytes});
     kernels::rows8_pack(t.type, t.data, all_rows(t), t.ne[0], c.bytes.get(), pool);
     c.host = t.data, c.host_end = t.data + t.bytes();
     c.group = kernels::rows8_bytes(t.type, 8, t.ne[0]), c.row = t.row_bytes();

@@ -18,6 +18,16 @@ bool interleavable(const Model& m, const Tensor& t, bool experts);
 // The bytes the copies of those matrices take.
 size_t interleaved_bytes(const Model& m, bool experts);
 
+// The copies live in anonymous mappings advised to 2 MiB pages (MADV_HUGEPAGE, where transparent
+// huge pages are on "madvise", as Debian and Ubuntu ship them): decode streams them end to end
+// every token, one TLB entry per 2 MiB instead of per 4 KiB (Q4_K model decode, 8 alternating
+// runs each: AVX-512 102.9 -> 109.8 tok/s, AVX2 88.2 -> 98.7; start-up ~0.4 s longer for 1.5 GB
+// of copies, the kernel zeroing and compacting huge pages).
+struct UnmapBytes {
+  size_t size = 0;
+  void operator()(uint8_t* p) const;
+};
+
 class InterleavedWeights {
  public:
   void build(const Model& m, bool experts, kernels::ThreadPool* pool);
@@ -35,7 +45,7 @@ class InterleavedWeights {
 
  private:
   struct Copy {
-    std::unique_ptr<uint8_t[]> bytes;
+    std::unique_ptr<uint8_t[], UnmapBytes> bytes;
     const uint8_t *host = nullptr, *host_end = nullptr;  // the rows it copies
     size_t group = 0, row = 0;  // bytes of eight interleaved rows, of one row
   };
