@@ -21,8 +21,8 @@ size_t interleaved_bytes(const Model& m, bool experts);
 // The copies live in anonymous mappings advised to 2 MiB pages (MADV_HUGEPAGE, where transparent
 // huge pages are on "madvise", as Debian and Ubuntu ship them): decode streams them end to end
 // every token, one TLB entry per 2 MiB instead of per 4 KiB (Q4_K model decode, 8 alternating
-// runs each: AVX-512 102.9 -> 109.8 tok/s, AVX2 88.2 -> 98.7; start-up ~0.4 s longer for 1.5 GB
-// of copies, the kernel zeroing and compacting huge pages).
+// runs each: AVX-512 102.9 -> 109.8 tok/s, AVX2 88.2 -> 98.7; a whole 128-token bench run 1.13x
+// the wall time, the kernel zeroing and compacting the huge pages of 1.5 GB of copies).
 struct UnmapBytes {
   size_t size = 0;
   void operator()(uint8_t* p) const;
