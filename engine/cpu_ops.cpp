@@ -93,10 +93,16 @@ class CpuOps final : public Ops {
     std::memcpy(dst, x.data, sizeof(float) * x.rows * x.cols);
   }
 
-  void matmul(const Tensor& w, Act x, Act y) override {
-    assert(!w.on_device && x.cols == w.ne[0] && y.cols == w.ne[1] && x.rows == y.rows);
-    kernels::matmul(w.type, w.data, w.ne[1], w.ne[0], x.data, x.rows, y.data, scratch_, &pool_, be_,
-                    rows8_.find(w));
+  // A column view is gathered into whole rows first (and the product scattered into one).
+  void matmul(const Tensor& w, Cols x, Cols y) override {
+    assert(!w.on_device && x.n == w.ne[0] && y.n == w.ne[1] && x.rows() == y.rows());
+    const size_t mark = arena_.mark();
+    Act xs = x.whole() ? x.a : alloc(x.rows(), x.n), ys = y.whole() ? y.a : alloc(y.rows(), y.n);
+    if (!x.whole()) copy(xs, x);
+    kernels::matmul(w.type, w.data, w.ne[1], w.ne[0], xs.data, xs.rows, ys.data, scratch_, &pool_,
+                    be_, rows8_.find(w));
+    if (!y.whole()) copy(y, ys);
+    arena_.release_to(mark);
   }
 
   void interleave(const Model& m, bool experts) { rows8_.build(m, experts, &pool_); }
@@ -110,15 +116,11 @@ class CpuOps final : public Ops {
     for (int64_t i = 0; i < y.rows * y.cols; ++i) y.data[i] += x.data[i];
   }
 
-  void rms_norm(Act x, const Tensor& w, Act y, float eps, int64_t n) override {
-    if (n == 0) n = x.cols;
-    for (int64_t t = 0; t < x.rows; ++t)
-      for (int64_t g = 0; g < x.cols; g += n)
+  void rms_norm(Cols x, const Tensor& w, Cols y, float eps, int64_t n) override {
+    if (n == 0) n = x.n;
+    for (int64_t t = 0; t < x.rows(); ++t)
+      for (int64_t g = 0; g < x.n; g += n)
         kernels::rms_norm(x.row(t) + g, w.f32(), y.row(t) + g, n, eps);
-  }
-
-  void rms_norm_part(Act x, const Tensor& w, int64_t n, float eps) override {
-    for (int64_t t = 0; t < x.rows; ++t) kernels::rms_norm(x.row(t), w.f32(), x.row(t), n, eps);
   }
 
   void layer_norm(Act x, const Tensor& w, const Tensor& b, Act y, float eps) override {
@@ -248,8 +250,10 @@ class CpuOps final : public Ops {
     matmul(w.down, a, out);
   }
 
-  void copy(Act dst, Act src) override {
-    std::memcpy(dst.data, src.data, sizeof(float) * src.rows * src.cols);
+  void copy(Cols dst, Cols src) override {
+    if (dst.whole() && src.whole())
+      return (void)std::memcpy(dst.a.data, src.a.data, sizeof(float) * src.rows() * src.n);
+    for (int64_t t = 0; t < src.rows(); ++t) std::copy_n(src.row(t), src.n, dst.row(t));
   }
 
   void repeat(Act x, int n, Act out) override {
@@ -410,82 +414,122 @@ class CpuOps final : public Ops {
     }
   }
 
-  void matmul_grouped(const Tensor& w, int groups, Act x, Act y) override {
-    const int64_t C = x.cols / groups, R = y.cols / groups, T = x.rows;
-    assert(w.ne[0] == C && w.ne[1] == R * groups);
-    Act xg = alloc(T, C), yg = alloc(T, R);
-    for (int g = 0; g < groups; ++g) {
-      Tensor wg = w;
-      wg.ne = {C, R, 1};
-      wg.data = w.data + w.row_bytes() * size_t(g * R);
-      for (int64_t t = 0; t < T; ++t) std::copy_n(x.row(t) + g * C, C, xg.row(t));
-      matmul(wg, xg, yg);
-      for (int64_t t = 0; t < T; ++t) std::copy_n(yg.row(t), R, y.row(t) + g * R);
-    }
-  }
-
-  // Compressors token by token (their pending rows are a ring of o.pending() positions), then
-  // each token's keys: the window's rows (this eval's from kv, older ones from the ring) and the
-  // visible compressed entries (ratio 4: the indexer's top_k of them, in entry order), attended
-  // per head with the sink; last, the window ring takes this eval's newest rows.
-  void attention_dsv4_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in,
-                         int64_t pos0, Act out) override {
-    Cache& c = cache(slot, il);
-    if (f16_)
-      dsv4_at(c.kvs16.data(), c.state.data(), o, in, pos0, out);
-    else
-      dsv4_at(c.kvs.data(), c.state.data(), o, in, pos0, out);
-  }
-  // The ring and the entries in the cache's type E (widened as they are read, rounded as they are
-  // written), the pending rows in F32.
+  // A compressor's place in a layer's cache: its pending rows (kv, then scores, `width` floats
+  // each) in the state, its entries (`dim` values each) in the kv_state.
   template <typename E>
-  void dsv4_at(E* kvs, float* st, const Dsv4AttnOpts& o, const Dsv4AttnIn& in, int64_t pos0,
-               Act out) {
-    const int64_t T = in.q.rows, D = o.head_dim, H = o.n_head, W = o.window, r = o.ratio;
-    E* ring = kvs;
-    kvs += W * D;
-    Pool<E> comp{}, idx{};
-    if (r > 0) comp = pool_at(st, kvs, o.pending(), o.coff() * D, D, o.entries(n_ctx_));
-    if (r == 4) idx = pool_at(st, kvs, o.pending(), 2 * o.idx_dim, o.idx_dim, o.entries(n_ctx_));
-    for (int64_t t = 0; t < T && r > 0; ++t) {
-      const int64_t p = pos0 + t;
-      compress(comp, o, o.ape, o.norm, in.comp_kv.row(t), in.comp_score.row(t), p);
-      if (r == 4) compress(idx, o, o.idx_ape, o.idx_norm, in.idx_kv.row(t), in.idx_score.row(t), p);
-    }
-    // The compressed entries each token attends to.
-    std::vector<std::vector<int32_t>> sel(T);
-    if (r > 0)
-      pool_.parallel_for(T, 1, [&](int64_t b, int64_t e) {
-        std::vector<float> score, krow(size_t(o.idx_dim));
-        std::vector<int32_t> order;
+  struct Pool {
+    float *kv = nullptr, *score = nullptr;
+    E* entries = nullptr;
+    int64_t slots = 0, width = 0, dim = 0;
+  };
+  template <typename E>
+  static Pool<E> pool_at(float*& st, E*& kvs, int64_t slots, int64_t width, int64_t dim,
+                         int64_t entries) {
+    Pool<E> p{st, st + slots * width, kvs, slots, width, dim};
+    st += 2 * slots * width, kvs += entries * dim;
+    return p;
+  }
+  static void widen(const float* x, float* y, int64_t n) { std::copy_n(x, n, y); }
+  static void widen(const uint16_t* x, float* y, int64_t n) { kernels::from_f16(x, y, n); }
+  static void narrow(const float* x, float* y, int64_t n) { std::copy_n(x, n, y); }
+  static void narrow(const float* x, uint16_t* y, int64_t n) { kernels::to_f16(x, y, n); }
+  // A row of the cache as floats: itself, or widened into tmp.
+  static const float* row_of(const float* x, float*, int64_t) { return x; }
+  static const float* row_of(const uint16_t* x, float* tmp, int64_t n) {
+    kernels::from_f16(x, tmp, n);
+    return tmp;
+  }
+  // DeepSeek-V4: the compressors token by token (their pending rows are a ring of o.pending()
+  // positions), the indexer's scores, then each token's keys: the window's rows (this eval's
+  // from kv, older ones from the ring) and its compressed entries, attended per head with the
+  // sink; last, the window ring takes this eval's newest rows. The ring and the entries are in
+  // the cache's type E (widened as they are read, rounded as they are written), the pending rows
+  // in F32.
+  template <typename E>
+  struct Dsv4Cache {
+    E* ring = nullptr;
+    Pool<E> comp, idx;
+  };
+  // f(Dsv4Cache<E>) on layer il's cache of slot `slot`, in the cache's type.
+  template <typename F>
+  void with_dsv4(int slot, int il, const Dsv4AttnOpts& o, F&& f) {
+    Cache& c = cache(slot, il);
+    auto layout = [&](auto* kvs) {
+      float* st = c.state.data();
+      Dsv4Cache<std::remove_pointer_t<decltype(kvs)>> d;
+      const int64_t D = o.head_dim;
+      d.ring = kvs;
+      kvs += o.window * D;
+      if (o.ratio > 0) d.comp = pool_at(st, kvs, o.pending(), o.coff() * D, D, o.entries(n_ctx_));
+      if (o.ratio == 4)
+        d.idx = pool_at(st, kvs, o.pending(), 2 * o.idx_dim, o.idx_dim, o.entries(n_ctx_));
+      f(d);
+    };
+    if (f16_)
+      layout(c.kvs16.data());
+    else
+      layout(c.kvs.data());
+  }
+  void dsv4_compress_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4CompressIn& in,
+                        int64_t pos0) override {
+    if (o.ratio == 0) return;
+    with_dsv4(slot, il, o, [&](auto d) {
+      for (int64_t t = 0; t < in.comp_kv.rows; ++t) {
+        const int64_t p = pos0 + t;
+        compress(d.comp, o, o.ape, o.norm, in.comp_kv.row(t), in.comp_score.row(t), p);
+        if (o.ratio == 4)
+          compress(d.idx, o, o.idx_ape, o.idx_norm, in.idx_kv.row(t), in.idx_score.row(t), p);
+      }
+    });
+  }
+  void dsv4_index_at(int slot, int il, const Dsv4AttnOpts& o, Act q, Act w, int64_t pos0,
+                     Act scores) override {
+    with_dsv4(slot, il, o, [&](auto d) {
+      pool_.parallel_for(q.rows, 1, [&](int64_t b, int64_t e) {
+        std::vector<float> krow(size_t(o.idx_dim));
         for (int64_t t = b; t < e; ++t) {
-          const int64_t n_vis = (pos0 + t + 1) / r;
-          auto& s = sel[t];
-          s.clear();
-          if (r != 4 || n_vis <= o.top_k) {
-            for (int64_t j = 0; j < n_vis; ++j) s.push_back(static_cast<int32_t>(j));
-            continue;
-          }
-          // the lightning indexer: sum over heads of relu(q_h . k_j) w_h (ggml's order)
-          score.resize(n_vis);
-          const float *q = in.idx_q.row(t), *w = in.idx_w.row(t);
+          const int64_t n_vis = std::min((pos0 + t + 1) / o.ratio, scores.cols);
+          const float *qt = q.row(t), *wt = w.row(t);
+          float* sc = scores.row(t);
           for (int64_t j = 0; j < n_vis; ++j) {
-            const float* k = row_of(idx.entries + j * o.idx_dim, krow.data(), o.idx_dim);
+            const float* k = row_of(d.idx.entries + j * o.idx_dim, krow.data(), o.idx_dim);
             float sum = 0.0f;
             for (int h = 0; h < o.idx_heads; ++h)
-              sum += std::max(kernels::dot_f32_ggml(q + h * o.idx_dim, k, o.idx_dim, be_), 0.0f) *
-                     (w[h] * o.idx_scale);
-            score[j] = sum;
+              sum += std::max(kernels::dot_f32_ggml(qt + h * o.idx_dim, k, o.idx_dim, be_), 0.0f) *
+                     (wt[h] * o.idx_scale);
+            sc[j] = sum;
           }
-          order.resize(n_vis);
-          for (int64_t j = 0; j < n_vis; ++j) order[j] = static_cast<int32_t>(j);
-          // ggml's top_k, ties included (a relu can zero several scores)
-          std::partial_sort(order.begin(), order.begin() + o.top_k, order.end(),
-                            [&](int32_t a, int32_t c) { return score[a] > score[c]; });
-          s.assign(order.begin(), order.begin() + o.top_k);
-          std::sort(s.begin(), s.end());
+          std::fill(sc + n_vis, sc + scores.cols, -INFINITY);
         }
       });
+    });
+  }
+  void top_k(Act x, int k, Act ids) override {
+    pool_.parallel_for(x.rows, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) top_k_row(x.row(t), x.cols, k, ids.i32() + t * ids.cols);
+    });
+  }
+  void attention_dsv4_at(int slot, int il, const Dsv4AttnOpts& o, Act q, Act kv, Act sel,
+                         int64_t pos0, Act out) override {
+    with_dsv4(slot, il, o, [&](auto d) { dsv4_attend(d, o, q, kv, sel, pos0, out); });
+  }
+  template <typename E>
+  void dsv4_attend(const Dsv4Cache<E>& d, const Dsv4AttnOpts& o, Act q, Act kv, Act sel,
+                   int64_t pos0, Act out) {
+    const int64_t T = q.rows, D = o.head_dim, H = o.n_head, W = o.window, r = o.ratio;
+    // The compressed entries each token attends to, ascending.
+    std::vector<std::vector<int32_t>> lists(T);
+    for (int64_t t = 0; t < T && r > 0; ++t) {
+      auto& s = lists[t];
+      if (sel.data) {
+        const int32_t* row = sel.i32() + t * sel.cols;
+        for (int64_t j = 0; j < sel.cols; ++j)
+          if (row[j] >= 0) s.push_back(row[j]);
+        std::sort(s.begin(), s.end());
+      } else {
+        for (int64_t j = 0; j < (pos0 + t + 1) / r; ++j) s.push_back(static_cast<int32_t>(j));
+      }
+    }
     // A job: one token's heads in groups of up to 16 over the token's key list (attend_group:
     // the list read once per group, not once per head), smaller while jobs are fewer than threads.
     int64_t G = std::min<int64_t>(H, 16);
@@ -499,25 +543,25 @@ class CpuOps final : public Ops {
                       p = pos0 + t;
         if (have != t) {
           const int64_t first = std::max<int64_t>(0, p - W + 1);
-          n_keys = p - first + 1 + static_cast<int64_t>(sel[t].size());
+          n_keys = p - first + 1 + static_cast<int64_t>(lists[t].size());
           keys.resize(size_t(n_keys) * D);
           float* k = keys.data();
           for (int64_t j = first; j <= p; ++j, k += D)
             if (j >= pos0)
-              std::copy_n(in.kv.row(j - pos0), D, k);
+              std::copy_n(kv.row(j - pos0), D, k);
             else
-              widen(ring + (j % W) * D, k, D);
-          for (int32_t j : sel[t]) widen(comp.entries + j * D, k, D), k += D;
+              widen(d.ring + (j % W) * D, k, D);
+          for (int32_t j : lists[t]) widen(d.comp.entries + j * D, k, D), k += D;
           have = t;
         }
         sc.resize(size_t(g * n_keys));
-        kernels::attend_group(in.q.row(t) + h0 * D, D, int(g), keys.data(), keys.data(), n_keys, D,
-                              D, D, D, o.scale, o.sinks ? o.sinks.f32() + h0 : nullptr, sc.data(),
+        kernels::attend_group(q.row(t) + h0 * D, D, int(g), keys.data(), keys.data(), n_keys, D, D,
+                              D, D, o.scale, o.sinks ? o.sinks.f32() + h0 : nullptr, sc.data(),
                               out.row(t) + h0 * D, D, be_);
       }
     });
     for (int64_t j = std::max(pos0, pos0 + T - W); j < pos0 + T; ++j)
-      narrow(in.kv.row(j - pos0), ring + (j % W) * D, D);
+      narrow(kv.row(j - pos0), d.ring + (j % W) * D, D);
   }
 
   void route(Act logits, const MoeWeights& w, int k, const int32_t* forced,
@@ -673,31 +717,6 @@ class CpuOps final : public Ops {
     for (int i = 1; i < o.sinkhorn_iters; ++i) norm_rows(), norm_cols();
   }
 
-  // A compressor's place in a layer's cache: its pending rows (kv, then scores, `width` floats
-  // each) in the state, its entries (`dim` values each) in the kv_state.
-  template <typename E>
-  struct Pool {
-    float *kv = nullptr, *score = nullptr;
-    E* entries = nullptr;
-    int64_t slots = 0, width = 0, dim = 0;
-  };
-  template <typename E>
-  static Pool<E> pool_at(float*& st, E*& kvs, int64_t slots, int64_t width, int64_t dim,
-                         int64_t entries) {
-    Pool<E> p{st, st + slots * width, kvs, slots, width, dim};
-    st += 2 * slots * width, kvs += entries * dim;
-    return p;
-  }
-  static void widen(const float* x, float* y, int64_t n) { std::copy_n(x, n, y); }
-  static void widen(const uint16_t* x, float* y, int64_t n) { kernels::from_f16(x, y, n); }
-  static void narrow(const float* x, float* y, int64_t n) { std::copy_n(x, n, y); }
-  static void narrow(const float* x, uint16_t* y, int64_t n) { kernels::to_f16(x, y, n); }
-  // A row of the cache as floats: itself, or widened into tmp.
-  static const float* row_of(const float* x, float*, int64_t) { return x; }
-  static const float* row_of(const uint16_t* x, float* tmp, int64_t n) {
-    kernels::from_f16(x, tmp, n);
-    return tmp;
-  }
   template <typename E>
   void compress(Pool<E>& c, const Dsv4AttnOpts& o, const Tensor& ape, const Tensor& norm,
                 const float* kv, const float* score, int64_t p) {

@@ -186,11 +186,18 @@ class CudaOps final : public Ops {
     check("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
   }
 
-  void matmul(const Tensor& w, Act x, Act y) override {
+  // A column view is gathered into whole rows first (and the product scattered into one).
+  void matmul(const Tensor& w, Cols x, Cols y) override {
     const uint8_t* d = dev(w);
-    if (d)
+    if (!d) return;
+    const size_t mark = arena_.mark();
+    Act xs = x.whole() ? x.a : alloc(x.rows(), x.n), ys = y.whole() ? y.a : alloc(y.rows(), y.n);
+    if (!x.whole()) copy(xs, x);
+    if (ok())
       check("matmul",
-            kernels::cuda::matmul(w.type, d, w.ne[1], w.ne[0], x.data, x.rows, y.data, stream_));
+            kernels::cuda::matmul(w.type, d, w.ne[1], w.ne[0], xs.data, xs.rows, ys.data, stream_));
+    if (!y.whole()) copy(y, ys);
+    arena_.release_to(mark);  // the stream orders a later use of this memory after these
   }
   void add_bias(Act y, const Tensor& b) override {
     if (const uint8_t* d = dev(b))
@@ -200,12 +207,18 @@ class CudaOps final : public Ops {
   void add(Act y, Act x) override {
     if (ok()) check("add", kernels::cuda::add(y.data, x.data, y.rows * y.cols, stream_));
   }
-  void rms_norm(Act x, const Tensor& w, Act y, float eps, int64_t n) override {
-    if (n == 0) n = x.cols;
-    const uint8_t* d = w ? dev(w) : nullptr;  // no weight: the plain normalisation
-    if (ok())
-      check("rms_norm", kernels::cuda::rms_norm(x.data, reinterpret_cast<const float*>(d), y.data,
-                                                n, x.rows * (x.cols / n), eps, stream_));
+  void rms_norm(Cols x, const Tensor& w, Cols y, float eps, int64_t n) override {
+    if (n == 0) n = x.n;
+    const float* d = w ? dev_f32(w) : nullptr;  // no weight: the plain normalisation
+    if (x.whole() && y.whole()) {               // each group a row
+      if (ok())
+        check("rms_norm", kernels::cuda::rms_norm(x.a.data, d, y.a.data, n, x.rows() * (x.n / n),
+                                                  eps, stream_));
+      return;
+    }
+    for (int64_t g = 0; g < x.n && ok(); g += n)
+      check("rms_norm", kernels::cuda::rms_norm_strided(x.data() + g, x.stride(), d, y.data() + g,
+                                                        y.stride(), n, x.rows(), eps, stream_));
   }
   void layer_norm(Act x, const Tensor& w, const Tensor& b, Act y, float eps) override {
     const float* dw = w ? dev_f32(w) : nullptr;
@@ -213,12 +226,6 @@ class CudaOps final : public Ops {
     if (ok())
       check("layer_norm",
             kernels::cuda::layer_norm(x.data, dw, db, y.data, x.cols, x.rows, eps, stream_));
-  }
-  void rms_norm_part(Act x, const Tensor& w, int64_t n, float eps) override {
-    if (const uint8_t* d = dev(w))
-      check("rms_norm",
-            kernels::cuda::rms_norm_strided(x.data, x.cols, reinterpret_cast<const float*>(d),
-                                            x.data, x.cols, n, x.rows, eps, stream_));
   }
   void rope_at(Act x, int64_t stride, int64_t offset, int64_t n_rot, int64_t pos0,
                const RopeOpts& o) override {
@@ -293,10 +300,11 @@ class CudaOps final : public Ops {
     matmul(w.down, a, out);
   }
 
-  void copy(Act dst, Act src) override {
+  void copy(Cols dst, Cols src) override {
     if (ok())
-      check("copy", cudaMemcpyAsync(dst.data, src.data, sizeof(float) * src.rows * src.cols,
-                                    cudaMemcpyDeviceToDevice, stream_));
+      check("copy", cudaMemcpy2DAsync(dst.data(), dst.stride() * sizeof(float), src.data(),
+                                      src.stride() * sizeof(float), src.n * sizeof(float),
+                                      src.rows(), cudaMemcpyDeviceToDevice, stream_));
   }
   void mul_act(Act y, Act g, Unary f) override {
     if (ok())
@@ -337,9 +345,8 @@ class CudaOps final : public Ops {
       check("add_gated", kernels::cuda::add_gated(y.data, x.data, g, y.cols, y.rows, stream_));
   }
 
-  // DeepSeek-V4: hyper-connections, the grouped output projection, its attention. The compressors
-  // and the attention run on the device; the indexer's top-k of each token is taken on the host
-  // (ggml's std::partial_sort, ties included), as the routing of the gating variants is.
+  // DeepSeek-V4: hyper-connections, the grouped output projection, its attention's compressors,
+  // indexer and attention on the device.
   void hc_pre(Act x, Act mixes, const HcOpts& o, bool head, Act out, Act pc) override {
     const float *sc = dev_f32(o.scale), *b = dev_f32(o.base);
     if (ok())
@@ -356,98 +363,86 @@ class CudaOps final : public Ops {
     if (ok())
       check("repeat", kernels::cuda::repeat_rows(x.data, n, out.data, x.rows, x.cols, stream_));
   }
-  void matmul_grouped(const Tensor& w, int groups, Act x, Act y) override {
-    const int64_t C = x.cols / groups, R = y.cols / groups, T = x.rows;
-    Act xg = alloc(T, C), yg = alloc(T, R);
-    for (int g = 0; g < groups && ok(); ++g) {
-      Tensor wg = w;
-      wg.ne = {C, R, 1};
-      wg.data = w.data + w.row_bytes() * size_t(g * R);
-      check("gather columns",
-            cudaMemcpy2DAsync(xg.data, C * sizeof(float), x.data + g * C, x.cols * sizeof(float),
-                              C * sizeof(float), T, cudaMemcpyDeviceToDevice, stream_));
-      matmul(wg, xg, yg);
-      if (ok())
-        check("scatter columns",
-              cudaMemcpy2DAsync(y.data + g * R, y.cols * sizeof(float), yg.data, R * sizeof(float),
-                                R * sizeof(float), T, cudaMemcpyDeviceToDevice, stream_));
+  // A DeepSeek-V4 layer's cache: the compressors' pending rows in the state, the window ring then
+  // the compressors' entries in the kv_state.
+  struct Dsv4Layout {
+    float *comp_st = nullptr, *idx_st = nullptr, *ring = nullptr, *entries = nullptr,
+          *idx_entries = nullptr;
+  };
+  Dsv4Layout dsv4_layout(int slot, int il, const Dsv4AttnOpts& o) {
+    Dsv4Layout l;
+    float* st = cache(slot, il).state;
+    float* kvs = cache(slot, il).kv_state;
+    l.ring = kvs;
+    kvs += int64_t{o.window} * o.head_dim;
+    if (o.ratio > 0) {
+      l.comp_st = st, l.entries = kvs;
+      st += 2 * o.pending() * o.coff() * o.head_dim, kvs += o.entries(n_ctx_) * o.head_dim;
     }
+    if (o.ratio == 4) l.idx_st = st, l.idx_entries = kvs;
+    return l;
   }
-  void attention_dsv4_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in,
-                         int64_t pos0, Act out) override {
-    if (!ok()) return;
-    const int64_t T = in.q.rows, D = o.head_dim, W = o.window, r = o.ratio;
-    float* st = cache(slot, il).state;      // the compressors' pending rows
-    float* kvs = cache(slot, il).kv_state;  // the window ring, then the entries
-    float* ring = kvs;
-    kvs += W * D;
-    auto compress = [&](Act kv, Act score, const Tensor& ape, const Tensor& norm, int64_t width,
-                        int64_t dim) {
+  void dsv4_compress_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4CompressIn& in,
+                        int64_t pos0) override {
+    if (!ok() || o.ratio == 0) return;
+    const Dsv4Layout l = dsv4_layout(slot, il, o);
+    auto compress = [&](Act kv, Act score, const Tensor& ape, const Tensor& norm, float* st,
+                        float* entries, int64_t width, int64_t dim) {
       kernels::cuda::Dsv4Compress c;
       c.kv = kv.data, c.score = score.data, c.ape = dev_f32(ape), c.norm = dev_f32(norm);
       const int64_t slots = o.pending();
-      c.pend_kv = st, c.pend_score = st + slots * width, c.entries = kvs;
-      st += 2 * slots * width, kvs += o.entries(n_ctx_) * dim;
-      c.n_tokens = T, c.pos0 = pos0, c.ratio = r, c.slots = slots, c.width = width, c.dim = dim,
-      c.n_rot = o.n_rot, c.eps = o.eps, c.rope_base = o.rope.base;
+      c.pend_kv = st, c.pend_score = st + slots * width, c.entries = entries;
+      c.n_tokens = kv.rows, c.pos0 = pos0, c.ratio = o.ratio, c.slots = slots, c.width = width,
+      c.dim = dim, c.n_rot = o.n_rot, c.eps = o.eps, c.rope_base = o.rope.base;
       if (o.rope.yarn) c.use_yarn = true, c.yarn = *o.rope.yarn;
       if (ok()) check("dsv4_compress", kernels::cuda::dsv4_compress(c, stream_));
-      return c.entries;
     };
-    float *entries = nullptr, *idx_entries = nullptr;
-    if (r > 0) entries = compress(in.comp_kv, in.comp_score, o.ape, o.norm, o.coff() * D, D);
-    if (r == 4)
-      idx_entries =
-          compress(in.idx_kv, in.idx_score, o.idx_ape, o.idx_norm, 2 * o.idx_dim, o.idx_dim);
-    // Each token's entries: all visible ones, or the indexer's top_k of them.
-    const int64_t n_max = r > 0 ? (pos0 + T) / r : 0;
-    const int64_t stride = std::max<int64_t>(1, r == 4 ? std::min<int64_t>(n_max, o.top_k) : n_max);
-    std::vector<int32_t> sel(size_t(T * stride), 0), sel_n(T, 0);
-    std::vector<float> score;
-    if (r == 4 && n_max > o.top_k) {
-      Act sc = alloc(T, n_max);
-      if (ok())
-        check("dsv4_index", kernels::cuda::dsv4_index_scores(
-                                in.idx_q.data, in.idx_w.data, idx_entries, sc.data, T, pos0, r,
-                                o.idx_heads, o.idx_dim, n_max, o.idx_scale, stream_));
-      score.resize(size_t(T * n_max));
-      to_host(sc, score.data());
-      if (!ok()) return;
-    }
-    std::vector<int32_t> order;
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t n_vis = r > 0 ? (pos0 + t + 1) / r : 0;
-      int32_t* s = &sel[size_t(t * stride)];
-      if (r != 4 || n_vis <= o.top_k) {
-        for (int64_t j = 0; j < n_vis; ++j) s[j] = static_cast<int32_t>(j);
-        sel_n[t] = static_cast<int32_t>(n_vis);
-        continue;
-      }
-      const float* sc = &score[size_t(t * n_max)];
-      order.resize(n_vis);
-      for (int64_t j = 0; j < n_vis; ++j) order[j] = static_cast<int32_t>(j);
-      std::partial_sort(order.begin(), order.begin() + o.top_k, order.end(),
-                        [&](int32_t a, int32_t c) { return sc[a] > sc[c]; });
-      std::sort(order.begin(), order.begin() + o.top_k);
-      std::copy_n(order.begin(), o.top_k, s);
-      sel_n[t] = o.top_k;
-    }
+    compress(in.comp_kv, in.comp_score, o.ape, o.norm, l.comp_st, l.entries, o.coff() * o.head_dim,
+             o.head_dim);
+    if (o.ratio == 4)
+      compress(in.idx_kv, in.idx_score, o.idx_ape, o.idx_norm, l.idx_st, l.idx_entries,
+               2 * o.idx_dim, o.idx_dim);
+  }
+  void dsv4_index_at(int slot, int il, const Dsv4AttnOpts& o, Act q, Act w, int64_t pos0,
+                     Act scores) override {
+    if (ok())
+      check("dsv4_index",
+            kernels::cuda::dsv4_index_scores(q.data, w.data, dsv4_layout(slot, il, o).idx_entries,
+                                             scores.data, q.rows, pos0, o.ratio, o.idx_heads,
+                                             o.idx_dim, scores.cols, o.idx_scale, stream_));
+  }
+  // The top-k on the host with the CPU's definition (ties as ggml's CPU breaks them), as the
+  // routing of the gating variants is: the values there, the ids back.
+  void top_k(Act x, int k, Act ids) override {
+    std::vector<float> host(size_t(x.rows * x.cols));
+    to_host(x, host.data());
+    if (!ok()) return;
+    std::vector<int32_t> out(size_t(x.rows) * k);
+    for (int64_t t = 0; t < x.rows; ++t)
+      top_k_row(&host[size_t(t * x.cols)], x.cols, k, &out[size_t(t) * k]);
+    check("upload top_k", cudaMemcpyAsync(ids.data, out.data(), out.size() * sizeof(int32_t),
+                                          cudaMemcpyHostToDevice, stream_));
+  }
+  void attention_dsv4_at(int slot, int il, const Dsv4AttnOpts& o, Act q, Act kv, Act sel,
+                         int64_t pos0, Act out) override {
+    if (!ok()) return;
+    const int64_t T = q.rows, D = o.head_dim, W = o.window, r = o.ratio;
+    const Dsv4Layout l = dsv4_layout(slot, il, o);
+    // Each token's entries, ascending: its ids of sel, or every visible one.
+    const int64_t stride = std::max<int64_t>(1, sel.data ? sel.cols : r > 0 ? (pos0 + T) / r : 0);
     Act dsel = alloc(T, stride + 1);  // int32s: the lists, then the counts
     if (!ok()) return;
-    auto* ids = reinterpret_cast<int32_t*>(dsel.data);
-    check("upload selection", cudaMemcpyAsync(ids, sel.data(), sel.size() * sizeof(int32_t),
-                                              cudaMemcpyHostToDevice, stream_));
-    check("upload selection",
-          cudaMemcpyAsync(ids + sel.size(), sel_n.data(), sel_n.size() * sizeof(int32_t),
-                          cudaMemcpyHostToDevice, stream_));
+    int32_t* ids = dsel.i32();
+    check("dsv4_select", kernels::cuda::dsv4_select(sel.data ? sel.i32() : nullptr, T, pos0, r, ids,
+                                                    ids + T * stride, stride, stream_));
     kernels::cuda::Dsv4Attention a;
-    a.q = in.q.data, a.kv = in.kv.data, a.ring = ring, a.entries = entries,
-    a.sinks = o.sinks ? dev_f32(o.sinks) : nullptr, a.sel = ids, a.sel_n = ids + sel.size(),
+    a.q = q.data, a.kv = kv.data, a.ring = l.ring, a.entries = l.entries,
+    a.sinks = o.sinks ? dev_f32(o.sinks) : nullptr, a.sel = ids, a.sel_n = ids + T * stride,
     a.out = out.data, a.n_tokens = T, a.pos0 = pos0, a.n_head = o.n_head, a.dim = D, a.window = W,
     a.sel_stride = stride, a.scale = o.scale;
     if (ok()) check("dsv4_attention", kernels::cuda::dsv4_attention(a, stream_));
     if (ok())
-      check("dsv4_ring", kernels::cuda::dsv4_ring_store(in.kv.data, ring, T, pos0, W, D, stream_));
+      check("dsv4_ring", kernels::cuda::dsv4_ring_store(kv.data, l.ring, T, pos0, W, D, stream_));
   }
 
   // Plain softmax gating routes with the softmax/top-k kernel; every other variant (sigmoid,

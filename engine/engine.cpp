@@ -146,8 +146,8 @@ expertd::Status Engine::run(std::span<const SeqTokens> seqs, bool all_logits,
   } else {  // each sequence's last row
     last = ops_->alloc(int64_t(rows_.size()), out.cols);
     for (size_t i = 0; i < rows_.size(); ++i)
-      ops_->copy({last.row(int64_t(i)), 1, out.cols},
-                 {out.row(rows_[i].first + rows_[i].n - 1), 1, out.cols});
+      ops_->copy(Act{last.row(int64_t(i)), 1, out.cols},
+                 Act{out.row(rows_[i].first + rows_[i].n - 1), 1, out.cols});
   }
   Act h = ops_->rms_norm(last, m_.output_norm, hp.eps);
   Act lg = ops_->matmul(m_.output, h);

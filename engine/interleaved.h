@@ -32,7 +32,7 @@ class InterleavedWeights {
  public:
   void build(const Model& m, bool experts, kernels::ThreadPool* pool);
   // w's copy (w a model weight, or a view into one whose first row starts a group of eight: a
-  // head's rows, matmul_grouped's groups), or null.
+  // head's rows, a group of output rows: Tensor::rows), or null.
   const void* find(const Tensor& w) const {
     if (w.weight < 0 || size_t(w.weight) >= copies_.size() || w.ne[1] % 8 != 0) return nullptr;
     const Copy& c = copies_[size_t(w.weight)];

@@ -65,6 +65,17 @@ void select_experts(const RouteOpts& o, const Tensor& exp_probs_b, int X, int K,
   weigh();
 }
 
+void top_k_row(const float* x, int64_t n, int k, int32_t* ids) {
+  thread_local std::vector<int32_t> order;
+  const int64_t m = std::min<int64_t>(n, k);
+  order.resize(size_t(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + m, order.end(),
+                    [&](int32_t a, int32_t b) { return x[a] > x[b]; });
+  for (int64_t j = 0; j < m; ++j) ids[j] = x[order[j]] == -INFINITY ? -1 : order[j];
+  std::fill(ids + m, ids + k, -1);
+}
+
 void Ops::route(Act logits, const MoeWeights& w, int k, const int32_t* forced,
                 std::vector<Route>& out) {
   std::vector<float> host(size_t(logits.rows) * logits.cols);

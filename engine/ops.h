@@ -9,6 +9,7 @@
 // without error plumbing and the engine checks status() after each block.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -25,8 +26,28 @@ struct Act {
   float* data = nullptr;
   int64_t rows = 0, cols = 0;  // tokens x values, row-major
   float* row(int64_t t) const { return data + t * cols; }
+  int32_t* i32() const { return reinterpret_cast<int32_t*>(data); }  // an activation of ids
   Act rows_from(int64_t first) const { return {data + first * cols, rows - first, cols}; }
 };
+
+// Columns [first, first + n) of every row of an activation: a view that the ops taking one
+// (copy, rms_norm, matmul) read or write in place of a whole activation; an Act is all its
+// columns. Other ops take whole activations only (the type says which).
+struct Cols {
+  Act a;
+  int64_t first = 0, n = 0;
+  Cols(Act x) : a(x), n(x.cols) {}  // NOLINT(google-explicit-constructor): an Act is a view
+  Cols(Act x, int64_t first_, int64_t n_) : a(x), first(first_), n(n_) {}
+  Cols(float* data, int64_t rows, int64_t cols) : Cols(Act{data, rows, cols}) {}  // a whole one
+  bool whole() const { return first == 0 && n == a.cols; }
+  int64_t rows() const { return a.rows; }
+  int64_t stride() const { return a.cols; }  // floats from a row to the next
+  float* data() const { return a.data + first; }
+  float* row(int64_t t) const { return a.row(t) + first; }
+};
+inline Cols columns(Act x, int64_t first, int64_t n) {
+  return {x, first, n};
+}
 
 struct RopeOpts {
   float base = 10000.0f;
@@ -152,12 +173,12 @@ struct Dsv4AttnOpts {
     return r;
   }
 };
-struct Dsv4AttnIn {
-  Act q;                    // T x n_head head_dim, normalised and rotated
-  Act kv;                   // T x head_dim, normalised and rotated
-  Act comp_kv, comp_score;  // T x coff head_dim (ratio > 0), scores before the position bias
-  Act idx_q, idx_w;         // T x idx_heads idx_dim (rotated), T x idx_heads
-  Act idx_kv, idx_score;    // T x 2 idx_dim
+// What DeepSeek-V4's compressors take in per token: the attention compressor's rows and scores
+// (T x coff head_dim, ratio > 0; scores before the position bias), the indexer's (T x 2 idx_dim,
+// ratio 4).
+struct Dsv4CompressIn {
+  Act comp_kv, comp_score;
+  Act idx_kv, idx_score;
 };
 
 // One MoE layer's routing as the expert computation needs it.
@@ -223,14 +244,12 @@ class Ops {
   virtual void embed(const Tensor& tok_embd, std::span<const int32_t> tokens, Act x) = 0;
   virtual void to_host(Act x, float* dst) = 0;  // waits for the backend
 
-  virtual void matmul(const Tensor& w, Act x,
-                      Act y) = 0;  // y = x W^T; w may be 2-D matrix i of a 3-D tensor
+  // y = x W^T; w may be 2-D matrix i of a 3-D tensor, or rows of a matrix (Tensor::rows).
+  virtual void matmul(const Tensor& w, Cols x, Cols y) = 0;
   virtual void add_bias(Act y, const Tensor& b) = 0;  // each row += b
   virtual void add(Act y, Act x) = 0;                 // y += x
-  // y = x / rms(x) * w over each group of n columns (n = 0: the whole row); y may be x.
-  virtual void rms_norm(Act x, const Tensor& w, Act y, float eps, int64_t n = 0) = 0;
-  virtual void rms_norm_part(Act x, const Tensor& w, int64_t n,
-                             float eps) = 0;  // the first n columns, in place
+  // y = x / rms(x) * w over each group of n columns (n = 0: all of x's columns); y may be x.
+  virtual void rms_norm(Cols x, const Tensor& w, Cols y, float eps, int64_t n = 0) = 0;
   // y = (x - mean) / sqrt(variance + eps) * w + b over each row (ggml's norm; w and b F32 and
   // optional); y may be x.
   virtual void layer_norm(Act x, const Tensor& w, const Tensor& b, Act y, float eps) = 0;
@@ -265,7 +284,7 @@ class Ops {
       attention_mla_at(s.slot, il, part(q, s), part(kv, s), wk_b, wv_b, s.pos0, o, part(out, s));
   }
   virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(act(gate h, up h))
-  virtual void copy(Act dst, Act src) = 0;                    // same shape
+  virtual void copy(Cols dst, Cols src) = 0;                  // same shape
   virtual void repeat(Act x, int n, Act out) = 0;             // each row of out: x's row n times
   // y *= f(g), elementwise: Kimi-K3's output gates (sigmoid), the gated delta-net's (silu).
   virtual void mul_act(Act y, Act g, Unary f) = 0;
@@ -291,17 +310,43 @@ class Ops {
   virtual void hc_pre(Act x, Act mixes, const HcOpts& o, bool head, Act out, Act pc) = 0;
   // out[dst] = post[dst] f + sum_src comb[dst, src] x[src] (out is not x).
   virtual void hc_post(Act f, Act x, Act pc, int hc, Act out) = 0;
-  // y's columns [g R, (g + 1) R) = x's columns [g C, (g + 1) C) times rows [g R, (g + 1) R) of w
-  // ({C, groups R}), for each of the groups (DeepSeek-V4's grouped output projection).
-  virtual void matmul_grouped(const Tensor& w, int groups, Act x, Act y) = 0;
-  void attention_dsv4(int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in, Act out) {
-    for (const SeqRows& s : seqs_) {
-      const Dsv4AttnIn p{part(in.q, s),          part(in.kv, s),       part(in.comp_kv, s),
-                         part(in.comp_score, s), part(in.idx_q, s),    part(in.idx_w, s),
-                         part(in.idx_kv, s),     part(in.idx_score, s)};
-      attention_dsv4_at(s.slot, il, o, p, s.pos0, part(out, s));
-    }
+  // DeepSeek-V4's attention of layer il (Dsv4AttnOpts) is three ops and a top_k between them.
+  // The compressors, tokens in order: each token's rows join the pending ring (its scores plus
+  // the position bias); a block's last position makes its entry (per channel a softmax-weighted
+  // sum over the block's positions, ratio 4 overlapping with the previous block), normalised and
+  // rotated at the block's first position.
+  void dsv4_compress(int il, const Dsv4AttnOpts& o, const Dsv4CompressIn& in) {
+    for (const SeqRows& s : seqs_)
+      dsv4_compress_at(
+          s.slot, il, o,
+          {part(in.comp_kv, s), part(in.comp_score, s), part(in.idx_kv, s), part(in.idx_score, s)},
+          s.pos0);
   }
+  // The lightning indexer (ratio 4): each token's score of every compressed entry it sees,
+  // sum over heads of relu(q_h . k_j) w_h idx_scale (ggml's order), -inf for the entries it does
+  // not see yet. q: T x idx_heads idx_dim (rotated), w: T x idx_heads. Columns: the entries the
+  // eval's last position sees (at least one).
+  Act dsv4_index(int il, const Dsv4AttnOpts& o, Act q, Act w) {
+    int64_t n = 1;
+    for (const SeqRows& s : seqs_) n = std::max(n, (s.pos0 + s.n) / o.ratio);
+    Act scores = alloc(q.rows, n);
+    for (const SeqRows& s : seqs_)
+      dsv4_index_at(s.slot, il, o, part(q, s), part(w, s), s.pos0, part(scores, s));
+    return scores;
+  }
+  // Attention of each (token, head) over the token's window rows (this eval's from kv, older ones
+  // from the window ring) and its compressed entries — those of its row of `sel` (T x k ids,
+  // -1 for none, in any order; attended in ascending order), or with sel absent every entry it
+  // sees — with a sink per head; then the window ring takes the eval's newest rows. q: T x n_head
+  // head_dim and kv: T x head_dim, normalised and rotated; out: T x n_head head_dim.
+  void attention_dsv4(int il, const Dsv4AttnOpts& o, Act q, Act kv, Act sel, Act out) {
+    for (const SeqRows& s : seqs_)
+      attention_dsv4_at(s.slot, il, o, part(q, s), part(kv, s), part(sel, s), s.pos0, part(out, s));
+  }
+  // Row-wise: the columns of each row's k largest values into ids (T x k), in descending order
+  // of value, ties as ggml's CPU top_k breaks them (std::partial_sort's order); -inf is never
+  // chosen: its place holds -1 (so k may exceed the columns that hold values).
+  virtual void top_k(Act x, int k, Act ids) = 0;
 
   // Routing: every token's experts and weights from the router logits (which it may overwrite);
   // `forced` (n_tokens x k, or null): the experts, chosen by the token (hash routing).
@@ -326,7 +371,11 @@ class Ops {
                                 const Tensor& wv_b, int64_t pos0, const MlaOpts& o, Act out) = 0;
   virtual void delta_rule_at(int slot, int il, const DeltaOpts& o, Act q, Act k, Act v, Act g,
                              Act beta, int64_t pos0, Act out) = 0;
-  virtual void attention_dsv4_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4AttnIn& in,
+  virtual void dsv4_compress_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4CompressIn& in,
+                                int64_t pos0) = 0;
+  virtual void dsv4_index_at(int slot, int il, const Dsv4AttnOpts& o, Act q, Act w, int64_t pos0,
+                             Act scores) = 0;
+  virtual void attention_dsv4_at(int slot, int il, const Dsv4AttnOpts& o, Act q, Act kv, Act sel,
                                  int64_t pos0, Act out) = 0;
   // A sequence's rows of x (an absent activation stays absent).
   static Act part(Act x, const SeqRows& s) { return x.data ? Act{x.row(s.first), s.n, x.cols} : x; }
@@ -334,6 +383,10 @@ class Ops {
  private:
   std::vector<SeqRows> seqs_;
 };
+
+// top_k of one row of n values into ids (k of them): the CPU's definition, which the CUDA backend
+// shares.
+void top_k_row(const float* x, int64_t n, int k, int32_t* ids);
 
 // Softmax, sigmoid or sqrt-softplus gating, selection bias, groups, top-k then softmax, on one
 // token's logits (overwritten with the gate scores). Ties go to the lower expert id (llama.cpp's

@@ -30,6 +30,13 @@ struct Tensor {
     s.data = data + matrix_bytes() * static_cast<size_t>(i);
     return s;
   }
+  // Rows [first, first + n) of a matrix (a group of output rows).
+  Tensor rows(int64_t first, int64_t n) const {
+    Tensor s = *this;
+    s.ne = {ne[0], n, 1};
+    s.data = data + row_bytes() * static_cast<size_t>(first);
+    return s;
+  }
   Tensor row(int64_t i) const {
     Tensor s = *this;
     s.ne = {ne[0], 1, 1};

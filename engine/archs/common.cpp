@@ -82,7 +82,7 @@ MlaQkv mla_project(Ops& ops, const MlaProjections& w, Act h, int64_t kv_lora, fl
     r.q = ops.matmul(w.wq, h);
   }
   r.kv = ops.matmul(w.wkv_a, h);
-  ops.rms_norm_part(r.kv, w.kv_a_norm, kv_lora, eps);
+  ops.rms_norm(columns(r.kv, 0, kv_lora), w.kv_a_norm, columns(r.kv, 0, kv_lora), eps);
   return r;
 }
 

@@ -341,30 +341,39 @@ class Deepseek4 final : public Arch {
     const Dsv4AttnOpts& o = w.attn;
     const int64_t D = o.head_dim, R = o.n_rot;
     const RopeOpts rope = layer_rope(il);
-    Dsv4AttnIn in;
     Act qr = ops.matmul(w.wq_a, h);
     ops.rms_norm(qr, w.q_a_norm, qr, hp_.eps);
-    in.q = ops.matmul(w.wq_b, qr);
-    ops.rms_norm(in.q, Tensor{}, in.q, hp_.eps, D);  // per head, unweighted
-    ops.rope(in.q, D, D - R, R, rope);
-    in.kv = ops.matmul(w.wkv, h);
-    ops.rms_norm(in.kv, w.kv_norm, in.kv, hp_.eps);
-    ops.rope(in.kv, D, D - R, R, rope);
+    Act q = ops.matmul(w.wq_b, qr);
+    ops.rms_norm(q, Tensor{}, q, hp_.eps, D);  // per head, unweighted
+    ops.rope(q, D, D - R, R, rope);
+    Act kv = ops.matmul(w.wkv, h);
+    ops.rms_norm(kv, w.kv_norm, kv, hp_.eps);
+    ops.rope(kv, D, D - R, R, rope);
+    Dsv4CompressIn c;
     if (o.ratio != 0)
-      in.comp_kv = ops.matmul(w.comp_wkv, h), in.comp_score = ops.matmul(w.comp_wgate, h);
+      c.comp_kv = ops.matmul(w.comp_wkv, h), c.comp_score = ops.matmul(w.comp_wgate, h);
+    if (o.ratio == 4) c.idx_kv = ops.matmul(w.idx_wkv, h), c.idx_score = ops.matmul(w.idx_wgate, h);
+    ops.dsv4_compress(il, o, c);
+    // The compressed entries: all a token sees, or (ratio 4) the lightning indexer's top_k of them.
+    Act sel;
     if (o.ratio == 4) {
-      in.idx_q = ops.matmul(w.idx_q_b, qr);
-      ops.rope(in.idx_q, o.idx_dim, o.idx_dim - R, R, compressed_rope());
-      in.idx_w = ops.matmul(w.idx_proj, h);
-      in.idx_kv = ops.matmul(w.idx_wkv, h), in.idx_score = ops.matmul(w.idx_wgate, h);
+      Act iq = ops.matmul(w.idx_q_b, qr);
+      ops.rope(iq, o.idx_dim, o.idx_dim - R, R, compressed_rope());
+      Act scores = ops.dsv4_index(il, o, iq, ops.matmul(w.idx_proj, h));
+      sel = ops.alloc(h.rows, o.top_k);
+      ops.top_k(scores, o.top_k, sel);
     }
     Act att = ops.alloc(h.rows, o.n_head * D);
-    ops.attention_dsv4(il, o, in, att);
+    ops.attention_dsv4(il, o, q, kv, sel, att);
     RopeOpts back = rope;
     back.inverse = true;
     ops.rope(att, D, D - R, R, back);
-    Act oa = ops.alloc(h.rows, int64_t{o_groups_} * o_lora_);
-    ops.matmul_grouped(w.wo_a, o_groups_, att, oa);
+    // The grouped output projection: group g's heads (its columns of att) through its rows of
+    // wo_a into its columns of oa.
+    const int64_t C = att.cols / o_groups_, L = o_lora_;
+    Act oa = ops.alloc(h.rows, o_groups_ * L);
+    for (int g = 0; g < o_groups_; ++g)
+      ops.matmul(w.wo_a.rows(g * L, L), columns(att, g * C, C), columns(oa, g * L, L));
     return ops.matmul(w.wo_b, oa);
   }
 

@@ -201,7 +201,7 @@ class KimiK3 final : public Arch {
     };
     Act h = ops.rms_norm(mixed(w.attn_res), w.attn_norm, hp.eps);
     const bool banked = res_bs_ > 0 && il % res_bs_ == 0;
-    if (banked) ops.copy({stack.data + n * T * E, T, E}, x), ++n;  // the raw layer input
+    if (banked) ops.copy(Act{stack.data + n * T * E, T, E}, x), ++n;  // the raw layer input
     Act a = w.kda ? kda(e, il, w, h) : mla(e, il, w, h);
     if (banked)
       ops.copy(x, a);  // the running sum restarts from the attention output

@@ -243,6 +243,28 @@ __global__ void dsv4_attention_kernel(Dsv4Attention a) {
   }
 }
 
+// One thread per token: its ids kept in ascending order by insertion (k is the indexer's top-k).
+__global__ void dsv4_select_kernel(const int32_t* ids, int64_t n_tokens, int64_t pos0,
+                                   int64_t ratio, int32_t* sel, int32_t* sel_n, int64_t stride) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n_tokens) return;
+  int32_t* s = sel + t * stride;
+  int64_t n = 0;
+  if (ids) {
+    for (int64_t j = 0; j < stride; ++j) {
+      const int32_t v = ids[t * stride + j];
+      if (v < 0) continue;
+      int64_t i = n++;
+      for (; i > 0 && s[i - 1] > v; --i) s[i] = s[i - 1];
+      s[i] = v;
+    }
+  } else if (ratio > 0) {
+    const int64_t n_vis = (pos0 + t + 1) / ratio;
+    for (; n < n_vis && n < stride; ++n) s[n] = int32_t(n);
+  }
+  sel_n[t] = int32_t(n);
+}
+
 __global__ void dsv4_ring_kernel(const float* kv, float* ring, int64_t first, int64_t pos0,
                                  int64_t window, int64_t dim, int64_t total) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -304,6 +326,14 @@ cudaError_t dsv4_attention(const Dsv4Attention& a, cudaStream_t stream) {
   EXPERTD_LAUNCH(dsv4_attention_kernel, static_cast<unsigned>(a.n_tokens * a.n_head), kAttnThreads,
                  0, stream)
   (a);
+  return cudaGetLastError();
+}
+
+cudaError_t dsv4_select(const int32_t* ids, int64_t n_tokens, int64_t pos0, int64_t ratio,
+                        int32_t* sel, int32_t* sel_n, int64_t stride, cudaStream_t stream) {
+  if (n_tokens <= 0) return cudaSuccess;
+  EXPERTD_LAUNCH(dsv4_select_kernel, blocks_for(n_tokens, 64), 64, 0, stream)
+  (ids, n_tokens, pos0, ratio, sel, sel_n, stride);
   return cudaGetLastError();
 }
 

@@ -163,6 +163,11 @@ struct Dsv4Attention {
   float scale = 1.0f;
 };
 cudaError_t dsv4_attention(const Dsv4Attention& a, cudaStream_t stream);
+// Each token's entry list for dsv4_attention, ascending: its row of ids (n_tokens x stride, -1
+// for none, any order), or with ids null every entry it sees ((pos0 + t + 1) / ratio of them,
+// at most stride). sel is n_tokens x stride, sel_n n_tokens counts.
+cudaError_t dsv4_select(const int32_t* ids, int64_t n_tokens, int64_t pos0, int64_t ratio,
+                        int32_t* sel, int32_t* sel_n, int64_t stride, cudaStream_t stream);
 // The window ring (window rows of dim floats, position p at p % window) takes the newest rows.
 cudaError_t dsv4_ring_store(const float* kv, float* ring, int64_t n_tokens, int64_t pos0,
                             int64_t window, int64_t dim, cudaStream_t stream);

@@ -1,7 +1,7 @@
 // Ops of the CPU backend against their definitions, in float64 (the per-op sweep holds the CUDA
 // backend to the CPU's): the delta rule (engine::Ops::delta_rule, DeltaOpts) as KDA runs it and as
 // the gated delta-net does (grouped key heads, a decay per head, values of another size), over a
-// prefill and then a decoded token that reads the state the prefill left; the layer norm.
+// prefill and then a decoded token that reads the state the prefill left; the layer norm; top_k.
 #include "engine/ops.h"
 
 #include <gtest/gtest.h>
@@ -161,4 +161,48 @@ TEST(CpuOps, LayerNormIsTheDefinition) {
     }
   }
   EXPECT_LE(worst, 1e-5);
+}
+
+// top_k: each row's k largest in descending order; ties as std::partial_sort leaves them (ggml's
+// CPU top_k: the same call on the same order); -inf never chosen (-1 in its place, and past the
+// row's columns).
+TEST(CpuOps, TopKIsTheDefinition) {
+  auto ops = engine::make_cpu_ops(2);
+  const int64_t T = 3, N = 37;
+  std::vector<float> x(size_t(T * N));
+  std::mt19937 rng(7);
+  for (size_t j = 0; j < x.size(); ++j)  // row 0 distinct values, row 1 ties, row 2 mostly -inf
+    x[j] = j < N       ? float(rng() % 100000) / 7.0f
+           : j < 2 * N ? float(rng() % 4)
+                       : (j % 9 == 0 ? float(j) : -INFINITY);
+  Act a = ops->alloc(T, N);
+  std::copy(x.begin(), x.end(), a.data);
+  for (int k : {1, 5, 20, 40}) {
+    SCOPED_TRACE(k);
+    Act ids = ops->alloc(T, k);
+    ops->top_k(a, k, ids);
+    ASSERT_TRUE(ops->status());
+    for (int64_t t = 0; t < T; ++t) {
+      const float* r = &x[size_t(t * N)];
+      std::vector<int32_t> order(N);
+      std::iota(order.begin(), order.end(), 0);
+      const int m = std::min<int>(k, N);
+      std::partial_sort(order.begin(), order.begin() + m, order.end(),
+                        [&](int32_t p, int32_t q) { return r[p] > r[q]; });
+      for (int j = 0; j < k; ++j) {
+        const int32_t got = ids.i32()[t * k + j];
+        const int32_t want = j < m && r[order[j]] != -INFINITY ? order[j] : -1;
+        EXPECT_EQ(got, want) << "row " << t << " place " << j;
+        if (got >= 0 && j > 0 && ids.i32()[t * k + j - 1] >= 0) {
+          EXPECT_GE(r[ids.i32()[t * k + j - 1]], r[got]);  // descending
+        }
+      }
+    }
+  }
+  // Row 2 holds 4 finite values (at columns 7, 16, 25, 34, growing): k = 20 gives them largest
+  // first, then -1s.
+  Act ids = ops->alloc(T, 20);
+  ops->top_k(a, 20, ids);
+  const int32_t* r2 = ids.i32() + 2 * 20;
+  EXPECT_EQ(std::vector<int32_t>(r2, r2 + 6), (std::vector<int32_t>{34, 25, 16, 7, -1, -1}));
 }
