@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "client/cuda_slots.h"
@@ -34,6 +35,8 @@ class CudaOps final : public Ops {
   ~CudaOps() override {
     if (stream_) cudaStreamSynchronize(stream_);
     for (void* p : allocs_) cudaFree(p);
+    if (staged_) cudaFreeHost(staged_);
+    if (staged_read_) cudaEventDestroy(staged_read_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -57,6 +60,7 @@ class CudaOps final : public Ops {
   // Uploads every tensor the forward pass reads (the token embeddings only when the output
   // shares them: embeddings are looked up on the host). `experts`: the routed experts too.
   Status place(const Model& m, bool experts) {
+    experts_placed_ = experts;
     by_weight_.assign(m.weights.size(), {});
     for (size_t i = 0; i < m.weights.size(); ++i) {
       const Tensor& t = m.weights[i];
@@ -449,47 +453,108 @@ class CudaOps final : public Ops {
   // selection bias, groups, scaled weights, top-k then softmax) on the host, with the CPU's code.
   void route(Act logits, const MoeWeights& w, int k, const int32_t* forced,
              std::vector<Route>& out) override {
+    if (forced || !routes_on_device(w, k)) return Ops::route(logits, w, k, forced, out);
     const RouteOpts& o = w.route;
-    if (o.sigmoid || o.sqrt_softplus || o.n_group > 1 || o.w_scale != 1.0f || o.topk_then_softmax ||
-        w.exp_probs_b || k > 32 || forced)
-      return Ops::route(logits, w, k, forced, out);
-    Act ids = alloc(logits.rows, k), wts = alloc(logits.rows, k);
+    // The ids (rows x k) then the weights in one activation: one download, one wait.
+    const int64_t T = logits.rows, n = T * k;
+    Act both = alloc(T, 2 * k);
     if (!ok()) return;
-    check("softmax_topk",
-          kernels::cuda::softmax_topk(logits.data, logits.rows, logits.cols, k, o.norm_topk,
-                                      reinterpret_cast<int32_t*>(ids.data), wts.data, stream_));
-    std::vector<int32_t> hid(size_t(logits.rows) * k);
-    std::vector<float> hw(hid.size());
-    to_host(ids, reinterpret_cast<float*>(hid.data()));
-    to_host(wts, hw.data());
-    out.resize(logits.rows);
-    for (int64_t t = 0; t < logits.rows; ++t) {
-      out[t].experts.assign(hid.begin() + t * k, hid.begin() + (t + 1) * k);
-      out[t].weights.assign(hw.begin() + t * k, hw.begin() + (t + 1) * k);
+    check("softmax_topk", kernels::cuda::softmax_topk(logits.data, T, logits.cols, k, o.norm_topk,
+                                                      both.i32(), both.data + n, stream_));
+    std::vector<float> host(size_t(2 * n));
+    to_host(both, host.data());
+    const auto* ids = reinterpret_cast<const int32_t*>(host.data());
+    out.resize(T);
+    for (int64_t t = 0; t < T; ++t) {
+      out[t].experts.assign(ids + t * k, ids + (t + 1) * k);
+      out[t].weights.assign(&host[size_t(n + t * k)], &host[size_t(n + (t + 1) * k)]);
     }
   }
 
+  static bool routes_on_device(const MoeWeights& w, int k) {
+    const RouteOpts& o = w.route;
+    return !(o.sigmoid || o.sqrt_softplus || o.n_group > 1 || o.w_scale != 1.0f ||
+             o.topk_then_softmax || w.exp_probs_b || k > 32);
+  }
+
+  // With the experts uploaded (--local) and plain softmax routing, a layer of a few tokens
+  // (decode) never leaves the device: the softmax/top-k kernel's ids pick each (token, k) slot's
+  // expert matrices in matmul_id (the same sums as the grouped path's matmul: the same bits), the
+  // activation, the weighted sum in router order. A prefill keeps the grouped path, which reads
+  // each expert's weights once for all its tokens.
+  static constexpr int64_t kResidentSlots = 16;
+  bool moe_resident(Act logits, const MoeWeights& w, int k, Act h, Act out) override {
+    const int64_t T = logits.rows, S = T * k;
+    if (!experts_placed_ || !routes_on_device(w, k) || w.expert_biases || S > kResidentSlots ||
+        !ok())
+      return false;
+    const Tensor &gate = w.gate_exps, &up = w.up_exps, &down = w.down_exps;
+    const int64_t E = h.cols, F = gate.ne[1];
+    Act both = alloc(T, 2 * k), g = alloc(S, F), u = alloc(S, F), ys = alloc(S, E);
+    const uint8_t *dg = dev(gate), *du = dev(up), *dd = dev(down);
+    if (!ok()) return true;  // the failure is recorded: the eval ends after the block
+    const int32_t* ids = both.i32();
+    const float* wts = both.data + S;
+    check("softmax_topk",
+          kernels::cuda::softmax_topk(logits.data, T, logits.cols, k, w.route.norm_topk, both.i32(),
+                                      both.data + S, stream_));
+    auto mm = [&](const Tensor& t, const uint8_t* d, int64_t rows, int64_t cols, const float* x,
+                  int64_t x_div, float* y) {
+      if (ok())
+        check("matmul_id", kernels::cuda::matmul_id(t.type, d, t.matrix_bytes(), rows, cols, ids, S,
+                                                    x, x_div, y, stream_));
+    };
+    mm(gate, dg, F, E, h.data, k, g.data);
+    mm(up, du, F, E, h.data, k, u.data);
+    glu(w.act, g, u);
+    mm(down, dd, E, F, g.data, 1, ys.data);
+    if (ok())
+      check("weighted_sum", kernels::cuda::weighted_sum(ys.data, wts, out.data, T, k, E, stream_));
+    return true;
+  }
+
+  // n int32s of pinned staging for an upload, once the last upload from it has been read.
+  int32_t* staging(size_t n) {
+    if (!ok()) return nullptr;
+    if (!staged_read_)
+      check("cudaEventCreate", cudaEventCreateWithFlags(&staged_read_, cudaEventDisableTiming));
+    else
+      check("cudaEventSynchronize", cudaEventSynchronize(staged_read_));
+    if (ok() && n > staged_cap_) {
+      if (staged_) cudaFreeHost(staged_), staged_ = nullptr, staged_cap_ = 0;
+      const size_t cap = std::max<size_t>(n, 4096);
+      void* p = nullptr;
+      check("cudaHostAlloc", cudaHostAlloc(&p, cap * sizeof(int32_t), cudaHostAllocPortable));
+      if (ok()) staged_ = static_cast<int32_t*>(p), staged_cap_ = cap;
+    }
+    return staged_;
+  }
+
   // Per expert: its tokens' rows gathered, gate/up, the activation, down, scattered to their
-  // (token, k) rows; moe_end sums them in router order.
+  // (token, k) rows; moe_end sums them in router order. The routes go up in one copy from pinned
+  // memory — per expert its tokens then its output rows, then the mixing weights — so the host
+  // does not wait for the stream.
   void moe_begin(Act h, const MoeRoutes& r) override {
     moe_h_ = h, moe_r_ = &r;
-    std::vector<int32_t> idx;  // per expert: its tokens, then its output rows
     moe_at_.clear();
-    for (size_t i = 0; i < r.experts.size(); ++i) {
-      moe_at_.push_back(idx.size());
-      idx.insert(idx.end(), r.tokens[i].begin(), r.tokens[i].end());
-      idx.insert(idx.end(), r.outs[i].begin(), r.outs[i].end());
-    }
-    Act didx = alloc(1, std::max<int64_t>(int64_t(idx.size()), 1));
-    moe_w_ = alloc(r.n_tokens, r.k);
+    size_t n_idx = 0;
+    for (size_t i = 0; i < r.experts.size(); ++i)
+      moe_at_.push_back(n_idx), n_idx += r.tokens[i].size() + r.outs[i].size();
+    const size_t n = n_idx + r.weights.size();
+    Act up = alloc(1, std::max<int64_t>(int64_t(n), 1));
     moe_out_ = alloc(int64_t{r.n_tokens} * r.k, h.cols);
-    moe_idx_ = reinterpret_cast<int32_t*>(didx.data);
+    int32_t* host = staging(n);
     if (!ok()) return;
-    check("upload routes", cudaMemcpyAsync(moe_idx_, idx.data(), idx.size() * sizeof(int32_t),
-                                           cudaMemcpyHostToDevice, stream_));
-    check("upload weights",
-          cudaMemcpyAsync(moe_w_.data, r.weights.data(), r.weights.size() * sizeof(float),
-                          cudaMemcpyHostToDevice, stream_));
+    for (size_t i = 0; i < r.experts.size(); ++i) {
+      int32_t* p = host + moe_at_[i];
+      p = std::copy(r.tokens[i].begin(), r.tokens[i].end(), p);
+      std::copy(r.outs[i].begin(), r.outs[i].end(), p);
+    }
+    std::memcpy(host + n_idx, r.weights.data(), r.weights.size() * sizeof(float));
+    moe_idx_ = up.i32(), moe_w_ = Act{up.data + n_idx, r.n_tokens, r.k};
+    check("upload routes",
+          cudaMemcpyAsync(up.data, host, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    if (ok()) check("cudaEventRecord", cudaEventRecord(staged_read_, stream_));
   }
 
   void moe_experts(const MoeWeights& w, std::span<const size_t> idx,
@@ -618,6 +683,11 @@ class CudaOps final : public Ops {
   std::vector<Cache> cache_;  // [slot][layer]
   Act moe_h_, moe_w_, moe_out_;
   const MoeRoutes* moe_r_ = nullptr;
+  bool experts_placed_ = false;  // the routed experts were uploaded with the model (--local)
+  // Pinned host memory of moe_begin's upload, reused once the event says the last one has read it.
+  int32_t* staged_ = nullptr;
+  size_t staged_cap_ = 0;
+  cudaEvent_t staged_read_ = nullptr;
   int32_t* moe_idx_ = nullptr;
   std::vector<size_t> moe_at_;
 };

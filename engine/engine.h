@@ -118,6 +118,7 @@ class Engine {
 
  private:
   void init(int n_seq);
+  Act shared_expert(const MoeWeights& w, Act h, Act out);  // out += the shared expert's, if any
   expertd::Status run(std::span<const SeqTokens> seqs, bool all_logits, std::vector<float>& logits);
   void prefetch_next(int il);
   void score_predictions(int il, const std::vector<uint32_t>& used);

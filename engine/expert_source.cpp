@@ -18,6 +18,7 @@ class LocalSource final : public ExpertSource {
  public:
   explicit LocalSource(const Model& m) : m_(m) {}
   std::string name() const override { return "local"; }
+  bool model_owned() const override { return true; }
   expertd::Status for_each_batch(int layer, std::span<const uint32_t> experts,
                                  const BatchFn& fn) override {
     const MoeWeights& w = *m_.moe(layer);

@@ -30,6 +30,9 @@ class ExpertSource {
  public:
   virtual ~ExpertSource() = default;
   virtual std::string name() const = 0;
+  // The experts are the model's own weights (not a daemon's slots): a backend holding them may run
+  // a layer's experts without handing the routes to the source (Ops::moe_resident).
+  virtual bool model_owned() const { return false; }
   // Calls fn(indices, weights) with batches of the experts of model layer `layer` as they
   // become available: every expert already resident in one batch, then the rest as they arrive.
   // weights[j] belongs to experts[indices[j]]; each expert comes exactly once, and every call of

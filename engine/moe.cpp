@@ -193,6 +193,11 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
   if (prefetch_) prefetch_next(il);
   Act logits = ops_->matmul(w.router, h);
   if (w.router_b) ops_->add_bias(logits, w.router_b);
+  Act out = ops_->alloc(T, x.cols);
+  // The model's own experts resident in the backend, routed there: no routes on the host.
+  if (!(w.tid2eid || prefetch_ || !experts_.model_owned()) &&
+      ops_->moe_resident(logits, w, K, x, out))
+    return shared_expert(w, h, out);
   auto& routes = routes_[il];
   std::vector<int32_t> forced;
   if (w.tid2eid) forced = hashed_experts(w, tokens_, K);
@@ -200,7 +205,6 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
   MoeRoutes& r = moe_routes_;
   group_routes(routes, X, K, r);
   if (prefetch_) score_predictions(il, r.experts);  // ascending, unique
-  Act out = ops_->alloc(T, x.cols);
   ops_->moe_begin(x, r);
   auto st = experts_.for_each_batch(
       il, r.experts, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {
@@ -208,8 +212,12 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
       });
   if (!st && first_error_) first_error_ = st;
   ops_->moe_end(out);
+  return shared_expert(w, h, out);
+}
+
+Act Engine::shared_expert(const MoeWeights& w, Act h, Act out) {
   if (w.gate_shexp) {
-    Act shared = ops_->alloc(T, m_.hp.n_embd);
+    Act shared = ops_->alloc(h.rows, m_.hp.n_embd);
     ops_->ffn({w.gate_shexp, w.up_shexp, w.down_shexp, w.act}, h, shared);
     ops_->add_gated(out, shared, w.shexp_gate, h);
   }

@@ -359,6 +359,15 @@ class Ops {
   virtual void moe_experts(const MoeWeights& w, std::span<const size_t> idx,
                            std::span<const ExpertWeights> ws) = 0;
   virtual void moe_end(Act out) = 0;
+  // The whole expert computation of one MoE layer in the backend, routing included, where the
+  // experts are the model's own and resident there (expert-run --local on the GPU) and the
+  // backend can route this layer itself: out = the routed experts' weighted sum for h, with no
+  // routes on the host (Engine::routes() keeps none for the layer). False where it cannot; the
+  // engine then routes through route() and runs moe_begin/moe_experts/moe_end.
+  virtual bool moe_resident(Act /*logits*/, const MoeWeights& /*w*/, int /*k*/, Act /*h*/,
+                            Act /*out*/) {
+    return false;
+  }
 
  protected:
   // The sequence-wise ops on one sequence's rows at positions pos0.., in cache slot `slot`.

@@ -70,6 +70,31 @@ __global__ void matmul_kernel(const uint8_t* w, int64_t rows, int64_t cols, size
   }
 }
 
+// As matmul_kernel, one slot per block row: slot j's weights are matrix ids[j] (matrix_bytes
+// apart), its input row j / x_div; the same sums in the same order as matmul_kernel's for a token.
+template <uint32_t T>
+__global__ void matmul_id_kernel(const uint8_t* w, size_t matrix_bytes, int64_t rows, int64_t cols,
+                                 size_t row_bytes, const int32_t* ids, const float* x,
+                                 int64_t x_div, float* y) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
+  if (r >= rows) return;
+  const int64_t j = blockIdx.y;
+  const uint8_t* row = w + size_t(ids[j]) * matrix_bytes + r * row_bytes;
+  const float* xt = x + (j / x_div) * cols;
+  float acc = 0;
+  float wv[32];
+  for (int64_t c = lane; c < cols / 32; c += 32) {
+    chunk32<T>(row, c, wv);
+    float s = 0;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s = fmaf(wv[i], xt[c * 32 + i], s);
+    acc += s;
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) y[j * rows + r] = acc;
+}
+
 __global__ void rms_norm_kernel(const float* x, int64_t xs, const float* w, float* y, int64_t ys,
                                 int64_t n, float eps) {
   __shared__ float red[32];
@@ -427,6 +452,31 @@ cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, co
   case kernels::T:                                                    \
     EXPERTD_LAUNCH(matmul_kernel<kernels::T>, grid, block, 0, stream) \
     (wb, rows, cols, rb, x, n_tokens, y);                             \
+    break;
+    KERNELS_WEIGHT_TYPES(EXPERTD_CASE)
+#undef EXPERTD_CASE
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t matmul_id(uint32_t wtype, const void* w, size_t matrix_bytes, int64_t rows,
+                      int64_t cols, const int32_t* ids, int64_t n_slots, const float* x,
+                      int64_t x_div, float* y, cudaStream_t stream) {
+  if (rows <= 0 || n_slots <= 0) return cudaSuccess;
+  if (!weight_type_supported(wtype) || cols % block_elems(wtype) != 0 || x_div < 1)
+    return cudaErrorInvalidValue;
+  const size_t rb = kernels::row_size(wtype, cols);
+  const dim3 grid(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                  static_cast<unsigned>(n_slots));
+  const dim3 block(32 * kWarpsPerBlock);
+  auto* wb = static_cast<const uint8_t*>(w);
+  switch (wtype) {
+#define EXPERTD_CASE(T)                                                  \
+  case kernels::T:                                                       \
+    EXPERTD_LAUNCH(matmul_id_kernel<kernels::T>, grid, block, 0, stream) \
+    (wb, matrix_bytes, rows, cols, rb, ids, x, x_div, y);                \
     break;
     KERNELS_WEIGHT_TYPES(EXPERTD_CASE)
 #undef EXPERTD_CASE

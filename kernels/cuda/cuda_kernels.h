@@ -24,6 +24,13 @@ bool dequantize_row_host(uint32_t type, const void* row, float* y, int64_t n);
 // type's block.
 cudaError_t matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const float* x,
                    int64_t n_tokens, float* y, cudaStream_t stream);
+// The same for slots that each take their own matrix of a stack (the experts of a layer, held
+// matrix_bytes apart): y row j (rows floats) = matrix ids[j] times x row j / x_div (the routed
+// slots of a token, t k + j, read its row t with x_div = k). Each slot's sums are matmul's for
+// that token, in the same order.
+cudaError_t matmul_id(uint32_t wtype, const void* w, size_t matrix_bytes, int64_t rows,
+                      int64_t cols, const int32_t* ids, int64_t n_slots, const float* x,
+                      int64_t x_div, float* y, cudaStream_t stream);
 
 // Each of n_rows rows of n: y = x / rms(x) * w (w may be null: no weight).
 cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps,

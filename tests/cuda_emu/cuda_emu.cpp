@@ -72,6 +72,7 @@ struct CUstream_emu {
   std::condition_variable cv;
   std::deque<std::function<void()>> q;
   bool busy = false, stop = false;
+  uint64_t issued = 0, waited = 0;  // ops pushed; of them, those the host has waited for
   std::thread worker;
 
   CUstream_emu() : worker([this] { run(); }) {}
@@ -79,12 +80,20 @@ struct CUstream_emu {
     {
       std::lock_guard lock(m);
       q.push_back(std::move(op));
+      ++issued;
     }
     cv.notify_all();
   }
   void drain() {
     std::unique_lock lock(m);
     cv.wait(lock, [&] { return q.empty() && !busy; });
+  }
+  // The host waits for everything issued: whether anything was issued since it last did.
+  bool host_waits() {
+    std::lock_guard lock(m);
+    const bool any = issued > waited;
+    waited = issued;
+    return any;
   }
   void shut() {
     {
@@ -584,6 +593,18 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s) {
   s->push([p, v, bytes] { std::memset(p, v, bytes); });
   return cudaSuccess;
 }
+namespace cuda_emu {
+std::atomic<uint64_t> n_stream_waits{0}, n_blocking_copies{0};
+uint64_t stream_waits() {
+  return n_stream_waits.load();
+}
+uint64_t blocking_copies() {
+  return n_blocking_copies.load();
+}
+void host_waits_for(cudaStream_t s) {
+  if (s && s->host_waits()) ++n_stream_waits;
+}
+}  // namespace cuda_emu
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind k,
                             cudaStream_t s) {
   if (k == cudaMemcpyHostToDevice && is_pinned(src)) {
@@ -594,10 +615,12 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   }
   if (!s || bytes == 0) return cudaMemcpy(dst, src, bytes, k);
   if (k == cudaMemcpyHostToDevice && !is_pinned(src)) {
+    cuda_emu::host_waits_for(s), ++cuda_emu::n_blocking_copies;
     auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                     static_cast<const char*>(src) + bytes);
     s->push([dst, copy] { std::memcpy(dst, copy->data(), copy->size()); });
   } else if (k == cudaMemcpyDeviceToHost && !is_pinned(dst)) {
+    cuda_emu::host_waits_for(s), ++cuda_emu::n_blocking_copies;
     s->drain();
     std::memmove(dst, src, bytes);
   } else {
@@ -622,6 +645,7 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
   else {  // host memory on either side: completed before returning (the engine copies device to
           // device only)
     if (s) s->drain();
+    cuda_emu::host_waits_for(s), ++cuda_emu::n_blocking_copies;
     rows();
   }
   return cudaSuccess;
@@ -644,6 +668,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (s) s->drain();
+  cuda_emu::host_waits_for(s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
@@ -705,6 +730,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidValue;
+  if (e->st->completed.load() < e->st->recorded.load()) ++cuda_emu::n_stream_waits;
   cuda_emu::wait_for(e->st, e->st->recorded.load());
   return cudaSuccess;
 }

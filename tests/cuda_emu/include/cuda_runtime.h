@@ -140,6 +140,14 @@ void* dynamic_shared();
 void syncthreads();
 float shfl_xor(float v, int lane_mask);
 
+// What the host has waited for, as the CUDA runtime makes it wait. stream_waits: for work issued
+// to a stream since the host last waited on it (a stream synchronised, a copy into pageable host
+// memory, a copy from pageable host memory — the runtime synchronises the stream before it — and
+// an unfinished event synchronised). blocking_copies: copies that return once done (to or from
+// pageable host memory).
+uint64_t stream_waits();
+uint64_t blocking_copies();
+
 // Runs body() as every CUDA thread of every block of the grid.
 void run_grid(dim3 grid, dim3 block, size_t shared_bytes, void (*body)(void*), void* arg);
 // A launch's configuration is checked when it is issued (an error for cudaGetLastError).
