@@ -449,20 +449,40 @@ class CudaOps final : public Ops {
       check("dsv4_ring", kernels::cuda::dsv4_ring_store(kv.data, l.ring, T, pos0, W, D, stream_));
   }
 
-  // Plain softmax gating routes with the softmax/top-k kernel; every other variant (sigmoid,
-  // selection bias, groups, scaled weights, top-k then softmax) on the host, with the CPU's code.
+  // Routing on the device (the softmax/top-k kernel for plain softmax gating, route_select for
+  // the rest, the CPU's steps), its ids and weights into ids_w: T x k ids, then T x k weights.
+  // Hash routing (forced) stays the host's. False where the kernels do not take this layer.
+  bool route_on_device(Act logits, const MoeWeights& w, int k, const int32_t* forced, Act ids_w) {
+    const RouteOpts& o = w.route;
+    const int64_t T = logits.rows, n = T * k;
+    if (forced || k > 32 || (o.n_group > 1 && (o.n_group > 64 || logits.cols % o.n_group)))
+      return false;
+    if (!ok()) return true;
+    if (!(o.sigmoid || o.sqrt_softplus || o.n_group > 1 || o.w_scale != 1.0f ||
+          o.topk_then_softmax || w.exp_probs_b)) {
+      check("softmax_topk", kernels::cuda::softmax_topk(logits.data, T, logits.cols, k, o.norm_topk,
+                                                        ids_w.i32(), ids_w.data + n, stream_));
+      return true;
+    }
+    kernels::cuda::RouteSelect r;
+    r.p = logits.data, r.bias = w.exp_probs_b ? dev_f32(w.exp_probs_b) : nullptr;
+    r.ids = ids_w.i32(), r.weights = ids_w.data + n, r.n_tokens = T, r.n_expert = logits.cols;
+    r.k = k, r.n_group = o.n_group, r.n_group_used = o.n_group_used, r.sigmoid = o.sigmoid;
+    r.sqrt_softplus = o.sqrt_softplus, r.topk_then_softmax = o.topk_then_softmax;
+    r.norm_topk = o.norm_topk, r.w_scale = o.w_scale;
+    if (ok()) check("route_select", kernels::cuda::route_select(r, stream_));
+    return true;
+  }
+
+  // The routes come down in one download (one wait).
   void route(Act logits, const MoeWeights& w, int k, const int32_t* forced,
              std::vector<Route>& out) override {
-    if (forced || !routes_on_device(w, k)) return Ops::route(logits, w, k, forced, out);
-    const RouteOpts& o = w.route;
-    // The ids (rows x k) then the weights in one activation: one download, one wait.
     const int64_t T = logits.rows, n = T * k;
     Act both = alloc(T, 2 * k);
-    if (!ok()) return;
-    check("softmax_topk", kernels::cuda::softmax_topk(logits.data, T, logits.cols, k, o.norm_topk,
-                                                      both.i32(), both.data + n, stream_));
+    if (!route_on_device(logits, w, k, forced, both)) return Ops::route(logits, w, k, forced, out);
     std::vector<float> host(size_t(2 * n));
     to_host(both, host.data());
+    if (!ok()) return;
     const auto* ids = reinterpret_cast<const int32_t*>(host.data());
     out.resize(T);
     for (int64_t t = 0; t < T; ++t) {
@@ -471,45 +491,38 @@ class CudaOps final : public Ops {
     }
   }
 
-  static bool routes_on_device(const MoeWeights& w, int k) {
-    const RouteOpts& o = w.route;
-    return !(o.sigmoid || o.sqrt_softplus || o.n_group > 1 || o.w_scale != 1.0f ||
-             o.topk_then_softmax || w.exp_probs_b || k > 32);
-  }
-
-  // With the experts uploaded (--local) and plain softmax routing, a layer of a few tokens
-  // (decode) never leaves the device: the softmax/top-k kernel's ids pick each (token, k) slot's
-  // expert matrices in matmul_id (the same sums as the grouped path's matmul: the same bits), the
-  // activation, the weighted sum in router order. A prefill keeps the grouped path, which reads
-  // each expert's weights once for all its tokens.
+  // With the experts uploaded (--local), a layer of a few tokens (decode) never leaves the
+  // device: the routing kernels' ids pick each (token, k) slot's expert matrices in matmul_id
+  // (the same sums as the grouped path's matmul: the same bits) and biases, then the activation
+  // and the weighted sum in router order. A prefill keeps the grouped path, which reads each
+  // expert's weights once for all its tokens.
   static constexpr int64_t kResidentSlots = 16;
   bool moe_resident(Act logits, const MoeWeights& w, int k, Act h, Act out) override {
     const int64_t T = logits.rows, S = T * k;
-    if (!experts_placed_ || !routes_on_device(w, k) || w.expert_biases || S > kResidentSlots ||
-        !ok())
-      return false;
+    if (!experts_placed_ || S > kResidentSlots || !ok()) return false;
+    Act both = alloc(T, 2 * k);
+    if (!route_on_device(logits, w, k, nullptr, both)) return false;
     const Tensor &gate = w.gate_exps, &up = w.up_exps, &down = w.down_exps;
     const int64_t E = h.cols, F = gate.ne[1];
-    Act both = alloc(T, 2 * k), g = alloc(S, F), u = alloc(S, F), ys = alloc(S, E);
+    Act g = alloc(S, F), u = alloc(S, F), ys = alloc(S, E);
     const uint8_t *dg = dev(gate), *du = dev(up), *dd = dev(down);
     if (!ok()) return true;  // the failure is recorded: the eval ends after the block
     const int32_t* ids = both.i32();
-    const float* wts = both.data + S;
-    check("softmax_topk",
-          kernels::cuda::softmax_topk(logits.data, T, logits.cols, k, w.route.norm_topk, both.i32(),
-                                      both.data + S, stream_));
     auto mm = [&](const Tensor& t, const uint8_t* d, int64_t rows, int64_t cols, const float* x,
-                  int64_t x_div, float* y) {
+                  int64_t x_div, float* y, const Tensor& b) {
       if (ok())
         check("matmul_id", kernels::cuda::matmul_id(t.type, d, t.matrix_bytes(), rows, cols, ids, S,
                                                     x, x_div, y, stream_));
+      if (b && ok())
+        check("add_rows_id", kernels::cuda::add_rows_id(y, dev_f32(b), ids, rows, S, stream_));
     };
-    mm(gate, dg, F, E, h.data, k, g.data);
-    mm(up, du, F, E, h.data, k, u.data);
+    mm(gate, dg, F, E, h.data, k, g.data, w.gate_exps_b);
+    mm(up, du, F, E, h.data, k, u.data, w.up_exps_b);
     glu(w.act, g, u);
-    mm(down, dd, E, F, g.data, 1, ys.data);
+    mm(down, dd, E, F, g.data, 1, ys.data, w.down_exps_b);
     if (ok())
-      check("weighted_sum", kernels::cuda::weighted_sum(ys.data, wts, out.data, T, k, E, stream_));
+      check("weighted_sum",
+            kernels::cuda::weighted_sum(ys.data, both.data + S, out.data, T, k, E, stream_));
     return true;
   }
 

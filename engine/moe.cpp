@@ -195,7 +195,7 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
   if (w.router_b) ops_->add_bias(logits, w.router_b);
   Act out = ops_->alloc(T, x.cols);
   // The model's own experts resident in the backend, routed there: no routes on the host.
-  if (!(w.tid2eid || prefetch_ || !experts_.model_owned()) &&
+  if (!w.tid2eid && !prefetch_ && experts_.model_owned() &&
       ops_->moe_resident(logits, w, K, x, out))
     return shared_expert(w, h, out);
   auto& routes = routes_[il];

@@ -36,7 +36,7 @@ struct Act {
 struct Cols {
   Act a;
   int64_t first = 0, n = 0;
-  Cols(Act x) : a(x), n(x.cols) {}  // NOLINT(google-explicit-constructor): an Act is a view
+  Cols(Act x) : a(x), n(x.cols) {}  // implicit: an Act is all its columns
   Cols(Act x, int64_t first_, int64_t n_) : a(x), first(first_), n(n_) {}
   Cols(float* data, int64_t rows, int64_t cols) : Cols(Act{data, rows, cols}) {}  // a whole one
   bool whole() const { return first == 0 && n == a.cols; }

@@ -290,7 +290,7 @@ __global__ void delta_scan_kernel(Delta a, float* states) {
   }
 }
 
-constexpr int kMaxTopK = 32;
+constexpr int kMaxTopK = 32, kMaxGroups = 64;
 
 __global__ void softmax_topk_kernel(const float* logits, int64_t n_tokens, int64_t n_expert, int k,
                                     bool norm, int32_t* ids, float* weights) {
@@ -318,6 +318,89 @@ __global__ void softmax_topk_kernel(const float* logits, int64_t n_tokens, int64
     ids[t * k + kk] = chosen[kk];
     weights[t * k + kk] = norm ? p[kk] / fmaxf(psum, 6.103515625e-5f) : p[kk];
   }
+}
+
+// engine::select_experts step for step, one thread per token (see RouteSelect).
+__global__ void route_select_kernel(RouteSelect r) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= r.n_tokens) return;
+  const int64_t X = r.n_expert;
+  float* p = r.p + t * X;
+  int32_t chosen[kMaxTopK];
+  float w[kMaxTopK];
+  // The k largest of v(e) not masked, ties to the lower id (a stable sort's order).
+  auto pick = [&](auto v) {
+    for (int kk = 0; kk < r.k; ++kk) {
+      int32_t best = -1;
+      for (int64_t e = 0; e < X; ++e) {
+        bool taken = false;
+        for (int j = 0; j < kk; ++j) taken |= chosen[j] == e;
+        if (!taken && (best < 0 || v(e) > v(best))) best = static_cast<int32_t>(e);
+      }
+      chosen[kk] = best;
+    }
+  };
+  auto softmax = [](float* x, int64_t n, int64_t stride) {  // kernels::softmax's steps
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) mx = x[i * stride] > mx ? x[i * stride] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) x[i * stride] = expf(x[i * stride] - mx), sum += x[i * stride];
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) x[i * stride] *= inv;
+  };
+  if (r.topk_then_softmax) {
+    pick([&](int64_t e) { return p[e]; });
+    for (int kk = 0; kk < r.k; ++kk) w[kk] = p[chosen[kk]];
+    softmax(w, r.k, 1);
+  } else {
+    for (int64_t e = 0; e < X; ++e)
+      if (r.sqrt_softplus)
+        p[e] = sqrtf(p[e] > 20.0f ? p[e] : logf(1.0f + expf(p[e])));
+      else if (r.sigmoid)
+        p[e] = 1.0f / (1.0f + expf(-p[e]));
+    if (!r.sqrt_softplus && !r.sigmoid) softmax(p, X, 1);
+    auto sel = [&](int64_t e) { return r.bias ? p[e] + r.bias[e] : p[e]; };
+    uint64_t dropped = 0;  // groups out of the selection
+    if (r.n_group > 1) {
+      const int64_t per = X / r.n_group;
+      float score[kMaxGroups];
+      for (int g = 0; g < r.n_group; ++g) {
+        float b1 = -INFINITY, b2 = -INFINITY;
+        for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+          const float v = sel(e);
+          if (v > b1)
+            b2 = b1, b1 = v;
+          else if (v > b2)
+            b2 = v;
+        }
+        score[g] = b1 + b2;
+      }
+      uint64_t kept = 0;
+      for (int i = 0; i < r.n_group_used; ++i) {
+        int best = -1;
+        for (int g = 0; g < r.n_group; ++g)
+          if (!(kept >> g & 1) && (best < 0 || score[g] > score[best])) best = g;
+        kept |= uint64_t{1} << best;
+      }
+      dropped = ~kept;
+    }
+    const int64_t per = r.n_group > 1 ? X / r.n_group : X;
+    pick([&](int64_t e) { return dropped >> (e / per) & 1 ? -INFINITY : sel(e); });
+    float sum = 0;
+    for (int kk = 0; kk < r.k; ++kk) w[kk] = p[chosen[kk]], sum += w[kk];
+    for (int kk = 0; kk < r.k; ++kk) {
+      if (r.norm_topk) w[kk] /= fmaxf(sum, 6.103515625e-5f);
+      if (r.w_scale != 1.0f) w[kk] *= r.w_scale;
+    }
+  }
+  for (int kk = 0; kk < r.k; ++kk)
+    r.ids[t * r.k + kk] = chosen[kk], r.weights[t * r.k + kk] = w[kk];
+}
+
+__global__ void add_rows_id_kernel(float* y, const float* b, const int32_t* ids, int64_t n,
+                                   int64_t total) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < total) y[i] += b[int64_t(ids[i / n]) * n + i % n];
 }
 
 // One block per (token, head). The visible keys go by in chunks whose scores sit in shared memory;
@@ -595,6 +678,24 @@ cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert
   if (n_tokens <= 0) return cudaSuccess;
   EXPERTD_LAUNCH(softmax_topk_kernel, blocks_for(n_tokens, 64), 64, 0, stream)
   (logits, n_tokens, n_expert, k, norm_topk, ids, weights);
+  return cudaGetLastError();
+}
+
+cudaError_t route_select(const RouteSelect& r, cudaStream_t stream) {
+  if (r.k < 1 || r.k > kMaxTopK || r.k > r.n_expert || r.n_group > kMaxGroups ||
+      (r.n_group > 1 &&
+       (r.n_expert % r.n_group != 0 || r.n_group_used < 1 || r.n_group_used > r.n_group)))
+    return cudaErrorInvalidValue;
+  if (r.n_tokens <= 0) return cudaSuccess;
+  EXPERTD_LAUNCH(route_select_kernel, blocks_for(r.n_tokens, 64), 64, 0, stream)(r);
+  return cudaGetLastError();
+}
+
+cudaError_t add_rows_id(float* y, const float* b, const int32_t* ids, int64_t n, int64_t n_rows,
+                        cudaStream_t stream) {
+  if (n * n_rows <= 0) return cudaSuccess;
+  EXPERTD_LAUNCH(add_rows_id_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)
+  (y, b, ids, n, n * n_rows);
   return cudaGetLastError();
 }
 

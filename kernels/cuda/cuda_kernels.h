@@ -89,6 +89,25 @@ cudaError_t delta_rule(const Delta& a, cudaStream_t stream);
 // probabilities, renormalised to sum 1 when norm_topk. ids and weights are n_tokens x k.
 cudaError_t softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int k,
                          bool norm_topk, int32_t* ids, float* weights, cudaStream_t stream);
+// The other routings, as engine::select_experts computes them step for step (k <= 32, groups
+// <= 64): the router logits p (overwritten with the gate scores: softmax, sigmoid or
+// sqrt-softplus), the selection bias, the groups kept by their two best, the top k (ties: lower
+// id first), their scores renormalised and scaled; or gpt-oss's top k of the logits, then their
+// softmax. ids and weights are n_tokens x k.
+struct RouteSelect {
+  float* p = nullptr;
+  const float* bias = nullptr;
+  int32_t* ids = nullptr;
+  float* weights = nullptr;
+  int64_t n_tokens = 0, n_expert = 0;
+  int k = 0, n_group = 1, n_group_used = 1;
+  bool sigmoid = false, sqrt_softplus = false, topk_then_softmax = false, norm_topk = false;
+  float w_scale = 1.0f;
+};
+cudaError_t route_select(const RouteSelect& r, cudaStream_t stream);
+// y row j += b's row ids[j] (rows of n floats): each routed slot's expert bias.
+cudaError_t add_rows_id(float* y, const float* b, const int32_t* ids, int64_t n, int64_t n_rows,
+                        cudaStream_t stream);
 
 // Causal attention with a KV cache, as kernels::attend: q holds positions n_past ..
 // n_past + n_tokens - 1, the caches n_past + n_tokens positions. Keys of dk and values of dv

@@ -491,6 +491,7 @@ TEST(OpsSweep, RoutingAndExperts) {
     const auto logits = normal(T * X, 94, 2.0f), x = normal(T * E, 95);
     std::vector<int32_t> forced;
     for (int64_t i = 0; i < T * v.k; ++i) forced.push_back(int32_t((i * 5 + i / v.k) % X));
+    auto bias = [](const Tensor& b, uint32_t e) { return b ? b.row(e) : Tensor{}; };
     sweep(w, "moe " + v.name, kMatmul, [&](Ops& o, Outputs& out) {
       std::vector<engine::Route> routes;
       o.route(input(o, logits, T, X), mw, v.k, v.forced ? forced.data() : nullptr, routes);
@@ -502,7 +503,6 @@ TEST(OpsSweep, RoutingAndExperts) {
       o.moe_begin(input(o, x, T, E), r);
       std::vector<engine::ExpertWeights> ws;
       std::vector<size_t> idx;
-      auto bias = [](const Tensor& b, uint32_t e) { return b ? b.row(e) : Tensor{}; };
       for (size_t i = 0; i < r.experts.size(); ++i) {
         const uint32_t e = r.experts[i];
         idx.push_back(i);
@@ -515,6 +515,37 @@ TEST(OpsSweep, RoutingAndExperts) {
       o.moe_end(y);
       out.add(o, "out", y);
     });
+    if (v.forced) continue;  // hash routing: the host's
+    // A decode's layer in the backend, routes included (Ops::moe_resident: CUDA with the experts
+    // uploaded), against the CPU's grouped path: 1 and 2 tokens.
+    for (int64_t n : {1, 2})
+      sweep(w, "moe_resident " + v.name + " x" + std::to_string(n), kMatmul,
+            [&](Ops& o, Outputs& out) {
+              std::vector<float> lg(logits.begin(), logits.begin() + n * X),
+                  xs(x.begin(), x.begin() + n * E);
+              Act l = input(o, lg, n, X), h = input(o, xs, n, E), y = o.alloc(n, E);
+              const bool resident = o.moe_resident(l, mw, v.k, h, y);
+              EXPECT_EQ(resident, o.name().starts_with("cuda")) << o.name();
+              if (!resident) {
+                std::vector<engine::Route> routes;
+                o.route(l, mw, v.k, nullptr, routes);
+                engine::MoeRoutes r;
+                engine::group_routes(routes, X, v.k, r);
+                o.moe_begin(h, r);
+                std::vector<engine::ExpertWeights> ws;
+                std::vector<size_t> idx;
+                for (size_t i = 0; i < r.experts.size(); ++i) {
+                  const uint32_t e = r.experts[i];
+                  idx.push_back(i);
+                  ws.push_back({mw.gate_exps.matrix(e), mw.up_exps.matrix(e),
+                                mw.down_exps.matrix(e), bias(mw.gate_exps_b, e),
+                                bias(mw.up_exps_b, e), bias(mw.down_exps_b, e)});
+                }
+                o.moe_experts(mw, idx, ws);
+                o.moe_end(y);
+              }
+              out.add(o, "out", y);
+            });
   }
 }
 
