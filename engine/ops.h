@@ -223,6 +223,12 @@ class Ops {
     seqs_.assign(seqs.begin(), seqs.end());
     consolidate();
   }
+  // The eval's furthest position, plus one (its longest sequence's length after it).
+  int64_t end_position() const {
+    int64_t n = 0;
+    for (const SeqRows& s : seqs_) n = std::max(n, s.pos0 + s.n);
+    return n;
+  }
   // n_slots caches (sequences) of n_ctx positions, each with per_layer rows, in `type`. A backend
   // that cannot keep that type says so in status().
   virtual void init_cache(const std::vector<KvRows>& per_layer, int n_ctx, int n_slots,
@@ -327,9 +333,7 @@ class Ops {
   // not see yet. q: T x idx_heads idx_dim (rotated), w: T x idx_heads. Columns: the entries the
   // eval's last position sees (at least one).
   Act dsv4_index(int il, const Dsv4AttnOpts& o, Act q, Act w) {
-    int64_t n = 1;
-    for (const SeqRows& s : seqs_) n = std::max(n, (s.pos0 + s.n) / o.ratio);
-    Act scores = alloc(q.rows, n);
+    Act scores = alloc(q.rows, std::max<int64_t>(1, end_position() / o.ratio));
     for (const SeqRows& s : seqs_)
       dsv4_index_at(s.slot, il, o, part(q, s), part(w, s), s.pos0, part(scores, s));
     return scores;

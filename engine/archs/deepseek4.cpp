@@ -354,9 +354,10 @@ class Deepseek4 final : public Arch {
       c.comp_kv = ops.matmul(w.comp_wkv, h), c.comp_score = ops.matmul(w.comp_wgate, h);
     if (o.ratio == 4) c.idx_kv = ops.matmul(w.idx_wkv, h), c.idx_score = ops.matmul(w.idx_wgate, h);
     ops.dsv4_compress(il, o, c);
-    // The compressed entries: all a token sees, or (ratio 4) the lightning indexer's top_k of them.
+    // The compressed entries: all a token sees, or (ratio 4, once a token sees more than top_k)
+    // the lightning indexer's top_k of them.
     Act sel;
-    if (o.ratio == 4) {
+    if (o.ratio == 4 && ops.end_position() / o.ratio > o.top_k) {
       Act iq = ops.matmul(w.idx_q_b, qr);
       ops.rope(iq, o.idx_dim, o.idx_dim - R, R, compressed_rope());
       Act scores = ops.dsv4_index(il, o, iq, ops.matmul(w.idx_proj, h));
