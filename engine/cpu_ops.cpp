@@ -422,13 +422,6 @@ class CpuOps final : public Ops {
     E* entries = nullptr;
     int64_t slots = 0, width = 0, dim = 0;
   };
-  template <typename E>
-  static Pool<E> pool_at(float*& st, E*& kvs, int64_t slots, int64_t width, int64_t dim,
-                         int64_t entries) {
-    Pool<E> p{st, st + slots * width, kvs, slots, width, dim};
-    st += 2 * slots * width, kvs += entries * dim;
-    return p;
-  }
   static void widen(const float* x, float* y, int64_t n) { std::copy_n(x, n, y); }
   static void widen(const uint16_t* x, float* y, int64_t n) { kernels::from_f16(x, y, n); }
   static void narrow(const float* x, float* y, int64_t n) { std::copy_n(x, n, y); }
@@ -456,13 +449,17 @@ class CpuOps final : public Ops {
     Cache& c = cache(slot, il);
     auto layout = [&](auto* kvs) {
       float* st = c.state.data();
+      const Dsv4AttnOpts::Layout l = o.layout(n_ctx_);
+      const int64_t slots = o.pending(), cw = o.coff() * o.head_dim, iw = 2 * o.idx_dim;
       Dsv4Cache<std::remove_pointer_t<decltype(kvs)>> d;
-      const int64_t D = o.head_dim;
       d.ring = kvs;
-      kvs += o.window * D;
-      if (o.ratio > 0) d.comp = pool_at(st, kvs, o.pending(), o.coff() * D, D, o.entries(n_ctx_));
+      if (o.ratio > 0)
+        d.comp = {
+            st + l.comp_state, st + l.comp_state + slots * cw, kvs + l.comp_entries, slots, cw,
+            o.head_dim};
       if (o.ratio == 4)
-        d.idx = pool_at(st, kvs, o.pending(), 2 * o.idx_dim, o.idx_dim, o.entries(n_ctx_));
+        d.idx = {st + l.idx_state, st + l.idx_state + slots * iw, kvs + l.idx_entries, slots, iw,
+                 o.idx_dim};
       f(d);
     };
     if (f16_)

@@ -374,16 +374,12 @@ class CudaOps final : public Ops {
           *idx_entries = nullptr;
   };
   Dsv4Layout dsv4_layout(int slot, int il, const Dsv4AttnOpts& o) {
+    const Dsv4AttnOpts::Layout at = o.layout(n_ctx_);
+    float *st = cache(slot, il).state, *kvs = cache(slot, il).kv_state;
     Dsv4Layout l;
-    float* st = cache(slot, il).state;
-    float* kvs = cache(slot, il).kv_state;
     l.ring = kvs;
-    kvs += int64_t{o.window} * o.head_dim;
-    if (o.ratio > 0) {
-      l.comp_st = st, l.entries = kvs;
-      st += 2 * o.pending() * o.coff() * o.head_dim, kvs += o.entries(n_ctx_) * o.head_dim;
-    }
-    if (o.ratio == 4) l.idx_st = st, l.idx_entries = kvs;
+    if (o.ratio > 0) l.comp_st = st + at.comp_state, l.entries = kvs + at.comp_entries;
+    if (o.ratio == 4) l.idx_st = st + at.idx_state, l.idx_entries = kvs + at.idx_entries;
     return l;
   }
   void dsv4_compress_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4CompressIn& in,

@@ -162,6 +162,19 @@ struct Dsv4AttnOpts {
   int64_t coff() const { return ratio == 4 ? 2 : 1; }
   int pending() const { return ratio == 4 ? 2 * ratio : ratio; }  // rows kept per compressor
   int64_t entries(int n_ctx) const { return ratio > 0 ? (n_ctx + ratio - 1) / ratio : 0; }
+  // Where the parts of the layer's cache start, in values: in the state the compressors' pending
+  // rows (each kv then scores, width floats per row), in the kv_state the window ring (at 0) then
+  // each compressor's entries.
+  struct Layout {
+    int64_t comp_state = 0, idx_state = 0, comp_entries = 0, idx_entries = 0;
+  };
+  Layout layout(int n_ctx) const {
+    Layout l;
+    l.comp_entries = int64_t{window} * head_dim;
+    l.idx_state = 2 * pending() * coff() * head_dim;
+    l.idx_entries = l.comp_entries + entries(n_ctx) * head_dim;
+    return l;
+  }
   // The layer's cache: the pending rows (F32 state: per compressor kv then scores) and the
   // window ring then the entries (kv_state, in the cache's type).
   KvRows cache_rows(int n_ctx) const {
