@@ -112,8 +112,18 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
     *ignore_merges = true;
     return {kLlama3};
   }
-  if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez")
+  if (pre == "glm4" || pre == "glm5") {  // GLM-4.5 to GLM-5: llama3's split, whole words first
+    *ignore_merges = true;
+    return {kLlama3};
+  }
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez" ||
+      pre == "solar-open")
     return {kQwen2};
+  if (pre == "tekken") {  // Mistral: case-change splits, single digits; as llama.cpp writes it
+    *ignore_merges = true;
+    return {
+        R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+  }
   if (pre == "qwen35")  // Qwen3.5: letters with their combining marks
     return {
         R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
@@ -140,9 +150,12 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
     return {
         R"(\p{N}{1,3})", "[一-龥぀-ゟ゠-ヿ]+",
         R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
-  if (pre == "gpt-4o" || pre == "llama4")
+  // gpt-4o's split, then llama.cpp's own form of it, which it applies after (letters by case
+  // without their combining marks): the pieces are where both split.
+  if (pre == "gpt-4o" || pre == "llama4" || pre == "minimax-m2")
     return {
-        R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+        R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+        R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
   if (pre == "kimi-k2")  // Kimi-K2/K3: Han runs apart; the letter classes exclude Han
     return {
         R"([\p{Han}]+|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
@@ -213,7 +226,8 @@ expertd::Result<Tokenizer> Tokenizer::load(const gguf::Model& f) {
     }
     t.bos_ = id("tokenizer.ggml.bos_token_id", 11);
     t.eos_ = id("tokenizer.ggml.eos_token_id", 11);
-    t.add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token").value_or(false);
+    // llama.cpp adds BOS for tekken unless the file says otherwise
+    t.add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token").value_or(t.pre_ == "tekken");
   } else {
     t.bos_ = id("tokenizer.ggml.bos_token_id", 1);
     t.eos_ = id("tokenizer.ggml.eos_token_id", 2);

@@ -163,6 +163,16 @@ TEST(Tokenizer, SyntheticPreTokenizers) {
     check_vocab(std::string("ggml-vocab-synth-") + pre);
 }
 
+// The pre-tokenizers real GLM-4.x/GLM-5, Mistral Large 3, Solar-Open and MiniMax GGUFs name:
+// the synthetic vocab with merges only some splits leave usable and whole-word tokens only
+// llama.cpp's ignore-merges path takes (scripts/gen-pre-vocab.py, ids from llama.cpp).
+TEST(Tokenizer, PreTokenizersOfTheLargeMoeFamilies) {
+  for (const char* pre : {"glm4", "glm5", "tekken", "solar-open", "minimax-m2"}) {
+    SCOPED_TRACE(pre);
+    check_vocab(std::string("ggml-vocab-synth-") + pre);
+  }
+}
+
 // Kimi-K2/K3's pre-tokenizer: the synthetic vocab with two merges only a split that keeps Han
 // apart from other letters leaves unused, on the golden strings and mixed Latin/Han ones
 // (scripts/gen-kimi-k2-vocab.py, ids from llama.cpp); and the same vocab without merges.

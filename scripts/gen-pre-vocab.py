@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Tokenizer vectors for the pre-tokenizers the 2026 MoE GGUFs name, from llama.cpp.
+
+GLM-4.5/4.6/4.7 and GLM-5 (`glm4`, `glm5`), Mistral Large 3 (`tekken`), Solar-Open-100B
+(`solar-open`) and MiniMax-M2/M3 (`minimax-m2`): the golden data's tiny synthetic BPE vocab
+(ggml-vocab-synth-gpt-4o: 256 byte tokens, 252 learned merges) with tokenizer.ggml.pre set to
+each and merges that only some of the regexes leave usable ("1"+"2" and "12"+"3": digits in runs
+of three or one at a time; "l"+"W": a split at a case change; "e"+U+0301: combining marks with
+their letter), plus two whole-word tokens no merge makes ("zebra", " zebra": taken whole only
+where llama.cpp ignores merges, glm4 and tekken). The strings are the golden ones plus ones that
+exercise those. The ids are llama.cpp's
+(llama-cpp-python 0.3.36, add_special = false, parse_special = false), in llama.cpp's
+test-tokenizer-0 format.
+
+    python3 scripts/gen-pre-vocab.py ../shared/golden/tokenizer/synthetic tests/data/tokenizer
+"""
+import os, sys
+
+import gguf
+import llama_cpp
+
+SRC = "ggml-vocab-synth-gpt-4o.gguf"
+PRES = ["glm4", "glm5", "tekken", "solar-open", "minimax-m2"]
+EXTRA_MERGES = [b"1 2", b"12 3", b"123 4", b"l W", b"e \xcc", b"e\xcc \x81"]
+WHOLE_WORDS = [b"zebra", b" zebra"]
+EXTRA_TEXTS = ["zebra zebra zebras", "1234567 12 123456", "HELLOworld ÄpfelWorld camelCaseWord", "abc's DON'T we'll",
+               "e\u0301te\u0301 cafe\u0301s", "path/to/file/\nnext/\r\nline", "x=1;y=22;z=333",
+               "  leading and trailing  ", "ΑΒΓ αβγ Ωmega", "tab\there\n\n\nthree"]
+
+
+def field(r, name):
+    f = r.fields[name]
+    if f.types[0] == gguf.GGUFValueType.ARRAY:
+        if f.types[-1] == gguf.GGUFValueType.STRING:
+            return [bytes(f.parts[i]).decode() for i in f.data]
+        return [int(f.parts[i][0]) for i in f.data]
+    if f.types[0] == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[f.data[0]]).decode()
+    return f.parts[f.data[0]][0].item()
+
+
+def byte_chars():  # GPT-2's byte-to-unicode map, as the vocab's tokens are written
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b), cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def write_vocab(r, pre, out):
+    bc = byte_chars()
+    enc = lambda b: "".join(bc[x] for x in b)
+    tokens = field(r, "tokenizer.ggml.tokens")
+    types = field(r, "tokenizer.ggml.token_type")
+    merges = field(r, "tokenizer.ggml.merges")
+    for m in EXTRA_MERGES:
+        a, b = m.split(b" ")
+        merges.append(enc(a) + " " + enc(b))
+        tokens.append(enc(a + b)), types.append(1)
+    for wd in WHOLE_WORDS:
+        tokens.append(enc(wd)), types.append(1)
+    w = gguf.GGUFWriter(out, field(r, "general.architecture"))
+    for name, f in r.fields.items():
+        if name.startswith(("GGUF.", "general.architecture")):
+            continue
+        if name in ("tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
+                    "tokenizer.ggml.merges"):
+            continue
+        w.add_key_value(name, field(r, name), f.types[0],
+                        sub_type=f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main():
+    src_dir, out_dir = sys.argv[1], sys.argv[2]
+    r = gguf.GGUFReader(os.path.join(src_dir, SRC))
+    sep = "\n__ggml_vocab_test__\n"
+    texts = open(os.path.join(src_dir, SRC + ".inp"), encoding="utf-8").read().split(sep)[:-1]
+    texts += EXTRA_TEXTS
+    for pre in PRES:
+        out = os.path.join(out_dir, "ggml-vocab-synth-%s.gguf" % pre)
+        write_vocab(r, pre, out)
+        mp = llama_cpp.llama_model_default_params()
+        mp.vocab_only = True
+        model = llama_cpp.llama_model_load_from_file(out.encode(), mp)
+        if not model:
+            sys.exit("llama.cpp cannot load " + out)
+        vocab = llama_cpp.llama_model_get_vocab(model)
+        lines = []
+        for t in texts:
+            b = t.encode()
+            buf = (llama_cpp.llama_token * (len(b) + 8))()
+            n = llama_cpp.llama_tokenize(vocab, b, len(b), buf, len(buf), False, False)
+            assert n >= 0
+            lines.append("".join(" %d" % buf[i] for i in range(n)))
+        llama_cpp.llama_model_free(model)
+        with open(out + ".inp", "w", encoding="utf-8") as f:
+            f.write("".join(t + sep for t in texts))
+        with open(out + ".out", "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print(out, len(texts), "strings")
+
+
+main()
