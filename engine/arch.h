@@ -34,7 +34,8 @@ enum class Role : uint8_t {
   ExpertUp,
   ExpertDown,
   ExpertBias,
-  Index  // I32 ids below TensorSpec::index_limit (DeepSeek-V4's hash-routing table)
+  Index,  // I32 ids below TensorSpec::index_limit (DeepSeek-V4's hash-routing table)
+  Decay   // F32 negative rates (the gated delta-net's -exp(A_log)): synthetic ones are negative
 };
 
 struct TensorSpec {

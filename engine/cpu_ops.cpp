@@ -298,7 +298,7 @@ class CpuOps final : public Ops {
   void delta_rule_at(int slot, int il, const DeltaOpts& o, Act q, Act k, Act v, Act g, Act beta,
                      int64_t pos0, Act out) override {
     const int64_t Hk = o.n_k_head, Hv = o.n_v_head, dk = o.dk, dv = o.dv, C = o.d_conv - 1,
-                  T = q.rows, G = o.gate_width(), group = Hv / Hk;
+                  T = q.rows, G = o.gate_width();
     std::vector<float>& st = cache(slot, il).state;
     if (pos0 == 0) std::fill(st.begin(), st.end(), 0.0f);
     const Tensor* conv_w[3] = {&o.conv_q, &o.conv_k, &o.conv_v};
@@ -346,7 +346,7 @@ class CpuOps final : public Ops {
     pool_.parallel_for(Hv, 1, [&](int64_t b, int64_t e) {
       std::vector<float> decay(dk), delta(dv);
       for (int64_t h = b; h < e; ++h) {
-        const int64_t kh = h / group;
+        const int64_t kh = o.key_head(h);
         float* M = states + h * dk * dv;  // M[j][i] = S[i][j]: row j is value j's column
         for (int64_t t = 0; t < T; ++t) {
           const float *qt = q.row(t) + kh * dk, *kt = k.row(t) + kh * dk, *vt = v.row(t) + h * dv,

@@ -35,7 +35,8 @@ bool expert_role(Role r) {
          r == Role::ExpertBias;
 }
 bool f32_role(Role r) {
-  return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias;
+  return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias ||
+         r == Role::Decay;
 }
 
 std::string shape_text(const std::vector<int64_t>& ne) {

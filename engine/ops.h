@@ -107,14 +107,17 @@ struct SeqRows {
 // (KDA) or by one factor per head (per_head_decay: the gated delta-net), updated by the delta
 // rule, read by the query. q and k have n_k_head heads of dk values, v n_v_head heads of dv, a
 // multiple of n_k_head: value head h reads key head h / (n_v_head / n_k_head), as transformers'
-// repeat_interleave. Before the scan, in the op: causal depthwise convolutions of d_conv taps
-// with silu over q, k and v (one convolution over [q k v] is the same: its filter's rows split
-// three ways), L2 norms of q and k per head, the decay gate and beta's sigmoid. The layer's state
-// holds the convolutions' last d_conv - 1 inputs (q, k, v), then the heads' states.
+// repeat_interleave (Qwen3-Next), or with tiled_heads key head h % n_k_head, as ggml_repeat
+// (Qwen3.5's converter orders the value heads so). Before the scan, in the op: causal depthwise
+// convolutions of d_conv taps with silu over q, k and v (one convolution over [q k v] is the same:
+// its filter's rows split three ways), L2 norms of q and k per head, the decay gate and beta's
+// sigmoid. The layer's state holds the convolutions' last d_conv - 1 inputs (q, k, v), then the
+// heads' states.
 struct DeltaOpts {
   int n_k_head = 0, n_v_head = 0;
   int64_t dk = 0, dv = 0;
   bool per_head_decay = false;  // g holds 1 value per value head, else dk
+  bool tiled_heads = false;     // value head h reads key head h % n_k_head, else h / group
   int d_conv = 0;
   Tensor conv_q, conv_k, conv_v;  // F32 {d_conv, channels}: causal depthwise filters
   Tensor a;                       // F32 {n_v_head}: -exp(A_log)
@@ -128,6 +131,9 @@ struct DeltaOpts {
     return o;
   }
   int64_t gate_width() const { return per_head_decay ? 1 : dk; }  // of g, per value head
+  int64_t key_head(int64_t h) const {                             // the key head value head h reads
+    return tiled_heads ? h % n_k_head : h / (n_v_head / n_k_head);
+  }
   int64_t state_floats() const {
     return (d_conv - 1) * (2 * n_k_head * dk + n_v_head * dv) + n_v_head * dk * dv;
   }

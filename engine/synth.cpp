@@ -88,7 +88,8 @@ gguf::GgmlType fit(gguf::GgmlType want, uint64_t row) {
 }
 
 bool f32_role(Role r) {
-  return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias;
+  return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias ||
+         r == Role::Decay;
 }
 
 struct Preset {
@@ -209,10 +210,14 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
   auto arch = make_arch(p.arch);
   auto sm = arch->synth(p.name, {o.dims, o.layers});
   if (!sm) return sm.error();
-  if (o.layers) {
+  if (o.layers) {  // the per-layer arrays (one value per block) cut with the blocks
+    const size_t n_all = sm->u32["block_count"];
     sm->u32["block_count"] = std::min<uint32_t>(sm->u32["block_count"], o.layers);
-    for (auto& [k, v] : sm->arrays) v.resize(std::min<size_t>(v.size(), sm->u32["block_count"]));
-    for (auto& [k, v] : sm->farrays) v.resize(std::min<size_t>(v.size(), sm->u32["block_count"]));
+    const size_t n = sm->u32["block_count"];
+    for (auto& [k, v] : sm->arrays)
+      if (v.size() == n_all) v.resize(n);
+    for (auto& [k, v] : sm->farrays)
+      if (v.size() == n_all) v.resize(n);
   }
   const std::string name = o.preset.empty() ? "custom" : p.name;
 
@@ -295,7 +300,8 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
             std::swap(ids[k], ids[k + splitmix64(rng) % (ids.size() - k)]);
           std::memcpy(buf.data() + r * rb, ids.data(), ne0 * sizeof(int32_t));
         }
-      } else if (t.role != Role::Norm && t.role != Role::Embedding && t.role != Role::Router) {
+      } else if (t.role != Role::Norm && t.role != Role::Embedding && t.role != Role::Router &&
+                 t.role != Role::Decay) {
         random_blocks(type, buf.data(), buf.size(), std_dev, rng);
       } else {
         std::vector<uint32_t> perm(t.role == Role::Router ? t.ne[1] : 0);
@@ -308,6 +314,7 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
         for (uint64_t r = 0; r < nr; ++r) {
           for (uint64_t c = 0; c < ne0; ++c) {
             float x = t.role == Role::Norm ? 1.0f : gauss(rng) * std_dev;
+            if (t.role == Role::Decay) x = -std::exp(gauss(rng) * 0.5f);  // as -exp(A_log)
             // Embeddings at the scale of what the blocks add to the residual stream (norm
             // ~sqrt(n_embd)): at a smaller scale, attention's average over positions and the
             // experts' outputs swamp each token's own direction and every token routes alike.

@@ -10,10 +10,10 @@ case.json (synth is deterministic) and compare, so CI needs no llama.cpp.
 Needs llama-cpp-python 0.3.36 (it knows kimi-k3) and a build of expert-pack:
     python3 scripts/gen-kimi-k3-cases.py build/pack/expert-pack tests/data/kimi-k3
 """
-import json, os, subprocess, sys, tempfile
+import os, sys
 
-import numpy as np
-import llama_cpp
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from synth_cases import write_cases  # noqa: E402
 
 CASES = {  # name (its suffix is the golden variant) -> synth arguments
     "k3-f32": ["--dims", "64,5,8,2,32,4,1,512", "--type", "F32", "--seed", "1"],
@@ -25,81 +25,4 @@ CASES = {  # name (its suffix is the golden variant) -> synth arguments
 N_PROMPT, N_GEN = 12, 8
 
 
-def teacher_forced(model, prompt, n_gen):
-    mp = llama_cpp.llama_model_default_params()
-    mp.n_gpu_layers, mp.use_extra_bufts = 0, False
-    m = llama_cpp.llama_model_load_from_file(model.encode(), mp)
-    if not m:
-        sys.exit(f"llama.cpp cannot load {model}")
-    V = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(m))
-    cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx = cp.n_batch = cp.n_ubatch = 256
-    cp.n_threads = cp.n_threads_batch = 1
-    cp.type_k = cp.type_v = 0  # F32 KV cache
-    cp.flash_attn_type = 0
-    ctx = llama_cpp.llama_init_from_model(m, cp)
-
-    def decode(toks, pos0, all_rows):
-        b = llama_cpp.llama_batch_init(len(toks), 0, 1)
-        b.n_tokens = len(toks)
-        for i, t in enumerate(toks):
-            b.token[i], b.pos[i], b.n_seq_id[i] = t, pos0 + i, 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = 1 if all_rows or i == len(toks) - 1 else 0
-        if llama_cpp.llama_decode(ctx, b) != 0:
-            sys.exit("llama_decode failed")
-        n = len(toks) if all_rows else 1
-        first = 0 if all_rows else len(toks) - 1
-        out = [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, first + i), shape=(V,)).copy()
-               for i in range(n)]
-        llama_cpp.llama_batch_free(b)
-        return out
-
-    rows = decode(prompt, 0, True)
-    toks, greedy = list(prompt), []
-    for _ in range(n_gen):
-        t = int(np.argmax(rows[-1]))
-        greedy.append(t)
-        toks.append(t)
-        rows += decode([t], len(toks) - 1, False)
-    llama_cpp.llama_free(ctx)
-    llama_cpp.llama_model_free(m)
-    return np.array(rows, dtype=np.float32), toks, greedy, V
-
-
-def main():
-    pack, out_dir = sys.argv[1], sys.argv[2]
-    rng = np.random.default_rng(11)
-    for name, args in CASES.items():
-        prompt = [int(x) for x in rng.integers(0, 300, N_PROMPT)]
-        with tempfile.TemporaryDirectory() as d:
-            model = os.path.join(d, "m.gguf")
-            synth = ["synth", "--preset", "kimi-k3"] + args
-            subprocess.run([pack, "-q"] + synth + ["--out", model], check=True)
-            logits, toks, greedy, V = teacher_forced(model, prompt, N_GEN)
-        # the tokens fed: the prompt, then every greedy token but the last
-        all_tokens = toks[:-1]
-        logits = logits[: len(all_tokens)]
-        margins = []
-        for r in logits[N_PROMPT - 1:]:
-            s = np.sort(r)
-            margins.append(float(s[-1] - s[-2]))
-        case = {
-            "synth": synth,
-            "prompt_tokens": prompt,
-            "all_tokens": all_tokens,
-            "greedy_tokens": greedy,
-            "greedy_top1_top2_margins": margins,
-            "logits": {"file": "logits.bin", "dtype": "float32", "shape": [len(all_tokens), V]},
-            "llama_cpp": {"package": "llama-cpp-python " + llama_cpp.__version__,
-                          "settings": "n_ctx 256, one ubatch, 1 thread, F32 KV, no flash "
-                                      "attention, no weight repacking"},
-        }
-        os.makedirs(os.path.join(out_dir, name), exist_ok=True)
-        with open(os.path.join(out_dir, name, "case.json"), "w") as f:
-            json.dump(case, f, indent=1)
-        logits.tofile(os.path.join(out_dir, name, "logits.bin"))
-        print(name, "rows", len(all_tokens), "min greedy margin %.3f" % min(margins))
-
-
-main()
+write_cases(sys.argv[1], sys.argv[2], CASES, N_PROMPT, N_GEN, preset="kimi-k3", seed=11)

@@ -28,11 +28,12 @@ inline std::string bin(const std::string& rel) {
   return std::string(EXPERTD_BIN_DIR) + "/" + rel;
 }
 
-// A case's folder: "quant/<id>" names one of the weight-type cases (golden/quant/), "kimi-k3/<id>"
-// one of this tree's (tests/data/kimi-k3: synth recipes and llama.cpp's logits), any other id one
-// of golden/cases/.
+// A case's folder: "quant/<id>" names one of the weight-type cases (golden/quant/), "<family>/<id>"
+// one of this tree's (tests/data/<family>: synth recipes and llama.cpp's logits, for kimi-k3,
+// deepseek4, qwen35), any other id one of golden/cases/.
 inline std::string golden_case_dir(const std::string& case_id) {
-  if (case_id.starts_with("kimi-k3/") || case_id.starts_with("deepseek4/"))
+  if (case_id.starts_with("kimi-k3/") || case_id.starts_with("deepseek4/") ||
+      case_id.starts_with("qwen35/"))
     return std::string(EXPERTD_SOURCE_DIR) + "/tests/data/" + case_id;
   return golden_dir() + (case_id.starts_with("quant/") ? "/" : "/cases/") + case_id;
 }

@@ -265,7 +265,7 @@ constexpr int64_t kMaxDeltaKeyDim = 256;
 __global__ void delta_scan_kernel(Delta a, float* states) {
   __shared__ float sh[3 * kMaxDeltaKeyDim];  // decay, k, q of the current token
   const int64_t h = blockIdx.x, dk = a.dk, dv = a.dv, Hk = a.n_k_head, Hv = a.n_v_head;
-  const int64_t kh = h / (Hv / Hk), G = a.per_head_decay ? 1 : dk;
+  const int64_t kh = a.tiled_heads ? h % Hk : h / (Hv / Hk), G = a.per_head_decay ? 1 : dk;
   float* M = states + h * dk * dv;
   const float inv = rsqrtf(float(dk));
   for (int64_t t = 0; t < a.n_tokens; ++t) {

@@ -81,6 +81,7 @@ struct Delta {
   const float *conv_q = nullptr, *conv_k = nullptr, *conv_v = nullptr, *a = nullptr;
   int64_t n_tokens = 0, n_k_head = 0, n_v_head = 0, dk = 0, dv = 0;
   bool per_head_decay = false;
+  bool tiled_heads = false;  // value head h reads key head h % n_k_head, else h / group
   int d_conv = 0;
   float lower_bound = 0, eps = 0;
 };

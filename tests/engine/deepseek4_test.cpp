@@ -29,27 +29,7 @@ const char* kCases[] = {"deepseek4/v4-f32", "deepseek4/v4-q8_0", "deepseek4/v4-m
 // 8-position window, the indexer's top 3 of the compressed-by-4 entries, and the first entry of
 // the compressed-by-128 layer.
 TEST(Deepseek4, SynthModelsMatchLlamaCpp) {
-  for (const char* id : kCases) {
-    SCOPED_TRACE(id);
-    Case c = load_case(id);
-    auto l = load(c);
-    ASSERT_TRUE(l);
-    EXPECT_EQ(l->model.hp.arch, "deepseek4");
-    auto src = engine::make_local_source(l->model);
-    engine::Engine e(l->model, *src, 2, 256);
-    const double median = check_against_golden(c, teacher_forced(e, c, nullptr));
-    const bool f32 = std::string(id).ends_with("f32");
-    EXPECT_LE(median, f32 ? 1e-5 : 0.1);
-    // Free-running greedy: every step (F32), else up to the first step llama.cpp decided by
-    // less than 0.3 (the golden README's rule).
-    auto mine = greedy(e, c, c.greedy.size());
-    const auto& margins = c.j["greedy_top1_top2_margins"];
-    for (size_t i = 0; i < c.greedy.size(); ++i) {
-      if (!f32 && margins[i].get<double>() < 0.3) break;
-      ASSERT_LT(i, mine.size());
-      EXPECT_EQ(mine[i], c.greedy[i]) << "greedy step " << i;
-    }
-  }
+  for (const char* id : kCases) check_synth_case(id, "deepseek4");
 }
 
 // The window ring, the compressors' pending rows and entries carry from one eval to the next:
@@ -116,47 +96,7 @@ TEST(Deepseek4, HashLayersRouteByTheToken) {
 // Through a real expertd whose cache holds fewer experts than one layer's prefill touches:
 // bit-identical to --local, and the prefill never fails.
 TEST(Deepseek4, DaemonPathIsBitIdenticalToLocal) {
-  Case c = load_case("deepseek4/v4-mxfp4");
-  auto l = load(c);
-  ASSERT_TRUE(l);
-  expertd::pack::BuildOptions bo;
-  bo.model_path = l->path;
-  bo.out_dir = l->d.path();
-  bo.progress = false;
-  auto rep = expertd::pack::build_pack(bo);
-  ASSERT_TRUE(rep) << rep.error().message;
-  Daemon daemon(rep->manifest_path, l->d / "s.sock",
-                {"--cache-slots", "4", "--clients-max", "2", "--max-experts-per-request", "2",
-                 "--policy", "lru"});
-  std::string log;
-  ASSERT_TRUE(daemon.start(&log)) << log;
-  auto core = gguf::Model::open(rep->core_path);
-  ASSERT_TRUE(core);
-  auto mcore = engine::Model::load(*core);
-  ASSERT_TRUE(mcore) << mcore.error().message;
-  EXPECT_FALSE(mcore->has_local_experts);
-  auto local = engine::make_local_source(l->model);
-  auto remote = engine::make_daemon_source(*mcore, l->d / "s.sock");
-  ASSERT_TRUE(remote) << remote.error().message;
-  engine::Engine e_local(l->model, *local, 2, 256), e_remote(*mcore, **remote, 2, 256);
-  auto a = teacher_forced(e_local, c, nullptr);
-  auto b = teacher_forced(e_remote, c, nullptr);
-  ASSERT_EQ(a.size(), b.size());
-  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "daemon and local logits differ";
-  e_local.reset();
-  std::vector<float> lg;
-  ASSERT_TRUE(e_local.eval({c.prompt.data(), c.prompt.size()}, false, lg));
-  size_t most = 0;
-  for (const auto& layer : e_local.routes()) {
-    std::set<uint32_t> u;
-    for (const auto& r : layer) u.insert(r.experts.begin(), r.experts.end());
-    most = std::max(most, u.size());
-  }
-  EXPECT_GT(most, 4u);
-  auto ctl = run(bin("client/expertctl") + " --socket " + l->d / "s.sock" + " stats --json");
-  auto s = nlohmann::json::parse(ctl.second);
-  EXPECT_GT(s["cache_evictions"].get<int>(), 0);
-  EXPECT_EQ(s["io_errors"].get<int>(), 0);
+  check_daemon_path_is_local(load_case("deepseek4/v4-mxfp4"));
 }
 
 // Every hyper-parameter comes from the metadata; the ones DeepSeek-V4 cannot run without are

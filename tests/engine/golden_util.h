@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <type_traits>
 
 #include "engine/engine.h"
@@ -199,6 +201,123 @@ inline std::unique_ptr<Loaded> load_golden(const std::string& id) {
   auto l = std::make_unique<Loaded>();
   l->path = golden_model(id);
   return open_loaded(std::move(l));
+}
+
+// A synthetic case (tests/data/<family>/<id>, its suffix the variant) on the CPU engine against
+// llama.cpp: the golden README's limits on every row, the median row-max under 1e-5 (f32) or
+// 0.1, and free-running greedy tokens llama.cpp's at every step (f32), else up to the first step
+// llama.cpp decided by less than 0.3 (the README's rule). Prints the figures.
+inline void check_synth_case(const std::string& id, const std::string& arch) {
+  SCOPED_TRACE(id);
+  Case c = load_case(id);
+  auto l = load(c);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->model.hp.arch, arch);
+  auto src = engine::make_local_source(l->model);
+  engine::Engine e(l->model, *src, 2, 256);
+  const auto mine = teacher_forced(e, c, nullptr);
+  const double median = check_against_golden(c, mine);
+  double mx = 0;
+  for (size_t i = 0; i < mine.size() && i < c.logits.size(); ++i)
+    mx = std::max(mx, std::fabs(double(mine[i]) - c.logits[i]));
+  std::printf("%s: |logit - llama.cpp| max %.2e, median row %.2e\n", id.c_str(), mx, median);
+  const bool f32 = id.ends_with("f32");
+  EXPECT_LE(median, f32 ? 1e-5 : 0.1);
+  auto tokens = greedy(e, c, c.greedy.size());
+  const auto& margins = c.j["greedy_top1_top2_margins"];
+  for (size_t i = 0; i < c.greedy.size(); ++i) {
+    if (!f32 && margins[i].get<double>() < 0.3) break;
+    ASSERT_LT(i, tokens.size());
+    EXPECT_EQ(tokens[i], c.greedy[i]) << "greedy step " << i;
+  }
+}
+
+// A synthetic case through a real expertd whose cache holds 4 experts, fewer than one layer's
+// prefill touches: teacher-forced logits bit-identical to --local, the prompt's unique experts
+// in some layer more than the cache, evictions and no I/O errors.
+inline void check_daemon_path_is_local(const Case& c) {
+  auto l = load(c);
+  ASSERT_TRUE(l);
+  expertd::pack::BuildOptions bo;
+  bo.model_path = l->path;
+  bo.out_dir = l->d.path();
+  bo.progress = false;
+  auto rep = expertd::pack::build_pack(bo);
+  ASSERT_TRUE(rep) << rep.error().message;
+  Daemon daemon(rep->manifest_path, l->d / "s.sock",
+                {"--cache-slots", "4", "--clients-max", "2", "--max-experts-per-request", "2",
+                 "--policy", "lru"});
+  std::string log;
+  ASSERT_TRUE(daemon.start(&log)) << log;
+  auto core = gguf::Model::open(rep->core_path);
+  ASSERT_TRUE(core);
+  auto mcore = engine::Model::load(*core);
+  ASSERT_TRUE(mcore) << mcore.error().message;
+  EXPECT_FALSE(mcore->has_local_experts);
+  auto local = engine::make_local_source(l->model);
+  auto remote = engine::make_daemon_source(*mcore, l->d / "s.sock");
+  ASSERT_TRUE(remote) << remote.error().message;
+  engine::Engine e_local(l->model, *local, 2, 256), e_remote(*mcore, **remote, 2, 256);
+  auto a = teacher_forced(e_local, c, nullptr);
+  auto b = teacher_forced(e_remote, c, nullptr);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "daemon and local logits differ";
+  e_local.reset();
+  std::vector<float> lg;
+  ASSERT_TRUE(e_local.eval({c.prompt.data(), c.prompt.size()}, false, lg));
+  size_t most = 0;
+  for (const auto& layer : e_local.routes()) {
+    std::set<uint32_t> u;
+    for (const auto& r : layer) u.insert(r.experts.begin(), r.experts.end());
+    most = std::max(most, u.size());
+  }
+  EXPECT_GT(most, 4u);
+  auto ctl = run(bin("client/expertctl") + " --socket " + l->d / "s.sock" + " stats --json");
+  auto st = nlohmann::json::parse(ctl.second);
+  EXPECT_GT(st["cache_evictions"].get<int>(), 0);
+  EXPECT_EQ(st["io_errors"].get<int>(), 0);
+}
+
+// A model with recurrent state carries it from one eval to the next: the case's tokens in
+// chunks of each size give the logits of one batch (within tol); a reset starts from a zero
+// state (the same rows again, exactly); and the state matters (without the first 6 tokens the
+// rest differ).
+inline void check_chunked_prefill(const engine::Model& model, const Case& c,
+                                  std::initializer_list<size_t> chunks, double tol) {
+  auto src = engine::make_local_source(model);
+  engine::Engine e(model, *src, 2, 256);
+  const auto& toks = c.all;
+  const size_t V = c.n_vocab;
+  auto in_chunks = [&](size_t n) {
+    std::vector<float> all, step;
+    e.reset();
+    for (size_t i = 0; i < toks.size(); i += n) {
+      const size_t m = std::min(n, toks.size() - i);
+      auto st = e.eval({toks.data() + i, m}, true, step);
+      EXPECT_TRUE(st) << (st ? "" : st.error().message);
+      all.insert(all.end(), step.begin(), step.end());
+    }
+    return all;
+  };
+  const auto one = in_chunks(toks.size());
+  ASSERT_EQ(one.size(), toks.size() * V);
+  for (size_t n : chunks) {
+    SCOPED_TRACE(n);
+    const auto chunked = in_chunks(n);
+    ASSERT_EQ(chunked.size(), one.size());
+    double mx = 0;
+    for (size_t i = 0; i < one.size(); ++i)
+      mx = std::max(mx, std::fabs(double(one[i]) - chunked[i]));
+    EXPECT_LE(mx, tol);
+  }
+  EXPECT_EQ(in_chunks(toks.size()), one);
+  std::vector<float> tail;
+  e.reset();
+  ASSERT_TRUE(e.eval({toks.data() + 6, toks.size() - 6}, true, tail));
+  double diff = 0;
+  for (size_t i = 0; i < tail.size(); ++i)
+    diff = std::max(diff, std::fabs(double(tail[i]) - one[6 * V + i]));
+  EXPECT_GT(diff, 1e-2);
 }
 
 // A copy of a GGUF whose metadata key `key` is renamed (same length, so the file stays valid):

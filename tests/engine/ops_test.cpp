@@ -68,7 +68,7 @@ struct Reference {
     std::vector<double> out(size_t(Hv * dv));
     const int64_t G = o.gate_width();
     for (int64_t h = 0; h < Hv; ++h) {
-      const int64_t kh = h / (Hv / Hk);
+      const int64_t kh = o.tiled_heads ? h % Hk : h / (Hv / Hk);
       double* M = S.data() + h * dk * dv;  // M[j][i]: value j, key i
       const double b = sigmoid(beta[h]);
       for (int64_t i = 0; i < dk; ++i) {

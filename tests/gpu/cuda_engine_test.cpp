@@ -170,7 +170,8 @@ std::string synth_model(const TempDir& d, const std::string& preset) {
 TEST(CudaEngine, SynthGlm45DeepseekV2LiteAndKimiK3MatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();
   const std::vector<int32_t> tokens = {11, 250, 100, 77, 500, 42, 9, 300};
-  for (const std::string preset : {"glm-4.5-air", "deepseek-v2-lite", "kimi-k3"}) {
+  for (const std::string preset :
+       {"glm-4.5-air", "deepseek-v2-lite", "kimi-k3", "qwen3.5-397b-a17b", "qwen3-next-80b-a3b"}) {
     SCOPED_TRACE(preset);
     TempDir d;
     auto file = gguf::Model::open(synth_model(d, preset));
@@ -267,7 +268,8 @@ TEST(CudaEngine, BatchedSequencesGetTheirLogitsAlone) {
     ASSERT_TRUE(model) << model.error().message;
     check_batched_equals_alone(*model, c, gpu_engines(*model));
   }
-  for (const char* id : {"kimi-k3/k3-q8_0", "deepseek4/v4-f32"}) {
+  for (const char* id :
+       {"kimi-k3/k3-q8_0", "deepseek4/v4-f32", "qwen35/q35-f32", "qwen35/next-q8_0"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = load(c);
@@ -282,7 +284,8 @@ TEST(CudaEngine, SynthModelsThroughACudaExpertdAreBitIdenticalToUploadedExperts)
   EXPERTD_REQUIRE_GPU();
   const std::vector<int32_t> tokens = {11, 250, 100, 77, 500, 42, 9, 300};
   for (const std::string preset :
-       {"glm-4.5-air", "deepseek-v2-lite", "kimi-k3", "deepseek-v4-flash"}) {
+       {"glm-4.5-air", "deepseek-v2-lite", "kimi-k3", "deepseek-v4-flash", "qwen3.5-397b-a17b",
+        "qwen3-next-80b-a3b"}) {
     SCOPED_TRACE(preset);
     TempDir d;
     const std::string model = synth_model(d, preset);
@@ -377,7 +380,8 @@ TEST(CudaEngine, StatesResumeBitForBitInAnotherSlot) {
         << "logits after a cut differ";
   };
   REQUIRE_GOLDEN();
-  for (const char* id : {"deepseek2-B-s11-q4_k_m", "kimi-k3/k3-q8_0", "deepseek4/v4-f32"}) {
+  for (const char* id : {"deepseek2-B-s11-q4_k_m", "kimi-k3/k3-q8_0", "deepseek4/v4-f32",
+                         "qwen35/q35-q4_k", "qwen35/next-f32"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = std::string(id).find('/') == std::string::npos ? load_golden(id) : load(c);
