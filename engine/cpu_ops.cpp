@@ -150,6 +150,13 @@ class CpuOps final : public Ops {
                       o.yarn, o.inverse);
   }
 
+  void attn_temperature_at(Act x, int64_t pos0, const AttnTemp& t) override {
+    for (int64_t r = 0; r < x.rows; ++r) {
+      const float f = attn_temperature_factor(t, pos0 + r);
+      for (int64_t i = 0; i < x.cols; ++i) x.row(r)[i] *= f;
+    }
+  }
+
   void attention_at(int slot, int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o,
                     Act out) override {
     const int64_t D = o.head_dim, KV = o.n_head_kv * D, H = o.n_head, T = q.rows;
@@ -210,6 +217,7 @@ class CpuOps final : public Ops {
         std::copy_n(q.row(t) + hh * KM + nope, R, dst + C);
       }
     }
+    if (o.temp) attn_temperature_at(qf, pos0, o.temp);
     // Attention over the latent rows: keys are whole rows, values their first kv_lora floats,
     // shared by every head: a job is one token's heads in groups of up to 16 (attend_group: each
     // latent row read once per group), smaller while there are fewer jobs than threads.

@@ -238,6 +238,13 @@ class CudaOps final : public Ops {
                                         pos0, o.base, o.neox, o.yarn, stream_, o.inverse));
   }
 
+  void attn_temperature_at(Act x, int64_t pos0, const AttnTemp& t) override {
+    if (ok())
+      check("attn_temperature",
+            kernels::cuda::attn_temperature(x.data, x.rows, x.cols, pos0, t.scale, t.offset,
+                                            t.length, stream_));
+  }
+
   void attention_at(int slot, int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o,
                     Act out) override {
     if (!ok()) return;
@@ -281,6 +288,7 @@ class CudaOps final : public Ops {
       check("copy", cudaMemcpy2DAsync(qf.data + hh * KL, H * KL * f, yout.data, C * f, C * f, T,
                                       cudaMemcpyDeviceToDevice, stream_));
     }
+    if (o.temp) attn_temperature_at(qf, pos0, o.temp);
     kernels::cuda::Attention a;
     a.q = qf.data, a.k = cache, a.v = cache, a.out = lat.data, a.n_tokens = T, a.n_past = pos0,
     a.n_head = H, a.n_head_kv = 1;

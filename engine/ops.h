@@ -66,11 +66,25 @@ struct AttnOpts {
   Tensor sinks;    // optional: one extra softmax logit per head (F32, n_head)
 };
 
+// Llama 4's attention temperature, as Mistral Large 3 (deepseek2) carries it: each query row
+// times log(floor((pos + offset) / length) + 1) scale + 1 at its position (llama.cpp's
+// attn_temperature_scale / attn_temperature_length), in double as llama.cpp computes it.
+struct AttnTemp {
+  float scale = 0.0f, offset = 0.0f;
+  int length = 0;
+  explicit operator bool() const { return scale != 0.0f; }
+};
+inline float attn_temperature_factor(const AttnTemp& t, int64_t pos) {
+  return float(std::log(std::floor((float(pos) + t.offset) / float(t.length)) + 1.0) * t.scale +
+               1.0);
+}
+
 // Multi-head latent attention, computed the absorbed way (DeepSeek-V2/V3).
 struct MlaOpts {
   int n_head = 0;
   int64_t kv_lora = 0, n_rot = 0, qk_nope = 0, v_mla = 0;  // a latent row: kv_lora + n_rot floats
   float scale = 1.0f;
+  AttnTemp temp;  // optional: the absorbed queries times the temperature (llama.cpp's order)
 };
 
 // The cache a layer keeps: values of keys and of values per position (0: none), a part of fixed
@@ -399,6 +413,8 @@ class Ops {
                        const RopeOpts& o) = 0;
   virtual void attention_at(int slot, int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o,
                             Act out) = 0;
+  // Each row of x (positions pos0..) times its attention temperature (MlaOpts::temp).
+  virtual void attn_temperature_at(Act x, int64_t pos0, const AttnTemp& t) = 0;
   virtual void attention_mla_at(int slot, int il, Act q, Act kv, const Tensor& wk_b,
                                 const Tensor& wv_b, int64_t pos0, const MlaOpts& o, Act out) = 0;
   virtual void delta_rule_at(int slot, int il, const DeltaOpts& o, Act q, Act k, Act v, Act g,

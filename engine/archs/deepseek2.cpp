@@ -39,6 +39,11 @@ class Deepseek2 final : public Arch {
           "joint "
           "attn_kv_b? re-convert it)");
     if (n_dense_lead_ > hp.n_layer) return m.fail("leading_dense_block_count exceeds block_count");
+    // Mistral Large 3's query temperature (Llama 4's): llama.cpp reads these two keys.
+    m.f("attention.temperature_scale", temp_.scale, 0.0f);
+    m.u("attention.temperature_length", temp_.length, 0);
+    if (temp_ && temp_.length <= 0)
+      return m.fail("attention.temperature_scale needs a positive attention.temperature_length");
     // DeepSeek's YaRN: RoPE's cos/sin keep the original attention factor (1), and the attention
     // scale takes mscale^2 with mscale = 1 + yarn_log_multiplier * ln(factor), the GGUF key
     // holding 0.1 * mscale_all_dim (DeepSeek's yarn_get_mscale). Checked against llama.cpp as
@@ -113,7 +118,8 @@ class Deepseek2 final : public Arch {
     ops.rope(kv, latent_row, kv_lora_, n_rot, rope);
     ops.rope(q, k_mla_, k_mla_ - n_rot, n_rot, rope);
     const MlaOpts mla{hp.n_head,      kv_lora_, n_rot,
-                      k_mla_ - n_rot, v_mla_,   mscale_ * mscale_ / std::sqrt(float(k_mla_))};
+                      k_mla_ - n_rot, v_mla_,   mscale_ * mscale_ / std::sqrt(float(k_mla_)),
+                      temp_};
     Act att = ops.alloc(x.rows, int64_t{hp.n_head} * v_mla_);
     ops.attention_mla(il, q, kv, w.wk_b, w.wv_b, mla, att);
     ops.add(x, ops.matmul(w.wo, att));
@@ -128,24 +134,39 @@ class Deepseek2 final : public Arch {
     ops.add(x, e.moe(il, w.moe, h));
   }
 
-  std::vector<std::string> synth_presets() const override { return {"deepseek-v2-lite"}; }
-  expertd::Result<SynthModel> synth(const std::string&, const SynthDims& d) const override {
-    archs::SynthSizes s{2048, 27, 64, 6, 1408, 16, 16, 192, 102400};
-    int kv_lora = 512, qk_nope = 128, rope = 64, v_head = 128, n_ff = 10944;
+  std::vector<std::string> synth_presets() const override {
+    return {"deepseek-v2-lite", "mistral-large-3"};
+  }
+  // DeepSeek-V2-Lite: its published config.json. Mistral Large 3 (675B, 41B active, a 262,144
+  // context: Mistral's announcement as vercel.com/ai-gateway/models/mistral-large-3 gives it),
+  // written by llama.cpp's converter (conversion/mistral.py) as deepseek2 with softmax routing
+  // renormalised, YaRN with yarn_log_multiplier 0.1 and original context 8,192 (also the
+  // temperature length), the Llama 4 query temperature (beta 0.1) and the tekken vocabulary of
+  // 131,072. Its MLA and layer sizes are DeepSeek-V3's (n_embd 7,168, 61 layers, 128 heads,
+  // q/kv LoRA 1,536/512, nope/rope/v 128/64/128, 3 dense lead layers of 18,432, one shared
+  // expert), the lineage it keeps; 128 routed experts of 4,096, top-4, are derived: they give
+  // the published totals (128 x 3 x 7,168 x 4,096 x 58 = 653B routed; 4 of them, the shared
+  // expert, attention and the dense layers = 41B).
+  expertd::Result<SynthModel> synth(const std::string& preset, const SynthDims& d) const override {
+    const bool mistral = preset == "mistral-large-3";
+    archs::SynthSizes s = mistral ? archs::SynthSizes{7168, 61, 128, 4, 4096, 128, 128, 192, 131072}
+                                  : archs::SynthSizes{2048, 27, 64, 6, 1408, 16, 16, 192, 102400};
+    int kv_lora = 512, qk_nope = 128, rope = 64, v_head = 128, n_ff = mistral ? 18432 : 10944;
+    int q_lora = mistral ? 1536 : 0, temp_length = 8192;
     EXPERTD_TRY(archs::apply_dims(s, d));
     if (d.given())
       kv_lora = s.n_embd, qk_nope = s.head_dim, rope = s.head_dim / 2, v_head = s.head_dim,
-      n_ff = 2 * s.n_ff_exp;
-    auto m = archs::synth_base(s, "deepseek-llm");
+      n_ff = 2 * s.n_ff_exp, q_lora = mistral ? s.n_embd / 2 : 0, temp_length = 8;
+    auto m = archs::synth_base(s, mistral ? "tekken" : "deepseek-llm");
     if (!m) return m;
     // V2-Lite: a plain attn_q (no q_lora), one leading dense layer, two shared experts. The
     // absorbed-MLA keys of current llama.cpp: key/value_length describe the latent cache row,
     // key/value_length_mla a head's query-key and value sizes; one latent "KV head".
     m->u32["attention.head_count_kv"] = 1;
-    m->u32["leading_dense_block_count"] = 1;
-    m->u32["expert_shared_count"] = 2;
+    m->u32["leading_dense_block_count"] = mistral ? 3 : 1;
+    m->u32["expert_shared_count"] = mistral ? 1 : 2;
     m->u32["feed_forward_length"] = n_ff;
-    m->u32["attention.q_lora_rank"] = 0;
+    m->u32["attention.q_lora_rank"] = q_lora;
     m->u32["attention.kv_lora_rank"] = kv_lora;
     m->u32["attention.key_length"] = kv_lora + rope;
     m->u32["attention.value_length"] = kv_lora;
@@ -153,6 +174,31 @@ class Deepseek2 final : public Arch {
     m->u32["attention.value_length_mla"] = v_head;
     m->u32["rope.dimension_count"] = rope;
     m->f32["expert_weights_scale"] = 1.0f;
+    if (mistral) {
+      if (d.layers > 0 && d.layers <= 3) m->u32["leading_dense_block_count"] = d.layers - 1;
+      if (d.given()) m->u32["leading_dense_block_count"] = 1;
+      m->u32["expert_gating_func"] = 1;  // softmax
+      m->flags["expert_weights_norm"] = true;
+      m->f32["attention.temperature_scale"] = 0.1f;
+      m->u32["attention.temperature_length"] = temp_length;
+      m->strings["rope.scaling.type"] = "yarn";
+      m->f32["rope.scaling.factor"] = d.given() ? 4.0f : 32.0f;
+      m->u32["rope.scaling.original_context_length"] = d.given() ? 64 : 8192;
+      m->f32["rope.scaling.yarn_log_multiplier"] = 0.1f;
+      m->f32["rope.scaling.yarn_beta_fast"] = 32.0f;
+      m->f32["rope.scaling.yarn_beta_slow"] = 1.0f;
+      m->u32["context_length"] = d.given() ? 256 : 262144;
+      m->specials = {"<s>",
+                     "[INST]",
+                     "[/INST]",
+                     "[TOOL_CALLS]",
+                     "[AVAILABLE_TOOLS]",
+                     "[/AVAILABLE_TOOLS]",
+                     "[TOOL_RESULTS]",
+                     "[/TOOL_RESULTS]",
+                     "[SYSTEM_PROMPT]",
+                     "[/SYSTEM_PROMPT]"};
+    }
     return m;
   }
 
@@ -169,6 +215,7 @@ class Deepseek2 final : public Arch {
   int n_dense_lead_ = 0, q_lora_ = 0, kv_lora_ = 0, k_mla_ = 0, v_mla_ = 0;
   int64_t n_ff_ = 0, n_ff_shexp_ = 0;
   float mscale_ = 1.0f;  // YaRN: the attention scale is mscale^2 / sqrt(k_mla)
+  AttnTemp temp_;        // the query temperature, where the file has one
   std::optional<kernels::Yarn> yarn_;
   std::vector<Layer> layers_;
 };

@@ -183,6 +183,14 @@ __global__ void mul_act_kernel(float* y, const float* g, int64_t n, bool silu) {
   if (i < n) y[i] *= silu ? g[i] / (1.0f + expf(-g[i])) : 1.0f / (1.0f + expf(-g[i]));
 }
 
+__global__ void attn_temperature_kernel(float* x, int64_t rows, int64_t cols, int64_t pos0,
+                                        float scale, float offset, int length) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * cols) return;
+  const float pos = float(pos0 + i / cols);
+  x[i] *= float(log(floor((pos + offset) / float(length)) + 1.0) * scale + 1.0);
+}
+
 constexpr int kMaxResidualSources = 64;
 
 // One block per token: the n + 1 scores (rms-normalised rows dotted with w), their softmax, the
@@ -627,6 +635,15 @@ cudaError_t situ(const float* gate, const float* up, float* out, int64_t n, floa
   if (n <= 0) return cudaSuccess;
   EXPERTD_LAUNCH(situ_kernel, blocks_for(n, 256), 256, 0, stream)
   (gate, up, out, n, beta, linear_beta);
+  return cudaGetLastError();
+}
+
+cudaError_t attn_temperature(float* x, int64_t rows, int64_t cols, int64_t pos0, float scale,
+                             float offset, int length, cudaStream_t stream) {
+  if (length <= 0) return cudaErrorInvalidValue;
+  if (rows * cols <= 0) return cudaSuccess;
+  EXPERTD_LAUNCH(attn_temperature_kernel, blocks_for(rows * cols, 256), 256, 0, stream)
+  (x, rows, cols, pos0, scale, offset, length);
   return cudaGetLastError();
 }
 

@@ -67,6 +67,10 @@ cudaError_t situ(const float* gate, const float* up, float* out, int64_t n, floa
                  float linear_beta, cudaStream_t stream);
 // y *= sigmoid(g), or silu(g) = g / (1 + exp(-g)) (ggml's) when `silu`.
 cudaError_t mul_act(float* y, const float* g, int64_t n, bool silu, cudaStream_t stream);
+// Row r (position pos0 + r) of x (rows x cols) times log(floor((pos + offset) / length) + 1)
+// scale + 1, in double (engine::attn_temperature_factor).
+cudaError_t attn_temperature(float* x, int64_t rows, int64_t cols, int64_t pos0, float scale,
+                             float offset, int length, cudaStream_t stream);
 // Kimi-K3's attention residuals (engine::Ops::res_mix): per token, the softmax over the n
 // checkpoint rows (stack row j * n_tokens + t) and cur's row of their scores, rmsnorm(x) . w,
 // applied to the raw rows. n <= 64.

@@ -126,6 +126,8 @@ inline double check_against_golden(const Case& c, const std::vector<float>& mine
     for (size_t v = 0; v < V; ++v)
       rowmax[r] = std::max(rowmax[r], std::fabs(double(mine[r * V + v]) - c.logits[r * V + v]));
   double mx = *std::max_element(rowmax.begin(), rowmax.end());
+  if (getenv("ROWS"))
+    for (double r : rowmax) std::printf("%.2e ", r);
   std::string variant = c.id.substr(c.id.rfind('-') + 1);
   if (variant == "f32") {
     EXPECT_LE(mx, 1e-4) << c.id;
@@ -205,8 +207,9 @@ inline std::unique_ptr<Loaded> load_golden(const std::string& id) {
 
 // A synthetic case (tests/data/<family>/<id>, its suffix the variant) on the CPU engine against
 // llama.cpp: the golden README's limits on every row, the median row-max under 1e-5 (f32) or
-// 0.1, and free-running greedy tokens llama.cpp's at every step (f32), else up to the first step
-// llama.cpp decided by less than 0.3 (the README's rule). Prints the figures.
+// 0.1, and free-running greedy tokens llama.cpp's at every step (f32),
+// else up to the first step llama.cpp decided by less than 0.3 (the README's rule). Prints the
+// figures.
 inline void check_synth_case(const std::string& id, const std::string& arch) {
   SCOPED_TRACE(id);
   Case c = load_case(id);

@@ -203,6 +203,30 @@ TEST(CudaEngine, SynthGlm45DeepseekV2LiteAndKimiK3MatchTheCpuEngine) {
   }
 }
 
+// The 40-token synth cases with layers the 8-token preset check above does not reach: Qwen3.5's
+// and Qwen3-Next's gated full attention beside the delta-net (tiled and grouped value heads),
+// Mistral Large 3's query temperature past its first step. Teacher-forced, the GPU's logits
+// against the CPU engine's.
+TEST(CudaEngine, QwenHybridAndMistralTemperatureMatchTheCpuEngine) {
+  EXPERTD_REQUIRE_GPU();
+  for (const char* id : {"qwen35/q35-f32", "qwen35/next-f32", "mistral3/ml3-f32"}) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    auto l = load(c);
+    ASSERT_TRUE(l);
+    auto src = engine::make_local_source(l->model);
+    engine::Engine cpu(l->model, *src, 2, 256);
+    auto gpu = engine::make_cuda_forward(l->model, "", 256);
+    ASSERT_TRUE(gpu) << gpu.error().message;
+    const auto fc = teacher_forced(cpu, c, nullptr);
+    const auto fg = teacher_forced(**gpu, c, nullptr);
+    ASSERT_EQ(fc.size(), fg.size());
+    double mx = 0;
+    for (size_t i = 0; i < fc.size(); ++i) mx = std::max(mx, std::fabs(double(fc[i]) - fg[i]));
+    EXPECT_LE(mx, 1e-3) << "GPU and CPU logits differ";
+  }
+}
+
 // DeepSeek-V4 (hyper-connections, the window ring, both compressors, the indexer's top-k, hash
 // routing, limited SwiGLU), F32, long enough for every mechanism to act: a prefill of 100, one of
 // 31 (past the first compressed-by-128 entry), then decode steps; the GPU's logits against the
@@ -268,8 +292,8 @@ TEST(CudaEngine, BatchedSequencesGetTheirLogitsAlone) {
     ASSERT_TRUE(model) << model.error().message;
     check_batched_equals_alone(*model, c, gpu_engines(*model));
   }
-  for (const char* id :
-       {"kimi-k3/k3-q8_0", "deepseek4/v4-f32", "qwen35/q35-f32", "qwen35/next-q8_0"}) {
+  for (const char* id : {"kimi-k3/k3-q8_0", "deepseek4/v4-f32", "qwen35/q35-f32",
+                         "qwen35/next-q8_0", "mistral3/ml3-q4_k"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = load(c);
@@ -381,7 +405,7 @@ TEST(CudaEngine, StatesResumeBitForBitInAnotherSlot) {
   };
   REQUIRE_GOLDEN();
   for (const char* id : {"deepseek2-B-s11-q4_k_m", "kimi-k3/k3-q8_0", "deepseek4/v4-f32",
-                         "qwen35/q35-q4_k", "qwen35/next-f32"}) {
+                         "qwen35/q35-q4_k", "qwen35/next-f32", "mistral3/ml3-f32"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = std::string(id).find('/') == std::string::npos ? load_golden(id) : load(c);
