@@ -265,6 +265,23 @@ Got parse_call(const ReplyFormat& f, Cur& c, const ParseOptions& o, ToolCall& ca
       }
       break;
     }
+    case ToolSyntax::MiniMax: {
+      c.ws();
+      std::string_view name;
+      if (!c.lit("<invoke name=\"")) return c.short_ ? done(Got::Short) : Got::Bad;
+      if (!c.until("\">", name)) return done(Got::Short);
+      call.name = name;
+      params = tool_params(o.tools, call.name);
+      for (;;) {
+        c.ws();
+        if (c.lit("</invoke>")) break;
+        std::string_view key;
+        if (!c.lit("<parameter name=\"")) return c.short_ ? short_call() : Got::Bad;
+        if (!c.until("\">", key) || !c.until("</parameter>", v)) return short_call();
+        put(key, trim(v), -1);  // the grammar lets whitespace around a value, as Qwen3-Coder's
+      }
+      break;
+    }
     case ToolSyntax::KimiK3: {
       std::string_view attrs;
       if (!c.until("<|sep|>", attrs)) return done(Got::Short);
@@ -310,6 +327,8 @@ std::vector<std::string> call_openers(const ReplyFormat& f) {
       return {"<｜tool▁calls▁begin｜>"};
     case ToolSyntax::DeepSeekDsml:
       return {"<｜DSML｜" + f.dsml_block + ">"};
+    case ToolSyntax::MiniMax:
+      return {"<minimax:tool_call>"};
     default:
       return {};
   }
@@ -318,7 +337,8 @@ std::vector<std::string> call_openers(const ReplyFormat& f) {
 // The calls from the cursor on (the opener is at the cursor). Returns where they end.
 void parse_calls(const ReplyFormat& f, Cur& c, const ParseOptions& o, Reply& r) {
   const bool sectioned = f.tools == ToolSyntax::KimiK2 || f.tools == ToolSyntax::KimiK3 ||
-                         f.tools == ToolSyntax::DeepSeekV3 || f.tools == ToolSyntax::DeepSeekDsml;
+                         f.tools == ToolSyntax::DeepSeekV3 || f.tools == ToolSyntax::DeepSeekDsml ||
+                         f.tools == ToolSyntax::MiniMax;
   const std::string opener = call_openers(f)[0];
   std::string each, section_end;
   switch (f.tools) {
@@ -333,6 +353,9 @@ void parse_calls(const ReplyFormat& f, Cur& c, const ParseOptions& o, Reply& r) 
       break;
     case ToolSyntax::DeepSeekDsml:
       each = "", section_end = "</｜DSML｜" + f.dsml_block + ">";
+      break;
+    case ToolSyntax::MiniMax:
+      each = "", section_end = "</minimax:tool_call>";
       break;
     case ToolSyntax::Qwen3Coder:
       each = "";  // <tool_call> is optional before <function=
@@ -457,6 +480,8 @@ ReplyFormat detect_reply_format(std::string_view src) {
     // V3.2 writes <｜DSML｜function_calls>; V4 <｜DSML｜tool_calls>.
     f.dsml_block = has(src, "'function_calls>") || has(src, "function_calls>\\n") ? "function_calls"
                                                                                   : "tool_calls";
+  } else if (has(src, "<minimax:tool_call>") && has(src, "<invoke name=")) {
+    set(ToolSyntax::MiniMax, "minimax");
   } else if (has(src, "<｜tool▁calls▁begin｜>")) {
     set(ToolSyntax::DeepSeekV3, "deepseek-v3");
   } else if (has(src, "<tool_call>") && has(src, "<function=") && has(src, "<parameter=")) {
@@ -490,6 +515,8 @@ const char* syntax_name(ToolSyntax s) {
       return "deepseek-v3";
     case ToolSyntax::DeepSeekDsml:
       return "deepseek-dsml";
+    case ToolSyntax::MiniMax:
+      return "minimax";
     case ToolSyntax::Harmony:
       return "harmony";
   }
@@ -610,6 +637,9 @@ CallShape call_shape(const ReplyFormat& f, const std::string& name) {
     case ToolSyntax::DeepSeekDsml:
       return {"<｜DSML｜" + f.dsml_block + ">\n<｜DSML｜invoke name=\"" + name + "\">\n",
               "deepseek_xml", "</｜DSML｜invoke>\n</｜DSML｜" + f.dsml_block + ">"};
+    case ToolSyntax::MiniMax:
+      return {"<minimax:tool_call>\n<invoke name=\"" + name + "\">\n", "minimax_xml",
+              "</invoke>\n</minimax:tool_call>"};
     case ToolSyntax::Harmony:
       return {"<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>",
               "json", "<|call|>"};

@@ -22,7 +22,8 @@ enum class ToolSyntax {
   KimiK3,      // XTML: <|open|>tools<|sep|><|open|>call tool="N"<|sep|><|open|>argument key=..
   DeepSeekV3,  // V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{..}
   DeepSeekDsml,  // V3.2 / V4: <｜DSML｜tool_calls><｜DSML｜invoke name="N"><｜DSML｜parameter ..
-  Harmony,       // gpt-oss: <|channel|>analysis|final|commentary to=functions.N<|message|>
+  MiniMax,  // MiniMax-M2: <minimax:tool_call><invoke name="N"><parameter name="K">V</parameter>
+  Harmony,  // gpt-oss: <|channel|>analysis|final|commentary to=functions.N<|message|>
 };
 
 struct ReplyFormat {

@@ -236,6 +236,30 @@ TEST(Reply, MalformedCallsStayTheAnswer) {
   EXPECT_EQ(r.content, "Look: <tool_call>not json</tool_call> done");
 }
 
+// MiniMax-M2 (llama.cpp's test-chat.cpp vectors): reasoning closed by </think>, then an answer or
+// a <minimax:tool_call> section of <invoke>s whose parameters are typed by the tool's schema.
+TEST(Reply, MiniMaxInvokeCalls) {
+  const std::string t = "MiniMax-M2.jinja";
+  expect_reply(t, ToolSyntax::MiniMax, "\n</think>\n\nHello, world!\nWhat's up?",
+               {"", "Hello, world!\nWhat's up?"}, true);
+  expect_reply(t, ToolSyntax::MiniMax, "I'm\nthinking\n</think>\n\nHello, world!\nWhat's up?",
+               {"I'm\nthinking", "Hello, world!\nWhat's up?"}, true);
+  expect_reply(t, ToolSyntax::MiniMax,
+               "\n</think>\n\n<minimax:tool_call>\n<invoke name=\"special_function\">\n<parameter "
+               "name=\"arg1\">1</parameter>\n</invoke>\n</minimax:tool_call>",
+               {"", "", {{"special_function", R"({"arg1": 1})"}}}, true);
+  expect_reply(
+      t, ToolSyntax::MiniMax,
+      "Let's call a tool:\n</think>\n\n<minimax:tool_call>\n<invoke name=\"get_time\">\n"
+      "</invoke>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">\n1234 \n</parameter>\n"
+      "</invoke>\n</minimax:tool_call>",
+      {"Let's call a tool:", "", {{"get_time", "{}"}, {"get_weather", R"({"city": "1234"})"}}},
+      true);
+  const CallShape s = call_shape(format_of(t), "get_time");
+  EXPECT_EQ(s.begin, "<minimax:tool_call>\n<invoke name=\"get_time\">\n");
+  EXPECT_EQ(s.style, "minimax_xml");
+}
+
 TEST(Reply, FamiliesAreToldApartByTheirTemplates) {
   EXPECT_EQ(format_of("Qwen3.5-4B.jinja").tools, ToolSyntax::Qwen3Coder);
   EXPECT_EQ(format_of("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja").tools,

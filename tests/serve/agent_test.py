@@ -286,7 +286,8 @@ try:
     # ---- Every family's own syntax, forced and read back, and the result rendered back in ----
     for fam in ["Qwen3-Coder.jinja", "Qwen3.5-4B.jinja", "moonshotai-Kimi-K2.jinja", "Kimi-K2-Thinking.jinja",
                 "Kimi-K3.jinja", "deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-ai-DeepSeek-V3.2.jinja",
-                "deepseek-ai-DeepSeek-V4.jinja", "GLM-4.6.jinja", "openai-gpt-oss-120b.jinja"]:
+                "deepseek-ai-DeepSeek-V4.jinja", "GLM-4.6.jinja", "openai-gpt-oss-120b.jinja",
+                "MiniMax-M2.jinja"]:
         uf = start_serve(["--model", MODEL, "--local", "--alias", "kjv", "--chat-template", os.path.join(TEMPLATES, fam)],
                          ctx=2048)
         of = openai.OpenAI(base_url=uf + "/v1", api_key="none", max_retries=0)
