@@ -38,6 +38,9 @@ enum class Role : uint8_t {
   Decay   // F32 negative rates (the gated delta-net's -exp(A_log)): synthetic ones are negative
 };
 
+// Whether tensors of this role are F32 (the loader checks it; expert-pack synth writes them so).
+bool f32_role(Role r);
+
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> ne;

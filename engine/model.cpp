@@ -28,17 +28,17 @@ bool Model::is_routed_experts(const Tensor& t) const {
   return false;
 }
 
+bool f32_role(Role r) {
+  return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias ||
+         r == Role::Decay;
+}
+
 namespace {
 
 bool expert_role(Role r) {
   return r == Role::ExpertGate || r == Role::ExpertUp || r == Role::ExpertDown ||
          r == Role::ExpertBias;
 }
-bool f32_role(Role r) {
-  return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias ||
-         r == Role::Decay;
-}
-
 std::string shape_text(const std::vector<int64_t>& ne) {
   std::string s = "[";
   for (size_t d = 0; d < ne.size(); ++d) s += (d ? ", " : "") + std::to_string(ne[d]);

@@ -87,11 +87,6 @@ gguf::GgmlType fit(gguf::GgmlType want, uint64_t row) {
   return gguf::GgmlType::F16;
 }
 
-bool f32_role(Role r) {
-  return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias ||
-         r == Role::Decay;
-}
-
 struct Preset {
   std::string arch, name;
 };

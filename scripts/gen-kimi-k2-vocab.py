@@ -10,10 +10,12 @@ add_special = false, parse_special = false), in llama.cpp's test-tokenizer-0 for
 
     python3 scripts/gen-kimi-k2-vocab.py ../shared/golden/tokenizer/synthetic tests/data/tokenizer
 """
-import ctypes, os, sys
+import os, sys
 
 import gguf
-import llama_cpp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vocab_cases import field, golden_texts, write_vectors  # noqa: E402
 
 SRC = "ggml-vocab-synth-gpt-4o.gguf"
 OUT = "ggml-vocab-synth-kimi-k2.gguf"
@@ -21,17 +23,6 @@ EXTRA_MERGES = ["o ä", "ä ¸"]  # "世" is E4 B8 96: byte-level 'ä' '¸' ...
 SPECIALS = ["[BOS]", "[EOS]", "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"]
 EXTRA_TEXTS = ["hello世界", "Hello世界 world", "世界hello", "too世 so世界o", "abc's 世界's",
                "中文English混合text", "1234567 世界123", "HELLOworld ÄpfelWorld"]
-
-
-def field(r, name):
-    f = r.fields[name]
-    if f.types[0] == gguf.GGUFValueType.ARRAY:
-        if f.types[-1] == gguf.GGUFValueType.STRING:
-            return [bytes(f.parts[i]).decode() for i in f.data]
-        return [int(f.parts[i][0]) for i in f.data]
-    if f.types[0] == gguf.GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode()
-    return f.parts[f.data[0]][0].item()
 
 
 def main():
@@ -67,25 +58,8 @@ def main():
     w.write_tensors_to_file()
     w.close()
 
-    sep = "\n__ggml_vocab_test__\n"
-    texts = open(os.path.join(src_dir, SRC + ".inp"), encoding="utf-8").read().split(sep)[:-1]
-    texts += EXTRA_TEXTS
-    mp = llama_cpp.llama_model_default_params()
-    mp.vocab_only = True
-    model = llama_cpp.llama_model_load_from_file(out.encode(), mp)
-    vocab = llama_cpp.llama_model_get_vocab(model)
-    lines = []
-    for t in texts:
-        b = t.encode()
-        buf = (llama_cpp.llama_token * (len(b) + 8))()
-        n = llama_cpp.llama_tokenize(vocab, b, len(b), buf, len(buf), False, False)
-        assert n >= 0
-        lines.append("".join(" %d" % buf[i] for i in range(n)))
-    with open(out + ".inp", "w", encoding="utf-8") as f:
-        f.write("".join(t + sep for t in texts))
-    with open(out + ".out", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print(out, len(tokens), "tokens,", len(texts), "strings")
+    write_vectors(out, golden_texts(src_dir, SRC) + EXTRA_TEXTS)
+    print(out, len(tokens), "tokens")
 
 
 main()

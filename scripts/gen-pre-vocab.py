@@ -17,7 +17,9 @@ test-tokenizer-0 format.
 import os, sys
 
 import gguf
-import llama_cpp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vocab_cases import field, golden_texts, write_vectors  # noqa: E402
 
 SRC = "ggml-vocab-synth-gpt-4o.gguf"
 PRES = ["glm4", "glm5", "tekken", "solar-open", "minimax-m2"]
@@ -26,17 +28,6 @@ WHOLE_WORDS = [b"zebra", b" zebra"]
 EXTRA_TEXTS = ["zebra zebra zebras", "1234567 12 123456", "HELLOworld ÄpfelWorld camelCaseWord", "abc's DON'T we'll",
                "e\u0301te\u0301 cafe\u0301s", "path/to/file/\nnext/\r\nline", "x=1;y=22;z=333",
                "  leading and trailing  ", "ΑΒΓ αβγ Ωmega", "tab\there\n\n\nthree"]
-
-
-def field(r, name):
-    f = r.fields[name]
-    if f.types[0] == gguf.GGUFValueType.ARRAY:
-        if f.types[-1] == gguf.GGUFValueType.STRING:
-            return [bytes(f.parts[i]).decode() for i in f.data]
-        return [int(f.parts[i][0]) for i in f.data]
-    if f.types[0] == gguf.GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode()
-    return f.parts[f.data[0]][0].item()
 
 
 def byte_chars():  # GPT-2's byte-to-unicode map, as the vocab's tokens are written
@@ -83,30 +74,11 @@ def write_vocab(r, pre, out):
 def main():
     src_dir, out_dir = sys.argv[1], sys.argv[2]
     r = gguf.GGUFReader(os.path.join(src_dir, SRC))
-    sep = "\n__ggml_vocab_test__\n"
-    texts = open(os.path.join(src_dir, SRC + ".inp"), encoding="utf-8").read().split(sep)[:-1]
-    texts += EXTRA_TEXTS
+    texts = golden_texts(src_dir, SRC) + EXTRA_TEXTS
     for pre in PRES:
         out = os.path.join(out_dir, "ggml-vocab-synth-%s.gguf" % pre)
         write_vocab(r, pre, out)
-        mp = llama_cpp.llama_model_default_params()
-        mp.vocab_only = True
-        model = llama_cpp.llama_model_load_from_file(out.encode(), mp)
-        if not model:
-            sys.exit("llama.cpp cannot load " + out)
-        vocab = llama_cpp.llama_model_get_vocab(model)
-        lines = []
-        for t in texts:
-            b = t.encode()
-            buf = (llama_cpp.llama_token * (len(b) + 8))()
-            n = llama_cpp.llama_tokenize(vocab, b, len(b), buf, len(buf), False, False)
-            assert n >= 0
-            lines.append("".join(" %d" % buf[i] for i in range(n)))
-        llama_cpp.llama_model_free(model)
-        with open(out + ".inp", "w", encoding="utf-8") as f:
-            f.write("".join(t + sep for t in texts))
-        with open(out + ".out", "w") as f:
-            f.write("\n".join(lines) + "\n")
+        write_vectors(out, texts)
         print(out, len(texts), "strings")
 
 

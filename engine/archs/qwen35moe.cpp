@@ -234,11 +234,12 @@ class Qwen35Moe final : public Arch {
     ops.matmul(w.wqkv.rows(key_dim, key_dim), h, k);
     ops.matmul(w.wqkv.rows(2 * key_dim, value_dim), h, v);
     Act beta = ops.alloc(T, d.n_v_head), g = ops.alloc(T, d.n_v_head);
-    if (w.beta_alpha) {
-      const int64_t r = d.n_v_head / d.n_k_head;  // per key head: r betas, then r alphas
+    if (w.beta_alpha) {  // one product, then per key head its r betas and r alphas apart
+      const int64_t r = d.n_v_head / d.n_k_head;
+      Act ba = ops.matmul(w.beta_alpha, h);
       for (int64_t kh = 0; kh < d.n_k_head; ++kh) {
-        ops.matmul(w.beta_alpha.rows(2 * r * kh, r), h, columns(beta, r * kh, r));
-        ops.matmul(w.beta_alpha.rows(2 * r * kh + r, r), h, columns(g, r * kh, r));
+        ops.copy(columns(beta, r * kh, r), columns(ba, 2 * r * kh, r));
+        ops.copy(columns(g, r * kh, r), columns(ba, 2 * r * kh + r, r));
       }
     } else {
       ops.matmul(w.beta, h, beta);

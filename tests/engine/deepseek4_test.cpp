@@ -39,32 +39,7 @@ TEST(Deepseek4, ChunkedPrefillEqualsOneBatch) {
   Case c = load_case("deepseek4/v4-f32");
   auto l = load(c);
   ASSERT_TRUE(l);
-  auto src = engine::make_local_source(l->model);
-  engine::Engine e(l->model, *src, 2, 256);
-  const auto& toks = c.all;
-  auto in_chunks = [&](size_t n) {
-    std::vector<float> all, step;
-    e.reset();
-    for (size_t i = 0; i < toks.size(); i += n) {
-      const size_t m = std::min(n, toks.size() - i);
-      auto st = e.eval({toks.data() + i, m}, true, step);
-      EXPECT_TRUE(st) << (st ? "" : st.error().message);
-      all.insert(all.end(), step.begin(), step.end());
-    }
-    return all;
-  };
-  const auto one = in_chunks(toks.size());
-  ASSERT_EQ(one.size(), toks.size() * size_t(c.n_vocab));
-  for (size_t n : {1, 5, 64}) {
-    SCOPED_TRACE(n);
-    const auto chunked = in_chunks(n);
-    ASSERT_EQ(chunked.size(), one.size());
-    double mx = 0;
-    for (size_t i = 0; i < one.size(); ++i)
-      mx = std::max(mx, std::fabs(double(one[i]) - chunked[i]));
-    EXPECT_LE(mx, 1e-5);
-  }
-  EXPECT_EQ(in_chunks(toks.size()), one);
+  check_chunked_prefill(l->model, c, {1, 5, 64}, 1e-5);
 }
 
 // Hash-routed layers (the first hash_layer_count) take each token's experts from its row of
@@ -102,24 +77,13 @@ TEST(Deepseek4, DaemonPathIsBitIdenticalToLocal) {
 // Every hyper-parameter comes from the metadata; the ones DeepSeek-V4 cannot run without are
 // named when missing.
 TEST(Deepseek4, AMissingKeyIsAnErrorNamingIt) {
-  Case c = load_case("deepseek4/v4-f32");
-  TempDir d;
-  const std::string model = synth_case(c, d);
-  for (const char* key :
-       {"deepseek4.hyper_connection.count", "deepseek4.hyper_connection.epsilon",
-        "deepseek4.attention.compress_ratios", "deepseek4.attention.compress_rope_freq_base",
-        "deepseek4.attention.indexer.top_k", "deepseek4.attention.sliding_window",
-        "deepseek4.swiglu_clamp_exp", "deepseek4.expert_gating_func",
-        "deepseek4.attention.output_group_count"}) {
-    SCOPED_TRACE(key);
-    const std::string out = d / "broken.gguf";
-    ASSERT_TRUE(write_without_key(model, key, out));
-    auto g = gguf::Model::open(out);
-    ASSERT_TRUE(g) << g.error().message;
-    auto m = engine::Model::load(*g);
-    ASSERT_FALSE(m);
-    EXPECT_NE(m.error().message.find(key), std::string::npos) << m.error().message;
-  }
+  check_missing_keys_are_named(
+      load_case("deepseek4/v4-f32"),
+      {"deepseek4.hyper_connection.count", "deepseek4.hyper_connection.epsilon",
+       "deepseek4.attention.compress_ratios", "deepseek4.attention.compress_rope_freq_base",
+       "deepseek4.attention.indexer.top_k", "deepseek4.attention.sliding_window",
+       "deepseek4.swiglu_clamp_exp", "deepseek4.expert_gating_func",
+       "deepseek4.attention.output_group_count"});
 }
 
 // A value out of range is an error naming the key (the value patched in place: a u32 after its

@@ -281,10 +281,9 @@ inline void check_daemon_path_is_local(const Case& c) {
   EXPECT_EQ(st["io_errors"].get<int>(), 0);
 }
 
-// A model with recurrent state carries it from one eval to the next: the case's tokens in
-// chunks of each size give the logits of one batch (within tol); a reset starts from a zero
-// state (the same rows again, exactly); and the state matters (without the first 6 tokens the
-// rest differ).
+// A model's state (caches, recurrent state) carries from one eval to the next: the case's tokens
+// in chunks of each size give the logits of one batch (within tol); a reset starts from a zero
+// state (the same rows again, exactly).
 inline void check_chunked_prefill(const engine::Model& model, const Case& c,
                                   std::initializer_list<size_t> chunks, double tol) {
   auto src = engine::make_local_source(model);
@@ -314,7 +313,16 @@ inline void check_chunked_prefill(const engine::Model& model, const Case& c,
     EXPECT_LE(mx, tol);
   }
   EXPECT_EQ(in_chunks(toks.size()), one);
-  std::vector<float> tail;
+}
+
+// And the state matters: without the case's first 6 tokens, the logits of the rest differ.
+inline void check_state_matters(const engine::Model& model, const Case& c) {
+  auto src = engine::make_local_source(model);
+  engine::Engine e(model, *src, 2, 256);
+  const auto& toks = c.all;
+  const size_t V = c.n_vocab;
+  std::vector<float> one, tail;
+  ASSERT_TRUE(e.eval({toks.data(), toks.size()}, true, one));
   e.reset();
   ASSERT_TRUE(e.eval({toks.data() + 6, toks.size() - 6}, true, tail));
   double diff = 0;
@@ -337,6 +345,23 @@ inline bool write_without_key(const std::string& in, const std::string& key,
   bytes[at + pattern.size() - 1] = '~';
   std::ofstream(out, std::ios::binary) << bytes;
   return true;
+}
+
+// The keys a model cannot run without: its file with each key hidden is refused, the error
+// naming the key.
+inline void check_missing_keys_are_named(const Case& c, std::initializer_list<const char*> keys) {
+  TempDir d;
+  const std::string model = synth_case(c, d);
+  for (const char* key : keys) {
+    SCOPED_TRACE(key);
+    const std::string out = d / "broken.gguf";
+    ASSERT_TRUE(write_without_key(model, key, out));
+    auto g = gguf::Model::open(out);
+    ASSERT_TRUE(g) << g.error().message;
+    auto m = engine::Model::load(*g);
+    ASSERT_FALSE(m);
+    EXPECT_NE(m.error().message.find(key), std::string::npos) << m.error().message;
+  }
 }
 
 // Batched evaluation (Engine::eval of several sequences).

@@ -38,6 +38,7 @@ TEST(KimiK3, ChunkedPrefillEqualsOneBatch) {
   auto l = load(c);
   ASSERT_TRUE(l);
   check_chunked_prefill(l->model, c, {1, 3, 5}, 1e-5);
+  check_state_matters(l->model, c);
 }
 
 // Through a real expertd whose cache holds fewer experts than one layer's prefill touches:
@@ -49,18 +50,7 @@ TEST(KimiK3, DaemonPathIsBitIdenticalToLocal) {
 // Every hyper-parameter comes from the metadata; the ones Kimi-K3 cannot run without are named
 // when missing.
 TEST(KimiK3, AMissingKeyIsAnErrorNamingIt) {
-  Case c = load_case("kimi-k3/k3-f32");
-  TempDir d;
-  const std::string model = synth_case(c, d);
-  for (const char* key : {"kimi-k3.activation.situ_beta", "kimi-k3.kda.head_dim",
-                          "kimi-k3.attn_res.block_size", "kimi-k3.ssm.conv_kernel"}) {
-    SCOPED_TRACE(key);
-    const std::string out = d / "broken.gguf";
-    ASSERT_TRUE(write_without_key(model, key, out));
-    auto g = gguf::Model::open(out);
-    ASSERT_TRUE(g) << g.error().message;
-    auto m = engine::Model::load(*g);
-    ASSERT_FALSE(m);
-    EXPECT_NE(m.error().message.find(key), std::string::npos) << m.error().message;
-  }
+  check_missing_keys_are_named(load_case("kimi-k3/k3-f32"),
+                               {"kimi-k3.activation.situ_beta", "kimi-k3.kda.head_dim",
+                                "kimi-k3.attn_res.block_size", "kimi-k3.ssm.conv_kernel"});
 }

@@ -18,16 +18,18 @@ using namespace expertd::test;
 
 namespace {
 
-const char* kCases[] = {"qwen35/q35-f32", "qwen35/q35-f16", "qwen35/q35-q4_k", "qwen35/next-f32",
-                        "qwen35/next-q8_0"};
+// Each case and the architecture its file names.
+const std::pair<const char*, const char*> kCases[] = {{"qwen35/q35-f32", "qwen35moe"},
+                                                      {"qwen35/q35-f16", "qwen35moe"},
+                                                      {"qwen35/q35-q4_k", "qwen35moe"},
+                                                      {"qwen35/next-f32", "qwen3next"},
+                                                      {"qwen35/next-q8_0", "qwen3next"}};
 
 }  // namespace
 
 // F32 within the golden README's F32 rule; the others within its quantized-model limits.
 TEST(Qwen35, SynthModelsMatchLlamaCpp) {
-  for (const char* id : kCases)
-    check_synth_case(id,
-                     std::string(id).find("next") != std::string::npos ? "qwen3next" : "qwen35moe");
+  for (const auto& [id, arch] : kCases) check_synth_case(id, arch);
 }
 
 // The delta-net layers carry their convolution and recurrent state from one eval to the next.
@@ -38,6 +40,7 @@ TEST(Qwen35, ChunkedPrefillEqualsOneBatch) {
     auto l = load(c);
     ASSERT_TRUE(l);
     check_chunked_prefill(l->model, c, {1, 3, 7}, 1e-4);
+    check_state_matters(l->model, c);
   }
 }
 
@@ -52,18 +55,8 @@ TEST(Qwen35, DaemonPathIsBitIdenticalToLocal) {
 // The keys the delta-net and the M-RoPE sections cannot run without are named when missing, and
 // a routing llama.cpp would not run is refused rather than run.
 TEST(Qwen35, AMissingOrUnsupportedKeyIsAnErrorNamingIt) {
-  Case c = load_case("qwen35/q35-f32");
-  TempDir d;
-  const std::string model = synth_case(c, d);
-  for (const char* key : {"qwen35moe.ssm.conv_kernel", "qwen35moe.ssm.group_count",
-                          "qwen35moe.ssm.time_step_rank", "qwen35moe.rope.dimension_sections"}) {
-    SCOPED_TRACE(key);
-    const std::string out = d / "broken.gguf";
-    ASSERT_TRUE(write_without_key(model, key, out));
-    auto g = gguf::Model::open(out);
-    ASSERT_TRUE(g) << g.error().message;
-    auto m = engine::Model::load(*g);
-    ASSERT_FALSE(m);
-    EXPECT_NE(m.error().message.find(key), std::string::npos) << m.error().message;
-  }
+  check_missing_keys_are_named(
+      load_case("qwen35/q35-f32"),
+      {"qwen35moe.ssm.conv_kernel", "qwen35moe.ssm.group_count", "qwen35moe.ssm.time_step_rank",
+       "qwen35moe.rope.dimension_sections"});
 }
