@@ -199,7 +199,7 @@ class CpuOps final : public Ops {
   // into the latent space with attn_k_b, attention runs over the cached latent rows, and attn_v_b
   // takes each head's result back out.
   void attention_mla_at(int slot, int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b,
-                        int64_t pos0, const MlaOpts& o, Act out) override {
+                        int64_t pos0, const MlaOpts& o, Act out, Act sel) override {
     const int64_t T = q.rows, H = o.n_head, R = o.n_rot, C = o.kv_lora, KL = C + R,
                   nope = o.qk_nope, KM = nope + R;
     Cache& c = cache(slot, il);
@@ -221,24 +221,47 @@ class CpuOps final : public Ops {
     if (o.temp) attn_temperature_at(qf, pos0, o.temp);
     // Attention over the latent rows: keys are whole rows, values their first kv_lora floats,
     // shared by every head: a job is one token's heads in groups of up to 16 (attend_group: each
-    // latent row read once per group), smaller while there are fewer jobs than threads.
+    // latent row read once per group), smaller while there are fewer jobs than threads. With a
+    // selection, a token's selected rows are gathered in ascending order first.
     Act lat = alloc(T, H * C);
     int64_t G = std::min<int64_t>(H, 16);
     while (G > 1 && T * ((H + G - 1) / G) < 2 * int64_t(pool_.size())) G = (G + 1) / 2;
     const int64_t per_t = (H + G - 1) / G;
     pool_.parallel_for(T * per_t, 1, [&](int64_t b, int64_t e) {
-      std::vector<float> s;
+      std::vector<float> s, keys;
+      std::vector<uint16_t> keys16;
+      std::vector<int32_t> ids;
       for (int64_t job = b; job < e; ++job) {
         const int64_t t = job / per_t, h0 = (job % per_t) * G, g = std::min(G, H - h0);
-        const int64_t n_keys = pos0 + t + 1;
+        int64_t n_keys = pos0 + t + 1;
+        const float* k32 = c.k.data();
+        const uint16_t* k16 = c.k16.data();
+        if (sel.data) {
+          ids.clear();
+          for (int64_t j = 0; j < sel.cols; ++j)
+            if (const int32_t id = sel.i32()[t * sel.cols + j]; id >= 0 && id < n_keys)
+              ids.push_back(id);
+          std::sort(ids.begin(), ids.end());
+          n_keys = int64_t(ids.size());
+          if (f16_) {
+            keys16.resize(size_t(n_keys * KL));
+            for (int64_t j = 0; j < n_keys; ++j)
+              std::copy_n(&c.k16[size_t(ids[j] * KL)], KL, &keys16[size_t(j * KL)]);
+            k16 = keys16.data();
+          } else {
+            keys.resize(size_t(n_keys * KL));
+            for (int64_t j = 0; j < n_keys; ++j)
+              std::copy_n(&c.k[size_t(ids[j] * KL)], KL, &keys[size_t(j * KL)]);
+            k32 = keys.data();
+          }
+        }
         s.resize(size_t(g * n_keys));
         if (f16_)
-          kernels::attend_group_f16(qf.row(t) + h0 * KL, KL, int(g), c.k16.data(), c.k16.data(),
-                                    n_keys, KL, KL, KL, C, o.scale, nullptr, s.data(),
-                                    lat.row(t) + h0 * C, C, be_);
+          kernels::attend_group_f16(qf.row(t) + h0 * KL, KL, int(g), k16, k16, n_keys, KL, KL, KL,
+                                    C, o.scale, nullptr, s.data(), lat.row(t) + h0 * C, C, be_);
         else
-          kernels::attend_group(qf.row(t) + h0 * KL, KL, int(g), c.k.data(), c.k.data(), n_keys, KL,
-                                KL, KL, C, o.scale, nullptr, s.data(), lat.row(t) + h0 * C, C, be_);
+          kernels::attend_group(qf.row(t) + h0 * KL, KL, int(g), k32, k32, n_keys, KL, KL, KL, C,
+                                o.scale, nullptr, s.data(), lat.row(t) + h0 * C, C, be_);
       }
     });
     // Per head back out of the latent space: v_b[h] . lat (T x v_mla).
@@ -431,15 +454,34 @@ class CpuOps final : public Ops {
           float* sc = scores.row(t);
           for (int64_t j = 0; j < n_vis; ++j) {
             const float* k = row_of(d.idx.entries + j * o.idx_dim, krow.data(), o.idx_dim);
-            float sum = 0.0f;
-            for (int h = 0; h < o.idx_heads; ++h)
-              sum += std::max(kernels::dot_f32_ggml(qt + h * o.idx_dim, k, o.idx_dim, be_), 0.0f) *
-                     (wt[h] * o.idx_scale);
-            sc[j] = sum;
+            sc[j] = index_score(qt, wt, k, o.idx_heads, o.idx_dim, o.idx_scale, be_);
           }
           std::fill(sc + n_vis, sc + scores.cols, -INFINITY);
         }
       });
+    });
+  }
+  void hadamard(Act x, int64_t n) override {
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t b = 0; b + n <= x.cols; b += n) hadamard_row(x.row(t) + b, n);
+  }
+  void index_scores_at(int slot, int il, const IndexOpts& o, Act q, Act k, Act w, int64_t pos0,
+                       Act scores) override {
+    Cache& c = cache(slot, il);
+    assert(c.rows.v == o.dim);
+    for (int64_t t = 0; t < k.rows; ++t) c.store_v(pos0 + t, k.row(t));
+    pool_.parallel_for(q.rows, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> krow(size_t(o.dim));
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t n_vis = std::min(pos0 + t + 1, scores.cols);
+        float* sc = scores.row(t);
+        for (int64_t p = 0; p < n_vis; ++p) {
+          const float* kp = f16_ ? row_of(&c.v16[size_t(p * o.dim)], krow.data(), o.dim)
+                                 : &c.v[size_t(p * o.dim)];
+          sc[p] = index_score(q.row(t), w.row(t), kp, o.heads, o.dim, o.scale, be_);
+        }
+        std::fill(sc + n_vis, sc + scores.cols, -INFINITY);
+      }
     });
   }
   void top_k(Act x, int k, Act ids) override {

@@ -268,7 +268,7 @@ class CudaOps final : public Ops {
   // copies in and out of per-head buffers), attention over the cached latent rows (keys: whole
   // rows, values: their first kv_lora floats), attn_v_b back out per head.
   void attention_mla_at(int slot, int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b,
-                        int64_t pos0, const MlaOpts& o, Act out) override {
+                        int64_t pos0, const MlaOpts& o, Act out, Act sel) override {
     if (!ok() || !check_dv(o.kv_lora)) return;
     const int64_t T = q.rows, H = o.n_head, R = o.n_rot, C = o.kv_lora, KL = C + R,
                   nope = o.qk_nope, KM = nope + R, VM = o.v_mla;
@@ -293,6 +293,15 @@ class CudaOps final : public Ops {
     a.q = qf.data, a.k = cache, a.v = cache, a.out = lat.data, a.n_tokens = T, a.n_past = pos0,
     a.n_head = H, a.n_head_kv = 1;
     a.dk = KL, a.dv = C, a.k_row = a.v_row = KL, a.scale = o.scale;
+    if (sel.data) {  // each token's selected positions, ascending
+      const int64_t stride = std::max<int64_t>(1, sel.cols);
+      Act lists = alloc(T, stride + 1);  // int32s: the lists, then the counts
+      if (!ok()) return;
+      int32_t* ids = lists.i32();
+      check("select", kernels::cuda::dsv4_select(sel.i32(), T, pos0, 1, ids, ids + T * stride,
+                                                 stride, stream_));
+      a.sel = ids, a.sel_n = ids + T * stride, a.sel_stride = stride;
+    }
     if (ok()) check("attention", kernels::cuda::attention(a, stream_));
     for (int64_t hh = 0; hh < H; ++hh) {
       check("copy", cudaMemcpy2DAsync(xin.data, C * f, lat.data + hh * C, H * C * f, C * f, T,
@@ -418,6 +427,24 @@ class CudaOps final : public Ops {
             kernels::cuda::dsv4_index_scores(q.data, w.data, dsv4_layout(slot, il, o).idx_entries,
                                              scores.data, q.rows, pos0, o.ratio, o.idx_heads,
                                              o.idx_dim, scores.cols, o.idx_scale, stream_));
+  }
+  void hadamard(Act x, int64_t n) override {
+    if (x.cols % n)
+      return fail(make_error("hadamard: rows of " + std::to_string(x.cols) +
+                             " values are not blocks of " + std::to_string(n)));
+    if (ok()) check("hadamard", kernels::cuda::hadamard(x.data, x.rows * x.cols / n, n, stream_));
+  }
+  void index_scores_at(int slot, int il, const IndexOpts& o, Act q, Act k, Act w, int64_t pos0,
+                       Act scores) override {
+    if (!ok()) return;
+    float* keys = cache(slot, il).v;
+    check("cache index keys",
+          cudaMemcpyAsync(keys + pos0 * o.dim, k.data, sizeof(float) * k.rows * o.dim,
+                          cudaMemcpyDeviceToDevice, stream_));
+    if (ok())
+      check("index_scores",
+            kernels::cuda::dsv4_index_scores(q.data, w.data, keys, scores.data, q.rows, pos0, 1,
+                                             o.heads, o.dim, scores.cols, o.scale, stream_));
   }
   // The top-k on the host with the CPU's definition (ties as ggml's CPU breaks them), as the
   // routing of the gating variants is: the values there, the ids back.

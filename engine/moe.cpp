@@ -76,6 +76,25 @@ void top_k_row(const float* x, int64_t n, int k, int32_t* ids) {
   std::fill(ids + m, ids + k, -1);
 }
 
+void hadamard_row(float* x, int64_t n) {
+  const float scale = 1.0f / std::sqrt(float(n));
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+  for (int64_t len = 1; len < n; len <<= 1)
+    for (int64_t i = 0; i < n; i += 2 * len)
+      for (int64_t j = i; j < i + len; ++j) {
+        const float u = x[j], v = x[j + len];
+        x[j] = u + v, x[j + len] = u - v;
+      }
+}
+
+float index_score(const float* q, const float* w, const float* k, int heads, int64_t dim,
+                  float scale, kernels::Isa be) {
+  float sum = 0.0f;
+  for (int h = 0; h < heads; ++h)
+    sum += std::max(kernels::dot_f32_ggml(q + h * dim, k, dim, be), 0.0f) * (w[h] * scale);
+  return sum;
+}
+
 void Ops::route(Act logits, const MoeWeights& w, int k, const int32_t* forced,
                 std::vector<Route>& out) {
   std::vector<float> host(size_t(logits.rows) * logits.cols);

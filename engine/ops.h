@@ -87,6 +87,15 @@ struct MlaOpts {
   AttnTemp temp;  // optional: the absorbed queries times the temperature (llama.cpp's order)
 };
 
+// The lightning indexer of DeepSeek-V3.2 and GLM-5 (DSA): one key row of `dim` values per
+// position, kept as the layer's value rows (the latent rows of MLA are its keys); each token
+// scores every position it sees and attends to the top-k of them.
+struct IndexOpts {
+  int heads = 0;
+  int64_t dim = 0;
+  float scale = 1.0f;  // of the head weights
+};
+
 // The cache a layer keeps: values of keys and of values per position (0: none), a part of fixed
 // size kept like them (DeepSeek-V4's window ring and compressed entries), and a recurrent state of
 // fixed size in F32 (Kimi-K3's delta-rule layers, DeepSeek-V4's compressors' pending rows), zeroed
@@ -317,10 +326,27 @@ class Ops {
   // Stores the latent rows kv (normalised, rotated) in layer il's cache; per head, the query
   // taken into the latent space with wk_b, attention over the latent rows, wv_b back out.
   // q: n_head x (qk_nope + n_rot) per row; out: n_head x v_mla per row.
+  // With `sel` (T x k positions, -1 for none, in any order: the lightning indexer's top-k) a
+  // token attends to its selected positions only, in ascending order.
   void attention_mla(int il, Act q, Act kv, const Tensor& wk_b, const Tensor& wv_b,
-                     const MlaOpts& o, Act out) {
+                     const MlaOpts& o, Act out, Act sel = {}) {
     for (const SeqRows& s : seqs_)
-      attention_mla_at(s.slot, il, part(q, s), part(kv, s), wk_b, wv_b, s.pos0, o, part(out, s));
+      attention_mla_at(s.slot, il, part(q, s), part(kv, s), wk_b, wv_b, s.pos0, o, part(out, s),
+                       part(sel, s));
+  }
+  // Each row's blocks of n values times the orthonormal Walsh-Hadamard matrix of order n (a power
+  // of two), as ggml's fwht computes it: scaled by 1 / sqrt(n), then butterflies of span 1, 2,
+  // 4, ... (llama.cpp rotates the lightning indexer's queries and keys so before they are cached).
+  virtual void hadamard(Act x, int64_t n) = 0;
+  // The lightning indexer (IndexOpts): stores k (T x dim) as its positions' index keys in layer
+  // il's value rows, then each token's score of every position it sees, sum over heads of
+  // relu(q_h . k_p) w_h scale (ggml's fused order), -inf for the positions it does not see.
+  // q: T x heads dim, w: T x heads. Columns: the eval's end_position().
+  Act index_scores(int il, const IndexOpts& o, Act q, Act k, Act w) {
+    Act scores = alloc(q.rows, end_position());
+    for (const SeqRows& s : seqs_)
+      index_scores_at(s.slot, il, o, part(q, s), part(k, s), part(w, s), s.pos0, part(scores, s));
+    return scores;
   }
   virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(act(gate h, up h))
   virtual void copy(Cols dst, Cols src) = 0;                  // same shape
@@ -416,7 +442,10 @@ class Ops {
   // Each row of x (positions pos0..) times its attention temperature (MlaOpts::temp).
   virtual void attn_temperature_at(Act x, int64_t pos0, const AttnTemp& t) = 0;
   virtual void attention_mla_at(int slot, int il, Act q, Act kv, const Tensor& wk_b,
-                                const Tensor& wv_b, int64_t pos0, const MlaOpts& o, Act out) = 0;
+                                const Tensor& wv_b, int64_t pos0, const MlaOpts& o, Act out,
+                                Act sel) = 0;
+  virtual void index_scores_at(int slot, int il, const IndexOpts& o, Act q, Act k, Act w,
+                               int64_t pos0, Act scores) = 0;
   virtual void delta_rule_at(int slot, int il, const DeltaOpts& o, Act q, Act k, Act v, Act g,
                              Act beta, int64_t pos0, Act out) = 0;
   virtual void dsv4_compress_at(int slot, int il, const Dsv4AttnOpts& o, const Dsv4CompressIn& in,
@@ -435,6 +464,12 @@ class Ops {
 // top_k of one row of n values into ids (k of them): the CPU's definition, which the CUDA backend
 // shares.
 void top_k_row(const float* x, int64_t n, int k, int32_t* ids);
+// One row of the Walsh-Hadamard rotation (Ops::hadamard), the CPU's definition.
+void hadamard_row(float* x, int64_t n);
+// The lightning indexer's score of one key k: sum over heads of relu(q_h . k) w_h scale, in
+// ggml's order (DeepSeek-V4's and DeepSeek-V3.2's indexers, the CPU's definition).
+float index_score(const float* q, const float* w, const float* k, int heads, int64_t dim,
+                  float scale, kernels::Isa be);
 
 // Softmax, sigmoid or sqrt-softplus gating, selection bias, groups, top-k then softmax, on one
 // token's logits (overwritten with the gate scores). Ties go to the lower expert id (llama.cpp's

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 
 #include "common/fd.h"
 
@@ -265,9 +266,19 @@ Status validate(const Manifest& m) {
 Result<Manifest> load_manifest(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return errno_error("open " + path);
+  char magic[4] = {};
+  f.read(magic, 4);
+  if (f.gcount() == 4 && std::string_view(magic, 4) == "GGUF")
+    return make_error(path +
+                      " is a GGUF model, not a pack manifest (expert-pack build writes "
+                      "STEM.manifest.json from it)");
+  f.clear();
+  f.seekg(0, std::ios::end);
+  if (f.tellg() > std::streamoff(256u << 20))
+    return make_error(path + ": manifest is implausibly large");
+  f.seekg(0);
   std::stringstream ss;
   ss << f.rdbuf();
-  if (ss.str().size() > (256u << 20)) return make_error(path + ": manifest is implausibly large");
   return parse_manifest(ss.str(), path);
 }
 

@@ -75,9 +75,9 @@ std::optional<kernels::Yarn> read_yarn(Meta& m, const Hparams& hp, bool yarn_ok)
 MlaQkv mla_project(Ops& ops, const MlaProjections& w, Act h, int64_t kv_lora, float eps) {
   MlaQkv r;
   if (w.wq_a) {
-    Act qa = ops.matmul(w.wq_a, h);
-    ops.rms_norm(qa, w.q_a_norm, qa, eps);
-    r.q = ops.matmul(w.wq_b, qa);
+    r.qa = ops.matmul(w.wq_a, h);
+    ops.rms_norm(r.qa, w.q_a_norm, r.qa, eps);
+    r.q = ops.matmul(w.wq_b, r.qa);
   } else {
     r.q = ops.matmul(w.wq, h);
   }
@@ -137,6 +137,16 @@ expertd::Result<SynthModel> synth_base(const SynthSizes& s, const std::string& p
            {"expert_used_count", s.n_expert_used}};
   m.f32 = {{"rope.freq_base", s.rope_base}, {"attention.layer_norm_rms_epsilon", s.eps}};
   return m;
+}
+
+void synth_mla(SynthModel& m, const SynthMla& a) {
+  m.u32["attention.q_lora_rank"] = a.q_lora;
+  m.u32["attention.kv_lora_rank"] = a.kv_lora;
+  m.u32["attention.key_length"] = a.kv_lora + a.rope;
+  m.u32["attention.value_length"] = a.kv_lora;
+  m.u32["attention.key_length_mla"] = a.qk_nope + a.rope;
+  m.u32["attention.value_length_mla"] = a.v_head;
+  m.u32["rope.dimension_count"] = a.rope;
 }
 
 }  // namespace engine::archs

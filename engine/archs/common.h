@@ -44,6 +44,7 @@ struct MlaProjections {
 };
 struct MlaQkv {
   Act q, kv;
+  Act qa;  // the normalised q LoRA rows, where there is one (the lightning indexer reads them)
 };
 MlaQkv mla_project(Ops& ops, const MlaProjections& w, Act h, int64_t kv_lora, float eps);
 
@@ -60,5 +61,11 @@ struct SynthSizes {
 };
 expertd::Status apply_dims(SynthSizes& s, const SynthDims& d);
 expertd::Result<SynthModel> synth_base(const SynthSizes& s, const std::string& pre);
+// The absorbed-MLA keys of current llama.cpp: the LoRA ranks, key/value_length the latent cache
+// row, key/value_length_mla a head's query-key and value sizes, the rotated dims.
+struct SynthMla {
+  int q_lora, kv_lora, qk_nope, rope, v_head;
+};
+void synth_mla(SynthModel& m, const SynthMla& a);
 
 }  // namespace engine::archs

@@ -2,228 +2,186 @@
 // and kv_lora, split attn_k_b / attn_v_b, RoPE on the last qk_rope dims, adjacent pairs),
 // leading dense layers, sigmoid or softmax gating with the exp_probs_b selection bias and expert
 // groups, routed weights renormalised and scaled, an ungated shared expert.
+#include "engine/archs/deepseek2.h"
+
 #include <cmath>
 
-#include "engine/archs/common.h"
-#include "engine/engine.h"
-
 namespace engine {
-namespace {
+namespace archs {
 
-using archs::MlaProjections;
-
-class Deepseek2 final : public Arch {
- public:
-  void read_hparams(Meta& m, Hparams& hp) override {
-    m.u("leading_dense_block_count", n_dense_lead_, 0);
-    archs::read_base(m, hp, n_dense_lead_);
-    route_ = archs::read_routing(m, hp, /*norm_default=*/false, /*sigmoid_default=*/false);
-    m.u("attention.q_lora_rank", q_lora_, 0);
-    m.u("attention.kv_lora_rank", kv_lora_);
-    m.u("attention.key_length_mla", k_mla_);
-    m.u("attention.value_length_mla", v_mla_);
-    int n_shared = 0;
-    m.u("expert_shared_count", n_shared, 0);
-    if (n_shared > 0) {  // the shared experts as one FFN, n_shared times an expert's width
-      n_ff_shexp_ =
-          m.tensor_dim("blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1);
-      if (n_ff_shexp_ == kAnyDim) n_ff_shexp_ = hp.n_ff_exp * n_shared;
-    }
-    if (n_dense_lead_ > 0)
-      n_ff_ = archs::width(m, "blk.0.ffn_gate.weight", 1, "feed_forward_length");
-    if (!m.error().empty()) return;
-    if (hp.n_head_kv != 1 || hp.head_dim != kv_lora_ + hp.n_rot || k_mla_ <= hp.n_rot ||
-        v_mla_ <= 0)
-      return m.fail(
-          "inconsistent multi-head latent attention sizes (a GGUF from an older llama.cpp with a "
-          "joint "
-          "attn_kv_b? re-convert it)");
-    if (n_dense_lead_ > hp.n_layer) return m.fail("leading_dense_block_count exceeds block_count");
-    // Mistral Large 3's query temperature (Llama 4's): llama.cpp reads these two keys.
-    m.f("attention.temperature_scale", temp_.scale, 0.0f);
-    m.u("attention.temperature_length", temp_.length, 0);
-    if (temp_ && temp_.length <= 0)
-      return m.fail("attention.temperature_scale needs a positive attention.temperature_length");
-    // DeepSeek's YaRN: RoPE's cos/sin keep the original attention factor (1), and the attention
-    // scale takes mscale^2 with mscale = 1 + yarn_log_multiplier * ln(factor), the GGUF key
-    // holding 0.1 * mscale_all_dim (DeepSeek's yarn_get_mscale). Checked against llama.cpp as
-    // llama-cpp-python 0.3.36 builds it on a synthetic DeepSeek-V2-Lite with factor 40: same
-    // agreement as without scaling. (Newer llama.cpp graphs multiply by another 0.1 and expect
-    // the key written differently; a GGUF from such a converter would be off here.)
-    yarn_ = archs::read_yarn(m, hp, /*yarn_ok=*/true);
-    if (yarn_) {
-      float attn_factor = 1.0f, log_mul = 0.0f, factor = 1.0f;
-      m.f("rope.scaling.yarn_attn_factor", attn_factor, 1.0f);
-      m.f("rope.scaling.yarn_log_multiplier", log_mul, 0.0f);
-      m.f("rope.scaling.factor", factor, 1.0f);
-      yarn_->mscale = attn_factor;
-      mscale_ = attn_factor * (1.0f + log_mul * std::log(factor));
-    }
+void Deepseek2::read_hparams(Meta& m, Hparams& hp) {
+  m.u("leading_dense_block_count", n_dense_lead_, 0);
+  read_base(m, hp, n_dense_lead_);
+  route_ = read_routing(m, hp, /*norm_default=*/false, sigmoid_default_);
+  m.u("attention.q_lora_rank", q_lora_, 0);
+  m.u("attention.kv_lora_rank", kv_lora_);
+  m.u("attention.key_length_mla", k_mla_);
+  m.u("attention.value_length_mla", v_mla_);
+  int n_shared = 0;
+  m.u("expert_shared_count", n_shared, 0);
+  if (n_shared > 0) {  // the shared experts as one FFN, n_shared times an expert's width
+    n_ff_shexp_ =
+        m.tensor_dim("blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1);
+    if (n_ff_shexp_ == kAnyDim) n_ff_shexp_ = hp.n_ff_exp * n_shared;
   }
+  if (n_dense_lead_ > 0) n_ff_ = width(m, "blk.0.ffn_gate.weight", 1, "feed_forward_length");
+  if (!m.error().empty()) return;
+  if (hp.n_head_kv != 1 || hp.head_dim != kv_lora_ + hp.n_rot || k_mla_ <= hp.n_rot || v_mla_ <= 0)
+    return m.fail(
+        "inconsistent multi-head latent attention sizes (a GGUF from an older llama.cpp with a "
+        "joint "
+        "attn_kv_b? re-convert it)");
+  if (n_dense_lead_ > hp.n_layer) return m.fail("leading_dense_block_count exceeds block_count");
+  // Mistral Large 3's query temperature (Llama 4's): llama.cpp reads these two keys.
+  m.f("attention.temperature_scale", temp_.scale, 0.0f);
+  m.u("attention.temperature_length", temp_.length, 0);
+  if (temp_ && temp_.length <= 0)
+    return m.fail("attention.temperature_scale needs a positive attention.temperature_length");
+  // DeepSeek's YaRN: RoPE's cos/sin keep the original attention factor (1), and the attention
+  // scale takes mscale^2 with mscale = 1 + yarn_log_multiplier * ln(factor), the GGUF key
+  // holding 0.1 * mscale_all_dim (DeepSeek's yarn_get_mscale). Checked against llama.cpp as
+  // llama-cpp-python 0.3.36 builds it on a synthetic DeepSeek-V2-Lite with factor 40: same
+  // agreement as without scaling. (Newer llama.cpp graphs multiply by another 0.1 and expect
+  // the key written differently; a GGUF from such a converter would be off here.)
+  yarn_ = read_yarn(m, hp, yarn_ok_);
+  if (yarn_) {
+    float attn_factor = 1.0f, log_mul = 0.0f, factor = 1.0f;
+    m.f("rope.scaling.yarn_attn_factor", attn_factor, 1.0f);
+    m.f("rope.scaling.yarn_log_multiplier", log_mul, 0.0f);
+    m.f("rope.scaling.factor", factor, 1.0f);
+    yarn_->mscale = attn_factor;
+    mscale_ = attn_factor * (1.0f + log_mul * std::log(factor));
+  }
+}
 
-  void plan(const Hparams& hp, Plan& p) override {
-    hp_ = hp;
-    const int64_t n_embd = hp.n_embd, n_head = hp.n_head, n_rot = hp.n_rot,
-                  qk_nope = k_mla_ - n_rot;
-    layers_.resize(hp.n_layer);
-    for (int il = 0; il < hp.n_layer; ++il) {
-      Layer& w = layers_[il];
-      p.blk(il);
-      p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);
-      MlaProjections& m = w.mla;
-      if (q_lora_ > 0) {
-        p.add(m.wq_a, "attn_q_a.weight", {n_embd, q_lora_});  // (n_embd) -> (q_lora)
-        p.add(m.q_a_norm, "attn_q_a_norm.weight", {q_lora_}, Role::Norm);
-        // (q_lora) -> (n_head * k_mla)
-        p.add(m.wq_b, "attn_q_b.weight", {q_lora_, n_head * k_mla_});
-      } else {
-        p.add(m.wq, "attn_q.weight", {n_embd, n_head * k_mla_});
-      }
-      // (n_embd) -> (kv_lora + n_rot)
-      p.add(m.wkv_a, "attn_kv_a_mqa.weight", {n_embd, kv_lora_ + n_rot});
-      p.add(m.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora_}, Role::Norm);
-      // per head: (qk_nope) -> (kv_lora)
-      p.add(w.wk_b, "attn_k_b.weight", {qk_nope, kv_lora_, n_head});
-      // per head: (kv_lora) -> (v_mla)
-      p.add(w.wv_b, "attn_v_b.weight", {kv_lora_, v_mla_, n_head});
-      p.add(w.wo, "attn_output.weight", {n_head * v_mla_, n_embd}, Role::AttnOut);
-      if (il < n_dense_lead_) {
-        p.add(w.ffn_norm, "ffn_norm.weight", {n_embd}, Role::Norm);
-        archs::plan_ffn(p, w.ffn, hp, n_ff_);
-        continue;
-      }
-      p.add(w.moe.norm, "ffn_norm.weight", {n_embd}, Role::Norm);
-      w.moe.route = route_;
-      p.moe(w.moe, hp);
-      if (n_ff_shexp_ > 0) archs::plan_shared_expert(p, w.moe, hp, n_ff_shexp_, /*gated=*/false);
+void Deepseek2::plan(const Hparams& hp, Plan& p) {
+  hp_ = hp;
+  const int64_t n_embd = hp.n_embd, n_head = hp.n_head, n_rot = hp.n_rot, qk_nope = k_mla_ - n_rot;
+  layers_.resize(hp.n_layer);
+  for (int il = 0; il < hp.n_layer; ++il) {
+    Layer& w = layers_[il];
+    p.blk(il);
+    p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);
+    MlaProjections& m = w.mla;
+    if (q_lora_ > 0) {
+      p.add(m.wq_a, "attn_q_a.weight", {n_embd, q_lora_});  // (n_embd) -> (q_lora)
+      p.add(m.q_a_norm, "attn_q_a_norm.weight", {q_lora_}, Role::Norm);
+      // (q_lora) -> (n_head * k_mla)
+      p.add(m.wq_b, "attn_q_b.weight", {q_lora_, n_head * k_mla_});
+    } else {
+      p.add(m.wq, "attn_q.weight", {n_embd, n_head * k_mla_});
     }
-  }
-
-  // One latent row per position (kv_lora + n_rot floats) serves as keys and, its first kv_lora
-  // floats, as values.
-  KvRows kv_rows(const Hparams& hp, int, int) const override { return {kv_lora_ + hp.n_rot, 0}; }
-  const MoeWeights* moe(int il) const override {
-    return il < n_dense_lead_ ? nullptr : &layers_[il].moe;
-  }
-
-  void block(Engine& e, int il, Act x) const override {
-    Ops& ops = e.ops();
-    const Layer& w = layers_[il];
-    const Hparams& hp = hp_;
-    const int64_t n_rot = hp.n_rot, latent_row = kv_lora_ + n_rot;
-    const RopeOpts rope{hp.rope_base, /*neox=*/false, yarn_ ? &*yarn_ : nullptr};
-    Act h = ops.rms_norm(x, w.attn_norm, hp.eps);
-    // per token: the query, the latent (normalised) and the shared rotary key part
-    auto [q, kv] = archs::mla_project(ops, w.mla, h, kv_lora_, hp.eps);
-    ops.rope(kv, latent_row, kv_lora_, n_rot, rope);
-    ops.rope(q, k_mla_, k_mla_ - n_rot, n_rot, rope);
-    const MlaOpts mla{hp.n_head,      kv_lora_, n_rot,
-                      k_mla_ - n_rot, v_mla_,   mscale_ * mscale_ / std::sqrt(float(k_mla_)),
-                      temp_};
-    Act att = ops.alloc(x.rows, int64_t{hp.n_head} * v_mla_);
-    ops.attention_mla(il, q, kv, w.wk_b, w.wv_b, mla, att);
-    ops.add(x, ops.matmul(w.wo, att));
+    // (n_embd) -> (kv_lora + n_rot)
+    p.add(m.wkv_a, "attn_kv_a_mqa.weight", {n_embd, kv_lora_ + n_rot});
+    p.add(m.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora_}, Role::Norm);
+    // per head: (qk_nope) -> (kv_lora)
+    p.add(w.wk_b, "attn_k_b.weight", {qk_nope, kv_lora_, n_head});
+    // per head: (kv_lora) -> (v_mla)
+    p.add(w.wv_b, "attn_v_b.weight", {kv_lora_, v_mla_, n_head});
+    p.add(w.wo, "attn_output.weight", {n_head * v_mla_, n_embd}, Role::AttnOut);
     if (il < n_dense_lead_) {
-      ops.rms_norm(x, w.ffn_norm, h, hp.eps);
-      Act y = ops.alloc(x.rows, hp.n_embd);
-      ops.ffn(w.ffn, h, y);
-      ops.add(x, y);
-      return;
+      p.add(w.ffn_norm, "ffn_norm.weight", {n_embd}, Role::Norm);
+      plan_ffn(p, w.ffn, hp, n_ff_);
+      continue;
     }
-    ops.rms_norm(x, w.moe.norm, h, hp.eps);
-    ops.add(x, e.moe(il, w.moe, h));
+    p.add(w.moe.norm, "ffn_norm.weight", {n_embd}, Role::Norm);
+    w.moe.route = route_;
+    p.moe(w.moe, hp);
+    if (n_ff_shexp_ > 0) plan_shared_expert(p, w.moe, hp, n_ff_shexp_, /*gated=*/false);
   }
+}
 
-  std::vector<std::string> synth_presets() const override {
-    return {"deepseek-v2-lite", "mistral-large-3"};
+void Deepseek2::block(Engine& e, int il, Act x) const {
+  Ops& ops = e.ops();
+  const Layer& w = layers_[il];
+  Act h = ops.rms_norm(x, w.attn_norm, hp_.eps);
+  // per token: the query, the latent (normalised) and the shared rotary key part
+  const MlaQkv qkv = mla_project(ops, w.mla, h, kv_lora_, hp_.eps);
+  ops.add(x, attend(ops, il, qkv, {}));
+  ffn_part(e, il, x, h);
+}
+
+Act Deepseek2::attend(Ops& ops, int il, const MlaQkv& qkv, Act sel) const {
+  const Layer& w = layers_[il];
+  const int64_t n_rot = hp_.n_rot, latent_row = kv_lora_ + n_rot;
+  const RopeOpts rope{hp_.rope_base, /*neox=*/false, yarn_ ? &*yarn_ : nullptr};
+  ops.rope(qkv.kv, latent_row, kv_lora_, n_rot, rope);
+  ops.rope(qkv.q, k_mla_, k_mla_ - n_rot, n_rot, rope);
+  const MlaOpts mla{hp_.n_head,     kv_lora_, n_rot,
+                    k_mla_ - n_rot, v_mla_,   mscale_ * mscale_ / std::sqrt(float(k_mla_)),
+                    temp_};
+  Act att = ops.alloc(qkv.q.rows, int64_t{hp_.n_head} * v_mla_);
+  ops.attention_mla(il, qkv.q, qkv.kv, w.wk_b, w.wv_b, mla, att, sel);
+  return ops.matmul(w.wo, att);
+}
+
+void Deepseek2::ffn_part(Engine& e, int il, Act x, Act h) const {
+  Ops& ops = e.ops();
+  const Layer& w = layers_[il];
+  if (il < n_dense_lead_) {
+    ops.rms_norm(x, w.ffn_norm, h, hp_.eps);
+    Act y = ops.alloc(x.rows, hp_.n_embd);
+    ops.ffn(w.ffn, h, y);
+    ops.add(x, y);
+    return;
   }
-  // DeepSeek-V2-Lite: its published config.json. Mistral Large 3 (675B, 41B active, a 262,144
-  // context: Mistral's announcement as vercel.com/ai-gateway/models/mistral-large-3 gives it),
-  // written by llama.cpp's converter (conversion/mistral.py) as deepseek2 with softmax routing
-  // renormalised, YaRN with yarn_log_multiplier 0.1 and original context 8,192 (also the
-  // temperature length), the Llama 4 query temperature (beta 0.1) and the tekken vocabulary of
-  // 131,072. Its MLA and layer sizes are DeepSeek-V3's (n_embd 7,168, 61 layers, 128 heads,
-  // q/kv LoRA 1,536/512, nope/rope/v 128/64/128, 3 dense lead layers of 18,432, one shared
-  // expert), the lineage it keeps; 128 routed experts of 4,096, top-4, are derived: they give
-  // the published totals (128 x 3 x 7,168 x 4,096 x 58 = 653B routed; 4 of them, the shared
-  // expert, attention and the dense layers = 41B).
-  expertd::Result<SynthModel> synth(const std::string& preset, const SynthDims& d) const override {
-    const bool mistral = preset == "mistral-large-3";
-    archs::SynthSizes s = mistral ? archs::SynthSizes{7168, 61, 128, 4, 4096, 128, 128, 192, 131072}
-                                  : archs::SynthSizes{2048, 27, 64, 6, 1408, 16, 16, 192, 102400};
-    int kv_lora = 512, qk_nope = 128, rope = 64, v_head = 128, n_ff = mistral ? 18432 : 10944;
-    int q_lora = mistral ? 1536 : 0, temp_length = 8192;
-    EXPERTD_TRY(archs::apply_dims(s, d));
-    if (d.given())
-      kv_lora = s.n_embd, qk_nope = s.head_dim, rope = s.head_dim / 2, v_head = s.head_dim,
-      n_ff = 2 * s.n_ff_exp, q_lora = mistral ? s.n_embd / 2 : 0, temp_length = 8;
-    auto m = archs::synth_base(s, mistral ? "tekken" : "deepseek-llm");
-    if (!m) return m;
-    // V2-Lite: a plain attn_q (no q_lora), one leading dense layer, two shared experts. The
-    // absorbed-MLA keys of current llama.cpp: key/value_length describe the latent cache row,
-    // key/value_length_mla a head's query-key and value sizes; one latent "KV head".
-    m->u32["attention.head_count_kv"] = 1;
-    m->u32["leading_dense_block_count"] = mistral ? 3 : 1;
-    m->u32["expert_shared_count"] = mistral ? 1 : 2;
-    m->u32["feed_forward_length"] = n_ff;
-    m->u32["attention.q_lora_rank"] = q_lora;
-    m->u32["attention.kv_lora_rank"] = kv_lora;
-    m->u32["attention.key_length"] = kv_lora + rope;
-    m->u32["attention.value_length"] = kv_lora;
-    m->u32["attention.key_length_mla"] = qk_nope + rope;
-    m->u32["attention.value_length_mla"] = v_head;
-    m->u32["rope.dimension_count"] = rope;
-    m->f32["expert_weights_scale"] = 1.0f;
-    if (mistral) {
-      if (d.layers > 0 && d.layers <= 3) m->u32["leading_dense_block_count"] = d.layers - 1;
-      if (d.given()) m->u32["leading_dense_block_count"] = 1;
-      m->u32["expert_gating_func"] = 1;  // softmax
-      m->flags["expert_weights_norm"] = true;
-      m->f32["attention.temperature_scale"] = 0.1f;
-      m->u32["attention.temperature_length"] = temp_length;
-      m->strings["rope.scaling.type"] = "yarn";
-      m->f32["rope.scaling.factor"] = d.given() ? 4.0f : 32.0f;
-      m->u32["rope.scaling.original_context_length"] = d.given() ? 64 : 8192;
-      m->f32["rope.scaling.yarn_log_multiplier"] = 0.1f;
-      m->f32["rope.scaling.yarn_beta_fast"] = 32.0f;
-      m->f32["rope.scaling.yarn_beta_slow"] = 1.0f;
-      m->u32["context_length"] = d.given() ? 256 : 262144;
-      m->specials = {"<s>",
-                     "[INST]",
-                     "[/INST]",
-                     "[TOOL_CALLS]",
-                     "[AVAILABLE_TOOLS]",
-                     "[/AVAILABLE_TOOLS]",
-                     "[TOOL_RESULTS]",
-                     "[/TOOL_RESULTS]",
-                     "[SYSTEM_PROMPT]",
-                     "[/SYSTEM_PROMPT]"};
-    }
-    return m;
+  ops.rms_norm(x, w.moe.norm, h, hp_.eps);
+  ops.add(x, e.moe(il, w.moe, h));
+}
+
+expertd::Result<SynthModel> Deepseek2::synth(const std::string& preset, const SynthDims& d) const {
+  const bool mistral = preset == "mistral-large-3";
+  SynthSizes s = mistral ? SynthSizes{7168, 61, 128, 4, 4096, 128, 128, 192, 131072}
+                         : SynthSizes{2048, 27, 64, 6, 1408, 16, 16, 192, 102400};
+  int kv_lora = 512, qk_nope = 128, rope = 64, v_head = 128, n_ff = mistral ? 18432 : 10944;
+  int q_lora = mistral ? 1536 : 0, temp_length = 8192;
+  EXPERTD_TRY(apply_dims(s, d));
+  if (d.given())
+    kv_lora = s.n_embd, qk_nope = s.head_dim, rope = s.head_dim / 2, v_head = s.head_dim,
+    n_ff = 2 * s.n_ff_exp, q_lora = mistral ? s.n_embd / 2 : 0, temp_length = 8;
+  auto m = synth_base(s, mistral ? "tekken" : "deepseek-llm");
+  if (!m) return m;
+  // V2-Lite: a plain attn_q (no q_lora), one leading dense layer, two shared experts. The
+  // absorbed-MLA keys of current llama.cpp: key/value_length describe the latent cache row,
+  // key/value_length_mla a head's query-key and value sizes; one latent "KV head".
+  m->u32["attention.head_count_kv"] = 1;
+  m->u32["leading_dense_block_count"] = mistral ? 3 : 1;
+  m->u32["expert_shared_count"] = mistral ? 1 : 2;
+  m->u32["feed_forward_length"] = n_ff;
+  synth_mla(*m, {q_lora, kv_lora, qk_nope, rope, v_head});
+  m->f32["expert_weights_scale"] = 1.0f;
+  if (mistral) {
+    if (d.layers > 0 && d.layers <= 3) m->u32["leading_dense_block_count"] = d.layers - 1;
+    if (d.given()) m->u32["leading_dense_block_count"] = 1;
+    m->u32["expert_gating_func"] = 1;  // softmax
+    m->flags["expert_weights_norm"] = true;
+    m->f32["attention.temperature_scale"] = 0.1f;
+    m->u32["attention.temperature_length"] = temp_length;
+    m->strings["rope.scaling.type"] = "yarn";
+    m->f32["rope.scaling.factor"] = d.given() ? 4.0f : 32.0f;
+    m->u32["rope.scaling.original_context_length"] = d.given() ? 64 : 8192;
+    m->f32["rope.scaling.yarn_log_multiplier"] = 0.1f;
+    m->f32["rope.scaling.yarn_beta_fast"] = 32.0f;
+    m->f32["rope.scaling.yarn_beta_slow"] = 1.0f;
+    m->u32["context_length"] = d.given() ? 256 : 262144;
+    m->specials = {"<s>",
+                   "[INST]",
+                   "[/INST]",
+                   "[TOOL_CALLS]",
+                   "[AVAILABLE_TOOLS]",
+                   "[/AVAILABLE_TOOLS]",
+                   "[TOOL_RESULTS]",
+                   "[/TOOL_RESULTS]",
+                   "[SYSTEM_PROMPT]",
+                   "[/SYSTEM_PROMPT]"};
   }
+  return m;
+}
 
- private:
-  struct Layer {
-    Tensor attn_norm, wk_b, wv_b, wo;
-    archs::MlaProjections mla;
-    Tensor ffn_norm;  // dense layers
-    FfnWeights ffn;
-    MoeWeights moe;
-  };
-  Hparams hp_;
-  RouteOpts route_;
-  int n_dense_lead_ = 0, q_lora_ = 0, kv_lora_ = 0, k_mla_ = 0, v_mla_ = 0;
-  int64_t n_ff_ = 0, n_ff_shexp_ = 0;
-  float mscale_ = 1.0f;  // YaRN: the attention scale is mscale^2 / sqrt(k_mla)
-  AttnTemp temp_;        // the query temperature, where the file has one
-  std::optional<kernels::Yarn> yarn_;
-  std::vector<Layer> layers_;
-};
-
-}  // namespace
+}  // namespace archs
 
 std::unique_ptr<Arch> make_arch_deepseek2() {
-  return std::make_unique<Deepseek2>();
+  return std::make_unique<archs::Deepseek2>();
 }
 
 }  // namespace engine

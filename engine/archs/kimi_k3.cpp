@@ -264,13 +264,7 @@ class KimiK3 final : public Arch {
     m->u32["leading_dense_block_count"] = 1;
     m->u32["expert_shared_count"] = 2;
     m->u32["feed_forward_length"] = n_ff;
-    m->u32["attention.q_lora_rank"] = q_lora;
-    m->u32["attention.kv_lora_rank"] = kv_lora;
-    m->u32["attention.key_length"] = kv_lora + rope;
-    m->u32["attention.value_length"] = kv_lora;
-    m->u32["attention.key_length_mla"] = qk_nope + rope;
-    m->u32["attention.value_length_mla"] = v_head;
-    m->u32["rope.dimension_count"] = rope;
+    archs::synth_mla(*m, {q_lora, kv_lora, qk_nope, rope, v_head});
     m->u32["ssm.conv_kernel"] = 4;
     m->u32["kda.head_dim"] = kda_head;
     m->f32["kda.gate_lower_bound"] = -5.0f;
@@ -325,7 +319,8 @@ class KimiK3 final : public Arch {
   // Nope-only: the rotary parts of the latent rows and queries stay as projected.
   Act mla(Engine& e, int il, const Layer& w, Act h) const {
     Ops& ops = e.ops();
-    auto [q, kv] = archs::mla_project(ops, w.mla, h, kv_lora_, hp_.eps);
+    const archs::MlaQkv proj = archs::mla_project(ops, w.mla, h, kv_lora_, hp_.eps);
+    const Act q = proj.q, kv = proj.kv;
     const MlaOpts o{heads_[il],         kv_lora_, hp_.n_rot,
                     k_mla_ - hp_.n_rot, v_mla_,   1.0f / std::sqrt(float(k_mla_))};
     Act att = ops.alloc(h.rows, int64_t{heads_[il]} * v_mla_);

@@ -421,17 +421,20 @@ __global__ void attention_kernel(Attention a) {
                 kvh = h / (a.n_head / a.n_head_kv);
   const int64_t n_keys = a.n_past + t + 1;  // causal
   const int64_t first = a.window > 0 && n_keys > a.window ? n_keys - a.window : 0,
-                n = n_keys - first;
+                n = a.sel ? a.sel_n[t] : n_keys - first;
+  const int32_t* sel = a.sel ? a.sel + t * a.sel_stride : nullptr;
+  // key j of the token's list: its position's row
+  auto at = [&](int64_t j) { return sel ? int64_t(sel[j]) : first + j; };
   const float* qh = a.q + (t * a.n_head + h) * a.dk;
-  const float* kb = a.k + first * a.k_row + kvh * a.dk;
-  const float* vb = a.v + first * a.v_row + kvh * a.dv;
+  const float* kb = a.k + kvh * a.dk;
+  const float* vb = a.v + kvh * a.dv;
   const float sink = a.sinks ? a.sinks[h] : -INFINITY;
   float m = sink, l = 0, acc[kAttnDvPerThread] = {};
   for (int64_t c0 = 0; c0 < n; c0 += kAttnChunk) {
     const int64_t cn = n - c0 < kAttnChunk ? n - c0 : kAttnChunk;
     float cmax = -INFINITY;
     for (int64_t j = threadIdx.x; j < cn; j += blockDim.x) {
-      const float* kj = kb + (c0 + j) * a.k_row;
+      const float* kj = kb + at(c0 + j) * a.k_row;
       float d = 0;
       for (int64_t i = 0; i < a.dk; ++i) d = fmaf(qh[i], kj[i], d);
       s[j] = d * a.scale;
@@ -451,7 +454,7 @@ __global__ void attention_kernel(Attention a) {
       const int64_t d = threadIdx.x + int64_t(i) * blockDim.x;
       if (d >= a.dv) break;
       float v = acc[i] * corr;
-      for (int64_t j = 0; j < cn; ++j) v = fmaf(s[j], vb[(c0 + j) * a.v_row + d], v);
+      for (int64_t j = 0; j < cn; ++j) v = fmaf(s[j], vb[at(c0 + j) * a.v_row + d], v);
       acc[i] = v;
     }
     m = m_new;
@@ -466,6 +469,20 @@ __global__ void attention_kernel(Attention a) {
     if (d >= a.dv) break;
     o[d] = acc[i] * inv;
   }
+}
+
+__global__ void hadamard_kernel(float* x, int64_t n_blocks, int64_t n) {
+  const int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= n_blocks) return;
+  float* r = x + b * n;
+  const float scale = 1.0f / sqrtf(float(n));
+  for (int64_t i = 0; i < n; ++i) r[i] *= scale;
+  for (int64_t len = 1; len < n; len <<= 1)
+    for (int64_t i = 0; i < n; i += 2 * len)
+      for (int64_t j = i; j < i + len; ++j) {
+        const float u = r[j], v = r[j + len];
+        r[j] = u + v, r[j + len] = u - v;
+      }
 }
 
 __global__ void weighted_sum_kernel(const float* eo, const float* wts, float* out, int64_t n_tokens,
@@ -724,6 +741,13 @@ cudaError_t attention(const Attention& a, cudaStream_t stream) {
   EXPERTD_LAUNCH(attention_kernel, static_cast<unsigned>(a.n_tokens * a.n_head), kAttnThreads, 0,
                  stream)
   (a);
+  return cudaGetLastError();
+}
+
+cudaError_t hadamard(float* x, int64_t n_blocks, int64_t n, cudaStream_t stream) {
+  if (n_blocks <= 0) return cudaSuccess;
+  if (n < 1 || (n & (n - 1))) return cudaErrorInvalidValue;
+  EXPERTD_LAUNCH(hadamard_kernel, blocks_for(n_blocks, 64), 64, 0, stream)(x, n_blocks, n);
   return cudaGetLastError();
 }
 

@@ -130,8 +130,15 @@ struct Attention {
   float scale = 1.0f;
   int64_t window = 0;
   const float* sinks = nullptr;
+  // Optional: token t attends to the sel_n[t] positions sel[t * sel_stride ..] (ascending) only,
+  // not to its causal window (dsv4_select makes such lists).
+  const int32_t *sel = nullptr, *sel_n = nullptr;
+  int64_t sel_stride = 0;
 };
 cudaError_t attention(const Attention& a, cudaStream_t stream);
+// Each row's blocks of n floats (a power of two) times the orthonormal Walsh-Hadamard matrix, in
+// place: engine::hadamard_row's steps (n_blocks blocks in all).
+cudaError_t hadamard(float* x, int64_t n_blocks, int64_t n, cudaStream_t stream);
 // The widest value (dv) attention takes; keys are not limited in number.
 inline constexpr int64_t kMaxAttentionDv = 1024;
 

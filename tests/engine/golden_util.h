@@ -347,6 +347,19 @@ inline bool write_without_key(const std::string& in, const std::string& key,
   return true;
 }
 
+// The case's teacher-forced logits on the model file at `path` (a variant of its synth model).
+inline std::vector<float> case_logits_of(const Case& c, const std::string& path) {
+  auto g = gguf::Model::open(path);
+  EXPECT_TRUE(g);
+  if (!g) return {};
+  auto m = engine::Model::load(*g);
+  EXPECT_TRUE(m) << (m ? "" : m.error().message);
+  if (!m) return {};
+  auto src = engine::make_local_source(*m);
+  engine::Engine e(*m, *src, 2, 256);
+  return teacher_forced(e, c, nullptr);
+}
+
 // The keys a model cannot run without: its file with each key hidden is refused, the error
 // naming the key.
 inline void check_missing_keys_are_named(const Case& c, std::initializer_list<const char*> keys) {

@@ -29,18 +29,9 @@ TEST(MistralLarge3, TheTemperatureKeysAreNeverIgnored) {
   Case c = load_case("mistral3/ml3-f32");
   TempDir d;
   const std::string model = synth_case(c, d);
-  auto logits_of = [&](const std::string& path) {
-    auto g = gguf::Model::open(path);
-    EXPECT_TRUE(g);
-    auto m = engine::Model::load(*g);
-    EXPECT_TRUE(m) << (m ? "" : m.error().message);
-    auto src = engine::make_local_source(*m);
-    engine::Engine e(*m, *src, 2, 256);
-    return teacher_forced(e, c, nullptr);
-  };
   const std::string plain = d / "plain.gguf";
   ASSERT_TRUE(write_without_key(model, "deepseek2.attention.temperature_scale", plain));
-  const auto with = logits_of(model), without = logits_of(plain);
+  const auto with = case_logits_of(c, model), without = case_logits_of(c, plain);
   ASSERT_EQ(with.size(), without.size());
   const size_t V = c.n_vocab;
   double early = 0, late = 0;

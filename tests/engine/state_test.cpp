@@ -76,6 +76,19 @@ TEST(SeqState, EveryGoldenArchitectureResumesBitForBit) {
     }
 }
 
+// DeepSeek-V3.2 and GLM-5: the lightning indexer's keys are cached beside the latent rows, so a
+// resumed (or cut) sequence selects the same positions: bit for bit, in F32 and F16 caches.
+TEST(SeqState, SparseAttentionModelsResumeAndCutBitForBit) {
+  for (const char* id : {"dsa/ds32-f32", "dsa/glm5-q4_k"}) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    auto l = load(c);
+    ASSERT_TRUE(l);
+    check_resume(l->model, c, /*expect_cut=*/true);
+    check_resume(l->model, c, /*expect_cut=*/true, engine::KvType::F16);
+  }
+}
+
 // Kimi-K3 (delta-attention and convolution states), DeepSeek-V4 (window ring, compressors'
 // pending rows and entries), Qwen3.5 and Qwen3-Next (gated delta-net states beside full
 // attention's KV rows): exact resumes, no cuts.

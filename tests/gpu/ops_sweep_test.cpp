@@ -415,6 +415,44 @@ TEST(OpsSweep, LatentAttention) {
   }
 }
 
+// DeepSeek-V3.2's sparse attention: the indexer keys rotated (hadamard) and cached, each token's
+// scores of the positions it sees, its top 4 (so that past the fourth position the selection
+// acts), the latent attention over the selected rows; at two sequences' positions.
+TEST(OpsSweep, LightningIndexerAndSparseLatentAttention) {
+  EXPERTD_REQUIRE_GPU();
+  constexpr int H = 4, IH = 2, K = 4;
+  constexpr int64_t lora = 64, rot = 16, nope = 32, vd = 32, ID = 64;
+  Weights w;
+  const Tensor wk_b = w.make(kernels::F16, nope, lora, H, 0.2f),
+               wv_b = w.make(kernels::F16, lora, vd, H, 0.2f);
+  const engine::MlaOpts mo{H, lora, rot, nope, vd, 0.15f};
+  const engine::IndexOpts io{IH, ID, 1.0f / 11.3f};
+  sweep(w, "lightning indexer, sparse attention_mla", 1e-6, [&](Ops& o, Outputs& out) {
+    o.init_cache({KvRows{lora + rot, ID}}, 32, 2, engine::KvType::F32);
+    attend_twice(o, [&](Ops& o, int64_t T, int i) {
+      const uint32_t s = 170 + 5 * i;
+      Act iq = input(o, normal(T * IH * ID, s), T, IH * ID),
+          ik = input(o, normal(T * ID, s + 1), T, ID);
+      o.hadamard(iq, ID);
+      o.hadamard(ik, ID);
+      out.add(o, "eval " + std::to_string(i) + " rotated keys", ik);
+      Act scores = o.index_scores(0, io, iq, ik, input(o, normal(T * IH, s + 2), T, IH));
+      std::vector<float> v(size_t(scores.rows * scores.cols)), unseen(v.size());
+      o.to_host(scores, v.data());
+      for (size_t j = 0; j < v.size(); ++j)
+        if (std::isinf(v[j])) unseen[j] = 1, v[j] = 0;
+      out.add_exact("eval " + std::to_string(i) + " unseen positions", unseen);
+      out.add("eval " + std::to_string(i) + " index scores", v);
+      Act sel = o.alloc(T, K);
+      o.top_k(scores, K, sel);
+      Act q = input(o, normal(T * H * (nope + rot), s + 3), T, H * (nope + rot)),
+          kv = input(o, normal(T * (lora + rot), s + 4), T, lora + rot), y = o.alloc(T, H * vd);
+      o.attention_mla(0, q, kv, wk_b, wv_b, mo, y, sel);
+      out.add(o, "eval " + std::to_string(i), y);
+    });
+  });
+}
+
 // The delta rule as KDA runs it (a decay per key dimension, both gates) and as the gated
 // delta-net does (a decay per head, 2 key heads for 4 value heads of another size, one
 // convolution filter over [q k v] split by rows).
