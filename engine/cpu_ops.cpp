@@ -231,29 +231,28 @@ class CpuOps final : public Ops {
       std::vector<float> s, keys;
       std::vector<uint16_t> keys16;
       std::vector<int32_t> ids;
+      int64_t have = -1;  // the token whose selected rows keys/keys16 hold
       for (int64_t job = b; job < e; ++job) {
         const int64_t t = job / per_t, h0 = (job % per_t) * G, g = std::min(G, H - h0);
         int64_t n_keys = pos0 + t + 1;
         const float* k32 = c.k.data();
         const uint16_t* k16 = c.k16.data();
         if (sel.data) {
-          ids.clear();
-          for (int64_t j = 0; j < sel.cols; ++j)
-            if (const int32_t id = sel.i32()[t * sel.cols + j]; id >= 0 && id < n_keys)
-              ids.push_back(id);
-          std::sort(ids.begin(), ids.end());
-          n_keys = int64_t(ids.size());
-          if (f16_) {
-            keys16.resize(size_t(n_keys * KL));
-            for (int64_t j = 0; j < n_keys; ++j)
-              std::copy_n(&c.k16[size_t(ids[j] * KL)], KL, &keys16[size_t(j * KL)]);
-            k16 = keys16.data();
-          } else {
-            keys.resize(size_t(n_keys * KL));
-            for (int64_t j = 0; j < n_keys; ++j)
-              std::copy_n(&c.k[size_t(ids[j] * KL)], KL, &keys[size_t(j * KL)]);
-            k32 = keys.data();
+          if (have != t) {  // gathered once per token, not once per group of its heads
+            have = t;
+            ids.clear();
+            for (int64_t j = 0; j < sel.cols; ++j)
+              if (const int32_t id = sel.i32()[t * sel.cols + j]; id >= 0 && id < n_keys)
+                ids.push_back(id);
+            std::sort(ids.begin(), ids.end());
+            const size_t n = ids.size();
+            f16_ ? keys16.resize(n * KL) : keys.resize(n * KL);
+            for (size_t j = 0; j < n; ++j)
+              f16_ ? void(std::copy_n(&c.k16[size_t(ids[j] * KL)], KL, &keys16[j * KL]))
+                   : void(std::copy_n(&c.k[size_t(ids[j] * KL)], KL, &keys[j * KL]));
           }
+          n_keys = int64_t(ids.size());
+          k32 = keys.data(), k16 = keys16.data();
         }
         s.resize(size_t(g * n_keys));
         if (f16_)
