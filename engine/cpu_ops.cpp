@@ -162,9 +162,13 @@ class CpuOps final : public Ops {
                     Act out) override {
     const int64_t D = o.head_dim, KV = o.n_head_kv * D, H = o.n_head, T = q.rows;
     Cache& c = cache(slot, il);
-    assert(c.rows.k == KV && c.rows.v == KV);
-    for (int64_t t = 0; t < T; ++t) c.store_k(pos0 + t, k.row(t)), c.store_v(pos0 + t, v.row(t));
+    const int64_t KR = c.rows.k;  // the keys, then an indexer's key where the layer has one
+    assert(KR >= KV && c.rows.v == KV && k.cols == KV);
+    for (int64_t t = 0; t < T; ++t)
+      c.store_k(pos0 + t, k.row(t), KV), c.store_v(pos0 + t, v.row(t));
     const int64_t group = H / o.n_head_kv;
+    const int64_t per_kv =
+        o.blocks.data ? o.blocks.cols / o.n_head_kv : 0;  // block ids per KV head
     // A job: one token's query heads that share a KV head, so that each key and value row is
     // read once for all of them (attend_group); halved while there are fewer jobs than threads.
     // Jobs in order of head, then of token from the last: a thread's run of jobs reads one head's
@@ -174,23 +178,49 @@ class CpuOps final : public Ops {
     while (G % 2 == 0 && T * (H / G) < 2 * int64_t(pool_.size())) G /= 2;
     const int64_t per_t = H / G;
     pool_.parallel_for(T * per_t, 1, [&](int64_t b, int64_t e) {
-      std::vector<float> s;
+      std::vector<float> s, ks, vs;
+      std::vector<uint16_t> ks16, vs16;
+      std::vector<int32_t> ids;
       for (int64_t job = b; job < e; ++job) {
         const int64_t t = T - 1 - job % T, h0 = (job / T) * G, kvh = h0 / group;
         const int64_t n_keys = pos0 + t + 1;  // causal
         // Sliding window: key j is visible iff pos - j < window.
         const int64_t first = o.window > 0 ? std::max<int64_t>(0, n_keys - o.window) : 0;
-        const size_t at = size_t(first) * KV + kvh * D;
         const float* sinks = o.sinks ? o.sinks.f32() + h0 : nullptr;
+        const float* qh = q.row(t) + h0 * D;
+        float* oh = out.row(t) + h0 * D;
+        if (per_kv) {  // block-sparse: the KV head's rows of its selected blocks, gathered
+          ids.assign(o.blocks.i32() + t * o.blocks.cols + kvh * per_kv,
+                     o.blocks.i32() + t * o.blocks.cols + (kvh + 1) * per_kv);
+          std::sort(ids.begin(), ids.end());
+          int64_t n = 0;
+          auto gather = [&](const auto& kc, const auto& vc, auto& kb, auto& vb) {
+            kb.resize(size_t(per_kv * o.block * D)), vb.resize(kb.size());
+            for (const int32_t id : ids)
+              for (int64_t p = std::max<int64_t>(first, int64_t{id} * o.block);
+                   id >= 0 && p < std::min<int64_t>(n_keys, int64_t{id + 1} * o.block); ++p, ++n) {
+                std::copy_n(&kc[size_t(p * KR + kvh * D)], D, &kb[size_t(n * D)]);
+                std::copy_n(&vc[size_t(p * KV + kvh * D)], D, &vb[size_t(n * D)]);
+              }
+          };
+          f16_ ? gather(c.k16, c.v16, ks16, vs16) : gather(c.k, c.v, ks, vs);
+          s.resize(size_t(G * n));
+          if (f16_)
+            kernels::attend_group_f16(qh, D, int(G), ks16.data(), vs16.data(), n, D, D, D, D,
+                                      o.scale, sinks, s.data(), oh, D, be_);
+          else
+            kernels::attend_group(qh, D, int(G), ks.data(), vs.data(), n, D, D, D, D, o.scale,
+                                  sinks, s.data(), oh, D, be_);
+          continue;
+        }
+        const size_t kat = size_t(first * KR + kvh * D), vat = size_t(first * KV + kvh * D);
         s.resize(size_t(G * (n_keys - first)));
         if (f16_)
-          kernels::attend_group_f16(q.row(t) + h0 * D, D, int(G), &c.k16[at], &c.v16[at],
-                                    n_keys - first, KV, KV, D, D, o.scale, sinks, s.data(),
-                                    out.row(t) + h0 * D, D, be_);
+          kernels::attend_group_f16(qh, D, int(G), &c.k16[kat], &c.v16[vat], n_keys - first, KR, KV,
+                                    D, D, o.scale, sinks, s.data(), oh, D, be_);
         else
-          kernels::attend_group(q.row(t) + h0 * D, D, int(G), &c.k[at], &c.v[at], n_keys - first,
-                                KV, KV, D, D, o.scale, sinks, s.data(), out.row(t) + h0 * D, D,
-                                be_);
+          kernels::attend_group(qh, D, int(G), &c.k[kat], &c.v[vat], n_keys - first, KR, KV, D, D,
+                                o.scale, sinks, s.data(), oh, D, be_);
       }
     });
   }
@@ -483,6 +513,32 @@ class CpuOps final : public Ops {
       }
     });
   }
+  void block_scores_at(int slot, int il, const BlockIndexOpts& o, Act q, Act k, int64_t pos0,
+                       Act scores) override {
+    Cache& c = cache(slot, il);
+    const int64_t off = c.rows.k - o.dim, nblk = scores.cols / o.heads;
+    assert(off >= 0 && k.cols == o.dim && q.cols == o.heads * o.dim);
+    for (int64_t t = 0; t < k.rows; ++t) c.store_k(pos0 + t, k.row(t), o.dim, off);
+    // Per (token, head): each visible position's score into its block's maximum, then the
+    // forcing bias on the local blocks.
+    pool_.parallel_for(q.rows * o.heads, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> krow(size_t(o.dim));
+      for (int64_t job = b; job < e; ++job) {
+        const int64_t t = job / o.heads, h = job % o.heads, pos = pos0 + t, L = pos / o.block;
+        const float* qh = q.row(t) + h * o.dim;
+        float* sc = scores.row(t) + h * nblk;
+        std::fill(sc, sc + nblk, -INFINITY);
+        for (int64_t p = 0; p <= pos; ++p) {
+          const float* kp = f16_ ? row_of(&c.k16[size_t(p * c.rows.k + off)], krow.data(), o.dim)
+                                 : &c.k[size_t(p * c.rows.k + off)];
+          float& m = sc[p / o.block];
+          m = std::max(m, kernels::dot_f32_ggml(qh, kp, o.dim, be_));
+        }
+        for (int64_t l = 0; l < o.local && L - l >= 0; ++l)
+          if (L - l < nblk) sc[L - l] += 1e30f;
+      }
+    });
+  }
   void top_k(Act x, int k, Act ids) override {
     pool_.parallel_for(x.rows, 1, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) top_k_row(x.row(t), x.cols, k, ids.i32() + t * ids.cols);
@@ -638,9 +694,11 @@ class CpuOps final : public Ops {
     expertd::AlignedVector<float> k, v, kvs;
     expertd::AlignedVector<uint16_t> k16, v16, kvs16;
     std::vector<float> state;
-    void store_k(int64_t pos, const float* x) {
-      const size_t at = size_t(pos * rows.k);
-      f16 ? kernels::to_f16(x, &k16[at], rows.k) : void(std::copy_n(x, rows.k, &k[at]));
+    // n values of a key row from `offset` (a whole row: n = 0)
+    void store_k(int64_t pos, const float* x, int64_t n = 0, int64_t offset = 0) {
+      if (n == 0) n = rows.k;
+      const size_t at = size_t(pos * rows.k + offset);
+      f16 ? kernels::to_f16(x, &k16[at], n) : void(std::copy_n(x, n, &k[at]));
     }
     void store_v(int64_t pos, const float* x) {
       const size_t at = size_t(pos * rows.v);

@@ -250,17 +250,29 @@ class CudaOps final : public Ops {
     if (!ok()) return;
     if (!check_dv(o.head_dim)) return;
     Cache& c = cache(slot, il);
-    const int64_t KV = o.n_head_kv * o.head_dim;
-    check("cache k", cudaMemcpyAsync(c.k + pos0 * KV, k.data, sizeof(float) * k.rows * KV,
-                                     cudaMemcpyDeviceToDevice, stream_));
-    check("cache v", cudaMemcpyAsync(c.v + pos0 * KV, v.data, sizeof(float) * v.rows * KV,
+    const int64_t KV = o.n_head_kv * o.head_dim, KR = c.rows.k;  // KR: with an indexer's key
+    const size_t f = sizeof(float);
+    check("cache k", cudaMemcpy2DAsync(c.k + pos0 * KR, KR * f, k.data, KV * f, KV * f,
+                                       size_t(k.rows), cudaMemcpyDeviceToDevice, stream_));
+    check("cache v", cudaMemcpyAsync(c.v + pos0 * KV, v.data, f * v.rows * KV,
                                      cudaMemcpyDeviceToDevice, stream_));
     kernels::cuda::Attention a;
     a.q = q.data, a.k = c.k, a.v = c.v, a.out = out.data, a.n_tokens = q.rows, a.n_past = pos0,
     a.n_head = o.n_head;
-    a.n_head_kv = o.n_head_kv, a.dk = a.dv = o.head_dim, a.k_row = a.v_row = KV, a.scale = o.scale,
-    a.window = o.window;
+    a.n_head_kv = o.n_head_kv, a.dk = a.dv = o.head_dim, a.k_row = KR, a.v_row = KV,
+    a.scale = o.scale, a.window = o.window;
     a.sinks = o.sinks ? reinterpret_cast<const float*>(dev(o.sinks)) : nullptr;
+    if (o.blocks.data) {  // block-sparse: per (token, KV head) its blocks' positions, ascending
+      const int64_t T = q.rows, per_kv = o.blocks.cols / o.n_head_kv, stride = per_kv * o.block;
+      Act lists = alloc(T * o.n_head_kv, stride + 1);  // int32s: the lists, then the counts
+      if (!ok()) return;
+      int32_t* ids = lists.i32();
+      check("block positions", kernels::cuda::msa_block_positions(
+                                   o.blocks.i32(), T, o.n_head_kv, per_kv, o.block, pos0, o.window,
+                                   ids, ids + T * o.n_head_kv * stride, stride, stream_));
+      a.sel = ids, a.sel_n = ids + T * o.n_head_kv * stride, a.sel_stride = stride;
+      a.sel_per_kv = true;
+    }
     if (ok()) check("attention", kernels::cuda::attention(a, stream_));
   }
 
@@ -445,6 +457,21 @@ class CudaOps final : public Ops {
       check("index_scores",
             kernels::cuda::dsv4_index_scores(q.data, w.data, keys, scores.data, q.rows, pos0, 1,
                                              o.heads, o.dim, scores.cols, o.scale, stream_));
+  }
+  void block_scores_at(int slot, int il, const BlockIndexOpts& o, Act q, Act k, int64_t pos0,
+                       Act scores) override {
+    if (!ok()) return;
+    Cache& c = cache(slot, il);
+    const int64_t off = c.rows.k - o.dim;
+    const size_t f = sizeof(float);
+    check("cache index keys",
+          cudaMemcpy2DAsync(c.k + pos0 * c.rows.k + off, c.rows.k * f, k.data, o.dim * f, o.dim * f,
+                            size_t(k.rows), cudaMemcpyDeviceToDevice, stream_));
+    kernels::cuda::BlockScores a;
+    a.q = q.data, a.keys = c.k + off, a.scores = scores.data, a.n_tokens = q.rows, a.pos0 = pos0,
+    a.heads = o.heads, a.dim = o.dim, a.key_row = c.rows.k, a.block = o.block, a.local = o.local,
+    a.n_blocks = scores.cols / o.heads;
+    if (ok()) check("block_scores", kernels::cuda::msa_block_scores(a, stream_));
   }
   // The top-k on the host with the CPU's definition (ties as ggml's CPU breaks them), as the
   // routing of the gating variants is: the values there, the ids back.

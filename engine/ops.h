@@ -57,13 +57,20 @@ struct RopeOpts {
 };
 
 // Causal attention over the layer's KV cache (grouped-query: head h reads KV head h / (n_head /
-// n_head_kv)).
+// n_head_kv)). The layer's key rows may be wider than n_head_kv head_dim: the rest of each row is
+// an indexer's key (MiniMax-M3's sparse attention, Ops::block_scores), which attention neither
+// stores nor reads.
 struct AttnOpts {
   int n_head = 0, n_head_kv = 0;
   int64_t head_dim = 0;  // keys and values
   float scale = 1.0f;
   int window = 0;  // > 0: a token sees the last `window` positions only
   Tensor sinks;    // optional: one extra softmax logit per head (F32, n_head)
+  // Optional, block-sparse attention (MiniMax-M3): per token and KV head the ids of the blocks of
+  // `block` positions its query heads attend to (T x n_head_kv k: each KV head's k ids, -1 for
+  // none, in any order), within what the token sees; ascending positions.
+  Act blocks;
+  int block = 0;
 };
 
 // Llama 4's attention temperature, as Mistral Large 3 (deepseek2) carries it: each query row
@@ -94,6 +101,17 @@ struct IndexOpts {
   int heads = 0;
   int64_t dim = 0;
   float scale = 1.0f;  // of the head weights
+};
+
+// MiniMax-M3's sparse attention (MSA): per position an indexer key of `dim` values, kept after
+// the attention's keys in the layer's key rows (KvRows::k = n_head_kv head_dim + dim); per token
+// and indexer head (one per KV head), the unscaled score q_h . k_p of every position it sees, the
+// largest in each block of `block` positions, plus 1e30 on the `local` blocks ending at the
+// token's own (llama.cpp's forcing bias: they always rank first). A row's top-k then names the
+// blocks that KV head's query heads attend to (AttnOpts::blocks).
+struct BlockIndexOpts {
+  int heads = 0, block = 0, local = 0;
+  int64_t dim = 0;
 };
 
 // The cache a layer keeps: values of keys and of values per position (0: none), a part of fixed
@@ -320,8 +338,11 @@ class Ops {
   // Stores k and v at their positions of layer il's cache, then attends: out = n_head x head_dim
   // per row.
   void attention(int il, Act q, Act k, Act v, const AttnOpts& o, Act out) {
-    for (const SeqRows& s : seqs_)
-      attention_at(s.slot, il, part(q, s), part(k, s), part(v, s), s.pos0, o, part(out, s));
+    AttnOpts os = o;
+    for (const SeqRows& s : seqs_) {
+      os.blocks = part(o.blocks, s);
+      attention_at(s.slot, il, part(q, s), part(k, s), part(v, s), s.pos0, os, part(out, s));
+    }
   }
   // Stores the latent rows kv (normalised, rotated) in layer il's cache; per head, the query
   // taken into the latent space with wk_b, attention over the latent rows, wv_b back out.
@@ -346,6 +367,17 @@ class Ops {
     Act scores = alloc(q.rows, end_position());
     for (const SeqRows& s : seqs_)
       index_scores_at(s.slot, il, o, part(q, s), part(k, s), part(w, s), s.pos0, part(scores, s));
+    return scores;
+  }
+  // MSA's block scores (BlockIndexOpts): stores k (T x dim) as its positions' indexer keys, the
+  // tail of layer il's key rows, then per token and head the score of each block of the eval's
+  // end_position() (T x heads nblk, head-major; -inf for the blocks past the token's own).
+  // q: T x heads dim.
+  Act block_scores(int il, const BlockIndexOpts& o, Act q, Act k) {
+    const int64_t nblk = (end_position() + o.block - 1) / o.block;
+    Act scores = alloc(q.rows, o.heads * nblk);
+    for (const SeqRows& s : seqs_)
+      block_scores_at(s.slot, il, o, part(q, s), part(k, s), s.pos0, part(scores, s));
     return scores;
   }
   virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(act(gate h, up h))
@@ -445,6 +477,8 @@ class Ops {
                                 const Tensor& wv_b, int64_t pos0, const MlaOpts& o, Act out,
                                 Act sel) = 0;
   virtual void index_scores_at(int slot, int il, const IndexOpts& o, Act q, Act k, Act w,
+                               int64_t pos0, Act scores) = 0;
+  virtual void block_scores_at(int slot, int il, const BlockIndexOpts& o, Act q, Act k,
                                int64_t pos0, Act scores) = 0;
   virtual void delta_rule_at(int slot, int il, const DeltaOpts& o, Act q, Act k, Act v, Act g,
                              Act beta, int64_t pos0, Act out) = 0;

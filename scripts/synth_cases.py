@@ -12,7 +12,7 @@ import numpy as np
 import llama_cpp
 
 
-def teacher_forced(model, prompt, n_gen):
+def teacher_forced(model, prompt, n_gen, flash_attn=False):
     mp = llama_cpp.llama_model_default_params()
     mp.n_gpu_layers, mp.use_extra_bufts = 0, False
     m = llama_cpp.llama_model_load_from_file(model.encode(), mp)
@@ -23,7 +23,7 @@ def teacher_forced(model, prompt, n_gen):
     cp.n_ctx = cp.n_batch = cp.n_ubatch = 256
     cp.n_threads = cp.n_threads_batch = 1
     cp.type_k = cp.type_v = 0  # F32 KV cache
-    cp.flash_attn_type = 0
+    cp.flash_attn_type = 1 if flash_attn else 0  # MiniMax-M3's sparse attention needs it on
     ctx = llama_cpp.llama_init_from_model(m, cp)
 
     def decode(toks, pos0, all_rows):
@@ -55,7 +55,8 @@ def teacher_forced(model, prompt, n_gen):
 
 
 
-def write_cases(pack, out_dir, cases, n_prompt, n_gen, preset=None, only=(), seed=None):
+def write_cases(pack, out_dir, cases, n_prompt, n_gen, preset=None, only=(), seed=None,
+                flash_attn=False):
     """cases: name -> synth arguments (after --preset PRESET when given). The prompts come from
     one generator seeded with `seed` in the cases' order, or, with seed None, each from its
     case's name (so a case can be made alone: `only`)."""
@@ -69,7 +70,7 @@ def write_cases(pack, out_dir, cases, n_prompt, n_gen, preset=None, only=(), see
             model = os.path.join(d, "m.gguf")
             synth = ["synth"] + (["--preset", preset] if preset else []) + args
             subprocess.run([pack, "-q"] + synth + ["--out", model], check=True)
-            logits, toks, greedy, V = teacher_forced(model, prompt, n_gen)
+            logits, toks, greedy, V = teacher_forced(model, prompt, n_gen, flash_attn)
         # the tokens fed: the prompt, then every greedy token but the last
         all_tokens = toks[:-1]
         logits = logits[: len(all_tokens)]
@@ -85,8 +86,9 @@ def write_cases(pack, out_dir, cases, n_prompt, n_gen, preset=None, only=(), see
             "greedy_top1_top2_margins": margins,
             "logits": {"file": "logits.bin", "dtype": "float32", "shape": [len(all_tokens), V]},
             "llama_cpp": {"package": "llama-cpp-python " + llama_cpp.__version__,
-                          "settings": "n_ctx 256, one ubatch, 1 thread, F32 KV, no flash "
-                                      "attention, no weight repacking"},
+                          "settings": "n_ctx 256, one ubatch, 1 thread, F32 KV, " +
+                                      ("flash attention" if flash_attn else "no flash attention") +
+                                      ", no weight repacking"},
         }
         os.makedirs(os.path.join(out_dir, name), exist_ok=True)
         with open(os.path.join(out_dir, name, "case.json"), "w") as f:

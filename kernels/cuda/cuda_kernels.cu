@@ -421,8 +421,9 @@ __global__ void attention_kernel(Attention a) {
                 kvh = h / (a.n_head / a.n_head_kv);
   const int64_t n_keys = a.n_past + t + 1;  // causal
   const int64_t first = a.window > 0 && n_keys > a.window ? n_keys - a.window : 0,
-                n = a.sel ? a.sel_n[t] : n_keys - first;
-  const int32_t* sel = a.sel ? a.sel + t * a.sel_stride : nullptr;
+                list = a.sel_per_kv ? t * a.n_head_kv + kvh : t,
+                n = a.sel ? a.sel_n[list] : n_keys - first;
+  const int32_t* sel = a.sel ? a.sel + list * a.sel_stride : nullptr;
   // key j of the token's list: its position's row
   auto at = [&](int64_t j) { return sel ? int64_t(sel[j]) : first + j; };
   const float* qh = a.q + (t * a.n_head + h) * a.dk;

@@ -131,9 +131,11 @@ struct Attention {
   int64_t window = 0;
   const float* sinks = nullptr;
   // Optional: token t attends to the sel_n[t] positions sel[t * sel_stride ..] (ascending) only,
-  // not to its causal window (dsv4_select makes such lists).
+  // not to its causal window (dsv4_select makes such lists); with sel_per_kv a list per token and
+  // KV head, list t n_head_kv + kvh (msa_block_positions makes such lists).
   const int32_t *sel = nullptr, *sel_n = nullptr;
   int64_t sel_stride = 0;
+  bool sel_per_kv = false;
 };
 cudaError_t attention(const Attention& a, cudaStream_t stream);
 // Each row's blocks of n floats (a power of two) times the orthonormal Walsh-Hadamard matrix, in
@@ -209,5 +211,25 @@ cudaError_t dsv4_select(const int32_t* ids, int64_t n_tokens, int64_t pos0, int6
 // The window ring (window rows of dim floats, position p at p % window) takes the newest rows.
 cudaError_t dsv4_ring_store(const float* kv, float* ring, int64_t n_tokens, int64_t pos0,
                             int64_t window, int64_t dim, cudaStream_t stream);
+
+// MiniMax-M3's sparse attention (engine::BlockIndexOpts): per (token, head) the largest score
+// q_h . k_p over each block's positions p <= pos0 + t (keys: key_row floats apart), -inf for the
+// blocks past the token's own, + 1e30 on the `local` blocks ending at its own. scores: n_tokens x
+// heads x n_blocks.
+struct BlockScores {
+  const float* q = nullptr;     // n_tokens x heads x dim
+  const float* keys = nullptr;  // position p's key at keys + p key_row
+  float* scores = nullptr;
+  int64_t n_tokens = 0, pos0 = 0, heads = 0, dim = 0, key_row = 0, block = 0, local = 0,
+          n_blocks = 0;
+};
+cudaError_t msa_block_scores(const BlockScores& a, cudaStream_t stream);
+// Per (token, KV head) of `blocks` (n_tokens x n_head_kv x per_kv block ids, -1 for none, any
+// order) the positions of its blocks that the token sees (causal, within `window` where > 0),
+// ascending, as attention's sel_per_kv lists: sel (n_tokens n_head_kv x stride, stride >= per_kv
+// block) and sel_n.
+cudaError_t msa_block_positions(const int32_t* blocks, int64_t n_tokens, int64_t n_head_kv,
+                                int64_t per_kv, int64_t block, int64_t pos0, int64_t window,
+                                int32_t* sel, int32_t* sel_n, int64_t stride, cudaStream_t stream);
 
 }  // namespace kernels::cuda

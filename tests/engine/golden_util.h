@@ -116,8 +116,10 @@ std::vector<int32_t> greedy(Eng& eng, const Case& c, size_t n) {
   return out;
 }
 
-// Returns the median row-max |Δ| (quantized cases are judged together, see the test).
-inline double check_against_golden(const Case& c, const std::vector<float>& mine) {
+// Returns the median row-max |Δ| (quantized cases are judged together, see the test). f32_max:
+// the F32 cases' bound on every row.
+inline double check_against_golden(const Case& c, const std::vector<float>& mine,
+                                   double f32_max = 1e-4) {
   EXPECT_EQ(mine.size(), c.logits.size());
   if (mine.size() != c.logits.size()) return 1e9;
   const size_t rows = c.all.size(), V = c.n_vocab;
@@ -130,7 +132,7 @@ inline double check_against_golden(const Case& c, const std::vector<float>& mine
     for (double r : rowmax) std::printf("%.2e ", r);
   std::string variant = c.id.substr(c.id.rfind('-') + 1);
   if (variant == "f32") {
-    EXPECT_LE(mx, 1e-4) << c.id;
+    EXPECT_LE(mx, f32_max) << c.id;
   } else if (variant == "f16") {
     EXPECT_LE(mx, 1.5e-2) << c.id;
   }
@@ -210,7 +212,9 @@ inline std::unique_ptr<Loaded> load_golden(const std::string& id) {
 // 0.1, and free-running greedy tokens llama.cpp's at every step (f32),
 // else up to the first step llama.cpp decided by less than 0.3 (the README's rule). Prints the
 // figures.
-inline void check_synth_case(const std::string& id, const std::string& arch) {
+// The F32 cases' bounds on every row and on the median row (llama.cpp's F32 path: 1e-4, 1e-5).
+inline void check_synth_case(const std::string& id, const std::string& arch, double f32_max = 1e-4,
+                             double f32_median = 1e-5) {
   SCOPED_TRACE(id);
   Case c = load_case(id);
   auto l = load(c);
@@ -219,13 +223,13 @@ inline void check_synth_case(const std::string& id, const std::string& arch) {
   auto src = engine::make_local_source(l->model);
   engine::Engine e(l->model, *src, 2, 256);
   const auto mine = teacher_forced(e, c, nullptr);
-  const double median = check_against_golden(c, mine);
+  const double median = check_against_golden(c, mine, f32_max);
   double mx = 0;
   for (size_t i = 0; i < mine.size() && i < c.logits.size(); ++i)
     mx = std::max(mx, std::fabs(double(mine[i]) - c.logits[i]));
   std::printf("%s: |logit - llama.cpp| max %.2e, median row %.2e\n", id.c_str(), mx, median);
   const bool f32 = id.ends_with("f32");
-  EXPECT_LE(median, f32 ? 1e-5 : 0.1);
+  EXPECT_LE(median, f32 ? f32_median : 0.1);
   auto tokens = greedy(e, c, c.greedy.size());
   const auto& margins = c.j["greedy_top1_top2_margins"];
   for (size_t i = 0; i < c.greedy.size(); ++i) {
@@ -347,6 +351,26 @@ inline bool write_without_key(const std::string& in, const std::string& key,
   return true;
 }
 
+// The model file `in` with the u32 key `key` (whose value must be `expect`) set to `value`, as
+// `out`.
+inline void write_with_u32(const std::string& in, const std::string& key, uint32_t expect,
+                           uint32_t value, const std::string& out) {
+  std::string bytes = read_file(in);
+  std::string pattern(8, '\0');
+  const uint64_t n = key.size();
+  std::memcpy(pattern.data(), &n, 8);
+  pattern += key;
+  const size_t at = bytes.find(pattern);  // the key's value follows its name and its type
+  ASSERT_NE(at, std::string::npos) << key;
+  uint32_t type = 0, was = 0;
+  std::memcpy(&type, &bytes[at + pattern.size()], 4);
+  std::memcpy(&was, &bytes[at + pattern.size() + 4], 4);
+  ASSERT_EQ(type, 4u) << key;  // GGUF's u32
+  ASSERT_EQ(was, expect) << key;
+  std::memcpy(&bytes[at + pattern.size() + 4], &value, 4);
+  std::ofstream(out, std::ios::binary) << bytes;
+}
+
 // The case's teacher-forced logits on the model file at `path` (a variant of its synth model).
 inline std::vector<float> case_logits_of(const Case& c, const std::string& path) {
   auto g = gguf::Model::open(path);
@@ -358,6 +382,24 @@ inline std::vector<float> case_logits_of(const Case& c, const std::string& path)
   auto src = engine::make_local_source(*m);
   engine::Engine e(*m, *src, 2, 256);
   return teacher_forced(e, c, nullptr);
+}
+
+// A variant of a case's model that changes the math from row `row` of the teacher-forced rows on
+// only (a sparse attention's selection made dense): the rows before it bit for bit the same, the
+// later ones not.
+inline void check_rows_change_from(const Case& c, const std::string& model,
+                                   const std::string& variant, size_t row) {
+  const auto a = case_logits_of(c, model), b = case_logits_of(c, variant);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), (row + 1) * c.n_vocab);
+  const size_t V = c.n_vocab;
+  double early = 0, late = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double& d = i / V < row ? early : late;
+    d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  }
+  EXPECT_EQ(early, 0.0);
+  EXPECT_GT(late, 1e-3);
 }
 
 // The keys a model cannot run without: its file with each key hidden is refused, the error

@@ -76,10 +76,11 @@ TEST(SeqState, EveryGoldenArchitectureResumesBitForBit) {
     }
 }
 
-// DeepSeek-V3.2 and GLM-5: the lightning indexer's keys are cached beside the latent rows, so a
-// resumed (or cut) sequence selects the same positions: bit for bit, in F32 and F16 caches.
+// DeepSeek-V3.2 and GLM-5: the lightning indexer's keys are cached beside the latent rows;
+// MiniMax-M3: its indexer's keys after the keys of each key row. So a resumed (or cut) sequence
+// selects the same positions: bit for bit, in F32 and F16 caches.
 TEST(SeqState, SparseAttentionModelsResumeAndCutBitForBit) {
-  for (const char* id : {"dsa/ds32-f32", "dsa/glm5-q4_k"}) {
+  for (const char* id : {"dsa/ds32-f32", "dsa/glm5-q4_k", "minimax/m3-q4_k"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = load(c);

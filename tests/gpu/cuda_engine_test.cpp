@@ -206,12 +206,12 @@ TEST(CudaEngine, SynthGlm45DeepseekV2LiteAndKimiK3MatchTheCpuEngine) {
 // The 40-token synth cases with layers the 8-token preset check above does not reach: Qwen3.5's
 // and Qwen3-Next's gated full attention beside the delta-net (tiled and grouped value heads),
 // Mistral Large 3's query temperature past its first step, DeepSeek-V3.2's and GLM-5's sparse
-// attention past the indexer's top-k. Teacher-forced, the GPU's logits
-// against the CPU engine's.
+// attention past the indexer's top-k, MiniMax-M3's past its top blocks. Teacher-forced, the GPU's
+// logits against the CPU engine's.
 TEST(CudaEngine, NewerAttentionFamiliesMatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();
-  for (const char* id :
-       {"qwen35/q35-f32", "qwen35/next-f32", "mistral3/ml3-f32", "dsa/ds32-f32", "dsa/glm5-f32"}) {
+  for (const char* id : {"qwen35/q35-f32", "qwen35/next-f32", "mistral3/ml3-f32", "dsa/ds32-f32",
+                         "dsa/glm5-f32", "minimax/m3-f32"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = load(c);
@@ -294,8 +294,9 @@ TEST(CudaEngine, BatchedSequencesGetTheirLogitsAlone) {
     ASSERT_TRUE(model) << model.error().message;
     check_batched_equals_alone(*model, c, gpu_engines(*model));
   }
-  for (const char* id : {"kimi-k3/k3-q8_0", "deepseek4/v4-f32", "qwen35/q35-f32",
-                         "qwen35/next-q8_0", "mistral3/ml3-q4_k", "dsa/ds32-q4_k"}) {
+  for (const char* id :
+       {"kimi-k3/k3-q8_0", "deepseek4/v4-f32", "qwen35/q35-f32", "qwen35/next-q8_0",
+        "mistral3/ml3-q4_k", "dsa/ds32-q4_k", "minimax/m3-q4_k"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = load(c);
@@ -406,9 +407,9 @@ TEST(CudaEngine, StatesResumeBitForBitInAnotherSlot) {
         << "logits after a cut differ";
   };
   REQUIRE_GOLDEN();
-  for (const char* id :
-       {"deepseek2-B-s11-q4_k_m", "kimi-k3/k3-q8_0", "deepseek4/v4-f32", "qwen35/q35-q4_k",
-        "qwen35/next-f32", "mistral3/ml3-f32", "dsa/ds32-f32", "dsa/glm5-q4_k"}) {
+  for (const char* id : {"deepseek2-B-s11-q4_k_m", "kimi-k3/k3-q8_0", "deepseek4/v4-f32",
+                         "qwen35/q35-q4_k", "qwen35/next-f32", "mistral3/ml3-f32", "dsa/ds32-f32",
+                         "dsa/glm5-q4_k", "minimax/m3-q4_k"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = std::string(id).find('/') == std::string::npos ? load_golden(id) : load(c);

@@ -453,6 +453,45 @@ TEST(OpsSweep, LightningIndexerAndSparseLatentAttention) {
   });
 }
 
+// MiniMax-M3's sparse attention: the indexer keys cached after the attention's keys in the key
+// rows, each (token, KV head)'s block scores (blocks of 3 positions, one local block forced), its
+// top 2 blocks (so that past the sixth position the selection acts), and the grouped-query
+// attention over each KV head's blocks; at two sequences' positions.
+TEST(OpsSweep, BlockIndexAndBlockSparseAttention) {
+  EXPERTD_REQUIRE_GPU();
+  constexpr int H = 4, HKV = 2, K = 2;
+  constexpr int64_t D = 32, ID = 16;
+  const engine::BlockIndexOpts bo{HKV, 3, 1, ID};
+  Weights w;
+  sweep(w, "block index, block-sparse attention", kFloatOp, [&](Ops& o, Outputs& out) {
+    o.init_cache({KvRows{HKV * D + ID, HKV * D}}, 32, 2, engine::KvType::F32);
+    attend_twice(o, [&](Ops& o, int64_t T, int i) {
+      const uint32_t s = 190 + 5 * i;
+      Act iq = input(o, normal(T * HKV * ID, s), T, HKV * ID),
+          ik = input(o, normal(T * ID, s + 1), T, ID);
+      Act scores = o.block_scores(0, bo, iq, ik);
+      std::vector<float> v(size_t(scores.rows * scores.cols)), unseen(v.size()), forced(v.size());
+      o.to_host(scores, v.data());
+      for (size_t j = 0; j < v.size(); ++j) {
+        if (std::isinf(v[j])) unseen[j] = 1, v[j] = 0;
+        if (v[j] >= 1e29f) forced[j] = 1, v[j] = 0;
+      }
+      out.add_exact("eval " + std::to_string(i) + " unseen blocks", unseen);
+      out.add_exact("eval " + std::to_string(i) + " forced blocks", forced);
+      out.add("eval " + std::to_string(i) + " block scores", v);
+      Act blocks = o.alloc(T, HKV * K);
+      o.top_k({scores.data, T * HKV, scores.cols / HKV}, K, {blocks.data, T * HKV, K});
+      engine::AttnOpts ao{H, HKV, D, 0.17f};
+      ao.blocks = blocks, ao.block = bo.block;
+      Act q = input(o, normal(T * H * D, s + 2), T, H * D),
+          k = input(o, normal(T * HKV * D, s + 3), T, HKV * D),
+          vv = input(o, normal(T * HKV * D, s + 4), T, HKV * D), y = o.alloc(T, H * D);
+      o.attention(0, q, k, vv, ao, y);
+      out.add(o, "eval " + std::to_string(i), y);
+    });
+  });
+}
+
 // The delta rule as KDA runs it (a decay per key dimension, both gates) and as the gated
 // delta-net does (a decay per head, 2 key heads for 4 value heads of another size, one
 // convolution filter over [q k v] split by rows).
