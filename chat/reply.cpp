@@ -129,6 +129,248 @@ std::string attr(std::string_view attrs, std::string_view key) {
 
 enum class Got { Ok, Short, Bad };
 
+// MiniMax-M3 (llama.cpp's common/parsers/minimax-m3.cpp): every marker carries the namespace
+// token, an argument is an element named by its key, and objects and arrays are written as nested
+// elements (an array's as <item>s), as the template's to_xml() writes them. How a value is read
+// follows the parameter's schema, as llama.cpp's parser does (common/json-schema.cpp for which
+// schemas are strings, objects, arrays or alternatives).
+constexpr std::string_view kM3 = "]<]minimax[>[";
+
+// A schema with its $ref followed into the tool's own parameters (null: none to follow to).
+const ordered_json* m3_deref(const ordered_json* s, const ordered_json* root) {
+  for (int hops = 0; s && s->is_object() && s->contains("$ref"); ++hops) {
+    const auto& ref = (*s)["$ref"];
+    if (hops == 16 || !root || !ref.is_string() || ref.get<std::string>().rfind("#/", 0) != 0)
+      return nullptr;
+    const auto ptr = ordered_json::json_pointer(ref.get<std::string>().substr(1));
+    if (!root->contains(ptr)) return nullptr;
+    s = &(*root)[ptr];
+  }
+  return s && s->is_object() ? s : nullptr;
+}
+
+bool m3_has_properties(const ordered_json& s) {
+  return s.contains("properties") ||
+         (s.contains("additionalProperties") && s["additionalProperties"] != true);
+}
+
+// What llama.cpp's schema builder reads a schema as, after $ref, oneOf/anyOf and type lists.
+enum class M3Kind { Any, AllOf, Const, Object, Array, Tuple, String, Scalar };
+M3Kind m3_kind(const ordered_json& s) {
+  if (s.contains("const") || s.contains("enum")) return M3Kind::Const;
+  const std::string type =
+      s.contains("type") && s["type"].is_string() ? s["type"].get<std::string>() : "";
+  const bool items = s.contains("items") || s.contains("prefixItems");
+  const bool tuple =
+      (s.contains("items") ? s["items"] : s.value("prefixItems", ordered_json())).is_array();
+  if (type.empty()) {
+    if (m3_has_properties(s)) return M3Kind::Object;
+    if (s.contains("allOf")) return M3Kind::AllOf;
+    if (items) return tuple ? M3Kind::Tuple : M3Kind::Array;
+    static const std::vector<std::string> formats = {"date",  "time",  "date-time", "uuid", "uuid1",
+                                                     "uuid2", "uuid3", "uuid4",     "uuid5"};
+    const bool format = s.contains("format") && s["format"].is_string() &&
+                        std::count(formats.begin(), formats.end(), s["format"]) > 0;
+    if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength") || format)
+      return M3Kind::String;
+    return M3Kind::Any;
+  }
+  if (type == "object")
+    return !m3_has_properties(s) && s.contains("allOf") ? M3Kind::AllOf : M3Kind::Object;
+  if (type == "string") return s.contains("allOf") ? M3Kind::AllOf : M3Kind::String;
+  if (type == "array") return tuple ? M3Kind::Tuple : M3Kind::Array;
+  return M3Kind::Scalar;
+}
+
+// The alternatives of a oneOf/anyOf, or of a list of types (one schema per type); none: empty.
+std::vector<ordered_json> m3_alternatives(const ordered_json& s) {
+  std::vector<ordered_json> alts;
+  const char* key = s.contains("oneOf") ? "oneOf" : s.contains("anyOf") ? "anyOf" : nullptr;
+  if (key && s[key].is_array()) {
+    for (const auto& a : s[key]) alts.push_back(a);
+  } else if (!key && s.contains("type") && s["type"].is_array()) {
+    for (const auto& t : s["type"]) {
+      ordered_json a = s;
+      a["type"] = t;
+      alts.push_back(std::move(a));
+    }
+  }
+  return alts;
+}
+
+// Whether a value of the schema may be a string (then its text is taken as it is, whatever it
+// looks like: llama.cpp's common_chat_schema::may_be_string).
+bool m3_may_be_string(const ordered_json* s, const ordered_json* root, int depth = 0) {
+  s = m3_deref(s, root);
+  if (!s || depth > 32) return false;
+  const auto alts = m3_alternatives(*s);
+  if (!alts.empty()) {
+    for (const auto& a : alts)
+      if (m3_may_be_string(&a, root, depth + 1)) return true;
+    return false;
+  }
+  if (s->contains("const")) return (*s)["const"].is_string();
+  if (s->contains("enum")) {
+    for (const auto& v : (*s)["enum"].is_array() ? (*s)["enum"] : ordered_json::array())
+      if (v.is_string()) return true;
+    return false;
+  }
+  switch (m3_kind(*s)) {
+    case M3Kind::String:
+      return true;
+    case M3Kind::AllOf: {
+      // Every part must allow a string; a part that constrains nothing does not count.
+      bool any = false;
+      for (const auto& part : (*s)["allOf"]) {
+        const ordered_json* p = m3_deref(&part, root);
+        if (p && m3_alternatives(*p).empty() && !p->contains("const") && !p->contains("enum") &&
+            m3_kind(*p) == M3Kind::Any)
+          continue;
+        if (!m3_may_be_string(&part, root, depth + 1)) return false;
+        any = true;
+      }
+      return any;
+    }
+    default:
+      return false;
+  }
+}
+
+// Reads M3 argument values at a cursor. Typed (by the tool's schema), as llama.cpp's parser
+// does: an element the schema does not name, or text that is no JSON where no string may stand,
+// does not read (Bad), so that a union's alternatives are chosen as llama.cpp chooses them (its
+// order of members and required ones are not checked, and blanks around JSON are let through).
+// Untyped, whatever the template can write: nested elements as an object (an array where all are
+// <item>s), text as JSON where it parses, else as the string.
+struct M3Reader {
+  Cur& c;
+  const ordered_json* root;  // the tool's parameters ($ref targets)
+  bool typed;
+
+  Got fail() const { return c.short_ ? Got::Short : Got::Bad; }
+
+  // The value of an element up to and including its closing tag `close`.
+  Got value(const ordered_json* schema, const std::string& close, ordered_json& out, int depth) {
+    const ordered_json* s = typed ? m3_deref(schema, root) : nullptr;
+    if (depth > 32) return Got::Bad;
+    if (s && m3_may_be_string(s, root)) {
+      std::string_view v;
+      if (!c.until(close, v)) return Got::Short;
+      out = std::string(v);
+      return Got::Ok;
+    }
+    if (s) {
+      const auto alts = m3_alternatives(*s);
+      if (!alts.empty()) {
+        // The first alternative that reads (llama.cpp's ordered choice).
+        const size_t at = c.p;
+        for (const auto& a : alts) {
+          c.p = at;
+          const Got g = value(&a, close, out, depth + 1);
+          if (g != Got::Bad) return g;
+        }
+        return Got::Bad;
+      }
+    }
+    const M3Kind k = !s                                            ? M3Kind::Any
+                     : s->contains("const") || s->contains("enum") ? M3Kind::Const
+                                                                   : m3_kind(*s);
+    // Nested elements next, or the element's close (an empty value), or text.
+    const size_t at = c.p;
+    c.ws();
+    const std::string lt = std::string(kM3) + "<";
+    const bool nested = c.at(lt) && !c.at(close), empty = c.at(close);
+    const std::string_view rest = c.s.substr(c.p);
+    if (!nested && !empty && rest.size() < close.size() &&
+        (lt.compare(0, rest.size(), rest) == 0 || close.compare(0, rest.size(), rest) == 0))
+      return Got::Short;  // the text ends where an element or the close may be being written
+    c.p = at;
+    if (k == M3Kind::Object) {
+      if (!nested && !empty) return json_value(close, out, ordered_json::value_t::object);
+      const auto props = s->find("properties");
+      if (props != s->end() && props->is_object() && !props->empty())
+        return members(s, close, out, depth);
+      // No properties named: the members as the template writes them (llama.cpp wants JSON).
+      M3Reader open{c, root, false};
+      return open.members(nullptr, close, out, depth);
+    }
+    if (k == M3Kind::Array) {
+      if (!nested && !empty) return json_value(close, out, ordered_json::value_t::array);
+      const char* key = s->contains("items") ? "items" : "prefixItems";
+      return elements(s->contains(key) ? &(*s)[key] : nullptr, close, out, depth);
+    }
+    // Where the schema leaves the shape open, nested elements are read as the template writes
+    // them (llama.cpp wants JSON there).
+    if (nested && (k == M3Kind::Any || k == M3Kind::Tuple || k == M3Kind::AllOf)) {
+      M3Reader open{c, root, false};
+      return open.members(nullptr, close, out, depth);
+    }
+    return json_value(close, out, ordered_json::value_t::discarded);
+  }
+
+  // JSON text up to `close` (`want`: the kind of value it must be; discarded: any).
+  Got json_value(const std::string& close, ordered_json& out, ordered_json::value_t want) {
+    std::string_view v;
+    if (!c.until(close, v)) return Got::Short;
+    auto j = ordered_json::parse(trim(v), nullptr, false);
+    if (j.is_discarded() || (want != ordered_json::value_t::discarded && j.type() != want)) {
+      if (typed) return Got::Bad;
+      j = std::string(v);
+    }
+    out = std::move(j);
+    return Got::Ok;
+  }
+
+  // An object's members up to `close`: <key>value</key> each. Untyped, members all named "item"
+  // make an array (where one may stand).
+  Got members(const ordered_json* s, const std::string& close, ordered_json& out, int depth,
+              bool arrays = true) {
+    out = ordered_json::object();
+    ordered_json items = ordered_json::array();
+    bool all_items = true;
+    for (;;) {
+      c.ws();
+      if (c.lit(close)) break;
+      std::string_view key;
+      if (!c.lit(std::string(kM3) + "<")) return fail();
+      if (!c.until(">", key)) return Got::Short;
+      if (key.empty() || key[0] == '/' || has(key, "<")) return Got::Bad;
+      const std::string k(key);
+      const ordered_json* prop = nullptr;
+      if (s) {
+        const auto props = s->find("properties");
+        if (props == s->end() || !props->is_object() || !props->contains(k)) return Got::Bad;
+        prop = &(*props)[k];
+      }
+      ordered_json v;
+      const Got g = value(prop, std::string(kM3) + "</" + k + ">", v, depth + 1);
+      if (g == Got::Bad) return g;
+      if (!s) {
+        all_items = all_items && k == "item";
+        items.push_back(v);
+      }
+      out[k] = std::move(v);
+      if (g == Got::Short) return g;
+    }
+    if (!s && arrays && all_items && !items.empty()) out = std::move(items);
+    return Got::Ok;
+  }
+
+  // An array's <item>s up to `close`.
+  Got elements(const ordered_json* item, const std::string& close, ordered_json& out, int depth) {
+    out = ordered_json::array();
+    const std::string open = std::string(kM3) + "<item>", end = std::string(kM3) + "</item>";
+    for (;;) {
+      c.ws();
+      if (c.lit(close)) return Got::Ok;
+      if (!c.lit(open)) return fail();
+      out.push_back(nullptr);
+      const Got g = value(item, end, out.back(), depth + 1);
+      if (g != Got::Ok) return g;
+    }
+  }
+};
+
 // One call at the cursor (its opening marker already matched for the JSON families).
 Got parse_call(const ReplyFormat& f, Cur& c, const ParseOptions& o, ToolCall& call) {
   std::string_view v;
@@ -282,6 +524,32 @@ Got parse_call(const ReplyFormat& f, Cur& c, const ParseOptions& o, ToolCall& ca
       }
       break;
     }
+    case ToolSyntax::MiniMaxM3: {
+      const std::string ns(kM3);
+      c.ws();
+      std::string_view name;
+      if (!c.lit(ns + "<invoke name=\"")) return c.short_ ? done(Got::Short) : Got::Bad;
+      if (!c.until("\">", name)) return done(Got::Short);
+      call.name = name;
+      params = tool_params(o.tools, call.name);
+      // As llama.cpp reads it where the tool's schema says how; where it does not (or the model
+      // strayed from it), as the template writes values.
+      const size_t from = c.p;
+      Got g = Got::Bad;
+      if (params) {
+        M3Reader typed{c, params, true};
+        g = typed.members(m3_deref(params, params), ns + "</invoke>", args, 0);
+      }
+      if (g == Got::Bad) {
+        c.p = from;
+        c.short_ = false;
+        M3Reader open{c, params, false};
+        g = open.members(nullptr, ns + "</invoke>", args, 0, false);
+      }
+      if (g == Got::Short) return short_call();
+      if (g == Got::Bad) return Got::Bad;
+      break;
+    }
     case ToolSyntax::KimiK3: {
       std::string_view attrs;
       if (!c.until("<|sep|>", attrs)) return done(Got::Short);
@@ -329,6 +597,8 @@ std::vector<std::string> call_openers(const ReplyFormat& f) {
       return {"<｜DSML｜" + f.dsml_block + ">"};
     case ToolSyntax::MiniMax:
       return {"<minimax:tool_call>"};
+    case ToolSyntax::MiniMaxM3:
+      return {std::string(kM3) + "<tool_call>"};
     default:
       return {};
   }
@@ -338,7 +608,7 @@ std::vector<std::string> call_openers(const ReplyFormat& f) {
 void parse_calls(const ReplyFormat& f, Cur& c, const ParseOptions& o, Reply& r) {
   const bool sectioned = f.tools == ToolSyntax::KimiK2 || f.tools == ToolSyntax::KimiK3 ||
                          f.tools == ToolSyntax::DeepSeekV3 || f.tools == ToolSyntax::DeepSeekDsml ||
-                         f.tools == ToolSyntax::MiniMax;
+                         f.tools == ToolSyntax::MiniMax || f.tools == ToolSyntax::MiniMaxM3;
   const std::string opener = call_openers(f)[0];
   std::string each, section_end;
   switch (f.tools) {
@@ -356,6 +626,9 @@ void parse_calls(const ReplyFormat& f, Cur& c, const ParseOptions& o, Reply& r) 
       break;
     case ToolSyntax::MiniMax:
       each = "", section_end = "</minimax:tool_call>";
+      break;
+    case ToolSyntax::MiniMaxM3:
+      each = "", section_end = std::string(kM3) + "</tool_call>";
       break;
     case ToolSyntax::Qwen3Coder:
       each = "";  // <tool_call> is optional before <function=
@@ -474,6 +747,11 @@ ReplyFormat detect_reply_format(std::string_view src) {
     f.think_open = "<|open|>think<|sep|>", f.think_close = "<|close|>think<|sep|>";
     f.content_open = "<|open|>response<|sep|>", f.content_close = "<|close|>response<|sep|>";
     f.reply_end = "<|close|>message<|sep|>";
+  } else if (has(src, kM3) && has(src, "<tool_call>") && has(src, "<invoke name=")) {
+    // MiniMax-M3 (checked before the <tool_call> families: its markers carry the namespace).
+    set(ToolSyntax::MiniMaxM3, "minimax-m3");
+    f.think_open = "<mm:think>", f.think_close = "</mm:think>";
+    f.bare_think_close = true;
   } else if (has(src, "dsml_token") && has(src, "DSML") &&
              (has(src, "function_calls") || has(src, "tool_calls"))) {
     set(ToolSyntax::DeepSeekDsml, "deepseek-dsml");
@@ -517,6 +795,8 @@ const char* syntax_name(ToolSyntax s) {
       return "deepseek-dsml";
     case ToolSyntax::MiniMax:
       return "minimax";
+    case ToolSyntax::MiniMaxM3:
+      return "minimax-m3";
     case ToolSyntax::Harmony:
       return "harmony";
   }
@@ -543,9 +823,15 @@ Reply parse_reply(const ReplyFormat& f, std::string_view text, const ParseOption
     if (!in && t.substr(0, f.think_open.size()) == f.think_open) {
       in = true;
       t.remove_prefix(f.think_open.size());
-    } else if (!in && o.partial && t.size() < f.think_open.size() &&
-               f.think_open.substr(0, t.size()) == t) {
-      return r;  // it may yet open the reasoning block
+    } else if (!in && f.bare_think_close && t.substr(0, f.think_close.size()) == f.think_close) {
+      // No reasoning this turn: the answer follows.
+      body = t.substr(f.think_close.size());
+      after_reasoning = true;
+    } else if (!in && o.partial &&
+               ((t.size() < f.think_open.size() && f.think_open.substr(0, t.size()) == t) ||
+                (f.bare_think_close && t.size() < f.think_close.size() &&
+                 f.think_close.substr(0, t.size()) == t))) {
+      return r;  // it may yet open the reasoning block (or say there is none)
     }
     if (in) {
       const size_t close = t.find(f.think_close);
@@ -640,6 +926,12 @@ CallShape call_shape(const ReplyFormat& f, const std::string& name) {
     case ToolSyntax::MiniMax:
       return {"<minimax:tool_call>\n<invoke name=\"" + name + "\">\n", "minimax_xml",
               "</invoke>\n</minimax:tool_call>"};
+    case ToolSyntax::MiniMaxM3:
+      // xgrammar's own MiniMax-M3 tag (builtin_structural_tag.py): the arguments' elements
+      // directly after the invoke's opening, as the template writes them.
+      return {
+          std::string(kM3) + "<tool_call>\n" + std::string(kM3) + "<invoke name=\"" + name + "\">",
+          "minimax_m3_xml", std::string(kM3) + "</invoke>\n" + std::string(kM3) + "</tool_call>"};
     case ToolSyntax::Harmony:
       return {"<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>",
               "json", "<|call|>"};

@@ -22,8 +22,9 @@ enum class ToolSyntax {
   KimiK3,      // XTML: <|open|>tools<|sep|><|open|>call tool="N"<|sep|><|open|>argument key=..
   DeepSeekV3,  // V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{..}
   DeepSeekDsml,  // V3.2 / V4: <｜DSML｜tool_calls><｜DSML｜invoke name="N"><｜DSML｜parameter ..
-  MiniMax,  // MiniMax-M2: <minimax:tool_call><invoke name="N"><parameter name="K">V</parameter>
-  Harmony,  // gpt-oss: <|channel|>analysis|final|commentary to=functions.N<|message|>
+  MiniMax,    // MiniMax-M2: <minimax:tool_call><invoke name="N"><parameter name="K">V</parameter>
+  MiniMaxM3,  // each marker after ]<]minimax[>[: <tool_call><invoke name="N"><K>V</K></invoke>
+  Harmony,    // gpt-oss: <|channel|>analysis|final|commentary to=functions.N<|message|>
 };
 
 struct ReplyFormat {
@@ -31,6 +32,8 @@ struct ReplyFormat {
   std::string family;  // for messages: "qwen3", "kimi-k2", ...
   // The reasoning block's markers (empty: the family has no reasoning block of this shape).
   std::string think_open = "<think>", think_close = "</think>";
+  // MiniMax-M3 begins a turn without reasoning with think_close alone.
+  bool bare_think_close = false;
   // Kimi-K3 wraps the answer in these.
   std::string content_open, content_close;
   std::string reply_end;                  // Kimi-K3 closes its message with this

@@ -233,7 +233,13 @@ ToolChoice anthropic_tool_choice(const ordered_json& c, const ordered_json& tool
 
 std::string reply_prefix(const chat::ReplyFormat& f, bool in_reasoning) {
   std::string p;
-  if (in_reasoning) p += f.think_close + (f.content_open.empty() ? "\n\n" : f.content_open);
+  if (f.bare_think_close) {
+    // MiniMax-M3's template closes the block with the answer right after it, and begins a turn
+    // without reasoning with the close alone.
+    p += f.think_close;
+  } else if (in_reasoning) {
+    p += f.think_close + (f.content_open.empty() ? "\n\n" : f.content_open);
+  }
   return p + f.content_close;
 }
 

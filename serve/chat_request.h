@@ -41,7 +41,8 @@ ToolChoice anthropic_tool_choice(const nlohmann::ordered_json& choice,
                                  const nlohmann::ordered_json& tools);
 
 // What a constrained reply must write first: the reasoning block closed (empty) when the prompt
-// opened it, and the answer section closed where the family wraps answers (Kimi-K3).
+// opened it (MiniMax-M3: the close also where it did not, as its turns without reasoning begin),
+// and the answer section closed where the family wraps answers (Kimi-K3).
 std::string reply_prefix(const chat::ReplyFormat& f, bool in_reasoning);
 // One call of a listed tool (Required) or of the named one, arguments valid against its schema.
 GrammarSpec call_grammar(const chat::ReplyFormat& f, const nlohmann::ordered_json& tools,

@@ -33,13 +33,13 @@ const ordered_json kTools = ordered_json::parse(R"([
    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
 
 void expect_reply(const std::string& tmpl, ToolSyntax syntax, const std::string& text,
-                  const Want& want, bool in_reasoning = false) {
+                  const Want& want, bool in_reasoning = false, const ordered_json& tools = kTools) {
   SCOPED_TRACE(tmpl + ": " + text);
   const ReplyFormat f = format_of(tmpl);
   ASSERT_EQ(syntax_name(f.tools), std::string(syntax_name(syntax)));
   ParseOptions o;
   o.starts_in_reasoning = in_reasoning;
-  o.tools = kTools;
+  o.tools = tools;
   const Reply r = parse_reply(f, text, o);
   EXPECT_EQ(r.reasoning, want.reasoning);
   EXPECT_EQ(r.content, want.content);
@@ -260,6 +260,197 @@ TEST(Reply, MiniMaxInvokeCalls) {
   EXPECT_EQ(s.style, "minimax_xml");
 }
 
+// MiniMax-M3: llama.cpp's test-chat.cpp vectors ("MiniMax-M3 tests - namespaced XML invoke
+// format"), with its tools. Every marker carries the namespace token; an argument is an element
+// named by its key, objects and arrays nested elements, and the tool's schema says how a value is
+// read (a string as written, whatever it looks like; else JSON; a union's first alternative that
+// reads).
+namespace {
+
+const ordered_json kM3Tools = ordered_json::parse(R"([
+  {"type": "function", "function": {"name": "special_function", "parameters": {"type": "object",
+   "properties": {"arg1": {"type": "integer"}}, "required": ["arg1"]}}},
+  {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+   "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+   "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+  {"type": "function", "function": {"name": "empty_args", "parameters": {"type": "object",
+   "properties": {}}}},
+  {"type": "function", "function": {"name": "magic_int", "parameters": {"type": "object",
+   "properties": {"ref": {"type": "integer"}, "name": {"type": "string"}}, "required": ["ref"]}}},
+  {"type": "function", "function": {"name": "amount", "parameters": {"type": "object",
+   "properties": {"orig": {"type": "number"}}, "required": ["orig"]}}},
+  {"type": "function", "function": {"name": "toggle", "parameters": {"type": "object",
+   "properties": {"enabled": {"type": "boolean"}}, "required": ["enabled"]}}},
+  {"type": "function", "function": {"name": "imaginary_number", "parameters": {"type": "object",
+   "properties": {"number": {"type": "object", "properties": {"real": {"type": "number"},
+   "imaginary": {"type": "number"}}, "required": ["real", "imaginary"]}},
+   "required": ["number"]}}},
+  {"type": "function", "function": {"name": "nested_args", "parameters": {"type": "object",
+   "properties": {"tags": {"type": "array", "items": {"type": "string"}},
+   "entries": {"type": "array", "items": {"type": "object", "properties": {
+   "id": {"type": "integer"}, "label": {"type": "string"}}, "required": ["id", "label"]}}},
+   "required": ["tags", "entries"]}}},
+  {"type": "function", "function": {"name": "union_args", "parameters": {"type": "object",
+   "properties": {
+   "filter": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "object",
+     "properties": {"field": {"type": "string"}, "op": {"type": "string"}},
+     "required": ["field", "op"]}]},
+   "label": {"oneOf": [{"type": "string"}, {"type": "object",
+     "properties": {"text": {"type": "string"}}}]},
+   "limit": {"oneOf": [{"type": "integer"}, {"type": "object",
+     "properties": {"max": {"type": "integer"}}, "required": ["max"]}]}}}}}])");
+
+// One call in M3's block: the invoke of `name` around `body`.
+std::string m3_call(const std::string& name, const std::string& body) {
+  const std::string ns = "]<]minimax[>[";
+  return ns + "<tool_call>\n" + ns + "<invoke name=\"" + name + "\">" + body + ns + "</invoke>\n" +
+         ns + "</tool_call>";
+}
+std::string m3_arg(const std::string& key, const std::string& value) {
+  return "]<]minimax[>[<" + key + ">" + value + "]<]minimax[>[</" + key + ">";
+}
+
+}  // namespace
+
+TEST(Reply, MiniMaxM3NamespacedCalls) {
+  const std::string t = "MiniMax-M3.jinja";
+  const auto S = ToolSyntax::MiniMaxM3;
+  auto expect = [&](const std::string& text, const Want& want) {
+    expect_reply(t, S, text, want, false, kM3Tools);
+  };
+  // A turn without reasoning begins with a bare </mm:think>.
+  expect("</mm:think>Hello, world!\nWhat's up?", {"", "Hello, world!\nWhat's up?"});
+  expect("<mm:think>I'm\nthinking</mm:think>Hello, world!\nWhat's up?",
+         {"I'm\nthinking", "Hello, world!\nWhat's up?"});
+  expect(
+      "<mm:think>Let me check the time</mm:think>" + m3_call("get_time", m3_arg("city", "Tokyo")),
+      {"Let me check the time", "", {{"get_time", R"({"city": "Tokyo"})"}}});
+  expect("</mm:think>" + m3_call("special_function", m3_arg("arg1", "1")),
+         {"", "", {{"special_function", R"({"arg1": 1})"}}});
+  expect("<mm:think>Let's call a tool:</mm:think>" + m3_call("empty_args", ""),
+         {"Let's call a tool:", "", {{"empty_args", "{}"}}});
+  const std::string ns = "]<]minimax[>[";
+  expect("<mm:think>Calling both</mm:think>" + ns + "<tool_call>\n" + ns +
+             "<invoke name=\"get_time\">" + m3_arg("city", "Paris") + ns + "</invoke>\n" + ns +
+             "<invoke name=\"get_weather\">" + m3_arg("city", "Paris") + ns + "</invoke>\n" + ns +
+             "</tool_call>",
+         {"Calling both",
+          "",
+          {{"get_time", R"({"city": "Paris"})"}, {"get_weather", R"({"city": "Paris"})"}}});
+  expect(
+      "<mm:think>Thinking about it</mm:think>Let me call the function." +
+          m3_call("special_function", m3_arg("arg1", "1")),
+      {"Thinking about it", "Let me call the function.", {{"special_function", R"({"arg1": 1})"}}});
+  expect("<mm:think>Test negative</mm:think>" + m3_call("magic_int", m3_arg("ref", "-14")),
+         {"Test negative", "", {{"magic_int", R"({"ref": -14})"}}});
+  expect("<mm:think>Test decimal</mm:think>" + m3_call("amount", m3_arg("orig", "3.14")),
+         {"Test decimal", "", {{"amount", R"({"orig": 3.14})"}}});
+  expect("<mm:think>Test boolean</mm:think>" + m3_call("toggle", m3_arg("enabled", "true")),
+         {"Test boolean", "", {{"toggle", R"({"enabled": true})"}}});
+  expect("<mm:think>Multi-arg call</mm:think>" +
+             m3_call("magic_int", m3_arg("ref", "42") + m3_arg("name", "foo bar")),
+         {"Multi-arg call", "", {{"magic_int", R"({"ref": 42, "name": "foo bar"})"}}});
+  expect("<mm:think>Nested object</mm:think>" +
+             m3_call("imaginary_number",
+                     m3_arg("number", m3_arg("real", "1.5") + m3_arg("imaginary", "-2.5"))),
+         {"Nested object",
+          "",
+          {{"imaginary_number", R"({"number": {"real": 1.5, "imaginary": -2.5}})"}}});
+  expect("<mm:think>Nested arrays</mm:think>" +
+             m3_call(
+                 "nested_args",
+                 m3_arg("tags", m3_arg("item", "alpha") + m3_arg("item", "beta")) +
+                     m3_arg("entries", m3_arg("item", m3_arg("id", "1") + m3_arg("label", "one")))),
+         {"Nested arrays",
+          "",
+          {{"nested_args",
+            R"({"tags": ["alpha", "beta"], "entries": [{"id": 1, "label": "one"}]})"}}});
+  expect(
+      "<mm:think>Union array</mm:think>" +
+          m3_call("union_args", m3_arg("filter", m3_arg("item", "alpha") + m3_arg("item", "beta"))),
+      {"Union array", "", {{"union_args", R"({"filter": ["alpha", "beta"]})"}}});
+  expect("<mm:think>Union scalar</mm:think>" + m3_call("union_args", m3_arg("limit", "5")),
+         {"Union scalar", "", {{"union_args", R"({"limit": 5})"}}});
+  expect("<mm:think>Union nested</mm:think>" +
+             m3_call("union_args", m3_arg("limit", m3_arg("max", "10"))),
+         {"Union nested", "", {{"union_args", R"({"limit": {"max": 10}})"}}});
+  // A union with a string alternative is a string, even when the value looks structured.
+  expect("<mm:think>Union string</mm:think>" + m3_call("union_args", m3_arg("label", "hi")),
+         {"Union string", "", {{"union_args", R"({"label": "hi"})"}}});
+  expect("<mm:think>Union string</mm:think>" +
+             m3_call("union_args", m3_arg("label", m3_arg("text", "hi"))),
+         {"Union string",
+          "",
+          {{"union_args", R"({"label": "]<]minimax[>[<text>hi]<]minimax[>[</text>"})"}}});
+  expect("<mm:think></mm:think>" + m3_call("get_time", m3_arg("city", "XYZCITY")),
+         {"", "", {{"get_time", R"({"city": "XYZCITY"})"}}});
+  // llama.cpp's continuation of prefilled reasoning, as a prompt that opened the block (the
+  // template's thinking_mode "enabled") leaves it.
+  expect_reply(t, S, "I'm thinking</mm:think>Hello, world!\nWhat's up?",
+               {"I'm thinking", "Hello, world!\nWhat's up?"}, true, kM3Tools);
+}
+
+// M3 beyond llama.cpp's vectors: the template's own rendering read back, the blanks xgrammar's
+// minimax_m3_xml lets between elements, and tools without a schema (or a value the schema does
+// not allow) read as the template writes values.
+TEST(Reply, MiniMaxM3TemplateShapes) {
+  const std::string t = "MiniMax-M3.jinja";
+  const auto S = ToolSyntax::MiniMaxM3;
+  const std::string ns = "]<]minimax[>[";
+  // expected.json's "tools" conversation: the assistant's call as the template renders it.
+  expect_reply(t, S,
+               "</mm:think>" + ns + "<tool_call>\n" + ns + "<invoke name=\"get_weather\">" + ns +
+                   "<location>Paris" + ns + "</location>" + ns + "<unit>celsius" + ns + "</unit>" +
+                   ns + "</invoke>\n" + ns + "</tool_call>",
+               {"", "", {{"get_weather", R"({"location": "Paris", "unit": "celsius"})"}}});
+  expect_reply(t, S, "</mm:think>" + m3_call("get_time", "\n " + m3_arg("city", "Rome") + "\n\n"),
+               {"", "", {{"get_time", R"({"city": "Rome"})"}}}, false, kM3Tools);
+  // The template's example (its system prompt) for a tool it knows no schema of.
+  expect_reply(
+      t, S,
+      "</mm:think>" + m3_call("tool-name-1",
+                              m3_arg("param-1", "value-1") +
+                                  m3_arg("param-2", m3_arg("item", m3_arg("key-a", "val-a") +
+                                                                       m3_arg("key-b", "val-b")))),
+      {"",
+       "",
+       {{"tool-name-1",
+         R"({"param-1": "value-1", "param-2": [{"key-a": "val-a", "key-b": "val-b"}]})"}}},
+      false, kM3Tools);
+  expect_reply(t, S,
+               "</mm:think>" + m3_call("unknown", m3_arg("n", "7") + m3_arg("item", "x") +
+                                                      m3_arg("flags", m3_arg("item", "true"))),
+               {"", "", {{"unknown", R"({"n": 7, "item": "x", "flags": [true]})"}}}, false,
+               kM3Tools);
+  // A union with a string alternative anywhere in it is a string (llama.cpp: may_be_string).
+  const ordered_json either = ordered_json::parse(R"([{"type": "function", "function": {
+    "name": "note", "parameters": {"type": "object", "properties": {"body": {"anyOf": [
+    {"type": "object", "properties": {"text": {"type": "string"}}}, {"type": "string"}]}}}}}])");
+  expect_reply(t, S, "</mm:think>" + m3_call("note", m3_arg("body", m3_arg("text", "hi"))),
+               {"", "", {{"note", R"({"body": "]<]minimax[>[<text>hi]<]minimax[>[</text>"})"}}},
+               false, either);
+  // A value the schema does not allow is kept (as a string) rather than losing the call.
+  expect_reply(t, S, "</mm:think>" + m3_call("special_function", m3_arg("arg1", "one")),
+               {"", "", {{"special_function", R"({"arg1": "one"})"}}}, false, kM3Tools);
+  // Text that merely looks like the block stays the answer.
+  expect_reply(t, S, "</mm:think>Look: " + ns + "<tool_call>\nnot a call",
+               {"", "Look: " + ns + "<tool_call>\nnot a call"}, false, kM3Tools);
+
+  const ReplyFormat f = format_of(t);
+  EXPECT_EQ(f.family, "minimax-m3");
+  EXPECT_EQ(f.think_open, "<mm:think>");
+  EXPECT_EQ(f.think_close, "</mm:think>");
+  EXPECT_TRUE(prompt_opens_reasoning(f, "]~b]ai\n<mm:think>"));
+  EXPECT_FALSE(prompt_opens_reasoning(f, "]~b]ai\n"));
+  // The forcing grammar's call: xgrammar's minimax_m3_xml arguments between the template's
+  // markers (the schema goes whole to xgrammar, which writes objects and arrays as elements).
+  const CallShape s = call_shape(f, "get_time");
+  EXPECT_EQ(s.begin, ns + "<tool_call>\n" + ns + "<invoke name=\"get_time\">");
+  EXPECT_EQ(s.style, "minimax_m3_xml");
+  EXPECT_EQ(s.end, ns + "</invoke>\n" + ns + "</tool_call>");
+}
+
 TEST(Reply, FamiliesAreToldApartByTheirTemplates) {
   EXPECT_EQ(format_of("Qwen3.5-4B.jinja").tools, ToolSyntax::Qwen3Coder);
   EXPECT_EQ(format_of("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja").tools,
@@ -269,6 +460,8 @@ TEST(Reply, FamiliesAreToldApartByTheirTemplates) {
   EXPECT_EQ(format_of("deepseek-ai-DeepSeek-V3.2.jinja").dsml_block, "function_calls");
   EXPECT_EQ(format_of("deepseek-ai-DeepSeek-V4.jinja").dsml_block, "tool_calls");
   EXPECT_EQ(format_of("google-gemma-2-2b-it.jinja").tools, ToolSyntax::None);
+  EXPECT_EQ(format_of("MiniMax-M2.jinja").tools, ToolSyntax::MiniMax);
+  EXPECT_EQ(format_of("MiniMax-M3.jinja").tools, ToolSyntax::MiniMaxM3);
   const ReplyFormat q = format_of("Qwen-Qwen3-0.6B.jinja");
   EXPECT_TRUE(prompt_opens_reasoning(q, "<|im_start|>assistant\n<think>\n"));
   EXPECT_FALSE(prompt_opens_reasoning(q, "<|im_start|>assistant\n<think>\n\n</think>\n\n"));
