@@ -110,6 +110,9 @@ struct SynthModel {
   std::map<std::string, std::vector<int32_t>> arrays;  // per-layer values
   std::map<std::string, std::vector<float>> farrays;
   std::vector<std::string> specials;  // control tokens of the model's chat format
+  // The trunk block whose tensors the NextN blocks (nextn_predict_layers) repeat, beside their
+  // own; -1: the trunk's last.
+  int nextn_like = -1;
 };
 // --dims: n_embd, n_layer, n_expert, n_expert_used, n_ff_exp[, n_head, n_head_kv[, n_vocab]].
 struct SynthDims {

@@ -205,14 +205,19 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
   auto arch = make_arch(p.arch);
   auto sm = arch->synth(p.name, {o.dims, o.layers});
   if (!sm) return sm.error();
-  if (o.layers) {  // the per-layer arrays (one value per block) cut with the blocks
-    const size_t n_all = sm->u32["block_count"];
-    sm->u32["block_count"] = std::min<uint32_t>(sm->u32["block_count"], o.layers);
-    const size_t n = sm->u32["block_count"];
-    for (auto& [k, v] : sm->arrays)
-      if (v.size() == n_all) v.resize(n);
-    for (auto& [k, v] : sm->farrays)
-      if (v.size() == n_all) v.resize(n);
+  // NextN (multi-token-prediction) blocks, where the model has them, trail the trunk's blocks.
+  const uint32_t nextn =
+      sm->u32.count("nextn_predict_layers") ? sm->u32["nextn_predict_layers"] : 0;
+  if (o.layers) {  // the trunk cut; the per-layer arrays (one value per block) cut with it
+    const size_t n_all = sm->u32["block_count"], trunk = n_all - nextn;
+    const size_t cut = std::min<size_t>(trunk, o.layers);
+    sm->u32["block_count"] = uint32_t(cut + nextn);
+    auto keep = [&](auto& v) {  // the cut trunk's values, then the NextN blocks'
+      if (v.size() != n_all) return;
+      v.erase(v.begin() + ptrdiff_t(cut), v.begin() + ptrdiff_t(trunk));
+    };
+    for (auto& [k, v] : sm->arrays) keep(v);
+    for (auto& [k, v] : sm->farrays) keep(v);
   }
   const std::string name = o.preset.empty() ? "custom" : p.name;
 
@@ -235,6 +240,36 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
   std::vector<TensorSpec> plan;
   for (const TensorSpec& t : *specs)
     if (!t.optional || t.synth) plan.push_back(t);
+  // The NextN blocks as llama.cpp's converters write them: a decoder block like one of the trunk's
+  // (attention and MoE: the last, or the architecture's choice) plus the nextn projection of
+  // [embedding, hidden] and its norms. No engine here runs them and llama.cpp only to draft, so
+  // they are written last: the trunk's tensors are drawn as in a file without them.
+  if (nextn > 0) {
+    const int trunk = int(sm->u32["block_count"] - nextn);
+    const int last = sm->nextn_like >= 0 && sm->nextn_like < trunk ? sm->nextn_like : trunk - 1;
+    const int64_t n_embd = sm->u32["embedding_length"];
+    const std::string from = "blk." + std::to_string(last) + ".";
+    const size_t n_plan = plan.size();
+    for (uint32_t j = 0; j < nextn; ++j) {
+      const int il = trunk + int(j);
+      const std::string to = "blk." + std::to_string(il) + ".";
+      for (size_t i = 0; i < n_plan; ++i)
+        if (plan[i].layer == last) {
+          TensorSpec c = plan[i];
+          c.name = to + c.name.substr(from.size()), c.layer = il, c.dst = nullptr;
+          plan.push_back(std::move(c));
+        }
+      auto add = [&](const std::string& n, std::vector<int64_t> ne, Role role) {
+        TensorSpec c;
+        c.name = to + n, c.ne = std::move(ne), c.role = role, c.layer = il;
+        plan.push_back(std::move(c));
+      };
+      add("nextn.eh_proj.weight", {2 * n_embd, n_embd}, Role::Weight);
+      add("nextn.enorm.weight", {n_embd}, Role::Norm);
+      add("nextn.hnorm.weight", {n_embd}, Role::Norm);
+      add("nextn.shared_head_norm.weight", {n_embd}, Role::Norm);
+    }
+  }
 
   gguf::Writer w(32);
   add_metadata(w, p.arch, name, *sm, o.type, o.chat_template);

@@ -8,7 +8,8 @@
 // it sees no more than top_k). The rest is deepseek2's (engine/archs/deepseek2.h): leading dense
 // layers, sigmoid routing with the selection bias, groups, a shared expert. GLM-5.2's "shared"
 // indexer layers (attention.indexer.types 0) reuse the previous full layer's selection.
-// Multi-token-prediction blocks (nextn_predict_layers) do not run.
+// Multi-token-prediction blocks (nextn_predict_layers) do not run (llama.cpp runs them only to
+// draft tokens).
 #include <cmath>
 
 #include "engine/archs/deepseek2.h"
@@ -146,7 +147,7 @@ class Dsa final : public archs::Deepseek2 {
 // pre-tokenizer over 154,880 tokens.
 // --dims scales either to a test size with every feature: the MLA sizes from n_embd and the
 // head size, the indexer's 4 heads of 64 picking 8 (so that a 40-token prompt selects), YaRN
-// (DeepSeek-V3.2), groups where the experts divide into them.
+// (DeepSeek-V3.2), groups where the experts divide into them, the MTP layer.
 expertd::Result<SynthModel> Dsa::synth(const std::string&, const SynthDims& d) const {
   archs::SynthSizes s = glm_ ? archs::SynthSizes{6144, 78, 256, 8, 2048, 64, 64, 256, 154880}
                              : archs::SynthSizes{7168, 61, 256, 8, 2048, 128, 128, 192, 129280};
@@ -178,7 +179,9 @@ expertd::Result<SynthModel> Dsa::synth(const std::string&, const SynthDims& d) c
   m->f32["expert_weights_scale"] = 2.5f;
   m->u32["expert_group_count"] = groups;
   m->u32["expert_group_used_count"] = groups_used;
-  m->u32["nextn_predict_layers"] = 0;
+  // the published MTP layer, after the trunk (written by expert-pack synth, run by neither engine)
+  m->u32["block_count"] += 1;
+  m->u32["nextn_predict_layers"] = 1;
   m->u32["context_length"] = glm_ ? 202752 : 163840;
   if (!glm_) {
     m->strings["rope.scaling.type"] = "yarn";

@@ -150,11 +150,13 @@ class Qwen35Moe final : public Arch {
   //   (512 x 3 x 4,096 x 1,024 x 60 = 386B routed; 10 of them, the shared expert, attention and
   //   embeddings = 17.2B). Vocabulary 248,320 (Qwen3.5's tokenizer); rope base 10^7, a quarter of
   //   each head rotated, interleaved M-RoPE sections [11, 11, 10] (llama.cpp's converter's
-  //   default, conversion/qwen.py); full attention every 4th layer; one MTP layer (not written).
+  //   default, conversion/qwen.py); full attention every 4th layer; one MTP layer (config.json's
+  //   mtp_num_hidden_layers; at test size too).
   // - Qwen3-Next-80B-A3B: transformers' Qwen3NextConfig defaults, which its docstring says are
   //   Qwen3-Next-80B-A3B-Instruct's: 48 layers, n_embd 2,048, 16 query and 2 KV heads of 256,
   //   512 experts of 512, top-10, a shared expert of 512, delta-net 16 key and 32 value heads of
-  //   128, conv 4, vocabulary 151,936, a quarter of each head rotated, rope base 10^7.
+  //   128, conv 4, vocabulary 151,936, a quarter of each head rotated, rope base 10^7; one MTP
+  //   layer (Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: mtp_num_hidden_layers 1).
   expertd::Result<SynthModel> synth(const std::string&, const SynthDims& d) const override {
     archs::SynthSizes s = next_ ? archs::SynthSizes{2048, 48, 512, 10, 512, 16, 2, 256, 151936}
                                 : archs::SynthSizes{4096, 60, 512, 10, 1024, 32, 2, 256, 248320};
@@ -172,6 +174,14 @@ class Qwen35Moe final : public Arch {
     m->u32["ssm.time_step_rank"] = v_heads;
     m->u32["ssm.inner_size"] = state * v_heads;
     m->u32["full_attention_interval"] = 4;
+    // The MTP block after the trunk, a full-attention one as llama.cpp's converter writes it
+    // (conversion/qwen.py): expert-pack synth repeats the trunk's last full-attention layer's
+    // tensors for it (a trunk of fewer than 4 layers has none, and gets no MTP block).
+    const int trunk = d.layers > 0 ? std::min<int>(s.n_layer, int(d.layers)) : s.n_layer;
+    if (trunk >= 4) {
+      m->u32["block_count"] += 1, m->u32["nextn_predict_layers"] = 1;
+      m->nextn_like = trunk / 4 * 4 - 1;
+    }
     if (!next_) {
       const int pairs = s.n_rot / 2;  // [11, 11, 10] at 32 pairs, in the same proportions
       m->arrays["rope.dimension_sections"] = {(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0};

@@ -253,3 +253,44 @@ TEST(Synth, BalancedRoutingFavoursNoExpert) {
   EXPECT_LT(top_flat, 3 * mean / 2) << "balanced routing still favours an expert";
   EXPECT_GT(low_flat, mean / 2) << "balanced routing starves an expert";
 }
+
+// The presets of models with a multi-token-prediction layer (DeepSeek-V3.2, GLM-5, Qwen3.5,
+// Qwen3-Next) write it at test size too, after the trunk, as llama.cpp's converters do: a block
+// like a trunk one (Qwen3.5's: full attention, whatever the trunk's last layer is) plus its nextn
+// tensors; the engine runs the trunk only and expert-pack packs the trunk's experts only.
+TEST(Synth, PresetsWithAnMtpLayerWriteIt) {
+  const std::pair<const char*, const char*> kPresets[] = {{"deepseek-v3.2", "attn_kv_a_mqa"},
+                                                          {"glm-5", "attn_kv_a_mqa"},
+                                                          {"qwen3.5-397b-a17b", "attn_q"},
+                                                          {"qwen3-next-80b-a3b", "attn_q"}};
+  for (const auto& [preset, attn] : kPresets) {
+    SCOPED_TRACE(preset);
+    TempDir d;
+    engine::SynthOptions o;
+    o.preset = preset;
+    o.dims = {128, 5, 8, 2, 64, 2, 1, 512};
+    o.type = gguf::GgmlType::Q8_0;
+    o.out_path = d / "m.gguf";
+    o.progress = false;
+    auto bytes = engine::write_synth(o);
+    ASSERT_TRUE(bytes) << bytes.error().message;
+    auto m = gguf::Model::open(o.out_path);
+    ASSERT_TRUE(m) << m.error().message;
+    const std::string a = m->arch();
+    EXPECT_EQ(m->get_uint(a + ".nextn_predict_layers"), 1u);
+    EXPECT_EQ(m->get_uint(a + ".block_count"), 6u);
+    for (const char* t :
+         {"nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight", "ffn_up_exps.weight"})
+      EXPECT_NE(m->tensor("blk.5." + std::string(t)), nullptr) << t;
+    EXPECT_NE(m->tensor("blk.5." + std::string(attn) + ".weight"), nullptr);
+    EXPECT_EQ(m->tensor("blk.6.attn_norm.weight"), nullptr);
+    auto model = engine::Model::load(*m);
+    ASSERT_TRUE(model) << model.error().message;
+    EXPECT_EQ(model->hp.n_layer, 5);
+    auto layout = pack::plan_layout(*m);
+    ASSERT_TRUE(layout) << layout.error().message;
+    const auto moe = layout->moe_layers();
+    ASSERT_FALSE(moe.empty());
+    EXPECT_EQ(moe.back(), 4u);  // the trunk's last MoE layer; none of the MTP block
+  }
+}
