@@ -1,9 +1,9 @@
-// MiniMax-M3 (minimax-m3), MiniMax Sparse Attention, against llama.cpp: test-size synthetic models
-// (tests/data/minimax: the expert-pack synth recipe and llama.cpp's teacher-forced logits with
-// flash attention on, made by scripts/gen-minimax-cases.py with llama-cpp-python 0.3.36) in F32,
-// F16 and Q4_K_M's mix; 40-token prompts over blocks of 4 positions picking 4 per KV head, so
-// every token past the 16th attends sparsely. The selection across eval calls; the daemon path;
-// the keys.
+// MiniMax-M2 (minimax-m2) and MiniMax-M3 (minimax-m3, MiniMax Sparse Attention) against
+// llama.cpp: test-size synthetic models (tests/data/minimax: the expert-pack synth recipe and
+// llama.cpp's teacher-forced logits, M3's with flash attention on, made by
+// scripts/gen-minimax-cases.py with llama-cpp-python 0.3.36) in F32, F16 and Q4_K_M's mix; M3's
+// 40-token prompts over blocks of 4 positions picking 4 per KV head, so every token past the 16th
+// attends sparsely. The selection across eval calls; the daemon path; the keys.
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
@@ -17,6 +17,23 @@ namespace {
 const char* const kCases[] = {"minimax/m3-f32", "minimax/m3-f16", "minimax/m3-q4_k"};
 
 }  // namespace
+
+// MiniMax-M2 at llama.cpp's F32 rule: its q/k norms over all heads at once.
+TEST(MiniMaxM2, SynthModelsMatchLlamaCpp) {
+  for (const char* id : {"minimax/m2-f32", "minimax/m2-f16", "minimax/m2-q4_k"})
+    check_synth_case(id, "minimax-m2");
+}
+
+TEST(MiniMaxM2, DaemonPathIsBitIdenticalToLocal) {
+  check_daemon_path_is_local(load_case("minimax/m2-q4_k"));
+}
+
+// llama.cpp always renormalises MiniMax-M2's expert weights and aborts without a gating function:
+// a file without one, or that asks for no renormalisation, is refused naming the key.
+TEST(MiniMaxM2, AMissingOrUnsupportedKeyIsAnErrorNamingIt) {
+  Case c = load_case("minimax/m2-f32");
+  check_missing_keys_are_named(c, {"minimax-m2.expert_gating_func"});
+}
 
 // llama.cpp runs MSA only with flash attention, and its flash attention rounds the dense lead
 // layer's F32 keys and values to F16 (llama-graph.cpp, build_attn_mha) where this engine keeps

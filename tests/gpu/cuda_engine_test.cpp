@@ -206,7 +206,8 @@ TEST(CudaEngine, SynthGlm45DeepseekV2LiteAndKimiK3MatchTheCpuEngine) {
 // The 40-token synth cases with layers the 8-token preset check above does not reach: Qwen3.5's
 // and Qwen3-Next's gated full attention beside the delta-net (tiled and grouped value heads),
 // Mistral Large 3's query temperature past its first step, DeepSeek-V3.2's and GLM-5's sparse
-// attention past the indexer's top-k, MiniMax-M3's past its top blocks. Teacher-forced, the GPU's
+// attention past the indexer's top-k, MiniMax-M2's q/k norms over all heads, MiniMax-M3's
+// sparse attention past its top blocks. Teacher-forced, the GPU's
 // logits against the CPU engine's.
 TEST(CudaEngine, NewerAttentionFamiliesMatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();

@@ -1,3 +1,8 @@
+// MiniMax-M2 (minimax-m2): grouped-query attention with q/k RMSNorms over all the heads at once
+// (one weight of n_head head_dim and of n_head_kv head_dim), partial NeoX RoPE, and routed experts
+// only, sigmoid gating with the selection bias, always renormalised (llama.cpp reads no
+// expert_weights_norm for it; a file that says false is refused), SwiGLU.
+//
 // MiniMax-M3 (minimax-m3): grouped-query attention with per-head q/k RMSNorms (one head_dim
 // vector for every head) and partial NeoX RoPE, DeepSeek-V3's leading dense layers and routed
 // experts beside one shared expert (sigmoid gating with the selection bias, renormalised, scaled),
@@ -19,9 +24,12 @@
 namespace engine {
 namespace {
 
-class MiniMaxM3 final : public Arch {
+class MiniMax final : public Arch {
  public:
+  explicit MiniMax(bool m3) : m3_(m3) {}
+
   void read_hparams(Meta& m, Hparams& hp) override {
+    if (!m3_) return read_m2(m, hp);
     m.u("leading_dense_block_count", n_dense_lead_, 0);
     archs::read_base(m, hp, n_dense_lead_);
     if (!m.error().empty()) return;
@@ -54,8 +62,8 @@ class MiniMaxM3 final : public Arch {
 
   void plan(const Hparams& hp, Plan& p) override {
     hp_ = hp;
-    const int64_t n_embd = hp.n_embd, head_dim = hp.head_dim, n_q = archs::q_width(hp),
-                  n_kv = archs::kv_width(hp);
+    const int64_t n_embd = hp.n_embd, n_q = archs::q_width(hp), n_kv = archs::kv_width(hp),
+                  qk_norm = m3_ ? hp.head_dim : n_q, kv_norm = m3_ ? hp.head_dim : n_kv;
     layers_.resize(size_t(hp.n_layer));
     for (int il = 0; il < hp.n_layer; ++il) {
       Layer& w = layers_[size_t(il)];
@@ -64,8 +72,8 @@ class MiniMaxM3 final : public Arch {
       p.add(w.wq, "attn_q.weight", {n_embd, n_q});
       p.add(w.wk, "attn_k.weight", {n_embd, n_kv});
       p.add(w.wv, "attn_v.weight", {n_embd, n_kv});
-      p.add(w.q_norm, "attn_q_norm.weight", {head_dim}, Role::Norm);
-      p.add(w.k_norm, "attn_k_norm.weight", {head_dim}, Role::Norm);
+      p.add(w.q_norm, "attn_q_norm.weight", {qk_norm}, Role::Norm);
+      p.add(w.k_norm, "attn_k_norm.weight", {kv_norm}, Role::Norm);
       p.add(w.wo, "attn_output.weight", {n_q, n_embd}, Role::AttnOut);
       if (il < n_dense_lead_) {
         p.add(w.ffn_norm, "ffn_norm.weight", {n_embd}, Role::Norm);
@@ -76,6 +84,7 @@ class MiniMaxM3 final : public Arch {
       p.add(w.moe.norm, "ffn_norm.weight", {n_embd}, Role::Norm);
       w.moe.route = route_;
       p.moe(w.moe, hp);
+      if (!m3_) continue;  // MiniMax-M2: routed experts only, SwiGLU
       archs::plan_shared_expert(p, w.moe, hp, n_ff_shexp_, /*gated=*/false);
       w.moe.act.kind = Activation::SwigluOai;  // the routed and the shared experts
       p.add(w.ix.q_proj, "indexer.q_proj.weight", {n_embd, idx_.heads * idx_.dim});
@@ -85,10 +94,10 @@ class MiniMaxM3 final : public Arch {
     }
   }
 
-  // The sparse layers' key rows carry the indexer's key after the attention's keys.
+  // MiniMax-M3's sparse layers' key rows carry the indexer's key after the attention's keys.
   KvRows kv_rows(const Hparams& hp, int il, int) const override {
     KvRows r = archs::gqa_rows(hp);
-    if (il >= n_dense_lead_) r.k += idx_.dim;
+    if (m3_ && il >= n_dense_lead_) r.k += idx_.dim;
     return r;
   }
   const MoeWeights* moe(int il) const override {
@@ -102,12 +111,12 @@ class MiniMaxM3 final : public Arch {
     const RopeOpts rope{hp.rope_base, /*neox=*/true};
     Act h = ops.rms_norm(x, w.attn_norm, hp.eps);
     Act q = ops.matmul(w.wq, h), k = ops.matmul(w.wk, h), v = ops.matmul(w.wv, h);
-    ops.rms_norm(q, w.q_norm, q, hp.eps, hp.head_dim);
-    ops.rms_norm(k, w.k_norm, k, hp.eps, hp.head_dim);
+    ops.rms_norm(q, w.q_norm, q, hp.eps, m3_ ? hp.head_dim : 0);  // M2: over all the heads
+    ops.rms_norm(k, w.k_norm, k, hp.eps, m3_ ? hp.head_dim : 0);
     ops.rope(q, hp.head_dim, 0, hp.n_rot, rope);  // n_rot < head_dim: partial rotary
     ops.rope(k, hp.head_dim, 0, hp.n_rot, rope);
     AttnOpts a{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))};
-    if (il >= n_dense_lead_) {  // MSA: each KV head's top_k blocks
+    if (m3_ && il >= n_dense_lead_) {  // MSA: each KV head's top_k blocks
       const Index& ix = w.ix;
       Act iq = ops.matmul(ix.q_proj, h), ik = ops.matmul(ix.k_proj, h);
       ops.rms_norm(iq, ix.q_norm, iq, hp.eps, idx_.dim);
@@ -134,10 +143,30 @@ class MiniMaxM3 final : public Arch {
     ops.add(x, e.moe(il, w.moe, h));
   }
 
-  std::vector<std::string> synth_presets() const override { return {"minimax-m3"}; }
+  std::vector<std::string> synth_presets() const override {
+    return {m3_ ? "minimax-m3" : "minimax-m2"};
+  }
   expertd::Result<SynthModel> synth(const std::string& preset, const SynthDims& d) const override;
 
  private:
+  void read_m2(Meta& m, Hparams& hp) {
+    archs::read_base(m, hp);
+    route_ = archs::read_routing(m, hp, /*norm_default=*/true, /*sigmoid_default=*/true);
+    archs::read_yarn(m, hp, /*yarn_ok=*/false);
+    if (!m.error().empty()) return;
+    // llama.cpp's minimax-m2 graph renormalises and never groups; it aborts without a gating
+    // function. A file asking for anything else is refused, not run another way.
+    if (!m.has("expert_gating_func"))
+      return m.fail("missing metadata minimax-m2.expert_gating_func");
+    if (!route_.norm_topk)
+      return m.fail(
+          "minimax-m2.expert_weights_norm is false, but llama.cpp always renormalises "
+          "MiniMax-M2's expert weights");
+    if (route_.n_group > 0)
+      return m.fail("minimax-m2.expert_group_count: llama.cpp does not group MiniMax-M2's experts");
+  }
+  expertd::Result<SynthModel> synth_m2(const SynthDims& d) const;
+
   struct Index {
     Tensor q_proj, k_proj, q_norm, k_norm;
   };
@@ -148,6 +177,7 @@ class MiniMaxM3 final : public Arch {
     MoeWeights moe;
     Index ix;  // MoE (sparse) layers
   };
+  bool m3_;
   Hparams hp_;
   RouteOpts route_;
   BlockIndexOpts idx_;
@@ -168,7 +198,8 @@ class MiniMaxM3 final : public Arch {
 // --dims scales it to a test size with every feature: a dense lead layer, the shared expert,
 // half of each head rotated, and blocks of 4 positions picking 4 (one local), so that a 40-token
 // prompt attends sparsely from its 17th token.
-expertd::Result<SynthModel> MiniMaxM3::synth(const std::string&, const SynthDims& d) const {
+expertd::Result<SynthModel> MiniMax::synth(const std::string&, const SynthDims& d) const {
+  if (!m3_) return synth_m2(d);
   archs::SynthSizes s{6144, 60, 128, 4, 3072, 64, 4, 128, 200064, 5e6f, 1e-6f, 64};
   int n_ff = 12288, dense = 3, top_k = 16, block = 128, local = 1;
   EXPERTD_TRY(archs::apply_dims(s, d));
@@ -193,10 +224,39 @@ expertd::Result<SynthModel> MiniMaxM3::synth(const std::string&, const SynthDims
   return m;
 }
 
+// MiniMax-M2 (230B, 10B active: llama.cpp's LLM_TYPE_230B_A10B for its 62 layers), as
+// MiniMaxAI/MiniMax-M2's config.json (transformers' MiniMaxM2Config) publishes it: n_embd 3,072,
+// 62 layers, 48 heads and 8 KV heads of 128, rotary_dim 64 (NeoX), q/k norms over all heads
+// (qk_norm_type per_layer), 256 experts of 1,536 (top-8, sigmoid scoring with the routing bias),
+// rope base 5,000,000, RMSNorm eps 1e-6, a 196,608 context; the minimax-m2 pre-tokenizer over
+// 200,064 tokens. 256 x 3 x 3,072 x 1,536 x 62 = 224B routed parameters.
+// --dims: half of each head rotated.
+expertd::Result<SynthModel> MiniMax::synth_m2(const SynthDims& d) const {
+  archs::SynthSizes s{3072, 62, 256, 8, 1536, 48, 8, 128, 200064, 5e6f, 1e-6f, 64};
+  EXPERTD_TRY(archs::apply_dims(s, d));
+  if (d.given()) s.n_rot = s.head_dim / 2;
+  if (d.layers > 0) s.n_layer = std::min<int>(s.n_layer, static_cast<int>(d.layers));
+  auto m = archs::synth_base(s, "minimax-m2");
+  if (!m) return m;
+  m->u32["context_length"] = 196608;
+  m->u32["expert_gating_func"] = 2;  // sigmoid
+  m->specials = {"]~!b[",
+                 "]~b]",
+                 "[e~[",
+                 "<think>",
+                 "</think>",
+                 "<minimax:tool_call>",
+                 "</minimax:tool_call>"};
+  return m;
+}
+
 }  // namespace
 
+std::unique_ptr<Arch> make_arch_minimax_m2() {
+  return std::make_unique<MiniMax>(/*m3=*/false);
+}
 std::unique_ptr<Arch> make_arch_minimax_m3() {
-  return std::make_unique<MiniMaxM3>();
+  return std::make_unique<MiniMax>(/*m3=*/true);
 }
 
 }  // namespace engine
