@@ -159,6 +159,11 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
   if (pre == "kimi-k2")  // Kimi-K2/K3: Han runs apart; the letter classes exclude Han
     return {
         R"([\p{Han}]+|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+  // Ling / Ring (bailingmoe, bailingmoe2) and LLaDA-MoE: llama.cpp's greedy form of the
+  // tokenizer.json split (one newline at a time after spaces)
+  if (pre == "bailingmoe" || pre == "bailingmoe2" || pre == "llada-moe")
+    return {
+        R"('(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)"};
   if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" ||
       pre == "codeshell")
     return {R"(\p{N})", kGpt2};
