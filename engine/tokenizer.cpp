@@ -132,7 +132,7 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
             R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
             R"([0-9][0-9][0-9])"};
   if (pre == "gpt-2" || pre == "olmo" || pre == "mpt" || pre == "jais" || pre == "phi-2" ||
-      pre == "jina-es" || pre == "trillion")
+      pre == "jina-es" || pre == "trillion" || pre == "exaone4")
     return {kGpt2};
   // (clang-format would re-split these UTF-8 literals on every run)
   // clang-format off
@@ -159,6 +159,10 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
   if (pre == "kimi-k2")  // Kimi-K2/K3: Han runs apart; the letter classes exclude Han
     return {
         R"([\p{Han}]+|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+  // K-EXAONE: runs of letters joined across single spaces, one digit at a time
+  if (pre == "exaone-moe")
+    return {
+        R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+)"};
   // Ling / Ring (bailingmoe, bailingmoe2) and LLaDA-MoE: llama.cpp's greedy form of the
   // tokenizer.json split (one newline at a time after spaces)
   if (pre == "bailingmoe" || pre == "bailingmoe2" || pre == "llada-moe")

@@ -163,11 +163,13 @@ TEST(Tokenizer, SyntheticPreTokenizers) {
     check_vocab(std::string("ggml-vocab-synth-") + pre);
 }
 
-// The pre-tokenizers real GLM-4.x/GLM-5, Mistral Large 3, Solar-Open, MiniMax and Ling GGUFs name:
+// The pre-tokenizers real GLM-4.x/GLM-5, Mistral Large 3, Solar-Open, MiniMax, Ling and K-EXAONE
+// GGUFs name:
 // the synthetic vocab with merges only some splits leave usable and whole-word tokens only
 // llama.cpp's ignore-merges path takes (scripts/gen-pre-vocab.py, ids from llama.cpp).
 TEST(Tokenizer, PreTokenizersOfTheLargeMoeFamilies) {
-  for (const char* pre : {"glm4", "glm5", "tekken", "solar-open", "minimax-m2", "bailingmoe2"}) {
+  for (const char* pre :
+       {"glm4", "glm5", "tekken", "solar-open", "minimax-m2", "bailingmoe2", "exaone-moe"}) {
     SCOPED_TRACE(pre);
     check_vocab(std::string("ggml-vocab-synth-") + pre);
   }
