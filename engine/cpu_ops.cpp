@@ -151,6 +151,11 @@ class CpuOps final : public Ops {
                       o.yarn, o.inverse);
   }
 
+  void scale_rows(Act x, std::span<const float> f) override {
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t i = 0; i < x.cols; ++i) x.row(t)[i] *= f[size_t(t)];
+  }
+
   void attn_temperature_at(Act x, int64_t pos0, const AttnTemp& t) override {
     for (int64_t r = 0; r < x.rows; ++r) {
       const float f = attn_temperature_factor(t, pos0 + r);
@@ -184,8 +189,9 @@ class CpuOps final : public Ops {
       for (int64_t job = b; job < e; ++job) {
         const int64_t t = T - 1 - job % T, h0 = (job / T) * G, kvh = h0 / group;
         const int64_t n_keys = pos0 + t + 1;  // causal
-        // Sliding window: key j is visible iff pos - j < window.
-        const int64_t first = o.window > 0 ? std::max<int64_t>(0, n_keys - o.window) : 0;
+        // Sliding window: key j is visible iff pos - j < window; a chunk: iff j is in pos's.
+        int64_t first = o.window > 0 ? std::max<int64_t>(0, n_keys - o.window) : 0;
+        if (o.chunk > 0) first = std::max(first, (n_keys - 1) / o.chunk * o.chunk);
         const float* sinks = o.sinks ? o.sinks.f32() + h0 : nullptr;
         const float* qh = q.row(t) + h0 * D;
         float* oh = out.row(t) + h0 * D;

@@ -238,6 +238,16 @@ class CudaOps final : public Ops {
                                         pos0, o.base, o.neox, o.yarn, stream_, o.inverse));
   }
 
+  // The factors uploaded (from pageable memory: taken when the call returns), then a row scale.
+  void scale_rows(Act x, std::span<const float> f) override {
+    Act d = alloc(x.rows, 1);
+    if (!ok()) return;
+    check("upload scales", cudaMemcpyAsync(d.data, f.data(), size_t(x.rows) * sizeof(float),
+                                           cudaMemcpyHostToDevice, stream_));
+    if (ok())
+      check("scale_rows", kernels::cuda::scale_rows(x.data, d.data, x.cols, x.rows, stream_));
+  }
+
   void attn_temperature_at(Act x, int64_t pos0, const AttnTemp& t) override {
     if (ok())
       check("attn_temperature",
@@ -260,7 +270,7 @@ class CudaOps final : public Ops {
     a.q = q.data, a.k = c.k, a.v = c.v, a.out = out.data, a.n_tokens = q.rows, a.n_past = pos0,
     a.n_head = o.n_head;
     a.n_head_kv = o.n_head_kv, a.dk = a.dv = o.head_dim, a.k_row = KR, a.v_row = KV,
-    a.scale = o.scale, a.window = o.window;
+    a.scale = o.scale, a.window = o.window, a.chunk = o.chunk;
     a.sinks = o.sinks ? reinterpret_cast<const float*>(dev(o.sinks)) : nullptr;
     if (o.blocks.data) {  // block-sparse: per (token, KV head) its blocks' positions, ascending
       const int64_t T = q.rows, per_kv = o.blocks.cols / o.n_head_kv, stride = per_kv * o.block;

@@ -36,6 +36,8 @@ struct RouteOpts {
   bool sqrt_softplus = false;  // DeepSeek-V4: sqrt(softplus(logit))
   bool norm_topk = true;
   bool topk_then_softmax = false;
+  // Llama 4: the (one) chosen expert's weight scales its input, not its output.
+  bool weight_before = false;
   int n_group = 0, n_group_used = 0;
   float w_scale = 1.0f;
 };

@@ -214,7 +214,7 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
   if (w.router_b) ops_->add_bias(logits, w.router_b);
   Act out = ops_->alloc(T, x.cols);
   // The model's own experts resident in the backend, routed there: no routes on the host.
-  if (!w.tid2eid && !prefetch_ && experts_.model_owned() &&
+  if (!w.tid2eid && !prefetch_ && !w.route.weight_before && experts_.model_owned() &&
       ops_->moe_resident(logits, w, K, x, out))
     return shared_expert(w, h, out);
   auto& routes = routes_[il];
@@ -224,6 +224,13 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
   MoeRoutes& r = moe_routes_;
   group_routes(routes, X, K, r);
   if (prefetch_) score_predictions(il, r.experts);  // ascending, unique
+  if (w.route.weight_before) {  // one expert a token (checked at load): its input scaled
+    Act xs = ops_->alloc(T, x.cols);
+    ops_->copy(xs, x);
+    ops_->scale_rows(xs, r.weights);
+    std::fill(r.weights.begin(), r.weights.end(), 1.0f);
+    x = xs;
+  }
   ops_->moe_begin(x, r);
   auto st = experts_.for_each_batch(
       il, r.experts, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {

@@ -65,6 +65,7 @@ struct AttnOpts {
   int64_t head_dim = 0;  // keys and values
   float scale = 1.0f;
   int window = 0;  // > 0: a token sees the last `window` positions only
+  int chunk = 0;   // > 0: a token sees the positions of its own chunk of `chunk` only (Llama 4)
   Tensor sinks;    // optional: one extra softmax logit per head (F32, n_head)
   // Optional, block-sparse attention (MiniMax-M3): per token and KV head the ids of the blocks of
   // `block` positions its query heads attend to (T x n_head_kv k: each KV head's k ids, -1 for
@@ -380,6 +381,13 @@ class Ops {
       block_scores_at(s.slot, il, o, part(q, s), part(k, s), s.pos0, part(scores, s));
     return scores;
   }
+  // Each row of x (at its sequence's positions) times its attention temperature (AttnTemp):
+  // Llama 4's queries on its layers without RoPE.
+  void attn_temperature(Act x, const AttnTemp& t) {
+    for (const SeqRows& s : seqs_) attn_temperature_at(part(x, s), s.pos0, t);
+  }
+  // Row t of x times f[t] (host values): Llama 4's router weight on an expert's input.
+  virtual void scale_rows(Act x, std::span<const float> f) = 0;
   virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(act(gate h, up h))
   virtual void copy(Cols dst, Cols src) = 0;                  // same shape
   virtual void repeat(Act x, int n, Act out) = 0;             // each row of out: x's row n times

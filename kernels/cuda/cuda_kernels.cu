@@ -420,8 +420,10 @@ __global__ void attention_kernel(Attention a) {
   const int64_t t = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head,
                 kvh = h / (a.n_head / a.n_head_kv);
   const int64_t n_keys = a.n_past + t + 1;  // causal
-  const int64_t first = a.window > 0 && n_keys > a.window ? n_keys - a.window : 0,
-                list = a.sel_per_kv ? t * a.n_head_kv + kvh : t,
+  int64_t first = a.window > 0 && n_keys > a.window ? n_keys - a.window : 0;
+  if (a.chunk > 0 && (n_keys - 1) / a.chunk * a.chunk > first)
+    first = (n_keys - 1) / a.chunk * a.chunk;
+  const int64_t list = a.sel_per_kv ? t * a.n_head_kv + kvh : t,
                 n = a.sel ? a.sel_n[list] : n_keys - first;
   const int32_t* sel = a.sel ? a.sel + list * a.sel_stride : nullptr;
   // key j of the token's list: its position's row
@@ -494,6 +496,11 @@ __global__ void weighted_sum_kernel(const float* eo, const float* wts, float* ou
   float acc = 0;
   for (int64_t k = 0; k < k_used; ++k) acc += wts[t * k_used + k] * eo[(t * k_used + k) * n + i];
   out[idx] = acc;
+}
+
+__global__ void scale_rows_kernel(float* y, const float* f, int64_t n, int64_t total) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < total) y[i] *= f[i / n];
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
@@ -763,6 +770,13 @@ cudaError_t weighted_sum(const float* expert_out, const float* weights, float* o
 cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   EXPERTD_LAUNCH(add_kernel, blocks_for(n, 256), 256, 0, stream)(y, x, n);
+  return cudaGetLastError();
+}
+
+cudaError_t scale_rows(float* y, const float* f, int64_t n, int64_t n_rows, cudaStream_t stream) {
+  if (n * n_rows <= 0) return cudaSuccess;
+  EXPERTD_LAUNCH(scale_rows_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)
+  (y, f, n, n * n_rows);
   return cudaGetLastError();
 }
 

@@ -129,6 +129,7 @@ struct Attention {
   int64_t n_tokens = 0, n_past = 0, n_head = 0, n_head_kv = 1, dk = 0, dv = 0, k_row = 0, v_row = 0;
   float scale = 1.0f;
   int64_t window = 0;
+  int64_t chunk = 0;  // > 0: only the keys of the token's own chunk of `chunk` positions
   const float* sinks = nullptr;
   // Optional: token t attends to the sel_n[t] positions sel[t * sel_stride ..] (ascending) only,
   // not to its causal window (dsv4_select makes such lists); with sel_per_kv a list per token and
@@ -150,6 +151,8 @@ cudaError_t weighted_sum(const float* expert_out, const float* weights, float* o
 
 // Small data movement and elementwise helpers of the forward pass.
 cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream);  // y += x
+// Row r of y (n floats each) times f[r].
+cudaError_t scale_rows(float* y, const float* f, int64_t n, int64_t n_rows, cudaStream_t stream);
 cudaError_t add_rows(float* y, const float* b, int64_t n, int64_t n_rows,
                      cudaStream_t stream);  // each row += b
 // dst row i = src row idx[i] (gather) / dst row idx[i] = src row i (scatter); rows of n floats.

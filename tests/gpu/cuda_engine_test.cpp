@@ -208,7 +208,8 @@ TEST(CudaEngine, SynthGlm45DeepseekV2LiteAndKimiK3MatchTheCpuEngine) {
 // Mistral Large 3's query temperature past its first step, DeepSeek-V3.2's and GLM-5's sparse
 // attention past the indexer's top-k, MiniMax-M2's q/k norms over all heads, MiniMax-M3's
 // sparse attention past its top blocks, Ling's fused QKV and grouped routing, ERNIE's shared
-// experts beside softmax routing, K-EXAONE's windows and unrotated global layers. Teacher-forced,
+// experts beside softmax routing, K-EXAONE's windows and unrotated global layers, Llama 4's
+// input-weighted expert and tempered queries. Teacher-forced,
 // the GPU's logits against the CPU engine's.
 TEST(CudaEngine, NewerAttentionFamiliesMatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();

@@ -453,6 +453,35 @@ TEST(OpsSweep, LightningIndexerAndSparseLatentAttention) {
   });
 }
 
+// Llama 4's chunked attention (chunks of 4 positions: the prefill and the decode step cross
+// them), the attention temperature on queries and a row scale (its router weight on an expert's
+// input).
+TEST(OpsSweep, ChunkedAttentionTemperatureAndRowScales) {
+  EXPERTD_REQUIRE_GPU();
+  constexpr int H = 4, HKV = 2;
+  constexpr int64_t D = 32;
+  Weights w;
+  sweep(w, "chunked attention", kFloatOp, [&](Ops& o, Outputs& out) {
+    o.init_cache({KvRows{HKV * D, HKV * D}}, 32, 2, engine::KvType::F32);
+    attend_twice(o, [&](Ops& o, int64_t T, int i) {
+      const uint32_t s = 210 + 4 * i;
+      Act q = input(o, normal(T * H * D, s), T, H * D),
+          k = input(o, normal(T * HKV * D, s + 1), T, HKV * D),
+          v = input(o, normal(T * HKV * D, s + 2), T, HKV * D), y = o.alloc(T, H * D);
+      o.attn_temperature(q, engine::AttnTemp{0.5f, 1.0f, 3});
+      out.add(o, "eval " + std::to_string(i) + " tempered queries", q);
+      engine::AttnOpts ao{H, HKV, D, 0.2f};
+      ao.chunk = 4;
+      o.attention(0, q, k, v, ao, y);
+      out.add(o, "eval " + std::to_string(i), y);
+      std::vector<float> f(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) f[size_t(t)] = 0.25f + 0.1f * float(t);
+      o.scale_rows(y, f);
+      out.add(o, "eval " + std::to_string(i) + " rows scaled", y);
+    });
+  });
+}
+
 // MiniMax-M3's sparse attention: the indexer keys cached after the attention's keys in the key
 // rows, each (token, KV head)'s block scores (blocks of 3 positions, one local block forced), its
 // top 2 blocks (so that past the sixth position the selection acts), and the grouped-query
