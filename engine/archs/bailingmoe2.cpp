@@ -99,15 +99,7 @@ class BailingMoe2 final : public Arch {
                   {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(float(hp.head_dim))},
                   att);
     ops.add(x, ops.matmul(w.wo, att));
-    if (il < n_dense_lead_) {
-      ops.rms_norm(x, w.ffn_norm, h, hp.eps);
-      Act y = ops.alloc(x.rows, hp.n_embd);
-      ops.ffn(w.ffn, h, y);
-      ops.add(x, y);
-      return;
-    }
-    ops.rms_norm(x, w.moe.norm, h, hp.eps);
-    ops.add(x, e.moe(il, w.moe, h));  // the routed experts plus the shared one
+    archs::ffn_half(e, il, x, h, moe(il), w.ffn_norm, w.ffn, hp.eps);
   }
 
   std::vector<std::string> synth_presets() const override { return {"ling-1t"}; }

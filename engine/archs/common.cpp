@@ -99,6 +99,29 @@ void plan_ffn(Plan& p, FfnWeights& w, const Hparams& hp, int64_t n_ff) {
   p.add(w.down, "ffn_down.weight", {n_ff, hp.n_embd});
 }
 
+void plan_gqa(Plan& p, GqaWeights& w, const Hparams& hp) {
+  const int64_t n_q = q_width(hp), n_kv = kv_width(hp);
+  p.add(w.attn_norm, "attn_norm.weight", {hp.n_embd}, Role::Norm);
+  p.add(w.wq, "attn_q.weight", {hp.n_embd, n_q});
+  p.add(w.wk, "attn_k.weight", {hp.n_embd, n_kv});
+  p.add(w.wv, "attn_v.weight", {hp.n_embd, n_kv});
+  p.add(w.wo, "attn_output.weight", {n_q, hp.n_embd}, Role::AttnOut);
+}
+
+void ffn_half(Engine& e, int il, Act x, Act h, const MoeWeights* moe, const Tensor& ffn_norm,
+              const FfnWeights& ffn, float eps) {
+  Ops& ops = e.ops();
+  if (!moe) {
+    ops.rms_norm(x, ffn_norm, h, eps);
+    Act y = ops.alloc(x.rows, x.cols);
+    ops.ffn(ffn, h, y);
+    ops.add(x, y);
+    return;
+  }
+  ops.rms_norm(x, moe->norm, h, eps);
+  ops.add(x, e.moe(il, *moe, h));
+}
+
 expertd::Status apply_dims(SynthSizes& s, const SynthDims& d) {
   if (!d.given()) return {};
   const auto& v = d.dims;

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "engine/arch.h"
+#include "engine/engine.h"
 
 namespace engine::archs {
 
@@ -51,6 +52,19 @@ MlaQkv mla_project(Ops& ops, const MlaProjections& w, Act h, int64_t kv_lora, fl
 // The shared expert of an MoE layer (ffn_*_shexp), and its sigmoid gate when `gated`.
 void plan_shared_expert(Plan& p, MoeWeights& w, const Hparams& hp, int64_t n_ff_shexp, bool gated);
 void plan_ffn(Plan& p, FfnWeights& w, const Hparams& hp, int64_t n_ff);
+
+// Grouped-query attention's weights as most families name them: attn_norm, attn_q/k/v (no
+// biases), attn_output.
+struct GqaWeights {
+  Tensor attn_norm, wq, wk, wv, wo;
+};
+void plan_gqa(Plan& p, GqaWeights& w, const Hparams& hp);
+
+// The FFN half of a block most families share: x += the dense FFN of rmsnorm(x, ffn_norm) where
+// `moe` is null, else the MoE block (routed experts and any shared one) of rmsnorm(x, moe->norm).
+// h: scratch of x's shape.
+void ffn_half(Engine& e, int il, Act x, Act h, const MoeWeights* moe, const Tensor& ffn_norm,
+              const FfnWeights& ffn, float eps);
 
 // expert-pack synth: the sizes every preset sets (--dims changes the first eight; head_dim then
 // becomes n_embd / n_head), and the metadata read_base reads back.

@@ -59,18 +59,14 @@ class ExaoneMoe final : public Arch {
 
   void plan(const Hparams& hp, Plan& p) override {
     hp_ = hp;
-    const int64_t n_embd = hp.n_embd, n_q = archs::q_width(hp), n_kv = archs::kv_width(hp);
+    const int64_t n_embd = hp.n_embd;
     layers_.resize(size_t(hp.n_layer));
     for (int il = 0; il < hp.n_layer; ++il) {
       Layer& w = layers_[size_t(il)];
       p.blk(il);
-      p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);
-      p.add(w.wq, "attn_q.weight", {n_embd, n_q});
-      p.add(w.wk, "attn_k.weight", {n_embd, n_kv});
-      p.add(w.wv, "attn_v.weight", {n_embd, n_kv});
+      archs::plan_gqa(p, w.a, hp);
       p.add(w.q_norm, "attn_q_norm.weight", {hp.head_dim}, Role::Norm);
       p.add(w.k_norm, "attn_k_norm.weight", {hp.head_dim}, Role::Norm);
-      p.add(w.wo, "attn_output.weight", {n_q, n_embd}, Role::AttnOut);
       if (il < n_dense_lead_) {
         p.add(w.ffn_norm, "ffn_norm.weight", {n_embd}, Role::Norm);
         archs::plan_ffn(p, w.ffn, hp, n_ff_);
@@ -93,8 +89,8 @@ class ExaoneMoe final : public Arch {
     const Layer& w = layers_[size_t(il)];
     const Hparams& hp = hp_;
     const bool sliding = sliding_[size_t(il)];
-    Act h = ops.rms_norm(x, w.attn_norm, hp.eps);
-    Act q = ops.matmul(w.wq, h), k = ops.matmul(w.wk, h), v = ops.matmul(w.wv, h);
+    Act h = ops.rms_norm(x, w.a.attn_norm, hp.eps);
+    Act q = ops.matmul(w.a.wq, h), k = ops.matmul(w.a.wk, h), v = ops.matmul(w.a.wv, h);
     ops.rms_norm(q, w.q_norm, q, hp.eps, hp.head_dim);
     ops.rms_norm(k, w.k_norm, k, hp.eps, hp.head_dim);
     if (sliding) {  // the global layers have no position encoding
@@ -106,16 +102,8 @@ class ExaoneMoe final : public Arch {
     if (sliding) a.window = window_;
     Act att = ops.alloc(x.rows, archs::q_width(hp));
     ops.attention(il, q, k, v, a, att);
-    ops.add(x, ops.matmul(w.wo, att));
-    if (il < n_dense_lead_) {
-      ops.rms_norm(x, w.ffn_norm, h, hp.eps);
-      Act y = ops.alloc(x.rows, hp.n_embd);
-      ops.ffn(w.ffn, h, y);
-      ops.add(x, y);
-      return;
-    }
-    ops.rms_norm(x, w.moe.norm, h, hp.eps);
-    ops.add(x, e.moe(il, w.moe, h));
+    ops.add(x, ops.matmul(w.a.wo, att));
+    archs::ffn_half(e, il, x, h, moe(il), w.ffn_norm, w.ffn, hp.eps);
   }
 
   std::vector<std::string> synth_presets() const override { return {"k-exaone-236b-a23b"}; }
@@ -123,7 +111,8 @@ class ExaoneMoe final : public Arch {
 
  private:
   struct Layer {
-    Tensor attn_norm, wq, wk, wv, q_norm, k_norm, wo;
+    archs::GqaWeights a;
+    Tensor q_norm, k_norm;
     Tensor ffn_norm;  // dense layers
     FfnWeights ffn;
     MoeWeights moe;

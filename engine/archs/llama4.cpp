@@ -64,16 +64,12 @@ class Llama4 final : public Arch {
 
   void plan(const Hparams& hp, Plan& p) override {
     hp_ = hp;
-    const int64_t n_embd = hp.n_embd, n_q = archs::q_width(hp), n_kv = archs::kv_width(hp);
+    const int64_t n_embd = hp.n_embd;
     layers_.resize(size_t(hp.n_layer));
     for (int il = 0; il < hp.n_layer; ++il) {
       Layer& w = layers_[size_t(il)];
       p.blk(il);
-      p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);
-      p.add(w.wq, "attn_q.weight", {n_embd, n_q});
-      p.add(w.wk, "attn_k.weight", {n_embd, n_kv});
-      p.add(w.wv, "attn_v.weight", {n_embd, n_kv});
-      p.add(w.wo, "attn_output.weight", {n_q, n_embd}, Role::AttnOut);
+      archs::plan_gqa(p, w.a, hp);
       if (!is_moe(il)) {
         p.add(w.ffn_norm, "ffn_norm.weight", {n_embd}, Role::Norm);
         archs::plan_ffn(p, w.ffn, hp, n_ff_);
@@ -98,8 +94,8 @@ class Llama4 final : public Arch {
     const Hparams& hp = hp_;
     // llama.cpp's n_no_rope_layer_step (4): every fourth layer unrotated
     const bool rope = (il + 1) % 4 != 0, chunked = chunked_[size_t(il)];
-    Act h = ops.rms_norm(x, w.attn_norm, hp.eps);
-    Act q = ops.matmul(w.wq, h), k = ops.matmul(w.wk, h), v = ops.matmul(w.wv, h);
+    Act h = ops.rms_norm(x, w.a.attn_norm, hp.eps);
+    Act q = ops.matmul(w.a.wq, h), k = ops.matmul(w.a.wk, h), v = ops.matmul(w.a.wv, h);
     if (rope) {
       const RopeOpts ro{chunked ? rope_base_swa_ : hp.rope_base, /*neox=*/false};
       ops.rope(q, hp.head_dim, 0, hp.n_rot, ro);
@@ -115,16 +111,9 @@ class Llama4 final : public Arch {
     if (chunked) a.chunk = kChunk;
     Act att = ops.alloc(x.rows, archs::q_width(hp));
     ops.attention(il, q, k, v, a, att);
-    ops.add(x, ops.matmul(w.wo, att));
-    if (!is_moe(il)) {
-      ops.rms_norm(x, w.ffn_norm, h, hp.eps);
-      Act y = ops.alloc(x.rows, hp.n_embd);
-      ops.ffn(w.ffn, h, y);
-      ops.add(x, y);
-      return;
-    }
-    ops.rms_norm(x, w.moe.norm, h, hp.eps);
-    ops.add(x, e.moe(il, w.moe, h));  // the routed expert (input weighted) plus the shared one
+    ops.add(x, ops.matmul(w.a.wo, att));
+    // the routed expert (input weighted) plus the shared one, or the dense FFN
+    archs::ffn_half(e, il, x, h, moe(il), w.ffn_norm, w.ffn, hp.eps);
   }
 
   std::vector<std::string> synth_presets() const override { return {"llama-4-maverick"}; }
@@ -136,7 +125,7 @@ class Llama4 final : public Arch {
   static constexpr AttnTemp kTemp{0.1f, 1.0f, 8192};
   bool is_moe(int il) const { return (il + 1) % step_ == 0; }
   struct Layer {
-    Tensor attn_norm, wq, wk, wv, wo;
+    archs::GqaWeights a;
     Tensor ffn_norm;  // dense layers
     FfnWeights ffn;
     MoeWeights moe;

@@ -384,6 +384,22 @@ inline std::vector<float> case_logits_of(const Case& c, const std::string& path)
   return teacher_forced(e, c, nullptr);
 }
 
+// The case's model with the u32 key `key` changed from `was` to `value` is refused at load, the
+// error naming the key (a value llama.cpp would not run, or would run another way).
+inline void check_refused_with_u32(const Case& c, const std::string& key, uint32_t was,
+                                   uint32_t value) {
+  TempDir d;
+  const std::string bad = d / "refused.gguf";
+  write_with_u32(synth_case(c, d), key, was, value, bad);
+  if (::testing::Test::HasFatalFailure()) return;
+  auto g = gguf::Model::open(bad);
+  ASSERT_TRUE(g);
+  auto m = engine::Model::load(*g);
+  ASSERT_FALSE(m) << key << " = " << value << " was accepted";
+  const std::string bare = key.substr(key.find('.') + 1);  // without the architecture prefix
+  EXPECT_NE(m.error().message.find(bare), std::string::npos) << m.error().message;
+}
+
 // A variant of a case's model that changes the math from row `row` of the teacher-forced rows on
 // only (a sparse attention's selection made dense): the rows before it bit for bit the same, the
 // later ones not.
