@@ -1,5 +1,6 @@
-// What the CUDA kernel files (cuda_kernels.cu, cuda_dsv4.cu) share: launches and dynamic shared
-// memory, block-wide reductions, the grid of an elementwise launch, the attention kernels' tiling.
+// What the CUDA kernel files (cuda_kernels.cu, cuda_dsv4.cu, cuda_attention.cu) share: launches and
+// dynamic shared memory, block-wide reductions, the grid of an elementwise launch, the attention
+// kernels' tiling.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,6 +1,6 @@
-// CUDA kernels (see cuda_kernels.h; DeepSeek-V4's are in cuda_dsv4.cu). Reference: the scalar
-// CPU kernels in kernels/impl.inc and dequantize_row in kernels/kernels.cpp;
-// tests/gpu/cuda_kernels_test.cpp checks every one.
+// CUDA kernels (see cuda_kernels.h; DeepSeek-V4's are in cuda_dsv4.cu, attention in
+// cuda_attention.cu). Reference: the scalar CPU kernels in kernels/impl.inc and dequantize_row in
+// kernels/kernels.cpp; tests/gpu/cuda_kernels_test.cpp checks every one.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -411,83 +411,6 @@ __global__ void add_rows_id_kernel(float* y, const float* b, const int32_t* ids,
   if (i < total) y[i] += b[int64_t(ids[i / n]) * n + i % n];
 }
 
-// One block per (token, head). The visible keys go by in chunks whose scores sit in shared memory;
-// a running maximum, denominator and output (softmax rescaled as each chunk raises the maximum)
-// carry across chunks, so any context fits. Each thread owns output dims d = tid + i * 128.
-__global__ void attention_kernel(Attention a) {
-  __shared__ float s[kAttnChunk];
-  __shared__ float red[32];
-  const int64_t t = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head,
-                kvh = h / (a.n_head / a.n_head_kv);
-  const int64_t n_keys = a.n_past + t + 1;  // causal
-  int64_t first = a.window > 0 && n_keys > a.window ? n_keys - a.window : 0;
-  if (a.chunk > 0 && (n_keys - 1) / a.chunk * a.chunk > first)
-    first = (n_keys - 1) / a.chunk * a.chunk;
-  const int64_t list = a.sel_per_kv ? t * a.n_head_kv + kvh : t,
-                n = a.sel ? a.sel_n[list] : n_keys - first;
-  const int32_t* sel = a.sel ? a.sel + list * a.sel_stride : nullptr;
-  // key j of the token's list: its position's row
-  auto at = [&](int64_t j) { return sel ? int64_t(sel[j]) : first + j; };
-  const float* qh = a.q + (t * a.n_head + h) * a.dk;
-  const float* kb = a.k + kvh * a.dk;
-  const float* vb = a.v + kvh * a.dv;
-  const float sink = a.sinks ? a.sinks[h] : -INFINITY;
-  float m = sink, l = 0, acc[kAttnDvPerThread] = {};
-  for (int64_t c0 = 0; c0 < n; c0 += kAttnChunk) {
-    const int64_t cn = n - c0 < kAttnChunk ? n - c0 : kAttnChunk;
-    float cmax = -INFINITY;
-    for (int64_t j = threadIdx.x; j < cn; j += blockDim.x) {
-      const float* kj = kb + at(c0 + j) * a.k_row;
-      float d = 0;
-      for (int64_t i = 0; i < a.dk; ++i) d = fmaf(qh[i], kj[i], d);
-      s[j] = d * a.scale;
-      cmax = fmaxf(cmax, s[j]);
-    }
-    const float m_new = fmaxf(m, block_max(cmax, red));  // its barriers also publish s[]
-    float csum = 0;
-    for (int64_t j = threadIdx.x; j < cn; j += blockDim.x) {
-      s[j] = expf(s[j] - m_new);
-      csum += s[j];
-    }
-    csum = block_sum(csum, red);         // publishes the exponentials
-    const float corr = expf(m - m_new);  // 0 on the first chunk without a sink
-    l = l * corr + csum;
-#pragma unroll
-    for (int i = 0; i < kAttnDvPerThread; ++i) {
-      const int64_t d = threadIdx.x + int64_t(i) * blockDim.x;
-      if (d >= a.dv) break;
-      float v = acc[i] * corr;
-      for (int64_t j = 0; j < cn; ++j) v = fmaf(s[j], vb[at(c0 + j) * a.v_row + d], v);
-      acc[i] = v;
-    }
-    m = m_new;
-    __syncthreads();  // everyone is done with s[] before the next chunk overwrites it
-  }
-  if (a.sinks) l += expf(sink - m);
-  const float inv = 1.0f / l;
-  float* o = a.out + (t * a.n_head + h) * a.dv;
-#pragma unroll
-  for (int i = 0; i < kAttnDvPerThread; ++i) {
-    const int64_t d = threadIdx.x + int64_t(i) * blockDim.x;
-    if (d >= a.dv) break;
-    o[d] = acc[i] * inv;
-  }
-}
-
-__global__ void hadamard_kernel(float* x, int64_t n_blocks, int64_t n) {
-  const int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= n_blocks) return;
-  float* r = x + b * n;
-  const float scale = 1.0f / sqrtf(float(n));
-  for (int64_t i = 0; i < n; ++i) r[i] *= scale;
-  for (int64_t len = 1; len < n; len <<= 1)
-    for (int64_t i = 0; i < n; i += 2 * len)
-      for (int64_t j = i; j < i + len; ++j) {
-        const float u = r[j], v = r[j + len];
-        r[j] = u + v, r[j + len] = u - v;
-      }
-}
-
 __global__ void weighted_sum_kernel(const float* eo, const float* wts, float* out, int64_t n_tokens,
                                     int64_t k_used, int64_t n) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -738,24 +661,6 @@ cudaError_t add_rows_id(float* y, const float* b, const int32_t* ids, int64_t n,
   if (n * n_rows <= 0) return cudaSuccess;
   EXPERTD_LAUNCH(add_rows_id_kernel, blocks_for(n * n_rows, 256), 256, 0, stream)
   (y, b, ids, n, n * n_rows);
-  return cudaGetLastError();
-}
-
-cudaError_t attention(const Attention& a, cudaStream_t stream) {
-  if (a.n_tokens <= 0) return cudaSuccess;
-  if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0 || a.dk <= 0 || a.dv <= 0)
-    return cudaErrorInvalidValue;
-  if (a.dv > kMaxAttentionDv) return cudaErrorInvalidValue;
-  EXPERTD_LAUNCH(attention_kernel, static_cast<unsigned>(a.n_tokens * a.n_head), kAttnThreads, 0,
-                 stream)
-  (a);
-  return cudaGetLastError();
-}
-
-cudaError_t hadamard(float* x, int64_t n_blocks, int64_t n, cudaStream_t stream) {
-  if (n_blocks <= 0) return cudaSuccess;
-  if (n < 1 || (n & (n - 1))) return cudaErrorInvalidValue;
-  EXPERTD_LAUNCH(hadamard_kernel, blocks_for(n_blocks, 64), 64, 0, stream)(x, n_blocks, n);
   return cudaGetLastError();
 }
 
