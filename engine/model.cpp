@@ -187,7 +187,7 @@ void Plan::moe(MoeWeights& w, const Hparams& hp, bool expert_biases, bool hashed
   if (hashed)
     index(w.tid2eid, "ffn_gate_tid2eid.weight", {hp.n_expert_used, hp.n_vocab}, X);
   else
-    optional(w.exp_probs_b, "exp_probs_b.bias", {X}, Role::Bias,
+    optional(w.exp_probs_b, w.exp_probs_b_name, {X}, Role::Bias,
              /*synth=*/w.route.sigmoid || w.route.sqrt_softplus);
   add(w.gate_exps, "ffn_gate_exps.weight", {E, F, X}, Role::ExpertGate);
   add(w.up_exps, "ffn_up_exps.weight", {E, F, X}, Role::ExpertUp);

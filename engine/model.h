@@ -58,6 +58,8 @@ struct MoeWeights {
   Tensor norm;  // the norm before it (the prefetcher applies it to the next layer's input)
   Tensor router, router_b;  // ffn_gate_inp: (n_embd) -> (n_expert), F32; optional bias
   Tensor exp_probs_b;       // selection bias (F32, n_expert), optional
+  // Its name in the file after blk.N. (Hy3 names it exp_probs_b, without the suffix).
+  const char* exp_probs_b_name = "exp_probs_b.bias";
   Tensor tid2eid;  // hash routing (DeepSeek-V4): I32 {n_expert_used, n_vocab}, each token's experts
   Tensor gate_exps, up_exps;      // (n_embd) -> (n_ff_exp) x n_expert; absent in a core GGUF
   Tensor down_exps;               // (n_ff_exp) -> (n_embd) x n_expert

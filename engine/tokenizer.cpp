@@ -117,7 +117,7 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
     return {kLlama3};
   }
   if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez" ||
-      pre == "solar-open")
+      pre == "solar-open" || pre == "hunyuan")
     return {kQwen2};
   if (pre == "tekken") {  // Mistral: case-change splits, single digits; as llama.cpp writes it
     *ignore_merges = true;
@@ -146,7 +146,8 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
   // clang-format on
   if (pre == "deepseek-coder")
     return {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[一-龥ࠀ-一가-퟿]+", R"(\p{N})"};
-  if (pre == "deepseek-v3")
+  // (Tencent's Hunyuan dense and Hy4 tokenizers, and JoyAI's, split as DeepSeek-V3's does)
+  if (pre == "deepseek-v3" || pre == "hunyuan-dense" || pre == "hy_v4" || pre == "joyai-llm")
     return {
         R"(\p{N}{1,3})", "[一-龥぀-ゟ゠-ヿ]+",
         R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};

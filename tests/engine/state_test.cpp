@@ -90,6 +90,20 @@ TEST(SeqState, SparseAttentionModelsResumeAndCutBitForBit) {
   }
 }
 
+// The grouped-query families of issue 45, windows (K-EXAONE) and chunks (Llama 4) included:
+// their key and value rows resume and cut bit for bit, in F32 and F16 caches.
+TEST(SeqState, GroupedQueryFamiliesResumeAndCutBitForBit) {
+  for (const char* id : {"minimax/m2-q4_k", "ling/ling-q4_k", "ernie/ernie-q4_k",
+                         "exaone/exaone-q4_k", "llama4/l4-q4_k", "hy3/hy3-q4_k"}) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    auto l = load(c);
+    ASSERT_TRUE(l);
+    check_resume(l->model, c, /*expect_cut=*/true);
+    check_resume(l->model, c, /*expect_cut=*/true, engine::KvType::F16);
+  }
+}
+
 // Kimi-K3 (delta-attention and convolution states), DeepSeek-V4 (window ring, compressors'
 // pending rows and entries), Qwen3.5 and Qwen3-Next (gated delta-net states beside full
 // attention's KV rows): exact resumes, no cuts.

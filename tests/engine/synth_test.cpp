@@ -255,14 +255,15 @@ TEST(Synth, BalancedRoutingFavoursNoExpert) {
 }
 
 // The presets of models with a multi-token-prediction layer (DeepSeek-V3.2, GLM-5, Qwen3.5,
-// Qwen3-Next) write it at test size too, after the trunk, as llama.cpp's converters do: a block
-// like a trunk one (Qwen3.5's: full attention, whatever the trunk's last layer is) plus its nextn
-// tensors; the engine runs the trunk only and expert-pack packs the trunk's experts only.
+// Qwen3-Next, Hy3) write it at test size too, after the trunk, as llama.cpp's converters do: a
+// block like a trunk one (Qwen3.5's: full attention, whatever the trunk's last layer is) plus its
+// nextn tensors; the engine runs the trunk only and expert-pack packs the trunk's experts only.
 TEST(Synth, PresetsWithAnMtpLayerWriteIt) {
   const std::pair<const char*, const char*> kPresets[] = {{"deepseek-v3.2", "attn_kv_a_mqa"},
                                                           {"glm-5", "attn_kv_a_mqa"},
                                                           {"qwen3.5-397b-a17b", "attn_q"},
-                                                          {"qwen3-next-80b-a3b", "attn_q"}};
+                                                          {"qwen3-next-80b-a3b", "attn_q"},
+                                                          {"hy3", "attn_q"}};
   for (const auto& [preset, attn] : kPresets) {
     SCOPED_TRACE(preset);
     TempDir d;

@@ -168,8 +168,8 @@ TEST(Tokenizer, SyntheticPreTokenizers) {
 // the synthetic vocab with merges only some splits leave usable and whole-word tokens only
 // llama.cpp's ignore-merges path takes (scripts/gen-pre-vocab.py, ids from llama.cpp).
 TEST(Tokenizer, PreTokenizersOfTheLargeMoeFamilies) {
-  for (const char* pre :
-       {"glm4", "glm5", "tekken", "solar-open", "minimax-m2", "bailingmoe2", "exaone-moe"}) {
+  for (const char* pre : {"glm4", "glm5", "tekken", "solar-open", "minimax-m2", "bailingmoe2",
+                          "exaone-moe", "hunyuan", "hunyuan-dense", "hy_v4"}) {
     SCOPED_TRACE(pre);
     check_vocab(std::string("ggml-vocab-synth-") + pre);
   }

@@ -211,25 +211,38 @@ TEST(CudaEngine, SynthGlm45DeepseekV2LiteAndKimiK3MatchTheCpuEngine) {
 // experts beside softmax routing, K-EXAONE's windows and unrotated global layers, Llama 4's
 // input-weighted expert and tempered queries. Teacher-forced,
 // the GPU's logits against the CPU engine's.
+// A synthetic case's teacher-forced logits on the GPU against the CPU engine's (F32 weights).
+static void check_gpu_matches_cpu(const char* id) {
+  SCOPED_TRACE(id);
+  Case c = load_case(id);
+  auto l = load(c);
+  ASSERT_TRUE(l);
+  auto src = engine::make_local_source(l->model);
+  engine::Engine cpu(l->model, *src, 2, 256);
+  auto gpu = engine::make_cuda_forward(l->model, "", 256);
+  ASSERT_TRUE(gpu) << gpu.error().message;
+  const auto fc = teacher_forced(cpu, c, nullptr);
+  const auto fg = teacher_forced(**gpu, c, nullptr);
+  ASSERT_EQ(fc.size(), fg.size());
+  double mx = 0;
+  for (size_t i = 0; i < fc.size(); ++i) mx = std::max(mx, std::fabs(double(fc[i]) - fg[i]));
+  EXPECT_LE(mx, 1e-3) << "GPU and CPU logits differ";
+}
+
 TEST(CudaEngine, NewerAttentionFamiliesMatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();
   for (const char* id : {"qwen35/q35-f32", "qwen35/next-f32", "mistral3/ml3-f32", "dsa/ds32-f32",
-                         "dsa/glm5-f32", "minimax/m3-f32"}) {
-    SCOPED_TRACE(id);
-    Case c = load_case(id);
-    auto l = load(c);
-    ASSERT_TRUE(l);
-    auto src = engine::make_local_source(l->model);
-    engine::Engine cpu(l->model, *src, 2, 256);
-    auto gpu = engine::make_cuda_forward(l->model, "", 256);
-    ASSERT_TRUE(gpu) << gpu.error().message;
-    const auto fc = teacher_forced(cpu, c, nullptr);
-    const auto fg = teacher_forced(**gpu, c, nullptr);
-    ASSERT_EQ(fc.size(), fg.size());
-    double mx = 0;
-    for (size_t i = 0; i < fc.size(); ++i) mx = std::max(mx, std::fabs(double(fc[i]) - fg[i]));
-    EXPECT_LE(mx, 1e-3) << "GPU and CPU logits differ";
-  }
+                         "dsa/glm5-f32", "minimax/m3-f32"})
+    check_gpu_matches_cpu(id);
+}
+
+// The grouped-query families of issue 45: MiniMax-M2, Ling 2.0, ERNIE 4.5, K-EXAONE (windows,
+// NoPE layers), Llama 4 (chunks, temperature, the router's weight before the expert), Hy3.
+TEST(CudaEngine, GroupedQueryFamiliesMatchTheCpuEngine) {
+  EXPERTD_REQUIRE_GPU();
+  for (const char* id : {"minimax/m2-f32", "ling/ling-f32", "ernie/ernie-f32", "exaone/exaone-f32",
+                         "llama4/l4-f32", "hy3/hy3-f32"})
+    check_gpu_matches_cpu(id);
 }
 
 // DeepSeek-V4 (hyper-connections, the window ring, both compressors, the indexer's top-k, hash
