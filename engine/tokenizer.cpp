@@ -106,6 +106,9 @@ const char* kLlama3 =
 const char* kQwen2 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Not a regex: llama.cpp's name for afmoe's digit grouping, done by group_digits().
+const char* kDigitGroups = R"(\p{AFMoE_digits})";
+
 std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges) {
   *ignore_merges = false;
   if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "falcon3") {
@@ -169,6 +172,17 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
   if (pre == "bailingmoe" || pre == "bailingmoe2" || pre == "llada-moe")
     return {
         R"('(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)"};
+  // Trinity (afmoe): runs of digits cut into threes from the right, the leading 1-2 digits joined
+  // to the text before the run (llama.cpp's custom split, reproduced as it behaves); then Asian
+  // scripts apart; then DeepSeek-V3's main split.
+  // clang-format off
+  if (pre == "afmoe")
+    return {kDigitGroups,
+            "[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]+",
+            R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+  // clang-format on
+  // Laguna: lines apart from runs of newlines first, then Qwen2's split.
+  if (pre == "laguna") return {R"([^\n]+|[\n]+)", kQwen2};
   if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" ||
       pre == "codeshell")
     return {R"(\p{N})", kGpt2};
@@ -179,6 +193,7 @@ std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges
 
 struct Tokenizer::Regexes {
   std::vector<pcre2_code*> codes;
+  std::vector<char> digit_groups;  // per step: kDigitGroups (its code finds runs of \p{N})
   ~Regexes() {
     for (auto* c : codes) pcre2_code_free(c);
   }
@@ -224,7 +239,9 @@ expertd::Result<Tokenizer> Tokenizer::load(const gguf::Model& f) {
     if (exprs.empty())
       return make_error(f.path() + ": pre-tokenizer '" + t.pre_ + "' is not supported");
     t.regexes_ = std::make_unique<Regexes>();
-    for (const auto& e : exprs) {
+    for (const auto& expr : exprs) {
+      const bool groups = expr == kDigitGroups;
+      const std::string e = groups ? R"(\p{N}+)" : expr;
       int err;
       PCRE2_SIZE off;
       pcre2_code* c = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(e.c_str()), e.size(),
@@ -233,6 +250,7 @@ expertd::Result<Tokenizer> Tokenizer::load(const gguf::Model& f) {
         return make_error("pre-tokenizer regex failed to compile at offset " + std::to_string(off));
       pcre2_jit_compile(c, PCRE2_JIT_COMPLETE);
       t.regexes_->codes.push_back(c);
+      t.regexes_->digit_groups.push_back(groups);
     }
     t.bos_ = id("tokenizer.ggml.bos_token_id", 11);
     t.eos_ = id("tokenizer.ggml.eos_token_id", 11);
@@ -320,13 +338,50 @@ int32_t Tokenizer::find(std::string_view text) const {
   return it == id_of_.end() ? -1 : it->second;
 }
 
+namespace {
+
+size_t utf8_advance(const std::string& s, size_t at, size_t n_chars) {
+  for (; n_chars > 0 && at < s.size(); --n_chars) at += utf8_len(static_cast<unsigned char>(s[at]));
+  return std::min(at, s.size());
+}
+
+// afmoe's digit step as llama.cpp runs it: in each run of n digits (`digits` finds them), the
+// first n % 3 (else 3) join whatever precedes the run since the last cut, then threes follow.
+void group_digits(pcre2_code* digits, pcre2_match_data* md, const std::string& p,
+                  std::vector<std::string>& out) {
+  size_t at = 0, last = 0;
+  while (at < p.size() && pcre2_match(digits, reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), at,
+                                      0, md, nullptr) >= 0) {
+    PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const size_t s = ov[0], e = ov[1];
+    size_t n = 0;
+    for (size_t i = s; i < e; i += utf8_len(static_cast<unsigned char>(p[i]))) ++n;
+    size_t cut = utf8_advance(p, s, n % 3 ? n % 3 : 3);
+    out.push_back(p.substr(last, cut - last));
+    while (cut < e) {
+      const size_t next = utf8_advance(p, cut, 3);
+      out.push_back(p.substr(cut, next - cut));
+      cut = next;
+    }
+    last = at = e;
+  }
+  if (last < p.size()) out.push_back(p.substr(last));
+}
+
+}  // namespace
+
 // Each regex splits every piece further; unmatched stretches stay pieces of their own.
 std::vector<std::string> Tokenizer::pre_split(const std::string& text) const {
   std::vector<std::string> pieces{text};
   pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
-  for (pcre2_code* re : regexes_->codes) {
+  for (size_t step = 0; step < regexes_->codes.size(); ++step) {
+    pcre2_code* re = regexes_->codes[step];
     std::vector<std::string> next;
     for (const std::string& p : pieces) {
+      if (regexes_->digit_groups[step]) {
+        group_digits(re, md, p, next);
+        continue;
+      }
       size_t at = 0, last = 0;
       while (at <= p.size()) {
         int rc =

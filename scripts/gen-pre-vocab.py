@@ -3,7 +3,8 @@
 
 GLM-4.5/4.6/4.7 and GLM-5 (`glm4`, `glm5`), Mistral Large 3 (`tekken`), Solar-Open-100B
 (`solar-open`), MiniMax-M2/M3 (`minimax-m2`), Ling 2.0 (`bailingmoe2`), K-EXAONE (`exaone-moe`)
-and Tencent's Hunyuan, Hunyuan dense / Hy3 and Hy4 (`hunyuan`, `hunyuan-dense`, `hy_v4`): the golden data's tiny synthetic BPE vocab
+Tencent's Hunyuan, Hunyuan dense / Hy3 and Hy4 (`hunyuan`, `hunyuan-dense`, `hy_v4`), Trinity
+(`afmoe`: digits grouped in threes from the right) and Laguna (`laguna`): the golden data's tiny synthetic BPE vocab
 (ggml-vocab-synth-gpt-4o: 256 byte tokens, 252 learned merges) with tokenizer.ggml.pre set to
 each and merges that only some of the regexes leave usable ("1"+"2" and "12"+"3": digits in runs
 of three or one at a time; "l"+"W": a split at a case change; "e"+U+0301: combining marks with
@@ -24,13 +25,13 @@ from vocab_cases import field, golden_texts, write_vectors  # noqa: E402
 
 SRC = "ggml-vocab-synth-gpt-4o.gguf"
 PRES = ["glm4", "glm5", "tekken", "solar-open", "minimax-m2", "bailingmoe2", "exaone-moe", "hunyuan",
-        "hunyuan-dense", "hy_v4"]
+        "hunyuan-dense", "hy_v4", "afmoe", "laguna"]
 EXTRA_MERGES = [b"1 2", b"12 3", b"123 4", b"l W", b"e \xcc", b"e\xcc \x81"]
 WHOLE_WORDS = [b"zebra", b" zebra"]
 EXTRA_TEXTS = ["zebra zebra zebras", "1234567 12 123456", "HELLOworld ÄpfelWorld camelCaseWord", "abc's DON'T we'll",
                "e\u0301te\u0301 cafe\u0301s", "path/to/file/\nnext/\r\nline", "x=1;y=22;z=333",
                "  leading and trailing  ", "ΑΒΓ αβγ Ωmega", "tab\there\n\n\nthree",
-               "中文文本和日本語のテキスト, 12345!"]
+               "中文文本和日本語のテキスト, 12345!", "abc12345def 7 (99) v1.2.3 ٣٤٥٦"]
 
 
 def byte_chars():  # GPT-2's byte-to-unicode map, as the vocab's tokens are written

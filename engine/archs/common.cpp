@@ -108,18 +108,22 @@ void plan_gqa(Plan& p, GqaWeights& w, const Hparams& hp) {
   p.add(w.wo, "attn_output.weight", {n_q, hp.n_embd}, Role::AttnOut);
 }
 
-void ffn_half(Engine& e, int il, Act x, Act h, const MoeWeights* moe, const Tensor& ffn_norm,
-              const FfnWeights& ffn, float eps) {
+Act ffn_out(Engine& e, int il, Act x, Act h, const MoeWeights* moe, const Tensor& ffn_norm,
+            const FfnWeights& ffn, float eps) {
   Ops& ops = e.ops();
   if (!moe) {
     ops.rms_norm(x, ffn_norm, h, eps);
     Act y = ops.alloc(x.rows, x.cols);
     ops.ffn(ffn, h, y);
-    ops.add(x, y);
-    return;
+    return y;
   }
   ops.rms_norm(x, moe->norm, h, eps);
-  ops.add(x, e.moe(il, *moe, h));
+  return e.moe(il, *moe, h);
+}
+
+void ffn_half(Engine& e, int il, Act x, Act h, const MoeWeights* moe, const Tensor& ffn_norm,
+              const FfnWeights& ffn, float eps) {
+  e.ops().add(x, ffn_out(e, il, x, h, moe, ffn_norm, ffn, eps));
 }
 
 expertd::Status apply_dims(SynthSizes& s, const SynthDims& d) {

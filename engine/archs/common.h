@@ -65,6 +65,9 @@ void plan_gqa(Plan& p, GqaWeights& w, const Hparams& hp);
 // h: scratch of x's shape.
 void ffn_half(Engine& e, int il, Act x, Act h, const MoeWeights* moe, const Tensor& ffn_norm,
               const FfnWeights& ffn, float eps);
+// The same FFN's output, not added (for a norm after it: Trinity's sandwich norms).
+Act ffn_out(Engine& e, int il, Act x, Act h, const MoeWeights* moe, const Tensor& ffn_norm,
+            const FfnWeights& ffn, float eps);
 
 // expert-pack synth: the sizes every preset sets (--dims changes the first eight; head_dim then
 // becomes n_embd / n_head), and the metadata read_base reads back.

@@ -93,8 +93,9 @@ TEST(SeqState, SparseAttentionModelsResumeAndCutBitForBit) {
 // The grouped-query families of issue 45, windows (K-EXAONE) and chunks (Llama 4) included:
 // their key and value rows resume and cut bit for bit, in F32 and F16 caches.
 TEST(SeqState, GroupedQueryFamiliesResumeAndCutBitForBit) {
-  for (const char* id : {"minimax/m2-q4_k", "ling/ling-q4_k", "ernie/ernie-q4_k",
-                         "exaone/exaone-q4_k", "llama4/l4-q4_k", "hy3/hy3-q4_k"}) {
+  for (const char* id :
+       {"minimax/m2-q4_k", "ling/ling-q4_k", "ernie/ernie-q4_k", "exaone/exaone-q4_k",
+        "llama4/l4-q4_k", "hy3/hy3-q4_k", "trinity/trinity-q4_k"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = load(c);
