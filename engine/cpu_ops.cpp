@@ -165,10 +165,11 @@ class CpuOps final : public Ops {
 
   void attention_at(int slot, int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o,
                     Act out) override {
-    const int64_t D = o.head_dim, KV = o.n_head_kv * D, H = o.n_head, T = q.rows;
+    const int64_t D = o.head_dim, DV = o.dv(), KV = o.n_head_kv * D, VV = o.n_head_kv * DV,
+                  H = o.n_head, T = q.rows;
     Cache& c = cache(slot, il);
     const int64_t KR = c.rows.k;  // the keys, then an indexer's key where the layer has one
-    assert(KR >= KV && c.rows.v == KV && k.cols == KV);
+    assert(KR >= KV && c.rows.v == VV && k.cols == KV && v.cols == VV);
     for (int64_t t = 0; t < T; ++t)
       c.store_k(pos0 + t, k.row(t), KV), c.store_v(pos0 + t, v.row(t));
     const int64_t group = H / o.n_head_kv;
@@ -194,39 +195,39 @@ class CpuOps final : public Ops {
         if (o.chunk > 0) first = std::max(first, (n_keys - 1) / o.chunk * o.chunk);
         const float* sinks = o.sinks ? o.sinks.f32() + h0 : nullptr;
         const float* qh = q.row(t) + h0 * D;
-        float* oh = out.row(t) + h0 * D;
+        float* oh = out.row(t) + h0 * DV;
         if (per_kv) {  // block-sparse: the KV head's rows of its selected blocks, gathered
           ids.assign(o.blocks.i32() + t * o.blocks.cols + kvh * per_kv,
                      o.blocks.i32() + t * o.blocks.cols + (kvh + 1) * per_kv);
           std::sort(ids.begin(), ids.end());
           int64_t n = 0;
           auto gather = [&](const auto& kc, const auto& vc, auto& kb, auto& vb) {
-            kb.resize(size_t(per_kv * o.block * D)), vb.resize(kb.size());
+            kb.resize(size_t(per_kv * o.block * D)), vb.resize(size_t(per_kv * o.block * DV));
             for (const int32_t id : ids)
               for (int64_t p = std::max<int64_t>(first, int64_t{id} * o.block);
                    id >= 0 && p < std::min<int64_t>(n_keys, int64_t{id + 1} * o.block); ++p, ++n) {
                 std::copy_n(&kc[size_t(p * KR + kvh * D)], D, &kb[size_t(n * D)]);
-                std::copy_n(&vc[size_t(p * KV + kvh * D)], D, &vb[size_t(n * D)]);
+                std::copy_n(&vc[size_t(p * VV + kvh * DV)], DV, &vb[size_t(n * DV)]);
               }
           };
           f16_ ? gather(c.k16, c.v16, ks16, vs16) : gather(c.k, c.v, ks, vs);
           s.resize(size_t(G * n));
           if (f16_)
-            kernels::attend_group_f16(qh, D, int(G), ks16.data(), vs16.data(), n, D, D, D, D,
-                                      o.scale, sinks, s.data(), oh, D, be_);
+            kernels::attend_group_f16(qh, D, int(G), ks16.data(), vs16.data(), n, D, DV, D, DV,
+                                      o.scale, sinks, s.data(), oh, DV, be_);
           else
-            kernels::attend_group(qh, D, int(G), ks.data(), vs.data(), n, D, D, D, D, o.scale,
-                                  sinks, s.data(), oh, D, be_);
+            kernels::attend_group(qh, D, int(G), ks.data(), vs.data(), n, D, DV, D, DV, o.scale,
+                                  sinks, s.data(), oh, DV, be_);
           continue;
         }
-        const size_t kat = size_t(first * KR + kvh * D), vat = size_t(first * KV + kvh * D);
+        const size_t kat = size_t(first * KR + kvh * D), vat = size_t(first * VV + kvh * DV);
         s.resize(size_t(G * (n_keys - first)));
         if (f16_)
-          kernels::attend_group_f16(qh, D, int(G), &c.k16[kat], &c.v16[vat], n_keys - first, KR, KV,
-                                    D, D, o.scale, sinks, s.data(), oh, D, be_);
+          kernels::attend_group_f16(qh, D, int(G), &c.k16[kat], &c.v16[vat], n_keys - first, KR, VV,
+                                    D, DV, o.scale, sinks, s.data(), oh, DV, be_);
         else
-          kernels::attend_group(qh, D, int(G), &c.k[kat], &c.v[vat], n_keys - first, KR, KV, D, D,
-                                o.scale, sinks, s.data(), oh, D, be_);
+          kernels::attend_group(qh, D, int(G), &c.k[kat], &c.v[vat], n_keys - first, KR, VV, D, DV,
+                                o.scale, sinks, s.data(), oh, DV, be_);
       }
     });
   }

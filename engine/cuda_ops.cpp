@@ -258,18 +258,19 @@ class CudaOps final : public Ops {
   void attention_at(int slot, int il, Act q, Act k, Act v, int64_t pos0, const AttnOpts& o,
                     Act out) override {
     if (!ok()) return;
-    if (!check_dv(o.head_dim)) return;
+    if (!check_dv(o.dv())) return;
     Cache& c = cache(slot, il);
     const int64_t KV = o.n_head_kv * o.head_dim, KR = c.rows.k;  // KR: with an indexer's key
+    const int64_t VV = o.n_head_kv * o.dv();
     const size_t f = sizeof(float);
     check("cache k", cudaMemcpy2DAsync(c.k + pos0 * KR, KR * f, k.data, KV * f, KV * f,
                                        size_t(k.rows), cudaMemcpyDeviceToDevice, stream_));
-    check("cache v", cudaMemcpyAsync(c.v + pos0 * KV, v.data, f * v.rows * KV,
+    check("cache v", cudaMemcpyAsync(c.v + pos0 * VV, v.data, f * v.rows * VV,
                                      cudaMemcpyDeviceToDevice, stream_));
     kernels::cuda::Attention a;
     a.q = q.data, a.k = c.k, a.v = c.v, a.out = out.data, a.n_tokens = q.rows, a.n_past = pos0,
     a.n_head = o.n_head;
-    a.n_head_kv = o.n_head_kv, a.dk = a.dv = o.head_dim, a.k_row = KR, a.v_row = KV,
+    a.n_head_kv = o.n_head_kv, a.dk = o.head_dim, a.dv = o.dv(), a.k_row = KR, a.v_row = VV,
     a.scale = o.scale, a.window = o.window, a.chunk = o.chunk;
     a.sinks = o.sinks ? reinterpret_cast<const float*>(dev(o.sinks)) : nullptr;
     if (o.blocks.data) {  // block-sparse: per (token, KV head) its blocks' positions, ascending

@@ -62,7 +62,7 @@ struct RopeOpts {
 // stores nor reads.
 struct AttnOpts {
   int n_head = 0, n_head_kv = 0;
-  int64_t head_dim = 0;  // keys and values
+  int64_t head_dim = 0;  // keys (and values, unless head_dim_v)
   float scale = 1.0f;
   int window = 0;  // > 0: a token sees the last `window` positions only
   int chunk = 0;   // > 0: a token sees the positions of its own chunk of `chunk` only (Llama 4)
@@ -72,6 +72,8 @@ struct AttnOpts {
   // none, in any order), within what the token sees; ascending positions.
   Act blocks;
   int block = 0;
+  int64_t head_dim_v = 0;  // > 0: the values' head size where it is not the keys' (MiMo-V2)
+  int64_t dv() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
 };
 
 // Llama 4's attention temperature, as Mistral Large 3 (deepseek2) carries it: each query row

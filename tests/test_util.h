@@ -38,7 +38,8 @@ inline std::string golden_case_dir(const std::string& case_id) {
       case_id.starts_with("dsa/") || case_id.starts_with("minimax/") ||
       case_id.starts_with("ling/") || case_id.starts_with("ernie/") ||
       case_id.starts_with("exaone/") || case_id.starts_with("llama4/") ||
-      case_id.starts_with("hy3/") || case_id.starts_with("trinity/"))
+      case_id.starts_with("hy3/") || case_id.starts_with("trinity/") ||
+      case_id.starts_with("mimo/"))
     return std::string(EXPERTD_SOURCE_DIR) + "/tests/data/" + case_id;
   return golden_dir() + (case_id.starts_with("quant/") ? "/" : "/cases/") + case_id;
 }

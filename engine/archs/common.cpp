@@ -46,6 +46,23 @@ RouteOpts read_routing(Meta& m, const Hparams& hp, bool norm_default, bool sigmo
   return r;
 }
 
+std::vector<char> moe_by_router(Meta& m, int n_layer) {
+  const gguf::Model& f = m.file();
+  int lead = 0;
+  m.u("leading_dense_block_count", lead, 1);
+  std::vector<char> moe(size_t(std::max(n_layer, 0)), 0);
+  const bool has_tensors = f.tensor("token_embd.weight") != nullptr;
+  bool any = false;
+  for (int il = 0; il < n_layer; ++il) {
+    moe[size_t(il)] =
+        has_tensors ? f.tensor("blk." + std::to_string(il) + ".ffn_gate_inp.weight") != nullptr
+                    : il >= lead;
+    any = any || moe[size_t(il)];
+  }
+  if (!any) m.fail("no layer has a router (ffn_gate_inp): not an MoE model");
+  return moe;
+}
+
 int64_t width(Meta& m, const std::string& tensor, int d, const std::string& key) {
   int64_t w = m.tensor_dim(tensor, d);
   if (w != kAnyDim) return w;

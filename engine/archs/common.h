@@ -26,6 +26,12 @@ int64_t width(Meta& m, const std::string& tensor, int d, const std::string& key)
 // (or YaRN where not supported) is an error rather than a different computation.
 std::optional<kernels::Yarn> read_yarn(Meta& m, const Hparams& hp, bool yarn_ok);
 
+// Which of the first n_layer blocks are MoE where a family decides by the router's presence
+// (Hy3, MiMo-V2: llama.cpp's rule): the file's blk.N.ffn_gate_inp.weight; for the metadata alone
+// (expert-pack synth plans before there are tensors), the blocks from leading_dense_block_count
+// on, a key such files carry for our planner only. At least one must be (else an error).
+std::vector<char> moe_by_router(Meta& m, int n_layer);
+
 // Standard shapes.
 inline int64_t q_width(const Hparams& hp) {
   return int64_t{hp.n_head} * hp.head_dim;

@@ -4,6 +4,7 @@
 // (named exp_probs_b, without .bias), renormalised and scaled as the file says, beside one
 // ungated shared expert. Trailing NextN blocks (nextn_predict_layers) are skipped, as llama.cpp
 // skips them outside drafting.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/archs/common.h"
@@ -20,21 +21,9 @@ class HyV3 final : public Arch {
     m.u("nextn_predict_layers", nextn, 0);
     if (!m.error().empty()) return;
     if (nextn >= n_all) return m.fail("nextn_predict_layers leaves no layer to run");
-    // Dense or MoE: the router's presence (llama.cpp's rule). expert-pack synth plans from
-    // metadata alone, before there are tensors: there, the leading_dense_block_count it writes.
-    const gguf::Model& f = m.file();
-    int lead = 0;
-    m.u("leading_dense_block_count", lead, 1);
-    moe_.assign(size_t(n_all - nextn), 0);
-    const bool has_tensors = f.tensor("token_embd.weight") != nullptr;
-    int first_moe = -1;
-    for (int il = 0; il < n_all - nextn; ++il) {
-      const bool moe =
-          has_tensors ? f.tensor(blk(il) + "ffn_gate_inp.weight") != nullptr : il >= lead;
-      moe_[size_t(il)] = moe;
-      if (moe && first_moe < 0) first_moe = il;
-    }
-    if (first_moe < 0) return m.fail("no layer has a router (ffn_gate_inp): not an MoE model");
+    moe_ = archs::moe_by_router(m, n_all - nextn);
+    if (!m.error().empty()) return;
+    const int first_moe = int(std::find(moe_.begin(), moe_.end(), 1) - moe_.begin());
     archs::read_base(m, hp, first_moe);
     hp.n_layer -= nextn;
     route_ = archs::read_routing(m, hp, /*norm_default=*/false, /*sigmoid_default=*/true);
@@ -141,7 +130,7 @@ expertd::Result<SynthModel> HyV3::synth(const std::string&, const SynthDims& d) 
   m->u32["context_length"] = 262144;
   m->u32["block_count"] = s.n_layer + 1;  // the MTP block after the trunk
   m->u32["nextn_predict_layers"] = 1;
-  m->u32["leading_dense_block_count"] = 1;  // (read by our planner only, as said above)
+  m->u32["leading_dense_block_count"] = 1;  // (read by our planner only: archs::moe_by_router)
   m->u32["feed_forward_length"] = n_ff;
   m->u32["expert_shared_feed_forward_length"] = s.n_ff_exp;
   m->u32["expert_gating_func"] = 2;  // sigmoid

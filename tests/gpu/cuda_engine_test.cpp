@@ -238,11 +238,12 @@ TEST(CudaEngine, NewerAttentionFamiliesMatchTheCpuEngine) {
 
 // The grouped-query families of issue 45: MiniMax-M2, Ling 2.0, ERNIE 4.5, K-EXAONE (windows,
 // NoPE layers), Llama 4 (chunks, temperature, the router's weight before the expert), Hy3,
-// Trinity (muP embeddings, gated attention, sandwich norms).
+// Trinity (muP embeddings, gated attention, sandwich norms), MiMo-V2 (value heads of their own
+// size, per-layer KV heads, sinks).
 TEST(CudaEngine, GroupedQueryFamiliesMatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();
   for (const char* id : {"minimax/m2-f32", "ling/ling-f32", "ernie/ernie-f32", "exaone/exaone-f32",
-                         "llama4/l4-f32", "hy3/hy3-f32", "trinity/trinity-f32"})
+                         "llama4/l4-f32", "hy3/hy3-f32", "trinity/trinity-f32", "mimo/mimo-f32"})
     check_gpu_matches_cpu(id);
 }
 

@@ -392,6 +392,31 @@ TEST(OpsSweep, AttentionGroupedQueriesWindowsAndSinks) {
       }
 }
 
+// MiMo-V2's attention: value heads of their own size (half the keys'), per window and sinks.
+TEST(OpsSweep, AttentionWithValueHeadsOfTheirOwnSize) {
+  EXPERTD_REQUIRE_GPU();
+  constexpr int H = 4, HKV = 2;
+  constexpr int64_t D = 64, DV = 32;
+  for (int window : {0, 4}) {
+    Weights w;
+    engine::AttnOpts ao{H, HKV, D, 1.0f / 8.0f, window};
+    ao.sinks = w.f32(normal(H, 64), H);
+    ao.head_dim_v = DV;
+    sweep(w, "attention, values of " + std::to_string(DV) + (window ? ", window 4" : ""), kFloatOp,
+          [&](Ops& o, Outputs& out) {
+            o.init_cache({KvRows{HKV * D, HKV * DV}}, 32, 2, engine::KvType::F32);
+            attend_twice(o, [&](Ops& o, int64_t T, int i) {
+              const uint32_t s = 71 + 3 * i;
+              Act q = input(o, normal(T * H * D, s), T, H * D),
+                  k = input(o, normal(T * HKV * D, s + 1), T, HKV * D),
+                  v = input(o, normal(T * HKV * DV, s + 2), T, HKV * DV), y = o.alloc(T, H * DV);
+              o.attention(0, q, k, v, ao, y);
+              out.add(o, "eval " + std::to_string(i), y);
+            });
+          });
+  }
+}
+
 TEST(OpsSweep, LatentAttention) {
   EXPERTD_REQUIRE_GPU();
   constexpr int H = 4;
