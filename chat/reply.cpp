@@ -127,6 +127,17 @@ std::string attr(std::string_view attrs, std::string_view key) {
   return v;
 }
 
+// The string a template sets a variable to ({%- set NAME = '...' %}); none: empty.
+std::string template_string(std::string_view src, std::string_view name) {
+  const std::string key = "set " + std::string(name) + " = ";
+  const size_t at = src.find(key);
+  if (at == std::string_view::npos || at + key.size() >= src.size()) return "";
+  const char q = src[at + key.size()];
+  const size_t from = at + key.size() + 1, to = src.find(q, from);
+  if ((q != '\'' && q != '"') || to == std::string_view::npos) return "";
+  return std::string(src.substr(from, to - from));
+}
+
 enum class Got { Ok, Short, Bad };
 
 // MiniMax-M3 (llama.cpp's common/parsers/minimax-m3.cpp): every marker carries the namespace
@@ -469,22 +480,38 @@ Got parse_call(const ReplyFormat& f, Cur& c, const ParseOptions& o, ToolCall& ca
       c.lit("</tool_call>");  // some models open with <function= alone and close with it anyway
       break;
     }
-    case ToolSyntax::Glm: {
-      std::string_view rest = c.s.substr(c.p);
-      size_t end = std::min({rest.find('\n'), rest.find("<arg_key>"), rest.find("</tool_call>")});
-      if (end == std::string_view::npos) return done(Got::Short);
-      call.name = trim(rest.substr(0, end));
-      c.p += end;
+    case ToolSyntax::Glm:
+    case ToolSyntax::Hy3: {
+      // The same arguments; Hy3's markers carry the template's suffix and its name ends at
+      // <tool_sep:S>, GLM's at a newline or the first tag.
+      const bool hy3 = f.tools == ToolSyntax::Hy3;
+      auto tag = [&](std::string_view t) {
+        return "<" + std::string(t) + (hy3 ? f.tag_suffix : "") + ">";
+      };
+      const std::string close = tag("/tool_call"), key_open = tag("arg_key"),
+                        key_close = tag("/arg_key"), value_open = tag("arg_value"),
+                        value_close = tag("/arg_value");
+      std::string_view name;
+      if (hy3) {
+        if (!c.until(tag("tool_sep"), name)) return done(Got::Short);
+      } else {
+        const std::string_view rest = c.s.substr(c.p);
+        const size_t end = std::min({rest.find('\n'), rest.find(key_open), rest.find(close)});
+        if (end == std::string_view::npos) return done(Got::Short);
+        name = rest.substr(0, end);
+        c.p += end;
+      }
+      call.name = trim(name);
       params = tool_params(o.tools, call.name);
       for (;;) {
         c.ws();
-        if (c.lit("</tool_call>")) break;
+        if (c.lit(close)) break;
         std::string_view key;
-        if (!c.lit("<arg_key>")) return c.short_ ? short_call() : Got::Bad;
-        if (!c.until("</arg_key>", key)) return short_call();
+        if (!c.lit(key_open)) return c.short_ ? short_call() : Got::Bad;
+        if (!c.until(key_close, key)) return short_call();
         c.ws();
-        if (!c.lit("<arg_value>")) return c.short_ ? short_call() : Got::Bad;
-        if (!c.until("</arg_value>", v)) return short_call();
+        if (!c.lit(value_open)) return c.short_ ? short_call() : Got::Bad;
+        if (!c.until(value_close, v)) return short_call();
         put(trim(key), v, -1);
       }
       break;
@@ -599,6 +626,8 @@ std::vector<std::string> call_openers(const ReplyFormat& f) {
       return {"<minimax:tool_call>"};
     case ToolSyntax::MiniMaxM3:
       return {std::string(kM3) + "<tool_call>"};
+    case ToolSyntax::Hy3:
+      return {"<tool_calls" + f.tag_suffix + ">"};
     default:
       return {};
   }
@@ -608,7 +637,8 @@ std::vector<std::string> call_openers(const ReplyFormat& f) {
 void parse_calls(const ReplyFormat& f, Cur& c, const ParseOptions& o, Reply& r) {
   const bool sectioned = f.tools == ToolSyntax::KimiK2 || f.tools == ToolSyntax::KimiK3 ||
                          f.tools == ToolSyntax::DeepSeekV3 || f.tools == ToolSyntax::DeepSeekDsml ||
-                         f.tools == ToolSyntax::MiniMax || f.tools == ToolSyntax::MiniMaxM3;
+                         f.tools == ToolSyntax::MiniMax || f.tools == ToolSyntax::MiniMaxM3 ||
+                         f.tools == ToolSyntax::Hy3;
   const std::string opener = call_openers(f)[0];
   std::string each, section_end;
   switch (f.tools) {
@@ -629,6 +659,9 @@ void parse_calls(const ReplyFormat& f, Cur& c, const ParseOptions& o, Reply& r) 
       break;
     case ToolSyntax::MiniMaxM3:
       each = "", section_end = std::string(kM3) + "</tool_call>";
+      break;
+    case ToolSyntax::Hy3:
+      each = "<tool_call" + f.tag_suffix + ">", section_end = "</tool_calls" + f.tag_suffix + ">";
       break;
     case ToolSyntax::Qwen3Coder:
       each = "";  // <tool_call> is optional before <function=
@@ -760,6 +793,11 @@ ReplyFormat detect_reply_format(std::string_view src) {
                                                                                   : "tool_calls";
   } else if (has(src, "<minimax:tool_call>") && has(src, "<invoke name=")) {
     set(ToolSyntax::MiniMax, "minimax");
+  } else if (has(src, "<tool_calls") && has(src, "<tool_sep") && has(src, "<arg_key")) {
+    // Hy3 (tencent-Hy3): its template builds every marker from one suffix it sets (HYTK).
+    set(ToolSyntax::Hy3, "hy3");
+    f.tag_suffix = template_string(src, "HYTK");
+    f.think_open = "<think" + f.tag_suffix + ">", f.think_close = "</think" + f.tag_suffix + ">";
   } else if (has(src, "<｜tool▁calls▁begin｜>")) {
     set(ToolSyntax::DeepSeekV3, "deepseek-v3");
   } else if (has(src, "<tool_call>") && has(src, "<function=") && has(src, "<parameter=")) {
@@ -797,6 +835,8 @@ const char* syntax_name(ToolSyntax s) {
       return "minimax";
     case ToolSyntax::MiniMaxM3:
       return "minimax-m3";
+    case ToolSyntax::Hy3:
+      return "hy3";
     case ToolSyntax::Harmony:
       return "harmony";
   }
@@ -932,6 +972,15 @@ CallShape call_shape(const ReplyFormat& f, const std::string& name) {
       return {
           std::string(kM3) + "<tool_call>\n" + std::string(kM3) + "<invoke name=\"" + name + "\">",
           "minimax_m3_xml", std::string(kM3) + "</invoke>\n" + std::string(kM3) + "</tool_call>"};
+    case ToolSyntax::Hy3: {
+      // xgrammar has no style for these markers: serve writes the arguments' grammar itself.
+      auto tag = [&](std::string_view t) { return "<" + std::string(t) + f.tag_suffix + ">"; };
+      CallShape s{tag("tool_calls") + "\n" + tag("tool_call") + name + tag("tool_sep") + "\n", "",
+                  tag("/tool_call") + "\n" + tag("/tool_calls")};
+      s.key_open = tag("arg_key"), s.key_close = tag("/arg_key");
+      s.value_open = tag("arg_value"), s.value_close = tag("/arg_value"), s.blank = "\n";
+      return s;
+    }
     case ToolSyntax::Harmony:
       return {"<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>",
               "json", "<|call|>"};

@@ -24,7 +24,8 @@ enum class ToolSyntax {
   DeepSeekDsml,  // V3.2 / V4: <｜DSML｜tool_calls><｜DSML｜invoke name="N"><｜DSML｜parameter ..
   MiniMax,    // MiniMax-M2: <minimax:tool_call><invoke name="N"><parameter name="K">V</parameter>
   MiniMaxM3,  // each marker after ]<]minimax[>[: <tool_call><invoke name="N"><K>V</K></invoke>
-  Harmony,    // gpt-oss: <|channel|>analysis|final|commentary to=functions.N<|message|>
+  Hy3,  // <tool_calls:S><tool_call:S>N<tool_sep:S><arg_key:S>K</arg_key:S><arg_value:S>V</arg_value:S>
+  Harmony,  // gpt-oss: <|channel|>analysis|final|commentary to=functions.N<|message|>
 };
 
 struct ReplyFormat {
@@ -38,6 +39,7 @@ struct ReplyFormat {
   std::string content_open, content_close;
   std::string reply_end;                  // Kimi-K3 closes its message with this
   std::string dsml_block = "tool_calls";  // DeepSeek V3.2 names it function_calls
+  std::string tag_suffix;  // Hy3's markers all end in the template's HYTK (":opensource")
 };
 
 // The format of the model whose chat template this is.
@@ -70,8 +72,12 @@ bool prompt_opens_reasoning(const ReplyFormat& f, std::string_view prompt);
 
 // How a call of the tool `name` is written: the text before its arguments, the xgrammar
 // structural-tag style of the arguments ("json", "qwen_xml", ...) and the text after them.
+// Where xgrammar has no style for a family's arguments (style empty), each is written
+// key_open K key_close blank value_open V value_close blank, a string value as it is and any
+// other as JSON (as the template writes them).
 struct CallShape {
   std::string begin, style, end;
+  std::string key_open, key_close, value_open, value_close, blank;  // blank: after each close
 };
 CallShape call_shape(const ReplyFormat& f, const std::string& name);
 

@@ -90,10 +90,102 @@ const ordered_json* find_tool(const ordered_json& tools, const std::string& name
   return nullptr;
 }
 
+ordered_json literal(const std::string& s) {
+  return {{"type", "const_string"}, {"value", s}};
+}
+
+// Whether the template writes a value of this schema as it is: a string and nothing else.
+bool string_only(const ordered_json& s) {
+  if (!s.is_object()) return false;
+  auto all_strings = [](const ordered_json& vs) {
+    if (!vs.is_array() || vs.empty()) return false;
+    for (const auto& v : vs)
+      if (!v.is_string() || v.get<std::string>().empty()) return false;
+    return true;
+  };
+  if (s.contains("const")) return s["const"].is_string() && !s["const"].get<std::string>().empty();
+  if (s.contains("enum")) return all_strings(s["enum"]);
+  if (s.contains("anyOf") || s.contains("oneOf") || s.contains("allOf") || s.contains("$ref"))
+    return false;
+  const auto t = s.value("type", ordered_json());
+  return t == "string" || (t.is_array() && t.size() == 1 && t[0] == "string");
+}
+
+// One argument where xgrammar has no style for the family's markers: the key's element, then
+// the value's, which holds a string as it is (its const, enum, pattern or maxLength kept; a
+// minLength or format is not) and anything else as JSON valid against the property's schema
+// (the tool's definitions beside it, for its $refs).
+ordered_json xml_argument(const chat::CallShape& shape, const std::string& key,
+                          const ordered_json& s, const ordered_json& root) {
+  ordered_json value;
+  if (string_only(s)) {
+    if (s.contains("const") || s.contains("enum")) {
+      ordered_json alts = ordered_json::array();
+      for (const auto& v : s.contains("const") ? ordered_json::array({s["const"]}) : s["enum"])
+        alts.push_back(literal(v.get<std::string>()));
+      value = alts.size() == 1 ? alts[0] : ordered_json{{"type", "or"}, {"elements", alts}};
+    } else if (s.contains("pattern") && s["pattern"].is_string()) {
+      value = {{"type", "regex"}, {"pattern", s["pattern"]}};
+    } else {
+      value = {{"type", "any_text"}};
+      if (s.contains("maxLength") && s["maxLength"].is_number_unsigned())
+        value["max_chars"] = s["maxLength"];
+    }
+  } else {
+    ordered_json sub = s.is_object() ? s : ordered_json::object();
+    for (const char* defs : {"$defs", "definitions"})
+      if (root.contains(defs) && !sub.contains(defs)) sub[defs] = root[defs];
+    value = {{"type", "json_schema"},
+             {"json_schema", s.is_boolean() ? s : sub},
+             {"max_whitespace_cnt", kMaxWhitespace}};
+  }
+  ordered_json parts = ordered_json::array();
+  parts.push_back(literal(shape.key_open + key + shape.key_close + shape.blank));
+  parts.push_back({{"type", "tag"},
+                   {"begin", shape.value_open},
+                   {"content", value},
+                   {"end", shape.value_close}});
+  if (!shape.blank.empty()) parts.push_back(literal(shape.blank));
+  return {{"type", "sequence"}, {"elements", parts}};
+}
+
+// A whole call where xgrammar has no style for the arguments: the properties in the schema's
+// order, each required one present, the others optional (none others: the schema compiler's
+// strict mode); with no properties named, any keys and text values unless the schema forbids
+// additional ones.
+ordered_json xml_call(const chat::CallShape& shape, const ordered_json& schema) {
+  ordered_json parts = ordered_json::array({literal(shape.begin)});
+  const auto props = schema.value("properties", ordered_json::object());
+  std::set<std::string> required;
+  for (const auto& r : schema.value("required", ordered_json::array()))
+    if (r.is_string()) required.insert(r.get<std::string>());
+  for (const auto& [key, sub] : props.items()) {
+    ordered_json arg = xml_argument(shape, key, sub, schema);
+    if (!required.count(key)) arg = {{"type", "optional"}, {"content", arg}};
+    parts.push_back(std::move(arg));
+  }
+  if (props.empty() && schema.value("additionalProperties", ordered_json(true)) != false) {
+    auto text = [&](const std::string& open, const std::string& close) {
+      return ordered_json{
+          {"type", "tag"}, {"begin", open}, {"content", {{"type", "any_text"}}}, {"end", close}};
+    };
+    ordered_json pair = ordered_json::array(
+        {text(shape.key_open, shape.key_close), text(shape.value_open, shape.value_close)});
+    if (!shape.blank.empty()) {
+      pair.insert(pair.begin() + 1, literal(shape.blank));
+      pair.push_back(literal(shape.blank));
+    }
+    parts.push_back({{"type", "star"}, {"content", {{"type", "sequence"}, {"elements", pair}}}});
+  }
+  parts.push_back(literal(shape.end));
+  return {{"type", "sequence"}, {"elements", parts}};
+}
+
 ordered_json tag_for(const chat::ReplyFormat& f, const ordered_json& tool) {
   const auto shape = chat::call_shape(f, tool["function"]["name"]);
   ordered_json schema = tool["function"].value("parameters", ordered_json());
   if (schema.is_null()) schema = {{"type", "object"}};
+  if (shape.style.empty()) return xml_call(shape, schema);
   return {{"type", "tag"},
           {"begin", shape.begin},
           {"content",

@@ -312,8 +312,8 @@ int Server::Impl::generate(const std::string& path, const ordered_json& b, Api a
       if (chat.tmpl && chat.reply.tools == chat::ToolSyntax::None)
         throw bad_request(
             "this model's chat template has no tool-call format expert-serve knows (none of "
-            "the Qwen3/Hermes, Qwen3-Coder, GLM, Kimi-K2/K3, DeepSeek V3.1/V3.2/V4 or gpt-oss "
-            "markers): tools cannot be offered to it");
+            "the Qwen3/Hermes, Qwen3-Coder, GLM, Kimi-K2/K3, DeepSeek V3.1/V3.2/V4, MiniMax-M2/M3, "
+            "Hy3 or gpt-oss markers): tools cannot be offered to it");
     }
     const ordered_json msgs =
         oa ? openai_messages(b.value("messages", ordered_json())) : anthropic_messages(b);

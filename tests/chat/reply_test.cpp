@@ -260,6 +260,69 @@ TEST(Reply, MiniMaxInvokeCalls) {
   EXPECT_EQ(s.style, "minimax_xml");
 }
 
+// Hy3 (tencent-Hy3.jinja): every marker carries the suffix the template sets once (HYTK,
+// ":opensource"); the arguments are GLM's arg_key/arg_value pairs, strings as written and other
+// values as JSON. llama.cpp reads it with its automatic parser and has no vectors of its own for
+// it, so these are test-chat.cpp's generic vectors in Hy3's syntax, the calls as the real template
+// renders them (Jinja2).
+TEST(Reply, Hy3SuffixedCalls) {
+  const std::string t = "tencent-Hy3.jinja";
+  const auto S = ToolSyntax::Hy3;
+  expect_reply(t, S, "Hello, world!\nWhat's up?", {"", "Hello, world!\nWhat's up?"});
+  // reasoning_effort high: the prompt opens the reasoning block.
+  expect_reply(t, S, "I'm\nthinking</think:opensource>Hello, world!\nWhat's up?",
+               {"I'm\nthinking", "Hello, world!\nWhat's up?"}, true);
+  expect_reply(t, S,
+               "<tool_calls:opensource>\n<tool_call:opensource>special_function"
+               "<tool_sep:opensource>\n<arg_key:opensource>arg1</arg_key:opensource>\n"
+               "<arg_value:opensource>1</arg_value:opensource>\n</tool_call:opensource>\n"
+               "</tool_calls:opensource>",
+               {"", "", {{"special_function", R"({"arg1": 1})"}}});
+  expect_reply(
+      t, S,
+      "<think:opensource>I'm\nthinking</think:opensource>Let me see.<tool_calls:opensource>\n"
+      "<tool_call:opensource>special_function<tool_sep:opensource>\n<arg_key:opensource>arg1"
+      "</arg_key:opensource>\n<arg_value:opensource>1</arg_value:opensource>\n"
+      "</tool_call:opensource>\n<tool_call:opensource>get_time<tool_sep:opensource>\n"
+      "<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris"
+      "</arg_value:opensource>\n<arg_key:opensource>n</arg_key:opensource>\n"
+      "<arg_value:opensource>[1, 2]</arg_value:opensource>\n</tool_call:opensource>\n"
+      "</tool_calls:opensource>",
+      {"I'm\nthinking",
+       "Let me see.",
+       {{"special_function", R"({"arg1": 1})"},
+        {"get_time", R"({"city": "Paris", "n": [1, 2]})"}}});
+  // A string-typed parameter stays a string even when it reads as JSON; a call without
+  // arguments.
+  expect_reply(t, S,
+               "<tool_calls:opensource>\n<tool_call:opensource>get_time<tool_sep:opensource>\n"
+               "<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>1234"
+               "</arg_value:opensource>\n</tool_call:opensource>\n<tool_call:opensource>"
+               "get_weather<tool_sep:opensource>\n</tool_call:opensource>\n"
+               "</tool_calls:opensource>",
+               {"", "", {{"get_time", R"({"city": "1234"})"}, {"get_weather", "{}"}}});
+  // GLM's markers without the suffix are no calls of Hy3's.
+  expect_reply(t, S, "<tool_call>get_time\n</tool_call>",
+               {"", "<tool_call>get_time\n</tool_call>"});
+
+  const ReplyFormat f = format_of(t);
+  EXPECT_EQ(f.family, "hy3");
+  EXPECT_EQ(f.tag_suffix, ":opensource");
+  EXPECT_TRUE(prompt_opens_reasoning(f, "<｜hy_Assistant:opensource｜><think:opensource>"));
+  EXPECT_FALSE(prompt_opens_reasoning(
+      f, "<｜hy_Assistant:opensource｜><think:opensource></think:opensource>"));
+  // xgrammar has no style for these markers: the shape names them for serve's own grammar.
+  const CallShape s = call_shape(f, "get_time");
+  EXPECT_EQ(s.begin,
+            "<tool_calls:opensource>\n<tool_call:opensource>get_time<tool_sep:opensource>\n");
+  EXPECT_EQ(s.style, "");
+  EXPECT_EQ(s.end, "</tool_call:opensource>\n</tool_calls:opensource>");
+  EXPECT_EQ(s.key_open + "city" + s.key_close + s.blank + s.value_open + "Paris" + s.value_close +
+                s.blank,
+            "<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris"
+            "</arg_value:opensource>\n");
+}
+
 // MiniMax-M3: llama.cpp's test-chat.cpp vectors ("MiniMax-M3 tests - namespaced XML invoke
 // format"), with its tools. Every marker carries the namespace token; an argument is an element
 // named by its key, objects and arrays nested elements, and the tool's schema says how a value is
@@ -462,6 +525,7 @@ TEST(Reply, FamiliesAreToldApartByTheirTemplates) {
   EXPECT_EQ(format_of("google-gemma-2-2b-it.jinja").tools, ToolSyntax::None);
   EXPECT_EQ(format_of("MiniMax-M2.jinja").tools, ToolSyntax::MiniMax);
   EXPECT_EQ(format_of("MiniMax-M3.jinja").tools, ToolSyntax::MiniMaxM3);
+  EXPECT_EQ(format_of("tencent-Hy3.jinja").tools, ToolSyntax::Hy3);
   const ReplyFormat q = format_of("Qwen-Qwen3-0.6B.jinja");
   EXPECT_TRUE(prompt_opens_reasoning(q, "<|im_start|>assistant\n<think>\n"));
   EXPECT_FALSE(prompt_opens_reasoning(q, "<|im_start|>assistant\n<think>\n\n</think>\n\n"));

@@ -287,7 +287,7 @@ try:
     for fam in ["Qwen3-Coder.jinja", "Qwen3.5-4B.jinja", "moonshotai-Kimi-K2.jinja", "Kimi-K2-Thinking.jinja",
                 "Kimi-K3.jinja", "deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-ai-DeepSeek-V3.2.jinja",
                 "deepseek-ai-DeepSeek-V4.jinja", "GLM-4.6.jinja", "openai-gpt-oss-120b.jinja",
-                "MiniMax-M2.jinja", "MiniMax-M3.jinja"]:
+                "MiniMax-M2.jinja", "MiniMax-M3.jinja", "tencent-Hy3.jinja"]:
         uf = start_serve(["--model", MODEL, "--local", "--alias", "kjv", "--chat-template", os.path.join(TEMPLATES, fam)],
                          ctx=2048)
         of = openai.OpenAI(base_url=uf + "/v1", api_key="none", max_retries=0)
