@@ -15,14 +15,16 @@ bool has(std::string_view s, std::string_view x) {
 bool is_ws(char c) {
   return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_ws(s.front())) s.remove_prefix(1);
+std::string_view trim_end(std::string_view s) {
   while (!s.empty() && is_ws(s.back())) s.remove_suffix(1);
   return s;
 }
 std::string_view ltrim(std::string_view s) {
   while (!s.empty() && is_ws(s.front())) s.remove_prefix(1);
   return s;
+}
+std::string_view trim(std::string_view s) {
+  return ltrim(trim_end(s));
 }
 // The length of the longest tail of `s` that begins one of `markers` (0: none).
 size_t marker_tail(std::string_view s, const std::vector<std::string_view>& markers) {
@@ -804,6 +806,8 @@ ReplyFormat detect_reply_format(std::string_view src) {
     set(ToolSyntax::Qwen3Coder, "qwen3-coder");
   } else if (has(src, "<tool_call>") && has(src, "<arg_key>") && has(src, "<arg_value>")) {
     set(ToolSyntax::Glm, "glm");
+    // Laguna (poolside): GLM's calls in <assistant>..</assistant> turns.
+    if (has(src, "</assistant>")) f.family = "laguna", f.reply_end = "</assistant>";
   } else if (has(src, "<tool_call>")) {
     set(ToolSyntax::Hermes, "hermes");
   }
@@ -853,7 +857,9 @@ bool prompt_opens_reasoning(const ReplyFormat& f, std::string_view prompt) {
 Reply parse_reply(const ReplyFormat& f, std::string_view text, const ParseOptions& o) {
   if (f.tools == ToolSyntax::Harmony) return parse_harmony(text, o);
   Reply r;
-  if (!f.reply_end.empty()) text = text.substr(0, text.find(f.reply_end));
+  // The turn's end closes the reply (the blanks before it are the template's layout).
+  if (const size_t end = f.reply_end.empty() ? text.npos : text.find(f.reply_end); end != text.npos)
+    text = trim_end(text.substr(0, end));
   std::string_view body = text;
   bool after_reasoning = false;
   // The reasoning block: open at the start of the reply (or left open by the prompt).

@@ -37,7 +37,10 @@ struct ReplyFormat {
   bool bare_think_close = false;
   // Kimi-K3 wraps the answer in these.
   std::string content_open, content_close;
-  std::string reply_end;                  // Kimi-K3 closes its message with this
+  // The end of the model's turn written as text (Kimi-K3's message close; Laguna's </assistant>,
+  // which its model may spell out rather than write as its end-of-turn token): the reply ends
+  // there.
+  std::string reply_end;
   std::string dsml_block = "tool_calls";  // DeepSeek V3.2 names it function_calls
   std::string tag_suffix;  // Hy3's markers all end in the template's HYTK (":opensource")
 };

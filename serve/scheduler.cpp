@@ -89,6 +89,7 @@ nlohmann::json params_to_json(const GenParams& p) {
           {"top_k", p.top_k},
           {"seed", p.seed},
           {"stop", p.stop},
+          {"turn_end", p.turn_end},
           {"grammar", kind_name(p.grammar.kind)},
           {"grammar_text", p.grammar.text},
           {"special_text", p.special_text},
@@ -104,6 +105,7 @@ GenParams params_from_json(const nlohmann::json& j) {
   g.top_k = j.value("top_k", 0);
   g.seed = j.value("seed", uint64_t{0});
   g.stop = j.value("stop", std::vector<std::string>{});
+  g.turn_end = j.value("turn_end", std::string());
   auto kind = kind_from_name(j.value("grammar", std::string("none")));
   g.grammar.kind = kind ? *kind : GrammarSpec::Kind::None;
   g.grammar.text = j.value("grammar_text", std::string());
@@ -360,31 +362,41 @@ void Scheduler::keep_reply(Seq& s) {
 }
 
 bool Scheduler::emit(Seq& s, bool final) {
-  const auto& stops = s.req->params.stop;
+  // The client's stop sequences and the family's end of turn written as text (which ends the
+  // reply as the end-of-turn token would: not a stop sequence of the client's).
+  const std::string& turn_end = s.req->params.turn_end;
+  auto each_stop = [&](auto&& fn) {
+    for (const std::string& st : s.req->params.stop) fn(st);
+    if (!turn_end.empty()) fn(turn_end);
+  };
   size_t cut = s.text.size();
   std::string hit;
   // The earliest stop sequence in what has not been sent yet (it may begin in held-back text).
-  for (const std::string& st : stops) {
-    if (st.empty()) continue;
+  each_stop([&](const std::string& st) {
+    if (st.empty()) return;
     const size_t from = s.sent >= st.size() ? s.sent - st.size() + 1 : 0;
     const size_t at = s.text.find(st, from);
     if (at != std::string::npos && at < cut) cut = at, hit = st;
-  }
+  });
   if (!hit.empty()) {
     if (cut > s.sent) s.req->append(s.text.substr(s.sent, cut - s.sent), s.generated);
     s.sent = s.text.size();
-    s.req->finish(Finish::StopSequence, hit);
+    if (hit == turn_end)
+      s.req->finish(Finish::EndOfText);
+    else
+      s.req->finish(Finish::StopSequence, hit);
     return true;
   }
   size_t keep = 0;  // the longest tail that may begin a stop sequence
   if (!final)
-    for (const std::string& st : stops)
+    each_stop([&](const std::string& st) {
       for (size_t n = std::min(st.size() - (st.empty() ? 0 : 1), s.text.size() - s.sent); n > keep;
            --n)
         if (s.text.compare(s.text.size() - n, n, st, 0, n) == 0) {
           keep = n;
           break;
         }
+    });
   const size_t upto = s.text.size() - keep;
   if (upto > s.sent || final) {
     s.req->append(upto > s.sent ? s.text.substr(s.sent, upto - s.sent) : std::string(),

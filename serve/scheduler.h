@@ -39,6 +39,9 @@ struct GenParams {
   bool special_text = false;      // control tokens' text kept (a family's call markers)
   int logprobs = -1;              // >= 0: each drawn token's log-probability and this many others
   bool prompt_logprobs = false;   // and the prompt's tokens' (completions with echo)
+  // The family's end of turn written as text (Laguna's </assistant> spelled out): the reply ends
+  // there as at the end-of-turn token, not as at a stop sequence of the client's.
+  std::string turn_end;
 };
 
 // A token's log-probability under the model (its raw logits, before temperature or grammar)

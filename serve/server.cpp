@@ -209,6 +209,7 @@ void Server::Impl::plan_reply(const ordered_json& b, Api api, const ordered_json
                                    : openai_tool_choice(b["tool_choice"], tools);
   plan.parse.calls = !tools.empty() && choice.mode != ToolChoice::Mode::None;
   p.special_text = f.tools != chat::ToolSyntax::None;
+  p.turn_end = f.reply_end;
   const std::string prefix = reply_prefix(f, in_reasoning);
   if (choice.mode == ToolChoice::Mode::Required || choice.mode == ToolChoice::Mode::Named) {
     p.grammar = call_grammar(f, tools, choice, prefix);

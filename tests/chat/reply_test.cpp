@@ -323,6 +323,52 @@ TEST(Reply, Hy3SuffixedCalls) {
             "</arg_value:opensource>\n");
 }
 
+// Laguna (poolside): GLM's calls in <assistant>..</assistant> turns. llama.cpp reads it with its
+// automatic parser patched for Laguna (test-chat-auto-parser.cpp: bare <think>/</think> and
+// </arg_value> though the templates write newlines after them, blanks tolerated before
+// </tool_call>, and </assistant> a literal stop because the model may spell it out). The replies
+// as the real templates render them (Jinja2): v4/v5 with newlines, v8 without.
+TEST(Reply, LagunaGlmCallsInAssistantTurns) {
+  const auto S = ToolSyntax::Glm;
+  const Want calls = {
+      "I'm\nthinking",
+      "Let me see.",
+      {{"special_function", R"({"arg1": 1})"}, {"get_time", R"({"city": "Paris"})"}}};
+  for (const std::string t : {"poolside-Laguna-XS-2.1.jinja", "poolside-Laguna-XS.2.jinja"}) {
+    expect_reply(t, S,
+                 "<think>\nI'm\nthinking\n</think>\nLet me see.\n<tool_call>special_function\n"
+                 "<arg_key>arg1</arg_key>\n<arg_value>1</arg_value>\n</tool_call>\n<tool_call>"
+                 "get_time\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>\n"
+                 "</assistant>\n",
+                 calls);
+    // Thinking off (the templates' default): the prompt closed the block.
+    expect_reply(t, S, "Hello, world!\nWhat's up?\n</assistant>\n",
+                 {"", "Hello, world!\nWhat's up?"});
+  }
+  const std::string v8 = "poolside-Laguna-S-2.1.jinja";  // thinking on: the prompt opens it
+  expect_reply(v8, S,
+               "I'm\nthinking</think>Let me see.<tool_call>special_function<arg_key>arg1</arg_key>"
+               "<arg_value>1</arg_value></tool_call><tool_call>get_time<arg_key>city</arg_key>"
+               "<arg_value>Paris</arg_value></tool_call></assistant>\n",
+               calls, true);
+  // Blanks before </tool_call>; the turn's end spelled out, and what a model writes after it
+  // (the next turn) no part of the reply.
+  expect_reply(v8, S,
+               "</think><tool_call>get_time<arg_key>city</arg_key><arg_value>Rome</arg_value>\n\n"
+               "</tool_call></assistant>\n<user>And?</user>\n<assistant>",
+               {"", "", {{"get_time", R"({"city": "Rome"})"}}}, true);
+  expect_reply(v8, S, "</think>Hello, world!</assistant><user>Hi</user>", {"", "Hello, world!"},
+               true);
+
+  const ReplyFormat f = format_of(v8);
+  EXPECT_EQ(f.family, "laguna");
+  EXPECT_EQ(f.reply_end, "</assistant>");
+  EXPECT_TRUE(prompt_opens_reasoning(f, "<user>Hi</user>\n<assistant><think>"));
+  EXPECT_FALSE(prompt_opens_reasoning(format_of("poolside-Laguna-XS.2.jinja"),
+                                      "<user>\nHi\n</user>\n<assistant>\n</think>"));
+  EXPECT_EQ(format_of("GLM-4.6.jinja").reply_end, "");
+}
+
 // MiniMax-M3: llama.cpp's test-chat.cpp vectors ("MiniMax-M3 tests - namespaced XML invoke
 // format"), with its tools. Every marker carries the namespace token; an argument is an element
 // named by its key, objects and arrays nested elements, and the tool's schema says how a value is

@@ -287,7 +287,8 @@ try:
     for fam in ["Qwen3-Coder.jinja", "Qwen3.5-4B.jinja", "moonshotai-Kimi-K2.jinja", "Kimi-K2-Thinking.jinja",
                 "Kimi-K3.jinja", "deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-ai-DeepSeek-V3.2.jinja",
                 "deepseek-ai-DeepSeek-V4.jinja", "GLM-4.6.jinja", "openai-gpt-oss-120b.jinja",
-                "MiniMax-M2.jinja", "MiniMax-M3.jinja", "tencent-Hy3.jinja"]:
+                "MiniMax-M2.jinja", "MiniMax-M3.jinja", "tencent-Hy3.jinja",
+                "poolside-Laguna-XS.2.jinja", "poolside-Laguna-S-2.1.jinja"]:
         uf = start_serve(["--model", MODEL, "--local", "--alias", "kjv", "--chat-template", os.path.join(TEMPLATES, fam)],
                          ctx=2048)
         of = openai.OpenAI(base_url=uf + "/v1", api_key="none", max_retries=0)
@@ -303,6 +304,24 @@ try:
             check(r.choices[0].finish_reason in ("length", "stop"), f"{fam}: the call and its result rendered back in")
         procs[-1].send_signal(signal.SIGTERM)
         procs[-1].wait(timeout=20)
+
+    # ---- Laguna's turn end spelled out as text ends the reply, as its end-of-turn token would ----
+    # (llama.cpp makes </assistant> a stop string too). The bundled model is made to write it: a
+    # JSON answer whose first value is "</assistant>", which would go on to "b" were it not the end.
+    ul = start_serve(["--model", MODEL, "--local", "--alias", "kjv", "--chat-template",
+                      os.path.join(TEMPLATES, "poolside-Laguna-XS.2.jinja")], ctx=2048)
+    ol = openai.OpenAI(base_url=ul + "/v1", api_key="none", max_retries=0)
+    ends = {"type": "object", "properties": {"a": {"const": "</assistant>"}, "b": {"type": "integer"}},
+            "required": ["a", "b"]}
+    r = ol.chat.completions.create(model="kjv", messages=msgs, max_tokens=60, temperature=0, logprobs=True,
+                                   response_format={"type": "json_schema",
+                                                    "json_schema": {"name": "ends", "schema": ends}})
+    gen = "".join(t.token for t in r.choices[0].logprobs.content)
+    check(r.choices[0].finish_reason == "stop" and "</assistant>" in gen and '"b"' not in gen
+          and "</assistant>" not in (r.choices[0].message.content or ""),
+          f"Laguna: </assistant> written as text ends the turn ({gen!r})")
+    procs[-1].send_signal(signal.SIGTERM)
+    procs[-1].wait(timeout=20)
 
     # ---- --workers: the grammar and the logprobs travel to the engine processes ----
     uw = start_serve(["--model", os.path.join(tmp, "kjv.core.gguf"), "--socket", sock, "--alias", "kjv",

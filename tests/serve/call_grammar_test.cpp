@@ -133,3 +133,32 @@ TEST(CallGrammar, Hy3CallHoldsTheWholeSchemaAndEnds) {
   ASSERT_EQ(follows(*c, text), text.size());
   expect_only_the_end(*c);
 }
+
+// Laguna: GLM's call in its turn; the forced call ends where the template's does, and then the
+// turn ends (the end-of-turn token; </assistant> spelled out is the scheduler's turn_end).
+TEST(CallGrammar, LagunaCallEnds) {
+  if (!grammars_available()) GTEST_SKIP() << "built without xgrammar";
+  for (const std::string t : {"poolside-Laguna-XS.2.jinja", "poolside-Laguna-S-2.1.jinja"}) {
+    SCOPED_TRACE(t);
+    const auto f = format_of(t);
+    ASSERT_EQ(f.tools, chat::ToolSyntax::Glm);
+    ASSERT_EQ(f.reply_end, "</assistant>");
+    // S-2.1 thinks by default: its prompt opens the block, which the forced reply closes first.
+    const std::string prefix = reply_prefix(f, t == "poolside-Laguna-S-2.1.jinja");
+    const std::string text = prefix +
+                             "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>London"
+                             "</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n"
+                             "</tool_call>";
+    auto c = forced_call(f, prefix);
+    ASSERT_TRUE(c);
+    ASSERT_EQ(follows(*c, text), text.size()) << text;
+    expect_only_the_end(*c);
+    expect_reads_back(f, text + "</assistant>\n", R"({"city": "London", "days": 2})");
+    auto bad = forced_call(f, prefix);
+    const std::string over = prefix +
+                             "<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+                             "<arg_value>London</arg_value>\n<arg_key>days</arg_key>\n"
+                             "<arg_value>8</arg_value>";
+    EXPECT_LT(follows(*bad, over), over.size());
+  }
+}
