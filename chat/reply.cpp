@@ -806,8 +806,13 @@ ReplyFormat detect_reply_format(std::string_view src) {
     set(ToolSyntax::Qwen3Coder, "qwen3-coder");
   } else if (has(src, "<tool_call>") && has(src, "<arg_key>") && has(src, "<arg_value>")) {
     set(ToolSyntax::Glm, "glm");
-    // Laguna (poolside): GLM's calls in <assistant>..</assistant> turns.
-    if (has(src, "</assistant>")) f.family = "laguna", f.reply_end = "</assistant>";
+    // Laguna (poolside): GLM's calls in <assistant>..</assistant> turns. Ling 3.0 (Bailing V3):
+    // in <role>ASSISTANT</role>..<|role_end|> turns, and a call may begin before </think>.
+    if (has(src, "</assistant>")) {
+      f.family = "laguna", f.reply_end = "</assistant>";
+    } else if (has(src, "<role>ASSISTANT</role>") && has(src, "<|role_end|>")) {
+      f.family = "ling3", f.reply_end = "<|role_end|>", f.call_ends_reasoning = true;
+    }
   } else if (has(src, "<tool_call>")) {
     set(ToolSyntax::Hermes, "hermes");
   }
@@ -880,14 +885,22 @@ Reply parse_reply(const ReplyFormat& f, std::string_view text, const ParseOption
       return r;  // it may yet open the reasoning block (or say there is none)
     }
     if (in) {
-      const size_t close = t.find(f.think_close);
+      // The block ends at its close, or (Ling 3.0) where a call begins before it.
+      std::vector<std::string> ends = {f.think_close};
+      size_t close = t.find(f.think_close), skip = f.think_close.size();
+      if (f.call_ends_reasoning && o.calls)
+        for (const auto& op : call_openers(f)) {
+          ends.push_back(op);
+          if (const size_t at = t.find(op); at < close) close = at, skip = 0;
+        }
       if (close == std::string_view::npos) {
-        r.reasoning = trim(settled(t, {f.think_close}, o.partial));
+        r.reasoning =
+            trim(settled(t, std::vector<std::string_view>(ends.begin(), ends.end()), o.partial));
         if (!o.partial) r.reasoning = trim(t);
         return r;
       }
       r.reasoning = trim(t.substr(0, close));
-      body = t.substr(close + f.think_close.size());
+      body = t.substr(close + skip);
       after_reasoning = true;
     }
   }

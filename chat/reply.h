@@ -35,6 +35,8 @@ struct ReplyFormat {
   std::string think_open = "<think>", think_close = "</think>";
   // MiniMax-M3 begins a turn without reasoning with think_close alone.
   bool bare_think_close = false;
+  // Ling 3.0's calls may begin inside the reasoning block, which then ends there.
+  bool call_ends_reasoning = false;
   // Kimi-K3 wraps the answer in these.
   std::string content_open, content_close;
   // The end of the model's turn written as text (Kimi-K3's message close; Laguna's </assistant>,

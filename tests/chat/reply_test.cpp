@@ -369,6 +369,79 @@ TEST(Reply, LagunaGlmCallsInAssistantTurns) {
   EXPECT_EQ(format_of("GLM-4.6.jinja").reply_end, "");
 }
 
+// Ling 3.0 (Bailing V3): GLM's calls in <role>ASSISTANT</role>..<|role_end|> turns; the prompt
+// opens the reasoning block (thinking on), and a call may begin before it is closed. llama.cpp's
+// test-chat.cpp vectors ("Ling 3.0 / Bailing V3 dedicated parser"), reasoning and answers trimmed
+// as everywhere here.
+TEST(Reply, Ling3CallsMayEndTheReasoning) {
+  const std::string t = "inclusionai-ling-3.0-flash.jinja";
+  const auto S = ToolSyntax::Glm;
+  const ordered_json tools = ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+     "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "magic_int", "parameters": {"type": "object",
+     "properties": {"ref": {"type": "integer"}, "name": {"type": "string"}}, "required": ["ref"]}}},
+    {"type": "function", "function": {"name": "tool_2req_4opt", "parameters": {"type": "object",
+     "properties": {"req1": {"type": "string"}, "req2": {"type": "integer"},
+     "opt1": {"type": "string"}, "opt2": {"type": "integer"}, "opt3": {"type": "string"},
+     "opt4": {"type": "integer"}}, "required": ["req1", "req2"]}}}])");
+  auto expect = [&](const std::string& text, const Want& want, bool thinking = true) {
+    expect_reply(t, S, text, want, thinking, tools);
+  };
+  const std::string get_time =
+      "<tool_call>get_time\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>";
+  const std::pair<std::string, std::string> paris = {"get_time", R"({"city": "Paris"})"};
+  expect("I need to check the time first.\n" + get_time,
+         {"I need to check the time first.", "", {paris}});
+  expect("Let me check the time.\n</think>\nChecking it now.\n" + get_time,
+         {"Let me check the time.", "Checking it now.", {paris}});
+  expect(get_time + "\nThe time has been checked.", {"", "The time has been checked.", {paris}});
+  expect("</think>\n" + get_time + "\n" + get_time, {"", "", {paris, paris}});
+  expect(
+      "check this\n</think>\n<tool_call>tool_2req_4opt\n<arg_key>req1</arg_key>\n<arg_value>"
+      "contains </think> and <tool_call> strings</arg_value>\n<arg_key>req2</arg_key>\n"
+      "<arg_value>1</arg_value>\n</tool_call>",
+      {"check this",
+       "",
+       {{"tool_2req_4opt",
+         R"({"req1": "contains </think> and <tool_call> strings", "req2": 1})"}}});
+  // Thinking off: the template closed the block in the prompt.
+  expect("Here is the answer.\nNo think block at all.",
+         {"", "Here is the answer.\nNo think block at all."}, false);
+  expect(get_time, {"", "", {paris}}, false);
+  // The end of turn spelled out as text.
+  expect("Here is the answer.<|role_end|>", {"", "Here is the answer."}, false);
+  expect(get_time + "<|role_end|>", {"", "", {paris}});
+  expect(
+      "</think>\n<tool_call>get_time<arg_key>city</arg_key><arg_value>Paris</arg_value>"
+      "</tool_call>",
+      {"", "", {paris}});
+  expect(
+      "</think>\n<tool_call>tool_2req_4opt\n<arg_key>req2</arg_key>\n<arg_value>7</arg_value>\n"
+      "<arg_key>req1</arg_key>\n<arg_value>hello</arg_value>\n</tool_call>",
+      {"", "", {{"tool_2req_4opt", R"({"req2": 7, "req1": "hello"})"}}});
+  expect(
+      "</think>\n<tool_call>tool_2req_4opt\n<arg_key>req1</arg_key>\n<arg_value>hello"
+      "</arg_value>\n<arg_key>req2</arg_key>\n<arg_value>7</arg_value>\n<arg_key>opt1</arg_key>\n"
+      "<arg_value>extra</arg_value>\n</tool_call>",
+      {"", "", {{"tool_2req_4opt", R"({"req1": "hello", "req2": 7, "opt1": "extra"})"}}});
+  expect(
+      "</think>\n<tool_call>magic_int\n<arg_key>ref</arg_key>\n<arg_value>42</arg_value>\n"
+      "</tool_call>",
+      {"", "", {{"magic_int", R"({"ref": 42})"}}});
+
+  const ReplyFormat f = format_of(t);
+  EXPECT_EQ(f.family, "ling3");
+  EXPECT_EQ(f.reply_end, "<|role_end|>");
+  EXPECT_TRUE(prompt_opens_reasoning(f, "<role>ASSISTANT</role>\n<think>"));
+  EXPECT_FALSE(prompt_opens_reasoning(f, "<role>ASSISTANT</role>\n<think></think>"));
+  // Where no calls were offered, <tool_call> in the reasoning is reasoning.
+  ParseOptions o;
+  o.starts_in_reasoning = true, o.calls = false;
+  EXPECT_EQ(parse_reply(f, "a <tool_call>b\n</tool_call></think>c", o).reasoning,
+            "a <tool_call>b\n</tool_call>");
+}
+
 // MiniMax-M3: llama.cpp's test-chat.cpp vectors ("MiniMax-M3 tests - namespaced XML invoke
 // format"), with its tools. Every marker carries the namespace token; an argument is an element
 // named by its key, objects and arrays nested elements, and the tool's schema says how a value is

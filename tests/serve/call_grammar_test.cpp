@@ -44,8 +44,9 @@ chat::ReplyFormat format_of(const std::string& tmpl) {
 }
 
 // A matcher of the forced call of get_weather in the family's syntax.
-std::unique_ptr<Constraint> forced_call(const chat::ReplyFormat& f, const std::string& prefix) {
-  const GrammarSpec spec = call_grammar(f, kWeather, {ToolChoice::Mode::Required, ""}, prefix);
+std::unique_ptr<Constraint> forced_call(const chat::ReplyFormat& f, const std::string& prefix,
+                                        const ordered_json& tools = kWeather) {
+  const GrammarSpec spec = call_grammar(f, tools, {ToolChoice::Mode::Required, ""}, prefix);
   auto g = vocab().grammars.compile(spec);
   if (!g) ADD_FAILURE() << g.error().message << "\n" << spec.text;
   return g ? std::make_unique<Constraint>(*g) : nullptr;
@@ -126,6 +127,29 @@ TEST(CallGrammar, Hy3CallHoldsTheWholeSchemaAndEnds) {
     const std::string text = open + bad + close;
     EXPECT_LT(follows(*c, text), open.size() + bad.size()) << bad;
   }
+  // A string's pattern; a tool whose schema names no properties takes any keys and text values.
+  const ordered_json open_tools = ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+     "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["zip"]}}},
+    {"type": "function", "function": {"name": "note"}}])");
+  for (const auto& [text, ok] :
+       {std::pair{open + arg("zip", "75001") + close, true},
+        {open + arg("zip", "7500") + close, false},
+        {open + arg("zip", "75001x") + close, false},
+        {"<tool_calls:opensource>\n<tool_call:opensource>note<tool_sep:opensource>\n" +
+             arg("any key", "any <text>") + arg("k2", "[1, 2]") + close,
+         true},
+        {"<tool_calls:opensource>\n<tool_call:opensource>note<tool_sep:opensource>\n" + close,
+         true}}) {
+    auto c = forced_call(f, "", open_tools);
+    ASSERT_TRUE(c);
+    if (!ok) {
+      EXPECT_LT(follows(*c, text), text.size()) << text;
+      continue;
+    }
+    ASSERT_EQ(follows(*c, text), text.size()) << text;
+    expect_only_the_end(*c);
+  }
   // After a reasoning block the prompt opened.
   auto c = forced_call(f, "</think:opensource>\n\n");
   const std::string text =
@@ -134,31 +158,34 @@ TEST(CallGrammar, Hy3CallHoldsTheWholeSchemaAndEnds) {
   expect_only_the_end(*c);
 }
 
-// Laguna: GLM's call in its turn; the forced call ends where the template's does, and then the
-// turn ends (the end-of-turn token; </assistant> spelled out is the scheduler's turn_end).
-TEST(CallGrammar, LagunaCallEnds) {
+// Laguna and Ling 3.0: GLM's call in their turns; the forced call ends where the template's
+// does, and then the turn ends (the end-of-turn token; the turn's end spelled out is the
+// scheduler's turn_end), with the prompt's reasoning block open or closed.
+TEST(CallGrammar, GlmCallsInTurnsEnd) {
   if (!grammars_available()) GTEST_SKIP() << "built without xgrammar";
-  for (const std::string t : {"poolside-Laguna-XS.2.jinja", "poolside-Laguna-S-2.1.jinja"}) {
-    SCOPED_TRACE(t);
-    const auto f = format_of(t);
-    ASSERT_EQ(f.tools, chat::ToolSyntax::Glm);
-    ASSERT_EQ(f.reply_end, "</assistant>");
-    // S-2.1 thinks by default: its prompt opens the block, which the forced reply closes first.
-    const std::string prefix = reply_prefix(f, t == "poolside-Laguna-S-2.1.jinja");
-    const std::string text = prefix +
-                             "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>London"
-                             "</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n"
-                             "</tool_call>";
-    auto c = forced_call(f, prefix);
-    ASSERT_TRUE(c);
-    ASSERT_EQ(follows(*c, text), text.size()) << text;
-    expect_only_the_end(*c);
-    expect_reads_back(f, text + "</assistant>\n", R"({"city": "London", "days": 2})");
-    auto bad = forced_call(f, prefix);
-    const std::string over = prefix +
-                             "<tool_call>get_weather\n<arg_key>city</arg_key>\n"
-                             "<arg_value>London</arg_value>\n<arg_key>days</arg_key>\n"
-                             "<arg_value>8</arg_value>";
-    EXPECT_LT(follows(*bad, over), over.size());
-  }
+  for (const auto& [t, turn_end] :
+       {std::pair<std::string, std::string>{"poolside-Laguna-XS.2.jinja", "</assistant>"},
+        {"poolside-Laguna-S-2.1.jinja", "</assistant>"},
+        {"inclusionai-ling-3.0-flash.jinja", "<|role_end|>"}})
+    for (bool in_reasoning : {false, true}) {
+      SCOPED_TRACE(t + (in_reasoning ? ", reasoning open" : ""));
+      const auto f = format_of(t);
+      ASSERT_EQ(f.tools, chat::ToolSyntax::Glm);
+      ASSERT_EQ(f.reply_end, turn_end);
+      const std::string prefix = reply_prefix(f, in_reasoning);
+      const std::string call =
+          "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>London"
+          "</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n"
+          "</tool_call>";
+      auto c = forced_call(f, prefix);
+      ASSERT_TRUE(c);
+      ASSERT_EQ(follows(*c, prefix + call), prefix.size() + call.size());
+      expect_only_the_end(*c);
+      expect_reads_back(f, call + turn_end + "\n", R"({"city": "London", "days": 2})");
+      auto bad = forced_call(f, prefix);
+      const std::string over = prefix +
+                               "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>London"
+                               "</arg_value>\n<arg_key>days</arg_key>\n<arg_value>8</arg_value>";
+      EXPECT_LT(follows(*bad, over), over.size());
+    }
 }
