@@ -442,6 +442,39 @@ TEST(Reply, Ling3CallsMayEndTheReasoning) {
             "a <tool_call>b\n</tool_call>");
 }
 
+// Step 3.5 Flash (StepFun3.5-Flash.jinja) writes Qwen3-Coder's calls; llama.cpp's test-chat.cpp
+// vectors for it, values typed by the tools' schemas (a string stays a string whatever it reads
+// as).
+TEST(Reply, StepFun35QwenXmlCalls) {
+  const std::string t = "StepFun3.5-Flash.jinja";
+  const auto S = ToolSyntax::Qwen3Coder;
+  const ordered_json tools = ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "magic", "parameters": {"type": "object",
+     "properties": {"name": {"type": "string"}, "ref": {"type": "string"}},
+     "required": ["name", "ref"]}}},
+    {"type": "function", "function": {"name": "special_function", "parameters": {"type": "object",
+     "properties": {"arg1": {"type": "integer"}}, "required": ["arg1"]}}},
+    {"type": "function", "function": {"name": "string_param", "parameters": {"type": "object",
+     "properties": {"text": {"type": "string"}}, "required": []}}}])");
+  auto expect = [&](const std::string& text, const Want& want) {
+    expect_reply(t, S, text, want, true, tools);
+  };
+  expect("I was thinking\n</think>\nNow I'm not.", {"I was thinking", "Now I'm not."});
+  expect(
+      "Let me call the magic tool\n</think>\n<tool_call>\n<function=magic>\n<parameter=name>\n"
+      "fooBar\n</parameter>\n<parameter=ref>\n5123123\n</parameter>\n</function>\n</tool_call>",
+      {"Let me call the magic tool", "", {{"magic", R"({"name": "fooBar", "ref": "5123123"})"}}});
+  expect(
+      "Let me call the special function\n</think>\n<tool_call>\n<function=special_function>\n"
+      "<parameter=arg1>\n42555916\n</parameter>\n</function>\n</tool_call>",
+      {"Let me call the special function", "", {{"special_function", R"({"arg1": 42555916})"}}});
+  expect(
+      "Call string_param with empty text\n</think>\n<tool_call>\n<function=string_param>\n"
+      "<parameter=text>\n\n</parameter>\n</function>\n</tool_call>",
+      {"Call string_param with empty text", "", {{"string_param", R"({"text": ""})"}}});
+  EXPECT_TRUE(prompt_opens_reasoning(format_of(t), "<|im_start|>assistant\n<think>\n"));
+}
+
 // MiniMax-M3: llama.cpp's test-chat.cpp vectors ("MiniMax-M3 tests - namespaced XML invoke
 // format"), with its tools. Every marker carries the namespace token; an argument is an element
 // named by its key, objects and arrays nested elements, and the tool's schema says how a value is

@@ -288,7 +288,8 @@ try:
                 "Kimi-K3.jinja", "deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-ai-DeepSeek-V3.2.jinja",
                 "deepseek-ai-DeepSeek-V4.jinja", "GLM-4.6.jinja", "openai-gpt-oss-120b.jinja",
                 "MiniMax-M2.jinja", "MiniMax-M3.jinja", "tencent-Hy3.jinja",
-                "poolside-Laguna-XS.2.jinja", "poolside-Laguna-S-2.1.jinja", "inclusionai-ling-3.0-flash.jinja"]:
+                "poolside-Laguna-XS.2.jinja", "poolside-Laguna-S-2.1.jinja", "inclusionai-ling-3.0-flash.jinja",
+                "StepFun3.5-Flash.jinja"]:
         uf = start_serve(["--model", MODEL, "--local", "--alias", "kjv", "--chat-template", os.path.join(TEMPLATES, fam)],
                          ctx=2048)
         of = openai.OpenAI(base_url=uf + "/v1", api_key="none", max_retries=0)
