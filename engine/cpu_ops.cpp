@@ -330,11 +330,14 @@ class CpuOps final : public Ops {
   }
 
   void mul_act(Act y, Act g, Unary f) override {
-    const int64_t n = y.rows * y.cols;
-    if (f == Unary::Sigmoid)
-      for (int64_t i = 0; i < n; ++i) y.data[i] *= sigmoid(g.data[i]);
-    else
-      for (int64_t i = 0; i < n; ++i) y.data[i] *= kernels::silu(g.data[i]);
+    const int64_t n = y.rows * y.cols, span = y.cols / g.cols;  // y[i] by g[i / span]
+    assert(g.rows == y.rows && y.cols % g.cols == 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = g.data[i / span];
+      y.data[i] *= f == Unary::Sigmoid ? sigmoid(x)
+                   : f == Unary::Silu  ? kernels::silu(x)
+                                       : (x > 20.0f ? x : std::log(1.0f + std::exp(x)));
+    }
   }
 
   void res_mix(Act stack, int n, Act cur, const Tensor& w, float eps, Act out) override {

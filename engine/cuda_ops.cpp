@@ -352,8 +352,8 @@ class CudaOps final : public Ops {
   }
   void mul_act(Act y, Act g, Unary f) override {
     if (ok())
-      check("mul_act",
-            kernels::cuda::mul_act(y.data, g.data, y.rows * y.cols, f == Unary::Silu, stream_));
+      check("mul_act", kernels::cuda::mul_act(y.data, g.data, y.rows * y.cols, int(f),
+                                              y.cols / g.cols, stream_));
   }
   void res_mix(Act stack, int n, Act cur, const Tensor& w, float eps, Act out) override {
     if (const float* d = dev_f32(w))

@@ -261,7 +261,8 @@ struct MoeRoutes {
 // tokens and their output rows. Keeps r's buffers.
 void group_routes(std::span<const Route> routes, int n_expert, int k, MoeRoutes& r);
 
-enum class Unary { Sigmoid, Silu };  // silu(x) = x sigmoid(x), as ggml computes it
+// silu(x) = x sigmoid(x), as ggml computes it; softplus(x) = log(1 + e^x), x above 20 (ggml's).
+enum class Unary { Sigmoid, Silu, Softplus };
 
 struct ExpertWeights {
   Tensor gate, up, down;        // one expert: {in, out}
@@ -393,7 +394,9 @@ class Ops {
   virtual void ffn(const FfnWeights& w, Act h, Act out) = 0;  // down(act(gate h, up h))
   virtual void copy(Cols dst, Cols src) = 0;                  // same shape
   virtual void repeat(Act x, int n, Act out) = 0;             // each row of out: x's row n times
-  // y *= f(g), elementwise: Kimi-K3's output gates (sigmoid), the gated delta-net's (silu).
+  // y *= f(g), elementwise: Kimi-K3's output gates (sigmoid), the gated delta-net's (silu); or,
+  // where g is narrower (y.cols a multiple of g.cols), each g value over its own run of
+  // y.cols / g.cols values of the row: Laguna's per-head softplus gates.
   virtual void mul_act(Act y, Act g, Unary f) = 0;
   // Kimi-K3's attention residuals: out = softmax over the n checkpoints (rows [j T, (j+1) T) of
   // `stack`, T = cur.rows) and cur of their scores rmsnorm(x) . w, applied to the raw rows.

@@ -1,5 +1,6 @@
 #include "engine/archs/common.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace engine::archs {
@@ -7,7 +8,10 @@ namespace engine::archs {
 void read_base(Meta& m, Hparams& hp, int first_moe_layer) {
   m.u("embedding_length", hp.n_embd);
   m.u("block_count", hp.n_layer);
-  m.u("attention.head_count", hp.n_head);
+  // one count, or one per layer (Laguna's): the largest here, the architecture reads each
+  std::vector<int> heads;
+  m.per_layer("attention.head_count", hp.n_layer, heads);
+  hp.n_head = heads.empty() ? 0 : *std::max_element(heads.begin(), heads.end());
   m.u("attention.head_count_kv", hp.n_head_kv, hp.n_head);
   m.u("attention.key_length", hp.head_dim, hp.n_head ? hp.n_embd / hp.n_head : 0);
   m.u("rope.dimension_count", hp.n_rot, hp.head_dim);

@@ -178,9 +178,13 @@ __global__ void situ_kernel(const float* g, const float* u, float* out, int64_t 
   out[i] = a * up;
 }
 
-__global__ void mul_act_kernel(float* y, const float* g, int64_t n, bool silu) {
+__global__ void mul_act_kernel(float* y, const float* g, int64_t n, int op, int64_t span) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] *= silu ? g[i] / (1.0f + expf(-g[i])) : 1.0f / (1.0f + expf(-g[i]));
+  if (i >= n) return;
+  const float x = g[i / span];
+  y[i] *= op == 1   ? x / (1.0f + expf(-x))
+          : op == 2 ? (x > 20.0f ? x : logf(1.0f + expf(x)))
+                    : 1.0f / (1.0f + expf(-x));
 }
 
 __global__ void attn_temperature_kernel(float* x, int64_t rows, int64_t cols, int64_t pos0,
@@ -595,9 +599,10 @@ cudaError_t attn_temperature(float* x, int64_t rows, int64_t cols, int64_t pos0,
   return cudaGetLastError();
 }
 
-cudaError_t mul_act(float* y, const float* g, int64_t n, bool silu, cudaStream_t stream) {
+cudaError_t mul_act(float* y, const float* g, int64_t n, int op, int64_t span,
+                    cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  EXPERTD_LAUNCH(mul_act_kernel, blocks_for(n, 256), 256, 0, stream)(y, g, n, silu);
+  EXPERTD_LAUNCH(mul_act_kernel, blocks_for(n, 256), 256, 0, stream)(y, g, n, op, span);
   return cudaGetLastError();
 }
 

@@ -65,8 +65,9 @@ cudaError_t swiglu_limit(const float* gate, const float* up, float* out, int64_t
 // side plain when linear_beta <= 0).
 cudaError_t situ(const float* gate, const float* up, float* out, int64_t n, float beta,
                  float linear_beta, cudaStream_t stream);
-// y *= sigmoid(g), or silu(g) = g / (1 + exp(-g)) (ggml's) when `silu`.
-cudaError_t mul_act(float* y, const float* g, int64_t n, bool silu, cudaStream_t stream);
+// y[i] *= f(g[i / span]): op 0 sigmoid, 1 silu (g / (1 + exp(-g)), ggml's), 2 softplus (ggml's:
+// log(1 + exp(g)), g above 20).
+cudaError_t mul_act(float* y, const float* g, int64_t n, int op, int64_t span, cudaStream_t stream);
 // Row r (position pos0 + r) of x (rows x cols) times log(floor((pos + offset) / length) + 1)
 // scale + 1, in double (engine::attn_temperature_factor).
 cudaError_t attn_temperature(float* x, int64_t rows, int64_t cols, int64_t pos0, float scale,

@@ -239,7 +239,8 @@ TEST(CudaEngine, NewerAttentionFamiliesMatchTheCpuEngine) {
 // The grouped-query families of issue 45: MiniMax-M2, Ling 2.0, ERNIE 4.5, K-EXAONE (windows,
 // NoPE layers), Llama 4 (chunks, temperature, the router's weight before the expert), Hy3,
 // Trinity (muP embeddings, gated attention, sandwich norms), MiMo-V2 (value heads of their own
-// size, per-layer KV heads, sinks).
+// size, per-layer KV heads, sinks), Laguna (per-layer query heads, softplus gates per head, YaRN
+// and plain RoPE by layer).
 TEST(CudaEngine, GroupedQueryFamiliesMatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();
   for (const char* id : {"minimax/m2-f32", "ling/ling-f32", "ernie/ernie-f32", "exaone/exaone-f32",

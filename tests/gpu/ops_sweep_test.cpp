@@ -196,6 +196,11 @@ TEST(OpsSweep, RowWiseOps) {
     out.add(o, "mul_act sigmoid", a);
     o.mul_act(a, input(o, y, T, E), engine::Unary::Silu);
     out.add(o, "mul_act silu", a);
+    o.mul_act(a, input(o, big, T, E), engine::Unary::Softplus);  // both sides of 20
+    out.add(o, "mul_act softplus", a);
+    o.mul_act(a, input(o, std::vector<float>(big.begin(), big.begin() + T * 4), T, 4),
+              engine::Unary::Softplus);
+    out.add(o, "mul_act softplus, one gate per head of E/4", a);
     Act c = o.alloc(T, E);
     o.copy(c, b);
     out.add(o, "copy", c);
