@@ -26,6 +26,8 @@ float glu(const Glu& a, float g, float u) {
       const float x = std::min(g, a.limit), y = std::clamp(u, -a.limit, a.limit);
       return x / (1.0f + std::exp(-x)) * y;
     }
+    case Activation::SwigluClamp:  // llama.cpp's clamps around ggml_silu
+      return std::min(kernels::silu(g), a.limit) * std::clamp(u, -a.limit, a.limit);
     case Activation::Swiglu:
       break;
   }

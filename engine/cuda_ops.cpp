@@ -689,8 +689,10 @@ class CudaOps final : public Ops {
         return check(
             "situ", kernels::cuda::situ(g.data, u.data, g.data, n, a.beta, a.linear_beta, stream_));
       case Activation::SwigluLimit:
+      case Activation::SwigluClamp:
         return check("swiglu_limit",
-                     kernels::cuda::swiglu_limit(g.data, u.data, g.data, n, a.limit, stream_));
+                     kernels::cuda::swiglu_limit(g.data, u.data, g.data, n, a.limit,
+                                                 a.kind == Activation::SwigluClamp, stream_));
       case Activation::Swiglu:
         break;
     }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,9 @@ struct RouteOpts {
 // The gated activation of an FFN or an expert, act(gate, up): silu(g) * u; gpt-oss's clamped
 // swiglu (alpha 1.702, limit 7); Kimi-K3's situ, beta tanh(g / beta) sigmoid(g) times
 // linear_beta tanh(u / linear_beta) (the up side plain when linear_beta <= 0); DeepSeek-V4's
-// limited swiglu, silu(min(g, limit)) * clamp(u, -limit, limit).
-enum class Activation { Swiglu, SwigluOai, Situ, SwigluLimit };
+// limited swiglu, silu(min(g, limit)) * clamp(u, -limit, limit); Step 3.5's clamped one,
+// min(silu(g), limit) * clamp(u, -limit, limit).
+enum class Activation { Swiglu, SwigluOai, Situ, SwigluLimit, SwigluClamp };
 struct Glu {
   Activation kind = Activation::Swiglu;
   float beta = 1.0f, linear_beta = 0.0f;  // situ
@@ -70,6 +72,7 @@ struct MoeWeights {
   Tensor shexp_gate;              // ffn_gate_inp_shexp: (n_embd) -> 1, sigmoid gate, optional
   RouteOpts route;
   Glu act;
+  std::optional<Glu> shexp_act;  // the shared expert's, where not act (Step 3.5's own clamps)
   int64_t n_embd = 0;  // the experts' input and output width; 0: the model's (Kimi-K3: latent)
   bool expert_biases = false;  // the experts carry biases (the pack must have them)
 };

@@ -244,7 +244,7 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
 Act Engine::shared_expert(const MoeWeights& w, Act h, Act out) {
   if (w.gate_shexp) {
     Act shared = ops_->alloc(h.rows, m_.hp.n_embd);
-    ops_->ffn({w.gate_shexp, w.up_shexp, w.down_shexp, w.act}, h, shared);
+    ops_->ffn({w.gate_shexp, w.up_shexp, w.down_shexp, w.shexp_act.value_or(w.act)}, h, shared);
     ops_->add_gated(out, shared, w.shexp_gate, h);
   }
   return out;

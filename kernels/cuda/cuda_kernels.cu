@@ -162,10 +162,15 @@ __global__ void swiglu_oai_kernel(const float* g, const float* u, float* out, in
 }
 
 __global__ void swiglu_limit_kernel(const float* g, const float* u, float* out, int64_t n,
-                                    float limit) {
+                                    float limit, bool after) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float x = fminf(g[i], limit), y = fminf(fmaxf(u[i], -limit), limit);
+  const float y = fminf(fmaxf(u[i], -limit), limit);
+  if (after) {
+    out[i] = fminf(g[i] / (1.0f + expf(-g[i])), limit) * y;
+    return;
+  }
+  const float x = fminf(g[i], limit);
   out[i] = x / (1.0f + expf(-x)) * y;
 }
 
@@ -576,9 +581,10 @@ cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n
 }
 
 cudaError_t swiglu_limit(const float* gate, const float* up, float* out, int64_t n, float limit,
-                         cudaStream_t stream) {
+                         bool after, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  EXPERTD_LAUNCH(swiglu_limit_kernel, blocks_for(n, 256), 256, 0, stream)(gate, up, out, n, limit);
+  EXPERTD_LAUNCH(swiglu_limit_kernel, blocks_for(n, 256), 256, 0, stream)
+  (gate, up, out, n, limit, after);
   return cudaGetLastError();
 }
 

@@ -57,9 +57,10 @@ cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cu
 // gpt-oss: x = min(gate, 7), out = x * sigmoid(1.702 x) * (clamp(up, -7, 7) + 1)
 cudaError_t swiglu_oai(const float* gate, const float* up, float* out, int64_t n,
                        cudaStream_t stream);
-// DeepSeek-V4: out = silu(min(gate, limit)) * clamp(up, -limit, limit)
+// DeepSeek-V4: out = silu(min(gate, limit)) * clamp(up, -limit, limit); `after` (Step 3.5):
+// min(silu(gate), limit) * clamp(up, -limit, limit)
 cudaError_t swiglu_limit(const float* gate, const float* up, float* out, int64_t n, float limit,
-                         cudaStream_t stream);
+                         bool after, cudaStream_t stream);
 
 // Kimi-K3's situ: beta tanh(g / beta) sigmoid(g) * linear_beta tanh(u / linear_beta) (the up
 // side plain when linear_beta <= 0).

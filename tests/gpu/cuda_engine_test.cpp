@@ -240,7 +240,7 @@ TEST(CudaEngine, NewerAttentionFamiliesMatchTheCpuEngine) {
 // NoPE layers), Llama 4 (chunks, temperature, the router's weight before the expert), Hy3,
 // Trinity (muP embeddings, gated attention, sandwich norms), MiMo-V2 (value heads of their own
 // size, per-layer KV heads, sinks), Laguna (per-layer query heads, softplus gates per head, YaRN
-// and plain RoPE by layer).
+// and plain RoPE by layer), Step 3.5 (per-layer heads, per-head sigmoid gates, SwiGLU clamps).
 TEST(CudaEngine, GroupedQueryFamiliesMatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();
   for (const char* id : {"minimax/m2-f32", "ling/ling-f32", "ernie/ernie-f32", "exaone/exaone-f32",

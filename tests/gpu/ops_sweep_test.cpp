@@ -271,14 +271,15 @@ TEST(OpsSweep, FfnOfEveryActivation) {
   for (auto [kind, name] : {std::pair{Activation::Swiglu, "swiglu"},
                             {Activation::SwigluOai, "swiglu_oai"},
                             {Activation::Situ, "situ"},
-                            {Activation::SwigluLimit, "swiglu_limit"}}) {
+                            {Activation::SwigluLimit, "swiglu_limit"},
+                            {Activation::SwigluClamp, "swiglu_clamp (Step 3.5)"}}) {
     Weights w;
     engine::FfnWeights f{w.make(kernels::Q8_0, E, F),
                          w.make(kernels::Q8_0, E, F),
                          w.make(kernels::Q8_0, F, E),
                          {kind}};
     if (kind == Activation::Situ) f.act.beta = 4.0f, f.act.linear_beta = 16.0f;
-    if (kind == Activation::SwigluLimit) f.act.limit = 7.0f;
+    if (kind == Activation::SwigluLimit || kind == Activation::SwigluClamp) f.act.limit = 4.0f;
     const auto x = normal(T * E, 20);
     sweep(w, std::string("ffn ") + name, kMatmul, [&](Ops& o, Outputs& out) {
       Act y = o.alloc(T, E);
