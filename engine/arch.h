@@ -35,7 +35,8 @@ enum class Role : uint8_t {
   ExpertDown,
   ExpertBias,
   Index,  // I32 ids below TensorSpec::index_limit (DeepSeek-V4's hash-routing table)
-  Decay   // F32 negative rates (the gated delta-net's -exp(A_log)): synthetic ones are negative
+  Decay,  // F32 negative rates (the gated delta-net's -exp(A_log)): synthetic ones are negative
+  RopeFactors  // F32 rope frequency factors (rope_freqs): synthetic ones rise from 1 to 4
 };
 
 // Whether tensors of this role are F32 (the loader checks it; expert-pack synth writes them so).

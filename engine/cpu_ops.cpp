@@ -148,7 +148,7 @@ class CpuOps final : public Ops {
     for (int64_t t = 0; t < x.rows; ++t)
       for (int64_t h = 0; h < x.cols / stride; ++h)
         kernels::rope(x.row(t) + h * stride + offset, n_rot, n_rot, pos0 + t, o.base, o.neox,
-                      o.yarn, o.inverse);
+                      o.yarn, o.inverse, o.freq_factors ? o.freq_factors.f32() : nullptr);
   }
 
   void scale_rows(Act x, std::span<const float> f) override {

@@ -235,7 +235,8 @@ class CudaOps final : public Ops {
                const RopeOpts& o) override {
     if (ok())
       check("rope", kernels::cuda::rope(x.data + offset, x.rows, x.cols / stride, stride, n_rot,
-                                        pos0, o.base, o.neox, o.yarn, stream_, o.inverse));
+                                        pos0, o.base, o.neox, o.yarn, stream_, o.inverse,
+                                        o.freq_factors ? dev_f32(o.freq_factors) : nullptr));
   }
 
   // The factors uploaded (from pageable memory: taken when the call returns), then a row scale.

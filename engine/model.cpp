@@ -30,7 +30,7 @@ bool Model::is_routed_experts(const Tensor& t) const {
 
 bool f32_role(Role r) {
   return r == Role::Norm || r == Role::Bias || r == Role::Router || r == Role::ExpertBias ||
-         r == Role::Decay;
+         r == Role::Decay || r == Role::RopeFactors;
 }
 
 namespace {

@@ -54,6 +54,9 @@ struct RopeOpts {
   bool neox = true;                     // NeoX pairs (i, i + n_rot/2), else adjacent (2i, 2i+1)
   const kernels::Yarn* yarn = nullptr;  // YaRN context extension, or none
   bool inverse = false;                 // rotate back (ggml's rope_back)
+  // rope_freqs (F32, n_rot / 2): each pair's angle divided by its factor (llama3-style scaling,
+  // as ggml's rope factors); absent: none.
+  Tensor freq_factors;
 };
 
 // Causal attention over the layer's KV cache (grouped-query: head h reads KV head h / (n_head /

@@ -331,7 +331,7 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
           std::memcpy(buf.data() + r * rb, ids.data(), ne0 * sizeof(int32_t));
         }
       } else if (t.role != Role::Norm && t.role != Role::Embedding && t.role != Role::Router &&
-                 t.role != Role::Decay) {
+                 t.role != Role::Decay && t.role != Role::RopeFactors) {
         random_blocks(type, buf.data(), buf.size(), std_dev, rng);
       } else {
         std::vector<uint32_t> perm(t.role == Role::Router ? t.ne[1] : 0);
@@ -345,6 +345,9 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
           for (uint64_t c = 0; c < ne0; ++c) {
             float x = t.role == Role::Norm ? 1.0f : gauss(rng) * std_dev;
             if (t.role == Role::Decay) x = -std::exp(gauss(rng) * 0.5f);  // as -exp(A_log)
+            // llama3-style: 1 on the fast pairs up to 4 on the slow ones
+            if (t.role == Role::RopeFactors)
+              x = 1.0f + 3.0f * float(c) / float(std::max<uint64_t>(ne0 - 1, 1));
             // Embeddings at the scale of what the blocks add to the residual stream (norm
             // ~sqrt(n_embd)): at a smaller scale, attention's average over positions and the
             // experts' outputs swamp each token's own direction and every token routes alike.

@@ -386,11 +386,12 @@ Yarn yarn_params(float factor, int64_t n_rot, float base, int64_t n_ctx_orig, fl
 }
 
 void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bool neox,
-          const Yarn* yarn, bool inverse) {
+          const Yarn* yarn, bool inverse, const float* freq_factors) {
   (void)head_dim;
   const float theta_scale = std::pow(base, -2.0f / static_cast<float>(n_rot));
-  float theta_extrap = static_cast<float>(pos);
+  float theta_base = static_cast<float>(pos);
   for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const float theta_extrap = freq_factors ? theta_base / freq_factors[i] : theta_base;
     float theta = theta_extrap, ms = 1.0f;
     if (yarn) {
       const float interp = yarn->freq_scale * theta_extrap;
@@ -405,7 +406,7 @@ void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bo
     const float x0 = x[a], x1 = x[b];
     x[a] = x0 * c - x1 * s;
     x[b] = x0 * s + x1 * c;
-    theta_extrap *= theta_scale;
+    theta_base *= theta_scale;
   }
 }
 

@@ -124,9 +124,10 @@ struct Yarn {
 };
 Yarn yarn_params(float factor, int64_t n_rot, float base, int64_t n_ctx_orig,
                  float beta_fast = 32.0f, float beta_slow = 1.0f);
-// inverse: rotate by -theta (ggml's rope_back)
+// inverse: rotate by -theta (ggml's rope_back); freq_factors (n_rot / 2, may be null): pair i's
+// angle divided by freq_factors[i] before YaRN (ggml's rope factors, llama3-style scaling).
 void rope(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float base, bool neox,
-          const Yarn* yarn = nullptr, bool inverse = false);
+          const Yarn* yarn = nullptr, bool inverse = false, const float* freq_factors = nullptr);
 void softmax(float* x, int64_t n);
 float silu(float x);
 // SwiGLU over n values: out[i] = silu(g[i]) * u[i] with softmax.h's exp (within ~1 ulp of exp;

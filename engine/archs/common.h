@@ -32,6 +32,18 @@ std::optional<kernels::Yarn> read_yarn(Meta& m, const Hparams& hp, bool yarn_ok)
 // on, a key such files carry for our planner only. At least one must be (else an error).
 std::vector<char> moe_by_router(Meta& m, int n_layer);
 
+// rope_freqs.weight: llama3-style rope frequency factors (F32, n_rot / 2), optional, read
+// where the file has them (RopeOpts::freq_factors). expert-pack synth writes them where the
+// metadata asks (<arch>.synth_rope_freqs, a key for our planner only: the --dims test sizes).
+struct RopeFreqs {
+  Tensor t;
+  bool synth = false;
+  void read(Meta& m) { m.b("synth_rope_freqs", synth, false); }
+  void plan(Plan& p, int64_t n_rot) {
+    p.optional(t, "rope_freqs.weight", {n_rot / 2}, Role::RopeFactors, synth);
+  }
+};
+
 // Standard shapes.
 inline int64_t q_width(const Hparams& hp) {
   return int64_t{hp.n_head} * hp.head_dim;

@@ -30,8 +30,9 @@ class ExaoneMoe final : public Arch {
     if (window_ < 1) return m.fail("implausible exaone-moe.attention.sliding_window");
     if (hp.n_rot != hp.head_dim)
       return m.fail("rope.dimension_count must be the head size (llama.cpp rotates whole heads)");
-    // llama.cpp multiplies the rotation by rope_freqs where a file has them (llama3-style rope
-    // scaling); that is not implemented here, so such a file is refused rather than run without.
+    // rope_freqs (llama3-style rope scaling): the op exists (RopeOpts::freq_factors, Llama 4's),
+    // but llama.cpp cannot load an exaone-moe file with them beside its MTP block ("too many
+    // tensors"), so there is nothing to check such a file against: refused rather than guessed.
     if (m.file().tensor("rope_freqs.weight"))
       return m.fail("rope_freqs.weight (rope frequency factors) is not supported");
     sliding_.assign(size_t(hp.n_layer), 0);

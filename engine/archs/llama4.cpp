@@ -5,8 +5,8 @@
 // without a weight, except in the 128-expert model (llama.cpp's rule); MoE every
 // interleave_moe_layer_step-th layer (dense FFNs between), one expert a token chosen by a sigmoid
 // router whose weight scales the expert's input rather than its output, beside a shared expert.
-// rope_freqs (Scout's llama3 rope scaling) is refused: rope frequency factors are not an op yet;
-// so is a file without chunks (sliding_window 0, MobileLLM-style).
+// rope_freqs (Scout's llama3 rope scaling) divide the rotated layers' angles where the file has
+// them. A file without chunks (sliding_window 0, MobileLLM-style) is refused.
 #include <cmath>
 
 #include "engine/archs/common.h"
@@ -34,10 +34,7 @@ class Llama4 final : public Arch {
                     ": Llama 4 routes each token to one expert (its weight scales the input)");
     if (hp.n_rot != hp.head_dim)
       return m.fail("rope.dimension_count must be the head size (llama.cpp rotates whole heads)");
-    if (m.file().tensor("rope_freqs.weight"))
-      return m.fail(
-          "rope_freqs.weight (rope frequency factors, llama3 rope scaling) is not "
-          "supported");
+    rope_freqs_.read(m);            // Scout: llama3-style rope scaling
     kq_norm_ = hp.n_expert != 128;  // llama.cpp: every Llama 4 but the 17B-128E
     if (m.file().tensor("blk." + std::to_string(step_ - 1) + ".exp_probs_b.bias"))
       return m.fail("exp_probs_b.bias: llama.cpp's Llama 4 routing has no selection bias");
@@ -65,6 +62,7 @@ class Llama4 final : public Arch {
   void plan(const Hparams& hp, Plan& p) override {
     hp_ = hp;
     const int64_t n_embd = hp.n_embd;
+    rope_freqs_.plan(p, hp.n_rot);
     layers_.resize(size_t(hp.n_layer));
     for (int il = 0; il < hp.n_layer; ++il) {
       Layer& w = layers_[size_t(il)];
@@ -97,7 +95,8 @@ class Llama4 final : public Arch {
     Act h = ops.rms_norm(x, w.a.attn_norm, hp.eps);
     Act q = ops.matmul(w.a.wq, h), k = ops.matmul(w.a.wk, h), v = ops.matmul(w.a.wv, h);
     if (rope) {
-      const RopeOpts ro{chunked ? rope_base_swa_ : hp.rope_base, /*neox=*/false};
+      RopeOpts ro{chunked ? rope_base_swa_ : hp.rope_base, /*neox=*/false};
+      ro.freq_factors = rope_freqs_.t;
       ops.rope(q, hp.head_dim, 0, hp.n_rot, ro);
       ops.rope(k, hp.head_dim, 0, hp.n_rot, ro);
       if (kq_norm_) {  // Llama4TextL2Norm: an RMS norm per head, no weight
@@ -135,6 +134,7 @@ class Llama4 final : public Arch {
   int step_ = 1;
   bool kq_norm_ = true;
   float rope_base_swa_ = 10000.0f;
+  archs::RopeFreqs rope_freqs_;
   int64_t n_ff_ = 0;
   std::vector<char> chunked_;  // per layer: chunked attention (else global)
   std::vector<Layer> layers_;
@@ -146,7 +146,8 @@ class Llama4 final : public Arch {
 // (intermediate_size_mlp) between, rope base 500,000 with no scaling, RMSNorm eps 1e-5, no QK
 // norm, chunks of 8,192, a 1,048,576 context, vocabulary 202,048 (the llama4 pre-tokenizer).
 // They give the published 400B total (24 x 128 x 3 x 5,120 x 8,192 = 387B routed) and 17B
-// active. --dims: MoE every 2nd layer as published; below 128 experts llama.cpp's QK norm is on.
+// active. --dims: MoE every 2nd layer as published; below 128 experts llama.cpp's QK norm is on;
+// Scout's rope frequency factors (rope_freqs), so the test size has every feature read.
 expertd::Result<SynthModel> Llama4::synth(const std::string&, const SynthDims& d) const {
   archs::SynthSizes s{5120, 48, 128, 1, 8192, 40, 8, 128, 202048, 500000.0f, 1e-5f};
   int n_ff = 16384;
@@ -157,7 +158,8 @@ expertd::Result<SynthModel> Llama4::synth(const std::string&, const SynthDims& d
   m->u32["context_length"] = 1048576;
   m->u32["interleave_moe_layer_step"] = 2;
   m->u32["feed_forward_length"] = n_ff;
-  m->u32["expert_gating_func"] = 2;  // sigmoid
+  m->u32["expert_gating_func"] = 2;                    // sigmoid
+  if (d.given()) m->flags["synth_rope_freqs"] = true;  // Scout's rope factors, at test size
   return m;
 }
 

@@ -124,7 +124,7 @@ __global__ void layer_norm_kernel(const float* x, const float* w, const float* b
 
 __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride,
                             int64_t n_rot, int64_t pos0, float base, bool neox, bool use_yarn,
-                            kernels::Yarn yarn, bool inverse) {
+                            kernels::Yarn yarn, bool inverse, const float* ff) {
   const int64_t half = n_rot / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n_tokens * n_heads * half) return;
@@ -134,6 +134,7 @@ __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t
   const float theta_scale = powf(base, -2.0f / float(n_rot));
   float theta_extrap = float(pos0 + t);
   for (int64_t j = 0; j < i; ++j) theta_extrap *= theta_scale;
+  if (ff) theta_extrap /= ff[i];
   float theta = theta_extrap, ms = 1.0f;
   if (use_yarn) {
     const float interp = yarn.freq_scale * theta_extrap;
@@ -558,12 +559,12 @@ cudaError_t layer_norm(const float* x, const float* w, const float* b, float* y,
 
 cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot,
                  int64_t pos0, float base, bool neox, const kernels::Yarn* yarn,
-                 cudaStream_t stream, bool inverse) {
+                 cudaStream_t stream, bool inverse, const float* freq_factors) {
   const int64_t n = n_tokens * n_heads * (n_rot / 2);
   if (n <= 0) return cudaSuccess;
   EXPERTD_LAUNCH(rope_kernel, blocks_for(n, 256), 256, 0, stream)
   (x, n_tokens, n_heads, head_stride, n_rot, pos0, base, neox, yarn != nullptr,
-   yarn ? *yarn : kernels::Yarn{}, inverse);
+   yarn ? *yarn : kernels::Yarn{}, inverse, freq_factors);
   return cudaGetLastError();
 }
 

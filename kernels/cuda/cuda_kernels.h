@@ -47,10 +47,11 @@ cudaError_t rms_norm_strided(const float* x, int64_t x_stride, const float* w, f
 // x holds n_tokens x n_heads heads, head_stride floats apart, whose first n_rot floats rotate
 // (MLA passes a pointer to the rotated tail of each head); token t sits at position pos0 + t.
 // NeoX pairs (i, i + n_rot/2) or adjacent pairs (2i, 2i+1); theta = pos * base^(-2i/n_rot),
-// computed as kernels::rope does; yarn (may be null) as kernels::rope applies it.
+// computed as kernels::rope does; yarn and freq_factors (device, n_rot / 2; may be null) as
+// kernels::rope applies them.
 cudaError_t rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t n_rot,
                  int64_t pos0, float base, bool neox, const kernels::Yarn* yarn,
-                 cudaStream_t stream, bool inverse = false);
+                 cudaStream_t stream, bool inverse = false, const float* freq_factors = nullptr);
 
 // out[i] = silu(gate[i]) * up[i]
 cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);

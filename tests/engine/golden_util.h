@@ -418,6 +418,16 @@ inline void check_rows_change_from(const Case& c, const std::string& model,
   EXPECT_GT(late, 1e-3);
 }
 
+// The rope frequency factors act (rope_freqs.weight: Llama 4 Scout's, at the test size):
+// hidden from the loader, the first row (position 0: no rotation) stays bit for bit the same and
+// the later ones change.
+inline void check_rope_freqs_act(const Case& c) {
+  TempDir d;
+  const std::string model = synth_case(c, d), without = d / "without.gguf";
+  ASSERT_TRUE(write_without_key(model, "rope_freqs.weight", without));
+  check_rows_change_from(c, model, without, 1);
+}
+
 // The keys a model cannot run without: its file with each key hidden is refused, the error
 // naming the key.
 inline void check_missing_keys_are_named(const Case& c, std::initializer_list<const char*> keys) {

@@ -72,3 +72,7 @@ TEST(Llama4, ChunkedAttentionSeesOnlyItsOwnChunk) {
       }
     }
 }
+
+TEST(Llama4, TheRopeFrequencyFactorsAct) {
+  check_rope_freqs_act(load_case("llama4/l4-f32"));
+}

@@ -359,6 +359,21 @@ TEST(OpsSweep, RopeEveryVariantAtTwoSequencesPositions) {
           out.add(o, "the last 32 of each head", p);
         });
       }
+  // rope frequency factors (llama3-style, 1 to 4), with and without YaRN
+  std::vector<float> ff(D / 2);
+  for (int64_t i = 0; i < D / 2; ++i) ff[size_t(i)] = 1.0f + 3.0f * float(i) / float(D / 2 - 1);
+  const Tensor factors = w.f32(ff, D / 2);
+  for (const kernels::Yarn* y : {static_cast<const kernels::Yarn*>(nullptr), &yarn}) {
+    engine::RopeOpts ro{500000.0f, true, y};
+    ro.freq_factors = factors;
+    sweep(w, std::string("rope neox, frequency factors") + (y ? " yarn" : ""), kFloatOp,
+          [&](Ops& o, Outputs& out) {
+            o.begin_eval(std::vector<SeqRows>{{0, 0, 4, 0}, {1, 4, 3, 1000}});
+            Act a = input(o, x, T, H * D);
+            o.rope(a, D, 0, D, ro);
+            out.add(o, "whole heads", a);
+          });
+  }
 }
 
 // Attention over the cache: a prefill, then a decode step and another sequence's prefill in one
