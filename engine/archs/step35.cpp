@@ -6,8 +6,8 @@
 // where the layer has one; a layer dense or MoE by its router's presence; sigmoid routing with
 // the selection bias beside a shared expert, each clamped per layer where the file says
 // (swiglu_clamp_exp, swiglu_clamp_shexp: min(silu(g), limit) * clamp(u, -limit, limit)).
-// rope_freqs (rope frequency factors) is refused: not an op yet. Trailing NextN blocks are
-// skipped.
+// rope_freqs (rope frequency factors, which llama.cpp applies to the global layers only) is
+// refused: not wired here yet, nor checked. Trailing NextN blocks are skipped.
 #include <algorithm>
 #include <cmath>
 #include <vector>
