@@ -92,6 +92,7 @@ class Meta {
   void fail(const std::string& why);  // an inconsistency found by the architecture
   const std::string& error() const { return err_; }
   const gguf::Model& file() const { return f_; }
+  const std::string& prefix() const { return prefix_; }  // "<arch>."
 
  private:
   const gguf::Model& f_;

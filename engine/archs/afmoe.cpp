@@ -34,17 +34,8 @@ class Afmoe final : public Arch {
     sliding_.assign(size_t(hp.n_layer), 0);
     if (window_ > 0) {
       m.f("rope.freq_base_swa", rope_base_swa_, hp.rope_base);
-      const std::string key = "afmoe.attention.sliding_window_pattern";
-      if (auto a = m.file().get_number_array(key)) {
-        if (a->size() < size_t(hp.n_layer))
-          return m.fail(key + " has " + std::to_string(a->size()) + " values for " +
-                        std::to_string(hp.n_layer) + " layers");
-        for (int il = 0; il < hp.n_layer; ++il) sliding_[size_t(il)] = (*a)[size_t(il)] != 0;
-      } else {
-        int n = 4;
-        m.u("attention.sliding_window_pattern", n, 4);
-        for (int il = 0; il < hp.n_layer; ++il) sliding_[size_t(il)] = n == 0 || il % n < n - 1;
-      }
+      sliding_ = archs::read_swa_pattern(m, hp.n_layer, 4);
+      if (!m.error().empty()) return;
     }
     if (hp.n_rot != hp.head_dim)
       return m.fail("rope.dimension_count must be the head size (llama.cpp rotates whole heads)");

@@ -67,6 +67,28 @@ std::vector<char> moe_by_router(Meta& m, int n_layer) {
   return moe;
 }
 
+std::vector<char> read_swa_pattern(Meta& m, int n_layer, int default_period, bool global_first) {
+  std::vector<char> sliding(size_t(std::max(n_layer, 0)), 0);
+  const std::string key = m.prefix() + "attention.sliding_window_pattern";
+  if (auto a = m.file().get_number_array(key)) {
+    if (a->size() < sliding.size())
+      m.fail(key + " has " + std::to_string(a->size()) + " values for " + std::to_string(n_layer) +
+             " layers");
+    else
+      for (size_t il = 0; il < sliding.size(); ++il) sliding[il] = (*a)[il] != 0;
+    return sliding;
+  }
+  if (default_period < 0) {
+    m.fail("missing metadata " + key);
+    return sliding;
+  }
+  int n = default_period;
+  m.u("attention.sliding_window_pattern", n, default_period);
+  for (int il = 0; il < n_layer; ++il)
+    sliding[size_t(il)] = n == 0 || (global_first ? il % n != 0 : il % n < n - 1);
+  return sliding;
+}
+
 int64_t width(Meta& m, const std::string& tensor, int d, const std::string& key) {
   int64_t w = m.tensor_dim(tensor, d);
   if (w != kAnyDim) return w;

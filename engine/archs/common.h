@@ -44,6 +44,14 @@ struct RopeFreqs {
   }
 };
 
+// Which of n_layer layers have a sliding window (or Llama 4's chunks):
+// attention.sliding_window_pattern as an array (non-zero: sliding; at least n_layer values), or
+// as llama.cpp's period n (layer il slides unless il % n == n - 1, or with `global_first` unless
+// il % n == 0; 0: every layer), default_period where the key is absent; default_period < 0: the
+// array is required.
+std::vector<char> read_swa_pattern(Meta& m, int n_layer, int default_period,
+                                   bool global_first = false);
+
 // Standard shapes.
 inline int64_t q_width(const Hparams& hp) {
   return int64_t{hp.n_head} * hp.head_dim;

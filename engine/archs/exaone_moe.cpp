@@ -35,18 +35,8 @@ class ExaoneMoe final : public Arch {
     // tensors"), so there is nothing to check such a file against: refused rather than guessed.
     if (m.file().tensor("rope_freqs.weight"))
       return m.fail("rope_freqs.weight (rope frequency factors) is not supported");
-    sliding_.assign(size_t(hp.n_layer), 0);
-    const std::string key = "exaone-moe.attention.sliding_window_pattern";
-    if (auto a = m.file().get_number_array(key)) {
-      if (a->size() < size_t(hp.n_layer))
-        return m.fail(key + " has " + std::to_string(a->size()) + " values for " +
-                      std::to_string(hp.n_layer) + " layers");
-      for (int il = 0; il < hp.n_layer; ++il) sliding_[size_t(il)] = (*a)[size_t(il)] != 0;
-    } else {
-      int n = 4;
-      m.u("attention.sliding_window_pattern", n, 4);
-      for (int il = 0; il < hp.n_layer; ++il) sliding_[size_t(il)] = n == 0 || il % n < n - 1;
-    }
+    sliding_ = archs::read_swa_pattern(m, hp.n_layer, 4);
+    if (!m.error().empty()) return;
     n_ff_shexp_ =
         m.tensor_dim("blk." + std::to_string(n_dense_lead_) + ".ffn_gate_shexp.weight", 1);
     if (n_ff_shexp_ == kAnyDim) {

@@ -53,17 +53,8 @@ class Laguna final : public Arch {
     if (window_ > 0) {
       m.u("rope.dimension_count_swa", n_rot_swa_, hp.n_rot);
       m.f("rope.freq_base_swa", rope_base_swa_, hp.rope_base);
-      const std::string key = "laguna.attention.sliding_window_pattern";
-      if (auto a = m.file().get_number_array(key)) {
-        if (a->size() < size_t(hp.n_layer))
-          return m.fail(key + " has " + std::to_string(a->size()) + " values for " +
-                        std::to_string(hp.n_layer) + " layers");
-        for (int il = 0; il < hp.n_layer; ++il) sliding_[size_t(il)] = (*a)[size_t(il)] != 0;
-      } else {
-        int n = 4;
-        m.u("attention.sliding_window_pattern", n, 4);
-        for (int il = 0; il < hp.n_layer; ++il) sliding_[size_t(il)] = n == 0 || il % n != 0;
-      }
+      sliding_ = archs::read_swa_pattern(m, hp.n_layer, 4, /*global_first=*/true);
+      if (!m.error().empty()) return;
       if (n_rot_swa_ > hp.head_dim || n_rot_swa_ % 2)
         return m.fail("implausible laguna.rope.dimension_count_swa");
     }

@@ -45,18 +45,7 @@ class Llama4 final : public Arch {
     float base_swa = hp.rope_base;
     m.f("rope.freq_base_swa", base_swa, hp.rope_base);
     rope_base_swa_ = base_swa;
-    chunked_.assign(size_t(hp.n_layer), 0);
-    const std::string key = "llama4.attention.sliding_window_pattern";
-    if (auto a = m.file().get_number_array(key)) {
-      if (a->size() < size_t(hp.n_layer))
-        return m.fail(key + " has " + std::to_string(a->size()) + " values for " +
-                      std::to_string(hp.n_layer) + " layers");
-      for (int il = 0; il < hp.n_layer; ++il) chunked_[size_t(il)] = (*a)[size_t(il)] != 0;
-    } else {
-      int n = 4;
-      m.u("attention.sliding_window_pattern", n, 4);
-      for (int il = 0; il < hp.n_layer; ++il) chunked_[size_t(il)] = n == 0 || il % n < n - 1;
-    }
+    chunked_ = archs::read_swa_pattern(m, hp.n_layer, 4);
   }
 
   void plan(const Hparams& hp, Plan& p) override {

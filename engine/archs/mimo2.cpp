@@ -40,14 +40,8 @@ class Mimo2 final : public Arch {
     if (!m.error().empty()) return;
     // llama.cpp routes MiMo-V2 by sigmoid, renormalised, whatever the file says
     route_.sigmoid = true, route_.norm_topk = true;
-    const std::string key = "mimo2.attention.sliding_window_pattern";
-    auto a = m.file().get_number_array(key);
-    if (!a) return m.fail("missing metadata " + key);
-    if (a->size() < size_t(n))
-      return m.fail(key + " has " + std::to_string(a->size()) + " values for " + std::to_string(n) +
-                    " layers");
-    sliding_.assign(size_t(n), 0);
-    for (int il = 0; il < n; ++il) sliding_[size_t(il)] = (*a)[size_t(il)] != 0;
+    sliding_ = archs::read_swa_pattern(m, n, /*default_period=*/-1);  // the array, required
+    if (!m.error().empty()) return;
     for (int il = 0; il < n; ++il) {
       const int kv = kv_heads_[size_t(il)];
       if (kv <= 0 || hp.n_head % kv)

@@ -45,14 +45,8 @@ class Step35 final : public Arch {
     const auto* f = &m.file();
     if (f->tensor("rope_freqs.weight"))
       return m.fail("rope_freqs.weight (rope frequency factors) is not supported");
-    const std::string key = "step35.attention.sliding_window_pattern";
-    auto a = f->get_number_array(key);
-    if (!a) return m.fail("missing metadata " + key);
-    if (a->size() < size_t(n))
-      return m.fail(key + " has " + std::to_string(a->size()) + " values for " + std::to_string(n) +
-                    " layers");
-    sliding_.assign(size_t(n), 0);
-    for (int il = 0; il < n; ++il) sliding_[size_t(il)] = (*a)[size_t(il)] != 0;
+    sliding_ = archs::read_swa_pattern(m, n, /*default_period=*/-1);  // the array, required
+    if (!m.error().empty()) return;
     for (int il = 0; il < n; ++il)
       if (kv_heads_[size_t(il)] <= 0 || heads_[size_t(il)] % kv_heads_[size_t(il)])
         return m.fail("attention.head_count[" + std::to_string(il) +
