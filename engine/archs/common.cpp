@@ -89,6 +89,23 @@ std::vector<char> read_swa_pattern(Meta& m, int n_layer, int default_period, boo
   return sliding;
 }
 
+int read_trunk_by_router(Meta& m, Hparams& hp, std::vector<char>& moe, int* first_moe) {
+  int n_all = 0, nextn = 0;
+  m.u("block_count", n_all);
+  m.u("nextn_predict_layers", nextn, 0);
+  if (!m.error().empty()) return 0;
+  if (nextn >= n_all) {
+    m.fail("nextn_predict_layers leaves no layer to run");
+    return 0;
+  }
+  moe = moe_by_router(m, n_all - nextn);
+  if (!m.error().empty()) return 0;
+  *first_moe = int(std::find(moe.begin(), moe.end(), 1) - moe.begin());
+  read_base(m, hp, *first_moe);
+  hp.n_layer = n_all - nextn;
+  return m.error().empty() ? n_all : 0;
+}
+
 int64_t width(Meta& m, const std::string& tensor, int d, const std::string& key) {
   int64_t w = m.tensor_dim(tensor, d);
   if (w != kAnyDim) return w;

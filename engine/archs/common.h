@@ -32,6 +32,12 @@ std::optional<kernels::Yarn> read_yarn(Meta& m, const Hparams& hp, bool yarn_ok)
 // on, a key such files carry for our planner only. At least one must be (else an error).
 std::vector<char> moe_by_router(Meta& m, int n_layer);
 
+// The trunk of such a family: block_count less nextn_predict_layers (hp.n_layer), which of its
+// layers are MoE (moe_by_router), and read_base with the first MoE layer's expert width. Returns
+// the file's block count (NextN blocks included; per-layer arrays have that many values) or 0
+// with the error in m; *first_moe: the first MoE layer.
+int read_trunk_by_router(Meta& m, Hparams& hp, std::vector<char>& moe, int* first_moe);
+
 // rope_freqs.weight: llama3-style rope frequency factors (F32, n_rot / 2), optional, read
 // where the file has them (RopeOpts::freq_factors). expert-pack synth writes them where the
 // metadata asks (<arch>.synth_rope_freqs, a key for our planner only: the --dims test sizes).

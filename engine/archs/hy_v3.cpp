@@ -16,16 +16,8 @@ namespace {
 class HyV3 final : public Arch {
  public:
   void read_hparams(Meta& m, Hparams& hp) override {
-    int n_all = 0, nextn = 0;
-    m.u("block_count", n_all);
-    m.u("nextn_predict_layers", nextn, 0);
-    if (!m.error().empty()) return;
-    if (nextn >= n_all) return m.fail("nextn_predict_layers leaves no layer to run");
-    moe_ = archs::moe_by_router(m, n_all - nextn);
-    if (!m.error().empty()) return;
-    const int first_moe = int(std::find(moe_.begin(), moe_.end(), 1) - moe_.begin());
-    archs::read_base(m, hp, first_moe);
-    hp.n_layer -= nextn;
+    int first_moe = 0;
+    if (!archs::read_trunk_by_router(m, hp, moe_, &first_moe)) return;
     route_ = archs::read_routing(m, hp, /*norm_default=*/false, /*sigmoid_default=*/true);
     if (route_.n_group > 0) return m.fail("hy_v3 routes without expert groups");
     n_ff_shexp_ = archs::width(m, blk(first_moe) + "ffn_gate_shexp.weight", 1,

@@ -21,17 +21,9 @@ namespace {
 class Step35 final : public Arch {
  public:
   void read_hparams(Meta& m, Hparams& hp) override {
-    int n_all = 0, nextn = 0;
-    m.u("block_count", n_all);
-    m.u("nextn_predict_layers", nextn, 0);
-    if (!m.error().empty()) return;
-    if (nextn >= n_all) return m.fail("nextn_predict_layers leaves no layer to run");
-    const int n = n_all - nextn;
-    moe_ = archs::moe_by_router(m, n);
-    if (!m.error().empty()) return;
-    const int first_moe = int(std::find(moe_.begin(), moe_.end(), 1) - moe_.begin());
-    archs::read_base(m, hp, first_moe);
-    hp.n_layer = n;
+    int first_moe = 0;
+    const int n_all = archs::read_trunk_by_router(m, hp, moe_, &first_moe), n = hp.n_layer;
+    if (!n_all) return;
     m.per_layer("attention.head_count", n_all, heads_);
     m.per_layer("attention.head_count_kv", n_all, kv_heads_);
     m.u("attention.sliding_window", window_);
