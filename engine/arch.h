@@ -115,6 +115,7 @@ struct SynthModel {
   // The trunk block whose tensors the NextN blocks (nextn_predict_layers) repeat, beside their
   // own; -1: the trunk's last.
   int nextn_like = -1;
+  std::string nextn_out_norm = "nextn.shared_head_norm.weight";  // their final norm's name
 };
 // --dims: n_embd, n_layer, n_expert, n_expert_used, n_ff_exp[, n_head, n_head_kv[, n_vocab]].
 struct SynthDims {

@@ -375,7 +375,7 @@ class CudaOps final : public Ops {
     a.a = dev_f32(o.a);
     a.n_tokens = q.rows, a.n_k_head = o.n_k_head, a.n_v_head = o.n_v_head, a.dk = o.dk, a.dv = o.dv,
     a.per_head_decay = o.per_head_decay, a.tiled_heads = o.tiled_heads, a.d_conv = o.d_conv,
-    a.lower_bound = o.lower_bound, a.eps = o.eps;
+    a.lower_bound = o.lower_bound, a.eps = o.eps, a.a_positive = o.a_positive;
     if (ok()) check("delta_rule", kernels::cuda::delta_rule(a, stream_));
   }
 

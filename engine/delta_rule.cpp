@@ -47,7 +47,7 @@ void delta_rule_cpu(const DeltaOpts& o, Act q, Act k, Act v, Act g, Act beta, fl
       float* gt = g.row(t) + h * G;
       for (int64_t i = 0; i < G; ++i)
         gt[i] = std::isfinite(o.lower_bound)
-                    ? sigmoid(-(gt[i] * a)) * o.lower_bound
+                    ? sigmoid(o.a_positive ? gt[i] * a : -(gt[i] * a)) * o.lower_bound
                     : (gt[i] > 20.0f ? gt[i] : std::log(1.0f + std::exp(gt[i]))) * a;
       beta.row(t)[h] = sigmoid(beta.row(t)[h]);
     }

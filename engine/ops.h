@@ -167,10 +167,11 @@ struct DeltaOpts {
   bool tiled_heads = false;     // value head h reads key head h % n_k_head, else h / group
   int d_conv = 0;
   Tensor conv_q, conv_k, conv_v;  // F32 {d_conv, channels}: causal depthwise filters
-  Tensor a;                       // F32 {n_v_head}: -exp(A_log)
+  Tensor a;                       // F32 {n_v_head}: -exp(A_log), or exp(A_log) if a_positive
   float lower_bound =
-      -INFINITY;      // finite: gate = lower_bound * sigmoid(-a * g), else softplus(g) a
-  float eps = 1e-6f;  // of the q and k L2 norms
+      -INFINITY;            // finite: gate = lower_bound * sigmoid(-a * g), else softplus(g) a
+  bool a_positive = false;  // a holds exp(A_log) (Ling 3.0's files): lower_bound * sigmoid(a g)
+  float eps = 1e-6f;        // of the q and k L2 norms
   // Kimi Delta Attention: as many key as value heads, of one size, decayed per key dimension.
   static DeltaOpts kda(int n_head, int64_t head_dim, int d_conv) {
     DeltaOpts o;

@@ -267,7 +267,7 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
       add("nextn.eh_proj.weight", {2 * n_embd, n_embd}, Role::Weight);
       add("nextn.enorm.weight", {n_embd}, Role::Norm);
       add("nextn.hnorm.weight", {n_embd}, Role::Norm);
-      add("nextn.shared_head_norm.weight", {n_embd}, Role::Norm);
+      add(sm->nextn_out_norm, {n_embd}, Role::Norm);
     }
   }
 

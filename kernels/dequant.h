@@ -92,6 +92,16 @@ KERNELS_HD inline void iq2_group(float db, uint64_t grid, uint8_t signs, float* 
 
 }  // namespace dq
 
+// Element i of a row of a float type (block_elems 1: rows of any length, not only whole chunks of
+// 32); 0 for the block-quantized types, whose rows are whole blocks.
+template <uint32_t T>
+KERNELS_HD inline float float_elem(const uint8_t* row, int64_t i) {
+  if constexpr (T == F32) return reinterpret_cast<const float*>(row)[i];
+  if constexpr (T == F16) return dq::h2f(reinterpret_cast<const uint16_t*>(row)[i]);
+  if constexpr (T == BF16) return dq::bf2f(reinterpret_cast<const uint16_t*>(row)[i]);
+  return 0.0f;
+}
+
 template <uint32_t T>
 KERNELS_HD inline void dequant32(const uint8_t* row, int64_t c, float* w) {
   using namespace dq;

@@ -30,17 +30,10 @@ inline std::string bin(const std::string& rel) {
 
 // A case's folder: "quant/<id>" names one of the weight-type cases (golden/quant/), "<family>/<id>"
 // one of this tree's (tests/data/<family>: synth recipes and llama.cpp's logits, for kimi-k3,
-// deepseek4, qwen35, mistral3, dsa, minimax, ling, ernie, exaone, llama4, hy3, trinity, mimo,
-// laguna, step), any other id one of golden/cases/.
+// deepseek4, qwen35, mistral3, dsa, minimax, ling, ling3, ernie, exaone, llama4, hy3, trinity,
+// mimo, laguna, step), any other id (no folder) one of golden/cases/.
 inline std::string golden_case_dir(const std::string& case_id) {
-  if (case_id.starts_with("kimi-k3/") || case_id.starts_with("deepseek4/") ||
-      case_id.starts_with("qwen35/") || case_id.starts_with("mistral3/") ||
-      case_id.starts_with("dsa/") || case_id.starts_with("minimax/") ||
-      case_id.starts_with("ling/") || case_id.starts_with("ernie/") ||
-      case_id.starts_with("exaone/") || case_id.starts_with("llama4/") ||
-      case_id.starts_with("hy3/") || case_id.starts_with("trinity/") ||
-      case_id.starts_with("mimo/") || case_id.starts_with("laguna/") ||
-      case_id.starts_with("step/"))
+  if (!case_id.starts_with("quant/") && case_id.find('/') != std::string::npos)
     return std::string(EXPERTD_SOURCE_DIR) + "/tests/data/" + case_id;
   return golden_dir() + (case_id.starts_with("quant/") ? "/" : "/cases/") + case_id;
 }

@@ -106,6 +106,13 @@ int read_trunk_by_router(Meta& m, Hparams& hp, std::vector<char>& moe, int* firs
   return m.error().empty() ? n_all : 0;
 }
 
+std::vector<float> per_layer_floats(Meta& m, const std::string& key, int n) {
+  std::vector<float> v(size_t(std::max(n, 0)), 0.0f);
+  if (auto x = m.file().get_number_array(m.prefix() + key))
+    for (size_t il = 0; il < v.size() && il < x->size(); ++il) v[il] = float((*x)[il]);
+  return v;
+}
+
 int64_t width(Meta& m, const std::string& tensor, int d, const std::string& key) {
   int64_t w = m.tensor_dim(tensor, d);
   if (w != kAnyDim) return w;

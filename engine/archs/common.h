@@ -58,6 +58,10 @@ struct RopeFreqs {
 std::vector<char> read_swa_pattern(Meta& m, int n_layer, int default_period,
                                    bool global_first = false);
 
+// A float per layer where the file has the array (missing values and a missing key: 0), the
+// first n of them: the SwiGLU clamps (swiglu_clamp_exp, swiglu_clamp_shexp).
+std::vector<float> per_layer_floats(Meta& m, const std::string& key, int n);
+
 // Standard shapes.
 inline int64_t q_width(const Hparams& hp) {
   return int64_t{hp.n_head} * hp.head_dim;

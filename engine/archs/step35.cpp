@@ -47,14 +47,8 @@ class Step35 final : public Arch {
     if (window_ < 1) return m.fail("implausible step35.attention.sliding_window");
     if (n_rot_swa_ > hp.head_dim || n_rot_swa_ % 2 || hp.n_rot % 4)
       return m.fail("implausible rope dimension counts (global layers rotate half of them)");
-    auto limits = [&](const char* k, std::vector<float>& v) {
-      v.assign(size_t(n), 0.0f);
-      if (auto x = f->get_number_array(std::string("step35.") + k))
-        for (int il = 0; il < n && size_t(il) < x->size(); ++il)
-          v[size_t(il)] = float((*x)[size_t(il)]);
-    };
-    limits("swiglu_clamp_exp", clamp_exp_);
-    limits("swiglu_clamp_shexp", clamp_shexp_);
+    clamp_exp_ = archs::per_layer_floats(m, "swiglu_clamp_exp", n);
+    clamp_shexp_ = archs::per_layer_floats(m, "swiglu_clamp_shexp", n);
     n_ff_shexp_ = m.tensor_dim("blk." + std::to_string(first_moe) + ".ffn_gate_shexp.weight", 1);
     if (n_ff_shexp_ == kAnyDim) n_ff_shexp_ = w;
     if (n_ff_shexp_ <= 0)

@@ -30,6 +30,8 @@ int64_t block_elems(uint32_t t) {
 template <uint32_t T>
 void dequantize_host(const void* row, float* y, int64_t n) {
   for (int64_t c = 0; c < n / 32; ++c) chunk32<T>(static_cast<const uint8_t*>(row), c, y + c * 32);
+  for (int64_t i = n / 32 * 32; i < n; ++i)
+    y[i] = kernels::float_elem<T>(static_cast<const uint8_t*>(row), i);
 }
 
 constexpr int kTokensPerBlock = 8;
@@ -61,6 +63,11 @@ __global__ void matmul_kernel(const uint8_t* w, int64_t rows, int64_t cols, size
       acc[t] += s;
     }
   }
+  // The float types' rows need not be whole chunks: the last cols % 32 columns, one per lane.
+  for (int64_t i = cols / 32 * 32 + lane; i < cols; i += 32) {
+    const float wi = kernels::float_elem<T>(row, i);
+    for (int t = 0; t < nt; ++t) acc[t] = fmaf(wi, x[(t0 + t) * cols + i], acc[t]);
+  }
 #pragma unroll
   for (int t = 0; t < kTokensPerBlock; ++t) {
     if (t >= nt) break;  // nt is the same for the whole block: no lane leaves a shuffle early
@@ -91,6 +98,8 @@ __global__ void matmul_id_kernel(const uint8_t* w, size_t matrix_bytes, int64_t 
     for (int i = 0; i < 32; ++i) s = fmaf(wv[i], xt[c * 32 + i], s);
     acc += s;
   }
+  for (int64_t i = cols / 32 * 32 + lane; i < cols; i += 32)  // as matmul_kernel's tail
+    acc = fmaf(kernels::float_elem<T>(row, i), xt[i], acc);
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if (lane == 0) y[j * rows + r] = acc;
 }
@@ -265,13 +274,14 @@ __global__ void delta_norm_kernel(float* q, float* k, int64_t S, float eps) {
 
 // One block per (token, value head): the decay gate (G values) and beta's sigmoid.
 __global__ void delta_gate_kernel(float* g, float* beta, const float* a, int64_t Hv, int64_t G,
-                                  float lower_bound) {
+                                  float lower_bound, bool a_positive) {
   const int64_t th = blockIdx.x, h = th % Hv;
   float* gh = g + th * G;
   for (int64_t i = threadIdx.x; i < G; i += blockDim.x) {
     const float x = gh[i];
-    gh[i] = lower_bound > -INFINITY ? lower_bound / (1.0f + expf(x * a[h]))
-                                    : (x > 20.0f ? x : logf(1.0f + expf(x))) * a[h];
+    gh[i] = lower_bound > -INFINITY
+                ? lower_bound / (1.0f + expf(a_positive ? -(x * a[h]) : x * a[h]))
+                : (x > 20.0f ? x : logf(1.0f + expf(x))) * a[h];
   }
   if (threadIdx.x == 0) beta[th] = 1.0f / (1.0f + expf(-beta[th]));
 }
@@ -641,7 +651,7 @@ cudaError_t delta_rule(const Delta& a, cudaStream_t stream) {
   (a.q, a.k, a.dk, a.eps);
   if (auto e = cudaGetLastError(); e != cudaSuccess) return e;
   EXPERTD_LAUNCH(delta_gate_kernel, static_cast<unsigned>(a.n_tokens * a.n_v_head), 128, 0, stream)
-  (a.g, a.beta, a.a, a.n_v_head, a.per_head_decay ? 1 : a.dk, a.lower_bound);
+  (a.g, a.beta, a.a, a.n_v_head, a.per_head_decay ? 1 : a.dk, a.lower_bound, a.a_positive);
   if (auto e = cudaGetLastError(); e != cudaSuccess) return e;
   const int threads = static_cast<int>(std::min<int64_t>(a.dv, 256));
   EXPERTD_LAUNCH(delta_scan_kernel, static_cast<unsigned>(a.n_v_head), threads, 0, stream)

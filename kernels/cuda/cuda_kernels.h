@@ -91,6 +91,7 @@ struct Delta {
   bool tiled_heads = false;  // value head h reads key head h % n_k_head, else h / group
   int d_conv = 0;
   float lower_bound = 0, eps = 0;
+  bool a_positive = false;  // the bounded gate is lower_bound * sigmoid(a g), else sigmoid(-a g)
 };
 cudaError_t delta_rule(const Delta& a, cudaStream_t stream);
 // Per token: softmax over n_expert router logits, the k largest (ties: lower id first), their

@@ -26,23 +26,25 @@ struct DeltaClass {
   int64_t dk, dv;
   bool per_head;
   float lower;
-  bool tiled = false;  // value head h reads key head h % hk (Qwen3.5), else h / (hv / hk)
+  bool tiled = false;       // value head h reads key head h % hk (Qwen3.5), else h / (hv / hk)
+  bool a_positive = false;  // a holds exp(A_log) (Ling 3.0), else -exp(A_log)
   // Its options without the tensors (d_conv taps).
   engine::DeltaOpts opts(int d_conv) const {
     engine::DeltaOpts o;
     o.n_k_head = hk, o.n_v_head = hv, o.dk = dk, o.dv = dv, o.per_head_decay = per_head;
-    o.tiled_heads = tiled;
+    o.tiled_heads = tiled, o.a_positive = a_positive;
     o.d_conv = d_conv, o.lower_bound = lower, o.eps = 1e-6f;
     return o;
   }
 };
 
-// KDA (a decay per key dimension) with both gates; the gated delta-net (a decay per head, 2 key
-// heads for 4 value heads of another size), its value heads grouped (Qwen3-Next) and tiled
-// (Qwen3.5: value head h reads key head h % 2).
+// KDA (a decay per key dimension) with both gates (the bounded one with a stored either sign); the
+// gated delta-net (a decay per head, 2 key heads for 4 value heads of another size), its value
+// heads grouped (Qwen3-Next) and tiled (Qwen3.5: value head h reads key head h % 2).
 inline std::vector<DeltaClass> delta_classes() {
   return {{"kda softplus gate", 2, 2, 32, 32, false, -INFINITY},
           {"kda bounded gate", 2, 2, 32, 32, false, -5.0f},
+          {"kda bounded gate, a = exp(A_log)", 2, 2, 32, 32, false, -5.0f, false, true},
           {"gated delta-net", 2, 4, 32, 48, true, -INFINITY},
           {"gated delta-net, tiled heads", 2, 4, 32, 32, true, -INFINITY, true}};
 }

@@ -73,8 +73,9 @@ struct Reference {
       const double b = sigmoid(beta[h]);
       for (int64_t i = 0; i < dk; ++i) {
         const double x = g[h * G + (G == 1 ? 0 : i)];
-        const double gate = std::isfinite(o.lower_bound) ? o.lower_bound * sigmoid(-a[h] * x)
-                                                         : std::log1p(std::exp(x)) * a[h];
+        const double gate = std::isfinite(o.lower_bound)
+                                ? o.lower_bound * sigmoid((o.a_positive ? a[h] : -a[h]) * x)
+                                : std::log1p(std::exp(x)) * a[h];
         for (int64_t j = 0; j < dv; ++j) M[j * dk + i] *= std::exp(gate);
       }
       for (int64_t j = 0; j < dv; ++j) {
@@ -103,7 +104,8 @@ TEST(DeltaRule, CpuMatchesTheDefinitionInFloat64) {
     DeltaOpts o = c.opts(4);
     const int64_t Dq = c.hk * c.dk, Dv = c.hv * c.dv, G = o.gate_width(), Hv = c.hv;
     const auto cq = normal(size_t(4 * Dq), 1, 0.5f), ck = normal(size_t(4 * Dq), 2, 0.5f),
-               cv = normal(size_t(4 * Dv), 3, 0.5f), av = normal(size_t(Hv), 4, 0.3f, -1.0f);
+               cv = normal(size_t(4 * Dv), 3, 0.5f),
+               av = normal(size_t(Hv), 4, 0.3f, c.a_positive ? 1.0f : -1.0f);
     o.conv_q = f32(cq, 4, Dq), o.conv_k = f32(ck, 4, Dq), o.conv_v = f32(cv, 4, Dv);
     o.a = f32(av, Hv, 1);
     auto ops = engine::make_cpu_ops(2);

@@ -107,10 +107,10 @@ TEST(SeqState, GroupedQueryFamiliesResumeAndCutBitForBit) {
 
 // Kimi-K3 (delta-attention and convolution states), DeepSeek-V4 (window ring, compressors'
 // pending rows and entries), Qwen3.5 and Qwen3-Next (gated delta-net states beside full
-// attention's KV rows): exact resumes, no cuts.
+// attention's KV rows), Ling 3.0 (KDA states beside latent rows): exact resumes, no cuts.
 TEST(SeqState, RecurrentModelsResumeBitForBitButDoNotCut) {
-  for (const char* id :
-       {"kimi-k3/k3-q8_0", "deepseek4/v4-f32", "qwen35/q35-q4_k", "qwen35/next-f32"}) {
+  for (const char* id : {"kimi-k3/k3-q8_0", "deepseek4/v4-f32", "qwen35/q35-q4_k",
+                         "qwen35/next-f32", "ling3/ling3-q4_k"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = load(c);

@@ -210,7 +210,8 @@ TEST(CudaEngine, SynthGlm45DeepseekV2LiteAndKimiK3MatchTheCpuEngine) {
 // sparse attention past its top blocks, Ling's fused QKV and grouped routing, ERNIE's shared
 // experts beside softmax routing, K-EXAONE's windows and unrotated global layers, Llama 4's
 // input-weighted expert and tempered queries. Teacher-forced,
-// the GPU's logits against the CPU engine's.
+// the GPU's logits against the CPU engine's. Ling 3.0's KDA with the decay rate stored as
+// exp(A_log) beside latent attention with RoPE and per-head gates.
 // A synthetic case's teacher-forced logits on the GPU against the CPU engine's (F32 weights).
 static void check_gpu_matches_cpu(const char* id) {
   SCOPED_TRACE(id);
@@ -232,7 +233,7 @@ static void check_gpu_matches_cpu(const char* id) {
 TEST(CudaEngine, NewerAttentionFamiliesMatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();
   for (const char* id : {"qwen35/q35-f32", "qwen35/next-f32", "mistral3/ml3-f32", "dsa/ds32-f32",
-                         "dsa/glm5-f32", "minimax/m3-f32"})
+                         "dsa/glm5-f32", "minimax/m3-f32", "ling3/ling3-f32"})
     check_gpu_matches_cpu(id);
 }
 
@@ -244,7 +245,8 @@ TEST(CudaEngine, NewerAttentionFamiliesMatchTheCpuEngine) {
 TEST(CudaEngine, GroupedQueryFamiliesMatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();
   for (const char* id : {"minimax/m2-f32", "ling/ling-f32", "ernie/ernie-f32", "exaone/exaone-f32",
-                         "llama4/l4-f32", "hy3/hy3-f32", "trinity/trinity-f32", "mimo/mimo-f32"})
+                         "llama4/l4-f32", "hy3/hy3-f32", "trinity/trinity-f32", "mimo/mimo-f32",
+                         "laguna/laguna-f32", "step/step-f32"})
     check_gpu_matches_cpu(id);
 }
 
@@ -315,7 +317,7 @@ TEST(CudaEngine, BatchedSequencesGetTheirLogitsAlone) {
   }
   for (const char* id :
        {"kimi-k3/k3-q8_0", "deepseek4/v4-f32", "qwen35/q35-f32", "qwen35/next-q8_0",
-        "mistral3/ml3-q4_k", "dsa/ds32-q4_k", "minimax/m3-q4_k"}) {
+        "mistral3/ml3-q4_k", "dsa/ds32-q4_k", "minimax/m3-q4_k", "ling3/ling3-q4_k"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = load(c);
@@ -428,7 +430,7 @@ TEST(CudaEngine, StatesResumeBitForBitInAnotherSlot) {
   REQUIRE_GOLDEN();
   for (const char* id : {"deepseek2-B-s11-q4_k_m", "kimi-k3/k3-q8_0", "deepseek4/v4-f32",
                          "qwen35/q35-q4_k", "qwen35/next-f32", "mistral3/ml3-f32", "dsa/ds32-f32",
-                         "dsa/glm5-q4_k", "minimax/m3-q4_k"}) {
+                         "dsa/glm5-q4_k", "minimax/m3-q4_k", "ling3/ling3-q4_k"}) {
     SCOPED_TRACE(id);
     Case c = load_case(id);
     auto l = std::string(id).find('/') == std::string::npos ? load_golden(id) : load(c);

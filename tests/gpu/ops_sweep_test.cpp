@@ -176,6 +176,23 @@ TEST(OpsSweep, MatmulOfEveryGpuTypeAndTokenCount) {
       });
     }
   }
+  // The float types' rows of any length, not only whole chunks of 32 (Ling 3.0's test size has
+  // 16-wide latent projections per head): rows of 56, and of 16 read from a column view.
+  for (uint32_t type : {kernels::F32, kernels::F16, kernels::BF16}) {
+    Weights w;
+    const Tensor m = w.make(type, 56, 24), stack = w.make(type, 16, 40, 3);
+    const std::string name = kernels::type_traits(type)->name;
+    for (int64_t T : {1, 9}) {
+      const auto x = normal(size_t(T) * 56, uint32_t(T) + 100);
+      sweep(w, "matmul " + name + " rows of 56 and 16, x" + std::to_string(T),
+            type == kernels::F32 ? kFloatOp : kMatmul, [&](Ops& o, Outputs& out) {
+              out.add(o, "56", o.matmul(m, input(o, x, T, 56)));
+              Act y = o.alloc(T, 40);
+              o.matmul(stack.matrix(2), engine::columns(input(o, x, T, 56), 0, 16), y);
+              out.add(o, "16", y);
+            });
+    }
+  }
 }
 
 TEST(OpsSweep, RowWiseOps) {
@@ -585,7 +602,7 @@ TEST(OpsSweep, DeltaRule) {
       return t;
     };
     o.conv_q = rows(0, Dq), o.conv_k = rows(Dq, Dq), o.conv_v = rows(2 * Dq, Dv);
-    o.a = w.f32(normal(size_t(c.hv), 81, 0.5f, -1.0f), c.hv);
+    o.a = w.f32(normal(size_t(c.hv), 81, 0.5f, c.a_positive ? 1.0f : -1.0f), c.hv);
     sweep(w, "delta_rule " + c.name, kFloatOp, [&](Ops& ops, Outputs& out) {
       ops.init_cache({KvRows{0, 0, o.state_floats(), 0}}, 32, 2, engine::KvType::F32);
       attend_twice(ops, [&](Ops& ops, int64_t T, int i) {
