@@ -1,7 +1,9 @@
 #include "serve/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 
+#include "serve/prefix_cache.h"
 #include "serve/prefix_disk.h"
 
 namespace expertd::serve {
@@ -89,7 +91,58 @@ std::string Metrics::render(const std::vector<proto::Metric>& daemon) const {
                               "between a sequence's tokens", 9);
   grammar_mask_s.h.render_prometheus(out, "expert_serve_grammar_mask_seconds",
                                      "a constrained step's token mask, computed and applied", 9);
+  out += render_router_gauges();
   out += proto::render_prometheus(daemon, "expertd_");
+  return out;
+}
+
+double Metrics::kv_usage() const {
+  if (kv_positions_max <= 0) return 0;
+  return std::clamp(double(kv_positions) / double(kv_positions_max), 0.0, 1.0);
+}
+
+// The names the routers scrape, beside ours (docs/fleet.md). llm-d's endpoint picker (the
+// gateway-api-inference-extension EPP: pkg/epp/datalayer/metrics/extractor.go, defaults in
+// its model server protocol, docs/proposals/003-model-server-protocol) reads
+// vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc (0..1) and the
+// labels block_size and num_gpu_blocks of vllm:cache_config_info (a gauge of 1); vLLM writes
+// them with labels model_name and engine (vllm/v1/metrics/loggers.py). The same protocol names
+// SGLang's: sglang:num_queue_reqs, sglang:num_running_reqs, sglang:token_usage.
+// Our KV caches are not paged: a "block" is the prefix cache's index block (PrefixCache::kBlock
+// positions), and num_gpu_blocks is every sequence's positions over it, on any device.
+std::string Metrics::render_router_gauges() const {
+  using proto::MetricKind;
+  std::string name;  // a label value: backslash, quote and newline escaped
+  for (char c : model_name) {
+    if (c == '\\' || c == '"') name += '\\';
+    name += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  const std::string labels = "{model_name=\"" + name + "\",engine=\"0\"}";
+  const double running = double(active_sequences), waiting = double(queue_length);
+  const double usage = kv_usage();
+  std::vector<proto::Metric> v{
+      {"num_requests_running", "",
+       "requests in the engine, prefilling or decoding (expert_serve_active_sequences)",
+       MetricKind::Gauge, running, labels},
+      {"num_requests_waiting", "", "requests waiting for a sequence (expert_serve_queue_length)",
+       MetricKind::Gauge, waiting, labels},
+      {"kv_cache_usage_perc", "", "KV positions held by running sequences, of all of them (0..1)",
+       MetricKind::Gauge, usage, labels},
+      {"cache_config_info", "",
+       "1; the KV caches' shape in labels: positions per block, blocks in all", MetricKind::Gauge,
+       1,
+       "{block_size=\"" + std::to_string(PrefixCache::kBlock) + "\",num_gpu_blocks=\"" +
+           std::to_string(kv_positions_max / int64_t(PrefixCache::kBlock)) + "\",engine=\"0\"}"}};
+  std::string out = proto::render_prometheus(v, "vllm:");
+  const std::string sl = "{model_name=\"" + name + "\"}";
+  std::vector<proto::Metric> s{
+      {"num_running_reqs", "", "requests in the engine (as vllm:num_requests_running)",
+       MetricKind::Gauge, running, sl},
+      {"num_queue_reqs", "", "requests waiting (as vllm:num_requests_waiting)", MetricKind::Gauge,
+       waiting, sl},
+      {"token_usage", "", "KV positions in use, 0..1 (as vllm:kv_cache_usage_perc)",
+       MetricKind::Gauge, usage, sl}};
+  out += proto::render_prometheus(s, "sglang:");
   return out;
 }
 

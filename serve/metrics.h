@@ -41,6 +41,12 @@ const char* closed_name(Closed c);
 struct Metrics {
   std::atomic<uint64_t> prompt_tokens{0}, generated_tokens{0}, steps{0}, batched_rows{0};
   std::atomic<int64_t> queue_length{0}, active_sequences{0};
+  // The load a gateway weighs (docs/fleet.md): KV positions held by the running sequences, of
+  // kv_positions_max in all (engine processes x --parallel x --ctx, set once at start), and the
+  // prompt tokens of the requests waiting in the queue.
+  std::atomic<int64_t> kv_positions{0}, queued_prompt_tokens{0};
+  int64_t kv_positions_max = 0;
+  std::string model_name;  // the served id: the vLLM- and SGLang-named gauges' model_name label
   // Prompt prefixes reused (serve/prefix_cache.h).
   std::atomic<uint64_t> prefix_hits{0}, prefix_disk_hits{0}, prefix_misses{0}, prefix_errors{0},
       prefix_reused_tokens{0}, prefix_evictions{0};
@@ -54,11 +60,15 @@ struct Metrics {
   std::atomic<int64_t> connections_pending{0}, connections_established{0}, requests_active{0};
   void count_closed(Closed c) { ++closed[size_t(c)]; }
   void count_request(const std::string& endpoint, int status);
-  // The Prometheus text: these (through proto::render_prometheus, prefix expert_serve_), then
-  // expertd's (prefix expertd_).
+  // The Prometheus text: these (through proto::render_prometheus, prefix expert_serve_), the
+  // same load under the names load-aware routers read (vllm:, sglang:), then expertd's (prefix
+  // expertd_).
   std::string render(const std::vector<proto::Metric>& daemon) const;
+  // The KV positions held, of all: 0..1.
+  double kv_usage() const;
 
  private:
+  std::string render_router_gauges() const;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
 };

@@ -169,7 +169,7 @@ Scheduler::Admit Scheduler::submit(std::shared_ptr<Request> r) {
     if (!healthy_) return Admit::Unavailable;
     if (int(queue_.size()) >= queue_max_) return Admit::QueueFull;
     queue_.push_back(std::move(r));
-    metrics_.queue_length = int64_t(queue_.size());
+    count_queue();
   }
   cv_.notify_all();
   return Admit::Ok;
@@ -193,7 +193,22 @@ void Scheduler::fail_all(const std::string& why) {
   for (Seq& s : active_) s.req->finish(Finish::Error, {}, why);
   active_.clear();
   std::fill(slot_used_.begin(), slot_used_.end(), false);
-  metrics_.active_sequences = 0;
+  count_active();
+}
+
+void Scheduler::count_queue() {
+  int64_t tokens = 0;
+  for (const auto& r : queue_) tokens += int64_t(r->prompt.size());
+  metrics_.queue_length = int64_t(queue_.size());
+  metrics_.queued_prompt_tokens = tokens;
+}
+
+void Scheduler::count_active() {
+  int64_t positions = 0;
+  if (engine_)
+    for (const Seq& s : active_) positions += engine_->n_past(s.slot);
+  metrics_.active_sequences = int64_t(active_.size());
+  metrics_.kv_positions = positions;
 }
 
 void Scheduler::loop() {
@@ -221,7 +236,7 @@ void Scheduler::loop() {
           queue_.front()->finish(Finish::Error, {}, last_error_);
           queue_.pop_front();
         }
-        metrics_.queue_length = 0;
+        count_queue();
         if (want_metrics_) want_metrics_ = false, metrics_ready_ = true, metrics_cv_.notify_all();
         cv_.wait_for(lk, std::chrono::milliseconds(500), [&] { return stop_; });
         continue;
@@ -272,7 +287,7 @@ void Scheduler::loop() {
         resume(s);
         active_.push_back(std::move(s));
       }
-      metrics_.queue_length = int64_t(queue_.size());
+      count_queue();
     }
     // Leaving: cancelled sequences free their slots (and the engine their cache) at once.
     std::erase_if(active_, [&](Seq& s) {
@@ -281,7 +296,7 @@ void Scheduler::loop() {
       s.req->finish(Finish::Error, {}, "cancelled");
       return true;
     });
-    metrics_.active_sequences = int64_t(active_.size());
+    count_active();
     if (!active_.empty()) step();
   }
   fail_all("expert-serve is shutting down");
@@ -523,7 +538,7 @@ void Scheduler::step() {
     slot_used_[active_[*it].slot] = false;
     active_.erase(active_.begin() + long(*it));
   }
-  metrics_.active_sequences = int64_t(active_.size());
+  count_active();
 }
 
 }  // namespace expertd::serve

@@ -160,6 +160,9 @@ class Scheduler final : public Generator {
   void loop();
   void step();
   void fail_all(const std::string& why);
+  // The load's gauges (Metrics): the queue's (mu_ held), the running sequences' (the loop's).
+  void count_queue();
+  void count_active();
   // After a token: hands out the text that cannot be part of a stop sequence; true if a stop
   // sequence ended the generation.
   bool emit(Seq& s, bool final);

@@ -223,6 +223,8 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   serve::Metrics metrics;
+  metrics.model_name = alias.empty() ? model_id(model) : alias;
+  metrics.kv_positions_max = int64_t(workers) * parallel * ctx;
   serve::Grammars grammars(*tok);
   std::unique_ptr<serve::PrefixDisk> disk;
   if (!prefix_cache_dir.empty()) {

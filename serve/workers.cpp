@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -339,7 +340,19 @@ void Workers::dispatch() {
       r->finish(Finish::Error, {}, "the engine process is gone");
     }
   }
+  count_load();
+}
+
+// The engine processes report no positions: a running request holds its prompt and what it
+// generated so far (its prompt counted whole from its dispatch, before its prefill ends).
+void Workers::count_load() {
+  int64_t positions = 0, queued = 0;
+  for (const auto& [id, l] : live_)
+    positions += std::min<int64_t>(int64_t(l.req->prompt.size()) + l.generated, n_ctx_);
+  for (const auto& r : queue_) queued += int64_t(r->prompt.size());
+  metrics_.kv_positions = positions;
   metrics_.queue_length = int64_t(queue_.size());
+  metrics_.queued_prompt_tokens = queued;
 }
 
 void Workers::watch() {
@@ -367,7 +380,7 @@ void Workers::watch() {
       }
     }
     metrics_.active_sequences = active;
-    metrics_.queue_length = int64_t(queue_.size());
+    count_load();
     metrics_cv_.wait_for(lk, std::chrono::milliseconds(20));
   }
 }

@@ -61,8 +61,9 @@ class Workers final : public Generator {
   void spawn(int w);
   void read_loop(int w);
   bool send(int w, const std::string& line);
-  void dispatch();  // queued requests to workers with free sequences (mu_ held)
-  void watch();     // cancellations, dead workers
+  void dispatch();    // queued requests to workers with free sequences (mu_ held)
+  void watch();       // cancellations, dead workers
+  void count_load();  // the queue's and the running requests' gauges (mu_ held)
 
   std::vector<std::string> argv_;
   const int parallel_, n_ctx_, queue_max_;
