@@ -23,11 +23,11 @@ std::chrono::milliseconds ms(double s) {
   return std::chrono::milliseconds(int64_t(s * 1000));
 }
 
-// /health and /metrics are answered past the caps (a small reserve of their own), so that an
-// operator can see a server under a flood.
+// /health, /metrics and /get_load are answered past the caps (a small reserve of their own), so
+// that an operator, and a gateway weighing load, can see a server under a flood.
 bool reserved(std::string_view target) {
   const std::string_view path = target.substr(0, target.find('?'));
-  return path == "/health" || path == "/metrics";
+  return path == "/health" || path == "/metrics" || path == "/get_load";
 }
 constexpr int kReservedRequests = 16;
 
@@ -217,7 +217,9 @@ struct Server::Impl::Session : std::enable_shared_from_this<Session> {
       std::thread([self = shared_from_this(), req]() mutable {
         Impl& im = self->im;
         Conn c(self->stream.socket().native_handle(), ms(im.o.write_timeout_s));
-        c.keep_alive = req->keep_alive() && self->keep;
+        // Draining: each answer closes its connection, so the client's next request goes to a new
+        // one (and, behind a gateway, to another server).
+        c.keep_alive = req->keep_alive() && self->keep && !im.draining;
         im.route(*req, c);
         if (c.timed_out) im.metrics.count_closed(Closed::WriteTimeout);
         const bool keep = c.keep_alive && !c.timed_out;
@@ -238,7 +240,7 @@ struct Server::Impl::Session : std::enable_shared_from_this<Session> {
   // The answer is written: the next request, or the end.
   void after(bool keep_alive) {
     if (ended) return;
-    if (!keep_alive || im.stopping) return end();
+    if (!keep_alive || im.stopping || im.draining) return end();
     if (buf.size() > 0) return read_header();  // pipelined: already here
     buf.shrink_to_fit();                       // an idle connection holds no buffer
     waiting = true;
@@ -407,6 +409,14 @@ void Server::run() {
   for (int i = 1; i < im.o.io_threads; ++i) more.emplace_back([&im] { im.io.run(); });
   im.io.run();
   for (auto& t : more) t.join();
+}
+
+void Server::drain() {
+  impl_->draining = true;
+}
+
+int Server::generations() const {
+  return impl_->generations;
 }
 
 void Server::stop() {

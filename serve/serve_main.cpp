@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +48,30 @@ std::string model_id(const std::string& path) {
   return n;
 }
 
+// A rolling restart loses no request: the gateways see /health 503 and stop sending, those sent
+// meanwhile get 503 with Retry-After (and are retried on another server), and the generations
+// running finish, for up to `timeout_s` (then stop() cancels them). A second signal cuts it short.
+void drain(serve::Server& server, const sigset_t& sigs, double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  sd_notify(0, "STOPPING=1\nSTATUS=draining");
+  server.drain();
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  std::fprintf(stderr, "expert-serve: draining: %d request(s) running, up to %gs to finish\n",
+               server.generations(), timeout_s);
+  timespec poll{0, 20 * 1000 * 1000};
+  while (server.generations() > 0 && Clock::now() < deadline)
+    if (sigtimedwait(&sigs, nullptr, &poll) > 0) {
+      std::fprintf(stderr, "expert-serve: a second signal: stopping now\n");
+      break;
+    }
+  if (const int left = server.generations(); left > 0)
+    std::fprintf(stderr, "expert-serve: drained but %d request(s) still running: cancelled\n",
+                 left);
+  else
+    std::fprintf(stderr, "expert-serve: drained\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,6 +90,7 @@ int main(int argc, char** argv) {
   size_t prefix_cache_mib = 1024;
   std::string prefix_cache_dir;
   double prefix_cache_gib = 16;
+  double drain_timeout_s = 30;
   app.add_option("--model", model,
                  "model GGUF, or the core GGUF of an expert pack (default: the bundled model)");
   app.add_option("--socket", socket, "expertd socket: experts come from the daemon");
@@ -131,6 +157,12 @@ int main(int argc, char** argv) {
   app.add_option("--alias", alias, "the model's name in the API (default: its file name)");
   app.add_option("--max-body-mb", max_body_mb, "largest request body (413 beyond)")
       ->capture_default_str();
+  app.add_option("--drain-timeout-s", drain_timeout_s,
+                 "on SIGTERM or SIGINT: /health answers 503 and new requests 503 with "
+                 "Retry-After, the running ones have this long to finish, then it exits 0 (a "
+                 "second signal: at once; docs/fleet.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   serve::ServerOptions so;
   auto* lim = "Limits (slow and hostile clients)";
   app.add_option("--header-timeout-s", so.header_timeout_s,
@@ -214,7 +246,7 @@ int main(int argc, char** argv) {
   if (auto st = engine::check_spec(spec); !st) die(st.error().message);
   serve::EngineFactory make = [&]() { return engine::make_engine(mod, spec); };
 
-  // SIGINT/SIGTERM end the server: blocked here, taken by a thread that stops it.
+  // SIGINT/SIGTERM drain the server, then stop it: blocked here, taken by a thread.
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
@@ -269,13 +301,16 @@ int main(int argc, char** argv) {
                    static_cast<unsigned long long>(rl.rlim_cur));
   }
   so.host = host, so.port = port, so.api_key = api_key, so.max_body = max_body_mb << 20;
-  so.model_id = alias.empty() ? model_id(model) : alias;
+  so.model_id = metrics.model_name;
+  so.model_path = std::filesystem::absolute(model).string();
+  so.model_arch = mod.hp.arch;
+  so.sequences_max = workers * parallel, so.queue_max = queue_max;
   serve::Server server(so, sched, *tok, std::move(*chat), metrics, grammars);
   if (auto st = server.listen(); !st) die(st.error().message);
   std::thread sig([&] {
     int s = 0;
     sigwait(&sigs, &s);
-    sd_notify(0, "STOPPING=1");
+    drain(server, sigs, drain_timeout_s);
     server.stop();
   });
   std::fprintf(stderr,

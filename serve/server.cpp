@@ -43,14 +43,7 @@ void Server::Impl::route(http::request<http::string_body>& req, Conn& c) {
     c.send_json(e.status, error_body(api, e));
     metrics.count_request(endpoint, e.status);
   };
-  if (path == "/health") {
-    const bool ok = sched.healthy();
-    c.send_json(ok ? 200 : 503,
-                ok ? dump(json{{"status", "ok"}})
-                   : dump(json{{"status", "unavailable"}, {"error", sched.last_error()}}));
-    metrics.count_request("health", ok ? 200 : 503);
-    return;
-  }
+  if (answer_fleet(path, req, c)) return;
   if (path == "/metrics") {
     c.send(200, "text/plain; version=0.0.4", metrics.render(sched.daemon_metrics()));
     metrics.count_request("metrics", 200);
@@ -78,6 +71,20 @@ void Server::Impl::route(http::request<http::string_body>& req, Conn& c) {
   }
   if (req.method() != http::verb::post)
     return fail({405, "invalid_request_error", "use POST"}, endpoint);
+  // Counted before the drain is checked: a drain that begins after this sees it and waits.
+  ++generations;
+  struct Done {
+    std::atomic<int>& n;
+    ~Done() { --n; }
+  } done{generations};
+  if (draining) {
+    c.send(503, "application/json",
+           error_body(api, {503, api == Api::Anthropic ? "overloaded_error" : "server_error",
+                            "this server is draining (shutting down); retry on another"}),
+           {{"Retry-After", "1"}});
+    metrics.count_request(endpoint, 503);
+    return;
+  }
   ordered_json body = ordered_json::parse(req.body(), nullptr, false);
   if (body.is_discarded() || !body.is_object())
     return fail(bad_request("the body is not a JSON object"), endpoint);

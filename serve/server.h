@@ -1,8 +1,10 @@
 // expert-serve's HTTP side (Boost.Beast): the OpenAI endpoints (/v1/models, /v1/completions,
 // /v1/chat/completions, streaming as server-sent events), Anthropic's /v1/messages, /health and
-// /metrics. Connections are read and written asynchronously on a few I/O threads (serve/front.cpp)
-// under deadlines and caps; a request, once read, is answered on a thread of its own; generations
-// go to a Generator (the engine loop in this process, or engine processes).
+// /metrics, and what gateways in front of several servers read (serve/fleet.cpp: /server_info,
+// /model_info, /get_load, readiness and drain). Connections are read and written asynchronously on
+// a few I/O threads (serve/front.cpp) under deadlines and caps; a request, once read, is answered
+// on a thread of its own; generations go to a Generator (the engine loop in this process, or engine
+// processes).
 #pragma once
 
 #include <atomic>
@@ -26,6 +28,11 @@ struct ServerOptions {
   std::string api_key;  // empty: no authentication
   size_t max_body = size_t{8} << 20;
   std::string model_id;  // what /v1/models lists and requests must name
+  // What /server_info and /model_info tell a gateway (serve/fleet.cpp).
+  std::string model_path;  // the GGUF served
+  std::string model_arch;  // its general.architecture
+  int sequences_max = 0;   // decoded at once: engine processes x --parallel
+  int queue_max = 0;       // waiting beyond them
   // The front's limits (README "Limits"): a slow or hostile client costs a socket and a timer,
   // never a thread, and cannot hold the places of real ones.
   int max_connections = 10000;         // established connections (past their first headers)
@@ -52,6 +59,11 @@ class Server {
   int port() const { return port_; }
   // Serves until stop(), on this thread and io_threads - 1 more.
   void run();
+  // A rolling restart's first half (SIGTERM): /health answers 503 and new generations 503 with
+  // Retry-After, while those running go on; stop() then ends whatever is left.
+  void drain();
+  // Generations being answered: a drain waits for 0.
+  int generations() const;
   void stop();
   // One request's bytes answered as a connection would answer them (no deadlines, no engine
   // beyond the Generator): the HTTP fuzz target's entry. Empty while the request is incomplete.

@@ -71,7 +71,9 @@ struct Server::Impl {
   tcp::acceptor acceptor{net::make_strand(io)};
   net::steady_timer accept_retry{acceptor.get_executor()};
   std::atomic<bool> stopping{false};
-  std::atomic<int> handlers{0};  // requests being answered (each on its thread)
+  std::atomic<bool> draining{false};
+  std::atomic<int> handlers{0};     // requests being answered (each on its thread)
+  std::atomic<int> generations{0};  // of which generations (completions, chat, messages)
   const int64_t started = unix_now();
   void accept();
   void admit(tcp::socket s);
@@ -86,6 +88,9 @@ struct Server::Impl {
   // A parse error's answer (400 malformed, 413 too large) and its closure's reason.
   HttpError parse_error(const beast::error_code& ec, Closed& why) const;
   void route(http::request<http::string_body>& req, Conn& c);
+  // fleet.cpp: what a gateway asks a worker (/health, /server_info, /model_info, /get_load and
+  // their get_ names); false if `path` is none of them.
+  bool answer_fleet(const std::string& path, const http::request<http::string_body>& req, Conn& c);
 
   // ---- request parsing ----
   static void check_model(const ordered_json& body, const std::string& id);
