@@ -5,7 +5,8 @@ the bundled model's pack served by a real expertd: /health 200 when ready; /serv
 with a running and a waiting request; unknown JSON fields (those gateways add) ignored; and
 SIGTERM draining: the running stream completes, /health and new requests answer 503 (the latter
 with Retry-After), the process exits 0, within --drain-timeout-s, in one process and with
---workers 2. Plain urllib and http.client: no venv.
+--workers 2 (the signal sent to its whole process group, as systemd stops a unit: the engine
+processes go with it). Plain urllib and http.client: no venv.
 
 Usage: fleet_test.py --bin BUILD_DIR --source SOURCE_DIR
 """
@@ -143,12 +144,16 @@ def wait_for(pred, seconds):
     return pred()
 
 
-def drain_case(p, url, label, timeout_s):
-    """SIGTERM beside a running stream: it completes, /health and new requests get 503, exit 0."""
+def drain_case(p, url, label, timeout_s, group=False):
+    """SIGTERM beside a running stream: it completes, /health and new requests get 503, exit 0.
+    group: to every process of its group (the engine processes of --workers too)."""
     s = Stream(url, "In the beginning", LONG)
     check(s.first.wait(30) and s.status == 200, f"{label}: a long stream runs")
     t0 = time.time()
-    p.send_signal(signal.SIGTERM)
+    if group:
+        os.killpg(p.pid, signal.SIGTERM)
+    else:
+        p.send_signal(signal.SIGTERM)
     check(wait_for(lambda: http(url + "/health")[0] == 503, 5), f"{label}: /health 503 once draining")
     st, body, _ = http(url + "/health")
     check(st == 503 and json.loads(body)["status"] == "draining", f"{label}: /health says draining ({body})")
@@ -167,6 +172,14 @@ def drain_case(p, url, label, timeout_s):
     took = time.time() - t0
     check(rc == 0, f"{label}: exits 0 after the drain (rc {rc})")
     check(took < timeout_s, f"{label}: within --drain-timeout-s {timeout_s} ({took:.1f} s)")
+    if group:
+        def gone():
+            try:
+                os.killpg(p.pid, 0)
+                return False
+            except ProcessLookupError:
+                return True
+        check(wait_for(gone, 10), f"{label}: every process of the group has exited")
 
 
 try:
@@ -265,7 +278,8 @@ try:
 
     # --workers 2: the engine processes keep generating while the HTTP process drains.
     p, url = serve_util.start_serve(B, tmp, procs, common + ["--workers", "2", "--parallel", "2",
-                                                              "--drain-timeout-s", str(DRAIN_S)], threads=1)
+                                                              "--drain-timeout-s", str(DRAIN_S)], threads=1,
+                                    new_session=True)
     check(wait_for(lambda: http(url + "/health")[0] == 200, 30), "--workers 2: /health 200 when ready")
     _, body, _ = http(url + "/server_info")
     check(json.loads(body).get("max_running_requests") == 4, f"--workers 2: 4 sequences in all ({body})")
@@ -274,7 +288,7 @@ try:
           "--workers 2: vllm:num_requests_running 1 while a request runs")
     check((gauge(url, "vllm:kv_cache_usage_perc") or 0) > 0, "--workers 2: KV usage above 0")
     check(s.join(DRAIN_S) and s.done, "--workers 2: the stream ends")
-    drain_case(p, url, "--workers 2: SIGTERM", DRAIN_S)
+    drain_case(p, url, "--workers 2: SIGTERM to the process group", DRAIN_S, group=True)
 finally:
     for p in procs:
         if p.poll() is None:

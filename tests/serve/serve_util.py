@@ -37,11 +37,13 @@ def check(cond, what):
         failures.append(what)
 
 
-def start_serve(build_dir, log_dir, procs, extra, threads=2):
-    """expert-serve --port 0 --threads THREADS EXTRA, its process kept in procs: (process, url)."""
+def start_serve(build_dir, log_dir, procs, extra, threads=2, new_session=False):
+    """expert-serve --port 0 --threads THREADS EXTRA, its process kept in procs: (process, url).
+    new_session: in a process group of its own (to signal it whole, as systemd signals a unit)."""
     log = os.path.join(log_dir, f"serve{len(procs)}.log")
     p = subprocess.Popen([os.path.join(build_dir, "serve", "expert-serve"), "--port", "0", "--threads",
-                          str(threads)] + extra, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+                          str(threads)] + extra, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                         start_new_session=new_session)
     procs.append(p)
     for _ in range(500):
         m = re.search(r"on http://127\.0\.0\.1:(\d+)", open(log).read())
