@@ -14,7 +14,9 @@
 //   num_waiting_reqs, num_tokens}, num_tokens being the tokens held plus those waiting
 //   (python/sglang/srt/managers/scheduler_metrics_mixin.py, get_load); the gateway sums
 //   num_tokens over the entries as the worker's load (sgl-model-gateway/src/core/
-//   worker_manager.rs, get_worker_load).
+//   worker_manager.rs, get_worker_load). vllm-router's power_of_two reads an object's "load"
+//   instead (vllm-project/router src/routers/http/router.rs, get_worker_load): one body cannot
+//   be both, and SGLang's is the one answered.
 #include "serve/server_impl.h"
 
 namespace expertd::serve {
