@@ -4,9 +4,9 @@ the bundled model's pack served by a real expertd: /health 200 when ready; /serv
 /model_info and /get_load in SGLang's shapes; the vLLM- and SGLang-named gauges in /metrics moving
 with a running and a waiting request; unknown JSON fields (those gateways add) ignored; and
 SIGTERM draining: the running stream completes, /health and new requests answer 503 (the latter
-with Retry-After), the process exits 0, within --drain-timeout-s, in one process and with
---workers 2 (the signal sent to its whole process group, as systemd stops a unit: the engine
-processes go with it). Plain urllib and http.client: no venv.
+with Retry-After), the process exits 0, within --drain-timeout-s (a second signal: at once), in
+one process and with --workers 2 (the signal sent to its whole process group, as systemd stops a
+unit: the engine processes go with it). Plain urllib and http.client: no venv.
 
 Usage: fleet_test.py --bin BUILD_DIR --source SOURCE_DIR
 """
@@ -275,6 +275,24 @@ try:
     s.join(15)
     check(rc == 0 and took < 5, f"bound: exits 0 soon after --drain-timeout-s 0.5 ({rc}, {took:.1f} s)")
     check(s.completion_tokens() != CTX - 8, "bound: the longer stream was cut, not finished")
+
+    # A second signal ends the drain at once, whatever its bound.
+    p, url = serve_util.start_serve(B, tmp, procs, common + ["--parallel", "1", "--drain-timeout-s",
+                                                              str(DRAIN_S)], threads=1)
+    s = Stream(url, "In the beginning", CTX - 8)
+    check(s.first.wait(30), "second signal: a stream runs")
+    p.send_signal(signal.SIGTERM)
+    check(wait_for(lambda: http(url + "/health")[0] == 503, 5), "second signal: draining")
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    try:
+        rc = p.wait(15)
+    except subprocess.TimeoutExpired:
+        rc = None
+    took = time.time() - t0
+    s.join(15)
+    check(rc == 0 and took < 5 and s.completion_tokens() != CTX - 8,
+          f"second signal: exits 0 at once, the stream cut ({rc}, {took:.1f} s)")
 
     # --workers 2: the engine processes keep generating while the HTTP process drains.
     p, url = serve_util.start_serve(B, tmp, procs, common + ["--workers", "2", "--parallel", "2",
