@@ -27,7 +27,7 @@ bool Server::Impl::answer_fleet(const std::string& path,
   if (name.starts_with("get_") && name != "get_load") name = name.substr(4);
   if (name != "health" && name != "server_info" && name != "model_info" && name != "get_load")
     return false;
-  if (req.method() != http::verb::get && req.method() != http::verb::head) {
+  if (req.method() != http::verb::get) {
     c.send_json(405, error_body(Api::OpenAI, {405, "invalid_request_error", "use GET"}));
     metrics.count_request(name, 405);
     return true;
