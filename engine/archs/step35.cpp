@@ -6,8 +6,9 @@
 // where the layer has one; a layer dense or MoE by its router's presence; sigmoid routing with
 // the selection bias beside a shared expert, each clamped per layer where the file says
 // (swiglu_clamp_exp, swiglu_clamp_shexp: min(silu(g), limit) * clamp(u, -limit, limit)).
-// rope_freqs (rope frequency factors, which llama.cpp applies to the global layers only) is
-// refused: not wired here yet, nor checked. Trailing NextN blocks are skipped.
+// rope_freqs (llama3-style rope frequency factors, one table of max rotated dims / 2 whose first
+// entries a layer reads) divide the global layers' angles where the file has them, as llama.cpp
+// applies them (the sliding layers take none). Trailing NextN blocks are skipped.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -34,9 +35,7 @@ class Step35 final : public Arch {
     m.u("expert_shared_feed_forward_length", w, 0);
     archs::read_yarn(m, hp, /*yarn_ok=*/false);
     if (!m.error().empty()) return;
-    const auto* f = &m.file();
-    if (f->tensor("rope_freqs.weight"))
-      return m.fail("rope_freqs.weight (rope frequency factors) is not supported");
+    rope_freqs_.read(m);  // llama3-style rope scaling, on the global layers
     sliding_ = archs::read_swa_pattern(m, n, /*default_period=*/-1);  // the array, required
     if (!m.error().empty()) return;
     for (int il = 0; il < n; ++il)
@@ -64,6 +63,7 @@ class Step35 final : public Arch {
   void plan(const Hparams& hp, Plan& p) override {
     hp_ = hp;
     const int64_t n_embd = hp.n_embd;
+    rope_freqs_.plan(p, std::max(hp.n_rot / 2, n_rot_swa_));  // llama.cpp's n_rot_max / 2 entries
     layers_.resize(size_t(hp.n_layer));
     for (int il = 0; il < hp.n_layer; ++il) {
       Layer& w = layers_[size_t(il)];
@@ -111,7 +111,8 @@ class Step35 final : public Arch {
     Act q = ops.matmul(w.wq, h), k = ops.matmul(w.wk, h), v = ops.matmul(w.wv, h);
     if (w.q_norm) ops.rms_norm(q, w.q_norm, q, hp.eps, hp.head_dim);
     if (w.k_norm) ops.rms_norm(k, w.k_norm, k, hp.eps, hp.head_dim);
-    const RopeOpts rope{sliding ? rope_base_swa_ : hp.rope_base, /*neox=*/true};
+    RopeOpts rope{sliding ? rope_base_swa_ : hp.rope_base, /*neox=*/true};
+    if (!sliding) rope.freq_factors = rope_freqs_.t;
     const int n_rot = sliding ? n_rot_swa_ : hp.n_rot / 2;  // llama.cpp: global layers half
     ops.rope(q, hp.head_dim, 0, n_rot, rope);
     ops.rope(k, hp.head_dim, 0, n_rot, rope);
@@ -142,6 +143,7 @@ class Step35 final : public Arch {
   float rope_base_swa_ = 10000.0f;
   int64_t n_ff_ = 0, n_ff_shexp_ = 0;
   std::vector<int> heads_, kv_heads_;  // per block (the NextN ones included)
+  archs::RopeFreqs rope_freqs_;
   std::vector<float> clamp_exp_, clamp_shexp_;
   std::vector<char> moe_, sliding_;
   std::vector<Layer> layers_;
@@ -156,7 +158,8 @@ class Step35 final : public Arch {
 // sliding layers, 3 dense lead layers (288 x 3 x 4,096 x 1,280 x 42 = 190B routed; 195.7B in all,
 // 10.8B active), no SwiGLU clamps. The issue names the preset step-3.7-flash; no larger
 // published Step configuration was found. --dims: the sliding layers' heads twice the global
-// ones', windows of 8, one dense lead layer, clamps on the MoE layers (routed 2, shared 1.5).
+// ones', windows of 8, one dense lead layer, clamps on the MoE layers (routed 2, shared 1.5), rope
+// frequency factors.
 expertd::Result<SynthModel> Step35::synth(const std::string&, const SynthDims& d) const {
   archs::SynthSizes s{4096, 45, 288, 8, 1280, 64, 8, 128, 128896, 5000000.0f, 1e-5f};
   int n_ff = 11264, window = 512, swa_heads = 96, dense = 3;
@@ -198,6 +201,7 @@ expertd::Result<SynthModel> Step35::synth(const std::string&, const SynthDims& d
   m->flags["expert_weights_norm"] = true;
   m->f32["expert_weights_scale"] = 1.0f;
   m->f32["rope.freq_base_swa"] = 10000.0f;
+  if (d.given()) m->flags["synth_rope_freqs"] = true;  // the rope factors, at test size
   if (clamp > 0.0f) {
     m->farrays["swiglu_clamp_exp"] = lim;
     m->farrays["swiglu_clamp_shexp"] = lim_sh;
