@@ -224,11 +224,14 @@ Act Engine::moe(int il, const MoeWeights& w, Act h, Act x) {
   MoeRoutes& r = moe_routes_;
   group_routes(routes, X, K, r);
   if (prefetch_) score_predictions(il, r.experts);  // ascending, unique
-  if (w.route.weight_before) {  // one expert a token (checked at load): its input scaled
-    Act xs = ops_->alloc(T, x.cols);
-    ops_->copy(xs, x);
+  if (w.route.weight_before) {  // each route's input scaled by its weight, the outputs summed
+    // (llama.cpp's Llama 4): route row t * K + j reads its own copy of token t's row.
+    Act xs = ops_->alloc(T, K * x.cols);
+    ops_->repeat(x, K, xs);
+    xs = Act{xs.data, int64_t{T} * K, x.cols};
     ops_->scale_rows(xs, r.weights);
     std::fill(r.weights.begin(), r.weights.end(), 1.0f);
+    for (size_t i = 0; i < r.tokens.size(); ++i) r.tokens[i] = r.outs[i];
     x = xs;
   }
   ops_->moe_begin(x, r);

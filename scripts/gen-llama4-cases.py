@@ -18,6 +18,9 @@ from synth_cases import write_cases  # noqa: E402
 CASES = {  # name (its suffix is the golden variant) -> synth arguments
     "l4-f32": ["--dims", "128,4,8,1,64,4,2,512", "--type", "F32", "--seed", "1"],
     "l4-f16": ["--dims", "128,4,8,1,64,4,2,512", "--type", "F16", "--seed", "2"],
+    # two experts a token (the published models route one; llama.cpp runs any count): each
+    # route's input scaled by its own weight, the outputs summed
+    "l4-k2-f32": ["--dims", "128,4,8,2,64,4,2,512", "--type", "F32", "--seed", "4"],
     "l4-q4_k": ["--dims", "256,4,8,1,256,8,2,512", "--type", "Q4_K", "--down-type", "Q6_K",
                 "--seed", "3"],
 }

@@ -97,7 +97,10 @@ class ExaoneMoe final : public Arch {
     archs::ffn_half(e, il, x, h, moe(il), w.ffn_norm, w.ffn, hp.eps);
   }
 
-  std::vector<std::string> synth_presets() const override { return {"k-exaone-236b-a23b"}; }
+  // The name and the model's full one: the same shape.
+  std::vector<std::string> synth_presets() const override {
+    return {"k-exaone-236b", "k-exaone-236b-a23b"};
+  }
   expertd::Result<SynthModel> synth(const std::string& preset, const SynthDims& d) const override;
 
  private:

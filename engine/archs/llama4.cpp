@@ -3,10 +3,11 @@
 // positions) and every fourth global with no position encoding and, instead, the attention
 // temperature on its queries; on the rotated layers the queries and keys RMS-normalised per head
 // without a weight, except in the 128-expert model (llama.cpp's rule); MoE every
-// interleave_moe_layer_step-th layer (dense FFNs between), one expert a token chosen by a sigmoid
-// router whose weight scales the expert's input rather than its output, beside a shared expert.
-// rope_freqs (Scout's llama3 rope scaling) divide the rotated layers' angles where the file has
-// them. A file without chunks (sliding_window 0, MobileLLM-style) is refused.
+// interleave_moe_layer_step-th layer (dense FFNs between), the experts of a token (one in the
+// published models) chosen by a sigmoid router whose weight scales the expert's input rather than
+// its output, beside a shared expert. rope_freqs (Scout's llama3 rope scaling) divide the rotated
+// layers' angles where the file has them. A file without chunks (sliding_window 0, MobileLLM-style)
+// is refused.
 #include <cmath>
 
 #include "engine/archs/common.h"
@@ -29,9 +30,6 @@ class Llama4 final : public Arch {
     // llama.cpp routes Llama 4 by sigmoid, unnormalised, whatever the file says
     route_.sigmoid = true, route_.norm_topk = false, route_.n_group = 0;
     route_.weight_before = true;
-    if (hp.n_expert_used != 1)
-      return m.fail("expert_used_count = " + std::to_string(hp.n_expert_used) +
-                    ": Llama 4 routes each token to one expert (its weight scales the input)");
     if (hp.n_rot != hp.head_dim)
       return m.fail("rope.dimension_count must be the head size (llama.cpp rotates whole heads)");
     rope_freqs_.read(m);            // Scout: llama3-style rope scaling

@@ -246,7 +246,7 @@ TEST(CudaEngine, GroupedQueryFamiliesMatchTheCpuEngine) {
   EXPERTD_REQUIRE_GPU();
   for (const char* id : {"minimax/m2-f32", "ling/ling-f32", "ernie/ernie-f32", "exaone/exaone-f32",
                          "llama4/l4-f32", "hy3/hy3-f32", "trinity/trinity-f32", "mimo/mimo-f32",
-                         "laguna/laguna-f32", "step/step-f32"})
+                         "laguna/laguna-f32", "step/step-f32", "llama4/l4-k2-f32"})
     check_gpu_matches_cpu(id);
 }
 
