@@ -9,6 +9,7 @@ pkgs=(
   libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcli11-dev
   libxxhash-dev libpcre2-dev libsystemd-dev systemd python3 python3-dev python3-numpy python3-venv xz-utils
   pkg-config binutils
+  nginx-light  # tests/serve/anthropic_fleet_test.py: a plain proxy in front of workers
 )
 missing=()
 for p in "${pkgs[@]}"; do
