@@ -10,6 +10,7 @@ pkgs=(
   libxxhash-dev libpcre2-dev libsystemd-dev systemd python3 python3-dev python3-numpy python3-venv xz-utils
   pkg-config binutils
   nginx-light  # tests/serve/anthropic_fleet_test.py: a plain proxy in front of workers
+  libzmq3-dev  # expert-serve --kv-events-endpoint
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -47,6 +47,11 @@ PrefixCache::Hit PrefixCache::find(std::span<const int32_t> prompt) {
 void PrefixCache::put(std::span<const int32_t> tokens, engine::SeqState state) {
   if (tokens.size() < kBlock || state.bytes() > budget_) return;
   const auto hashes = block_hashes(tokens);
+  // The first of this entry's blocks the index lacks: it and those after it are new (a block's
+  // hash chains all before it).
+  size_t first_new = 0;
+  while (first_new < hashes.size() && index_.contains(hashes[first_new])) ++first_new;
+  erased_.clear();
   // An entry this one makes redundant: the same tokens, or (where states cut) a prefix of them.
   if (auto it = index_.find(hashes.back()); it != index_.end())
     for (size_t id : std::vector<size_t>(it->second)) {
@@ -73,6 +78,23 @@ void PrefixCache::put(std::span<const int32_t> tokens, engine::SeqState state) {
   e.live = true;
   ++live_;
   for (uint64_t h : hashes) index_[h].push_back(id);
+  if (!track_) return;
+  // Removed: what left the index and did not come back with this entry.
+  std::sort(erased_.begin(), erased_.end());
+  erased_.erase(std::unique(erased_.begin(), erased_.end()), erased_.end());
+  std::erase_if(erased_, [&](uint64_t h) { return index_.contains(h); });
+  if (!erased_.empty()) events_.push_back({BlockEvent::Removed, std::move(erased_), false, 0, {}});
+  erased_.clear();
+  if (first_new < hashes.size()) {
+    BlockEvent ev;
+    ev.kind = BlockEvent::Stored;
+    ev.hashes.assign(hashes.begin() + std::ptrdiff_t(first_new), hashes.end());
+    ev.has_parent = first_new > 0;
+    ev.parent = first_new > 0 ? hashes[first_new - 1] : 0;
+    ev.tokens.assign(tokens.begin() + std::ptrdiff_t(first_new * kBlock),
+                     tokens.begin() + std::ptrdiff_t(hashes.size() * kBlock));
+    events_.push_back(std::move(ev));
+  }
 }
 
 void PrefixCache::drop(size_t id) {
@@ -82,7 +104,10 @@ void PrefixCache::drop(size_t id) {
     auto it = index_.find(h);
     if (it == index_.end()) continue;
     std::erase(it->second, id);
-    if (it->second.empty()) index_.erase(it);
+    if (it->second.empty()) {
+      index_.erase(it);
+      if (track_) erased_.push_back(h);
+    }
   }
   bytes_ -= e.state->bytes();
   e = Entry{};

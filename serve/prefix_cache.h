@@ -15,9 +15,11 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
+#include "serve/kv_events.h"
 
 namespace expertd::serve {
 
@@ -35,6 +37,12 @@ class PrefixCache {
   Hit find(std::span<const int32_t> prompt);
   // The state after `tokens` (its n_past == tokens.size()).
   void put(std::span<const int32_t> tokens, engine::SeqState state);
+
+  // Blocks entering and leaving the index since the last call, when asked for (KV events): a
+  // block is stored when the first entry holding its prefix arrives, removed when the last one
+  // leaves; a put that replaces an entry by a longer one removes nothing it keeps.
+  void track_events(bool on) { track_ = on; }
+  std::vector<BlockEvent> take_events() { return std::exchange(events_, {}); }
 
   size_t bytes() const { return bytes_; }
   size_t entries() const { return live_; }
@@ -58,6 +66,9 @@ class PrefixCache {
   std::unordered_map<uint64_t, std::vector<size_t>> index_;  // block-prefix hash -> entry ids
   size_t bytes_ = 0, live_ = 0;
   uint64_t clock_ = 0, evictions_ = 0;
+  bool track_ = false;
+  std::vector<uint64_t> erased_;  // block hashes whose last entry left, during one put
+  std::vector<BlockEvent> events_;
 };
 
 }  // namespace expertd::serve

@@ -310,7 +310,10 @@ void Scheduler::resume(Seq& s) {
   // A prompt whose own log-probabilities are asked for (echo) is computed whole: they come from
   // its rows.
   if (prefix_bytes_ == 0 || s.req->params.prompt_logprobs) return;
-  if (!prefix_) prefix_ = std::make_unique<PrefixCache>(prefix_bytes_, engine_->can_cut());
+  if (!prefix_) {
+    prefix_ = std::make_unique<PrefixCache>(prefix_bytes_, engine_->can_cut());
+    prefix_->track_events(kv_events_ != nullptr);
+  }
   auto hit = prefix_->find(s.req->prompt);
   bool from_disk = false;
   if (disk_) {
@@ -319,7 +322,7 @@ void Scheduler::resume(Seq& s) {
     if (auto e = disk_->find(s.req->prompt, engine_->can_cut(), n); e && n > hit.n) {
       if (auto st = disk_->read(*e)) {
         auto sp = std::make_shared<const engine::SeqState>(std::move(*st));
-        prefix_->put(e->tokens, *sp);
+        put_prefix(e->tokens, *sp);
         hit = {std::move(sp), n};
         from_disk = true;
       }
@@ -340,9 +343,15 @@ void Scheduler::resume(Seq& s) {
   metrics_.prefix_reused_tokens += uint64_t(hit.n);
 }
 
+// Into the RAM tier, its block events published.
+void Scheduler::put_prefix(std::span<const int32_t> tokens, engine::SeqState st) {
+  prefix_->put(tokens, std::move(st));
+  if (KvEvents* k = kv_events_) k->publish(prefix_->take_events());
+}
+
 void Scheduler::keep(std::span<const int32_t> tokens, engine::SeqState st, bool to_disk) {
   if (disk_ && to_disk) disk_->write(tokens, st);
-  prefix_->put(tokens, std::move(st));
+  put_prefix(tokens, std::move(st));
   metrics_.prefix_bytes = int64_t(prefix_->bytes());
   metrics_.prefix_entries = int64_t(prefix_->entries());
   metrics_.prefix_evictions = prefix_->evictions();
@@ -356,7 +365,9 @@ void Scheduler::checkpoint(Seq& s) {
   if (s.fed != prompt.size() && engine_->can_cut()) return;
   engine::SeqState st;
   if (!engine_->save_state(s.slot, st)) {
+    const bool had = prefix_->entries() > 0;
     prefix_.reset();  // this backend cannot copy states: reuse stays off
+    if (KvEvents* k = kv_events_; k && had) k->publish({{BlockEvent::Cleared, {}, false, 0, {}}});
     return;
   }
   s.saved = s.fed;

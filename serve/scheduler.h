@@ -23,6 +23,7 @@
 #include "engine/tokenizer.h"
 #include "proto/metrics.h"
 #include "serve/grammar.h"
+#include "serve/kv_events.h"
 #include "serve/metrics.h"
 #include "serve/prefix_cache.h"
 #include "serve/prefix_disk.h"
@@ -140,6 +141,8 @@ class Scheduler final : public Generator {
   int n_ctx() const override { return n_ctx_; }
   // Fetched by the engine loop between steps.
   std::vector<proto::Metric> daemon_metrics() override;
+  // The prefix cache's block events go here (set before the first request; none: not tracked).
+  void set_kv_events(KvEvents* k) { kv_events_ = k; }
 
  private:
   struct Seq {
@@ -177,6 +180,8 @@ class Scheduler final : public Generator {
   const size_t prefix_bytes_;
   std::unique_ptr<PrefixCache> prefix_;  // made with the first engine (it knows the caches)
   PrefixDisk* disk_;
+  std::atomic<KvEvents*> kv_events_{nullptr};
+  void put_prefix(std::span<const int32_t> tokens, engine::SeqState st);
   void keep(std::span<const int32_t> tokens, engine::SeqState st, bool to_disk);
   void resume(Seq& s);
   void checkpoint(Seq& s);

@@ -19,6 +19,7 @@
 #include "engine/state_file.h"
 #include "engine/tokenizer.h"
 #include "gguf/gguf_reader.h"
+#include "serve/kv_events.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
 #include "serve/server.h"
@@ -154,6 +155,13 @@ int main(int argc, char** argv) {
   app.add_option("--prefix-cache-gib", prefix_cache_gib, "the SSD tier's size")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 1e6));
+  std::string kv_events_endpoint, kv_events_topic;
+  app.add_option("--kv-events-endpoint", kv_events_endpoint,
+                 "publish the prefix cache's block events (stored, removed, all cleared) in "
+                 "vLLM's KV-event format on a ZMQ PUB socket: bound for tcp://*:PORT, ipc:// and "
+                 "inproc://, connected otherwise (docs/fleet.md, KV events); needs "
+                 "--prefix-cache-mib > 0, one engine process and --device cpu");
+  app.add_option("--kv-events-topic", kv_events_topic, "the topic frame of each event batch");
   app.add_option("--alias", alias, "the model's name in the API (default: its file name)");
   app.add_option("--max-body-mb", max_body_mb, "largest request body (413 beyond)")
       ->capture_default_str();
@@ -271,6 +279,20 @@ int main(int argc, char** argv) {
     disk = std::move(*d);
     metrics.prefix_disk = disk.get();
   }
+  std::unique_ptr<serve::KvEvents> kv_events;
+  if (!kv_events_endpoint.empty()) {
+    if (prefix_cache_mib == 0)
+      die("--kv-events-endpoint needs the prefix cache (--prefix-cache-mib > 0)");
+    if (workers > 1)
+      die("--kv-events-endpoint with --workers > 1 is not supported: each engine process has its "
+          "own prefix cache (run one expert-serve per endpoint)");
+    if (device != "cpu")
+      die("--kv-events-endpoint needs --device cpu (its events were not tested on cuda)");
+    auto k = serve::KvEvents::open(kv_events_endpoint, kv_events_topic,
+                                   uint32_t(serve::PrefixCache::kBlock));
+    if (!k) die(k.error().message);
+    kv_events = std::move(*k);
+  }
   if (worker_fd >= 0) {  // an engine process of --workers: no HTTP, the protocol on the fd
     ::signal(SIGPIPE, SIG_IGN);
     serve::Scheduler sched(make, *tok, parallel, ctx, 2 * parallel, metrics, grammars,
@@ -281,9 +303,12 @@ int main(int argc, char** argv) {
   if (workers > 1)
     generator = std::make_unique<serve::Workers>(std::vector<std::string>(argv, argv + argc),
                                                  workers, parallel, ctx, queue_max, metrics);
-  else
-    generator = std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics,
-                                                   grammars, prefix_cache_mib << 20, disk.get());
+  else {
+    auto one = std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics,
+                                                  grammars, prefix_cache_mib << 20, disk.get());
+    one->set_kv_events(kv_events.get());
+    generator = std::move(one);
+  }
   serve::Generator& sched = *generator;
   // Every connection is a descriptor: the soft limit goes to the hard one, and the caps must fit.
   if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
@@ -322,5 +347,7 @@ int main(int argc, char** argv) {
   sd_notify(0, "READY=1\nSTATUS=serving");
   server.run();
   sig.join();
+  // The RAM tier goes with this process: subscribers drop what they knew of it.
+  if (kv_events) kv_events->publish({{serve::BlockEvent::Cleared, {}, false, 0, {}}});
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +91,73 @@ TEST(PrefixCache, LeastRecentlyUsedGoesFirstWithinTheBudget) {
   EXPECT_LE(pc.bytes(), 3 * per);
   EXPECT_EQ(pc.find(concat(p[1], {1})).n, 0);  // the least recently used went
   EXPECT_EQ(pc.find(concat(p[0], {1})).n, 100);
+}
+
+// KV events: a block is stored when the first entry holding its prefix arrives (the run of new
+// blocks, its parent the block before, its tokens), removed when the last one leaves; a longer
+// entry replacing a shorter one removes nothing it keeps.
+TEST(PrefixCache, BlockEventsFollowTheIndex) {
+  const size_t per = 1000 * sizeof(float);
+  PrefixCache pc(2 * per, true);
+  pc.track_events(true);
+  const auto a = toks(200, 1), a2 = concat(a, toks(100, 2));  // 3 blocks, then 4
+  pc.put(a, state_of(a, 1000));
+  auto ev = pc.take_events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, BlockEvent::Stored);
+  ASSERT_EQ(ev[0].hashes.size(), 3u);
+  EXPECT_FALSE(ev[0].has_parent);
+  EXPECT_EQ(ev[0].tokens, std::vector<int32_t>(a.begin(), a.begin() + 192));
+  const auto first = ev[0].hashes;
+  pc.put(a2, state_of(a2, 1000));  // a is dropped (covered): its blocks stay held by a2
+  ev = pc.take_events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, BlockEvent::Stored);
+  ASSERT_EQ(ev[0].hashes.size(), 1u);
+  EXPECT_TRUE(ev[0].has_parent);
+  EXPECT_EQ(ev[0].parent, first.back());
+  EXPECT_EQ(ev[0].tokens, std::vector<int32_t>(a2.begin() + 192, a2.begin() + 256));
+  EXPECT_EQ(pc.take_events().size(), 0u);
+  // Two more prompts in a budget of two: a2 is evicted, its 4 blocks removed.
+  const auto b = toks(128, 5), c = toks(64, 6);
+  pc.put(b, state_of(b, 1000));
+  pc.put(c, state_of(c, 1000));
+  ev = pc.take_events();
+  ASSERT_EQ(ev.size(), 3u);  // b stored; then a2 removed, c stored
+  EXPECT_EQ(ev[0].kind, BlockEvent::Stored);
+  EXPECT_EQ(ev[1].kind, BlockEvent::Removed);
+  const auto& removed = ev[1].hashes;
+  EXPECT_EQ(removed.size(), 4u);
+  for (uint64_t h : first) EXPECT_NE(std::find(removed.begin(), removed.end(), h), removed.end());
+  EXPECT_EQ(ev[2].kind, BlockEvent::Stored);
+  EXPECT_EQ(ev[2].hashes.size(), 1u);
+  // Untracked: nothing collects.
+  PrefixCache quiet(1 << 20, true);
+  quiet.put(a, state_of(a, 10));
+  EXPECT_TRUE(quiet.take_events().empty());
+}
+
+// vLLM's msgspec array_like encoding, byte for byte (msgpack spec: fixarray 0x9N, fixstr 0xaN,
+// float64 0xcb, uint8 0xcc, uint64 0xcf, nil 0xc0).
+TEST(KvEvents, ABatchIsVllmsMsgpack) {
+  std::vector<BlockEvent> ev(3);
+  ev[0] = {BlockEvent::Stored, {0x0102030405060708ull}, true, 5, {1, 200}};
+  ev[1] = {BlockEvent::Removed, {7}, false, 0, {}};
+  ev[2] = {BlockEvent::Cleared, {}, false, 0, {}};
+  const std::string got = encode_kv_event_batch(1.5, ev, 64);
+  std::string want("\x92\xcb\x3f\xf8\x00\x00\x00\x00\x00\x00\x93", 11);
+  want +=
+      "\x96\xab"
+      "BlockStored"
+      "\x91\xcf\x01\x02\x03\x04\x05\x06\x07\x08\x05\x92\x01\xcc\xc8\x40\xc0";
+  want +=
+      "\x92\xac"
+      "BlockRemoved"
+      "\x91\x07";
+  want +=
+      "\x91\xb0"
+      "AllBlocksCleared";
+  EXPECT_EQ(got, want);
 }
 
 TEST(PrefixDisk, StatesSurviveARestartAndDamageIsAMissNeverAState) {
