@@ -155,7 +155,13 @@ int run_worker(int fd, Scheduler& sched, Metrics& metrics) {
              {{"prompt_tokens", double(metrics.prompt_tokens)},
               {"generated_tokens", double(metrics.generated_tokens)},
               {"steps", double(metrics.steps)},
-              {"batched_rows", double(metrics.batched_rows)}}}});
+              {"batched_rows", double(metrics.batched_rows)},
+              {"prefix_hits", double(metrics.prefix_hits)},
+              {"prefix_disk_hits", double(metrics.prefix_disk_hits)},
+              {"prefix_misses", double(metrics.prefix_misses)},
+              {"prefix_errors", double(metrics.prefix_errors)},
+              {"prefix_reused_tokens", double(metrics.prefix_reused_tokens)},
+              {"prefix_evictions", double(metrics.prefix_evictions)}}}});
     }
   }
   // The HTTP process is gone: cancel what runs, let the pumps see the ends, leave.
@@ -426,18 +432,23 @@ std::vector<proto::Metric> Workers::daemon_metrics() {
       if (!w_[i]->metrics_ready) return stop_;
     return true;
   });
-  double prompt = retired_["prompt_tokens"], gen = retired_["generated_tokens"],
-         steps = retired_["steps"], rows = retired_["batched_rows"];
+  // The engine processes' counters, summed (with those of processes gone).
+  std::map<std::string, double> sum = retired_;
   std::vector<proto::Metric> daemon;
   for (int i : asked) {
     if (!w_[i]->metrics_ready) continue;
-    auto& c = w_[i]->counters;
-    prompt += c["prompt_tokens"], gen += c["generated_tokens"], steps += c["steps"],
-        rows += c["batched_rows"];
+    for (const auto& [k, v] : w_[i]->counters) sum[k] += v;
     if (daemon.empty()) daemon = w_[i]->metrics;  // one expertd: every worker sees the same
   }
-  metrics_.prompt_tokens = uint64_t(prompt), metrics_.generated_tokens = uint64_t(gen);
-  metrics_.steps = uint64_t(steps), metrics_.batched_rows = uint64_t(rows);
+  metrics_.prompt_tokens = uint64_t(sum["prompt_tokens"]);
+  metrics_.generated_tokens = uint64_t(sum["generated_tokens"]);
+  metrics_.steps = uint64_t(sum["steps"]), metrics_.batched_rows = uint64_t(sum["batched_rows"]);
+  metrics_.prefix_hits = uint64_t(sum["prefix_hits"]);
+  metrics_.prefix_disk_hits = uint64_t(sum["prefix_disk_hits"]);
+  metrics_.prefix_misses = uint64_t(sum["prefix_misses"]);
+  metrics_.prefix_errors = uint64_t(sum["prefix_errors"]);
+  metrics_.prefix_reused_tokens = uint64_t(sum["prefix_reused_tokens"]);
+  metrics_.prefix_evictions = uint64_t(sum["prefix_evictions"]);
   return daemon;
 }
 

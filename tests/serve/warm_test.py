@@ -201,6 +201,10 @@ try:
         c = r.usage.prompt_tokens_details.cached_tokens
         check(c >= 0.9 * prompt1 and logits_of(r) == logits_of(ref),
               f"--workers 2, request {i} (one per engine process): {c} tokens resumed, the same logprobs")
+    mw = metrics(u)
+    check(mw.get("expert_serve_prefix_disk_hits_total") == 2 and mw.get("expert_serve_prefix_hits_total") == 0,
+          f"both engine processes resumed from the SSD tier ({mw.get('expert_serve_prefix_disk_hits_total')} disk "
+          f"hits, {mw.get('expert_serve_prefix_hits_total')} RAM hits, summed over the processes)")
     os.killpg(p.pid, signal.SIGTERM)
     check(p.wait(timeout=60) == 0, "--workers 2 drains and exits 0")
 
