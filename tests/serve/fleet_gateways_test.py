@@ -7,7 +7,8 @@ each with its cache-aware policy. Loopback only.
    streamed. From turn 2 every turn's usage.prompt_tokens_details.cached_tokens is >= 0.9 of the
    previous turn's prompt_tokens (the gateway kept the conversation on the worker holding its
    prefix), and every worker served at least one conversation (which one served a request is read
-   from the workers' own request counters in /metrics; the requests go one at a time).
+   from the workers' own request counters in /metrics: turn 1 of every conversation is sent at
+   once, as conversations arrive, the later turns one at a time).
 2. A worker killed (SIGKILL) under a steady load of concurrent requests: every request through the
    gateway is answered 200 (the gateway retries what met the dead worker); restarted on the same
    port, the gateway serves through it again (its counters move).
