@@ -19,8 +19,8 @@ each with its cache-aware policy. Loopback only.
 Behind vllm-router (0.1.17) ctest runs it with --api chat-session --policy consistent_hash: its
 cache_aware kept no conversation on expert-serve workers (every later turn went to the least
 loaded worker, cached_tokens 0; its log says "Prefix input preparation unavailable ...
-render_unavailable"), so there the conversations carry an X-Session-ID header that its
-consistent_hash routes by (docs/fleet.md).
+render_unavailable": it found no tokenizer for the served id), so there the conversations carry
+an X-Session-ID header that its consistent_hash routes by (docs/fleet.md).
 
 Exits 77 (ctest SKIP) only when the gateway cannot be installed here; any other failure fails.
 
