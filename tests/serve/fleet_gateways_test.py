@@ -274,7 +274,11 @@ try:
         "--policy", args.policy, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
         "--health-check-interval-secs", "1", "--health-failure-threshold", "1", "--health-success-threshold",
         "1", "--retry-max-retries", "6", "--retry-initial-backoff-ms", "200", "--retry-max-backoff-ms", "1000",
+        "--cb-timeout-duration-secs", "3",
         "--log-level", "warn" if args.gateway == "smg" else os.environ.get("VLLM_ROUTER_LOG", "warning")]
+    # A killed worker's failed requests open its circuit breaker, which then keeps the worker out for
+    # cb-timeout-duration-secs after it is back (vllm-router 0.1.17 left a restarted worker unused
+    # for the test's 30 s under load once: its default is far longer); 3 s here.
     # The retries' backoff (200 ms growing 1.5x to 1 s, 6 tries: ~4 s) outlasts the health checks'
     # 1 s: cache_aware sends a retry back to the worker holding its prefix until the health check
     # has marked it down, so with the default backoff (50 ms, ~0.7 s in all) a request that met a
@@ -326,8 +330,14 @@ try:
             else:
                 before = [w.served() for w in workers]
                 st, reply, usage, done = say(c)
-                after = [w.served() for w in workers]
-                moved = [i for i in range(3) if None not in (before[i], after[i]) and after[i] > before[i]]
+                # A stream's counter moves when its handler returns, which may be just after the
+                # client has read [DONE]: wait for it (a few seconds at most).
+                def moved_now():
+                    after = [w.served() for w in workers]
+                    return [i for i in range(3)
+                            if None not in (before[i], after[i]) and after[i] > before[i]]
+                wait_for(lambda: len(moved_now()) > 0, 5)
+                moved = moved_now()
                 check(len(moved) == 1, f"conversation {k} turn {t}: one worker served it ({moved})")
                 c["workers"] += moved
             kind = "streamed" if c["stream"] else "not streamed"
