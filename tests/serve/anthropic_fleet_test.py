@@ -17,10 +17,8 @@ Usage: anthropic_fleet_test.py --bin BUILD_DIR --source SOURCE_DIR --proxy smg|n
 """
 import argparse
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,10 +32,9 @@ ap.add_argument("--source", required=True)
 ap.add_argument("--proxy", required=True, choices=["smg", "nginx"])
 args = ap.parse_args()
 
-from serve_util import check, failures, in_client_venv  # noqa: E402
+from serve_util import SKIP, check, failures, free_port, in_client_venv, wait_for  # noqa: E402
 import serve_util  # noqa: E402
 
-SKIP = 77
 B = os.path.abspath(args.bin)
 SRC = os.path.abspath(args.source)
 GATEWAY = "sglang-router==0.3.2"  # as tests/serve/gateway_test.py
@@ -56,40 +53,6 @@ MODEL = os.path.join(SRC, "model", "kjv-moe-q8_0.gguf")
 QWEN3 = os.path.join(SRC, "tests", "data", "templates", "Qwen-Qwen3-0.6B.jinja")
 
 
-def install_gateway():
-    smg = os.path.join(GW_VENV, "bin", "smg")
-    if os.path.exists(os.path.join(GW_VENV, ".ready")):
-        return smg
-    shutil.rmtree(GW_VENV, ignore_errors=True)
-    try:
-        subprocess.run([sys.executable, "-m", "venv", GW_VENV], check=True, capture_output=True, text=True)
-        subprocess.run([os.path.join(GW_VENV, "bin", "pip"), "install", "-q", "--disable-pip-version-check",
-                        GATEWAY], check=True, capture_output=True, text=True, timeout=600)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        print(f"SKIP: cannot install {GATEWAY} into a venv: {e}\n{(getattr(e, 'stderr', '') or '')[-2000:]}")
-        shutil.rmtree(GW_VENV, ignore_errors=True)
-        sys.exit(SKIP)
-    open(os.path.join(GW_VENV, ".ready"), "w").close()
-    return smg
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_for(pred, seconds):
-    end = time.time() + seconds
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return pred()
-
-
 def up(url):
     try:
         return urllib.request.urlopen(url, timeout=2).status == 200
@@ -100,7 +63,7 @@ def up(url):
 TEXT = " ".join(["In the beginning God created the heaven and the earth."] * 12)
 CONV = [{"role": "user", "content": "Read this and go on with it: " + TEXT}]
 
-smg = install_gateway() if args.proxy == "smg" else None
+smg = serve_util.install_venv_package(GW_VENV, GATEWAY, "smg") if args.proxy == "smg" else None
 tmp = tempfile.mkdtemp(prefix=f"anthropic-{args.proxy}-test-", dir=B)
 procs = []
 try:

@@ -34,14 +34,11 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin", required=True)
@@ -60,7 +57,8 @@ args = ap.parse_args()
 API = args.api
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import check, failures  # noqa: E402
+import serve_util  # noqa: E402
+from serve_util import cached, check, failures, free_port, http, wait_for  # noqa: E402
 
 B = os.path.abspath(args.bin)
 SRC = os.path.abspath(args.source)
@@ -71,56 +69,6 @@ QWEN3 = os.path.join(SRC, "tests", "data", "templates", "Qwen-Qwen3-0.6B.jinja")
 # serve.SGLangGateway makes.
 PACKAGES = {"smg": ("sglang-router==0.3.2", "gateway-venv-sglang-router0.3.2", "smg"),
             "vllm-router": ("vllm-router==0.1.17", "gateway-venv-vllm-router0.1.17", "vllm-router")}
-SKIP = 77
-
-
-def install_gateway():
-    package, venv_name, exe = PACKAGES[args.gateway]
-    venv = os.path.join(B, venv_name)
-    if os.path.exists(os.path.join(venv, ".ready")):
-        return os.path.join(venv, "bin", exe)
-    shutil.rmtree(venv, ignore_errors=True)
-    try:
-        subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True, text=True)
-        subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check",
-                        package], check=True, capture_output=True, text=True, timeout=600)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        out = getattr(e, "stderr", "") or ""
-        print(f"SKIP: cannot install {package} into a venv: {e}\n{out[-2000:]}", flush=True)
-        shutil.rmtree(venv, ignore_errors=True)
-        sys.exit(SKIP)
-    open(os.path.join(venv, ".ready"), "w").close()
-    return os.path.join(venv, "bin", exe)
-
-
-def http(url, body=None, timeout=120, headers=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers=dict({"Content-Type": "application/json"} if data else {},
-                                                              **(headers or {})))
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode(), dict(r.headers)
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(), dict(e.headers)
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
-        return None, repr(e), {}
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_for(pred, seconds):
-    end = time.time() + seconds
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return pred()
 
 
 def chat(gw, messages, stream, max_tokens=16, session=None):
@@ -164,10 +112,6 @@ def complete(gw, prompt, stream, max_tokens=16):
             reply += "".join(c.get("text") or "" for c in ev.get("choices") or [])
             usage = ev.get("usage") or usage
     return st, reply, usage, text.rstrip().endswith("data: [DONE]")
-
-
-def cached(usage):
-    return ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens") or 0
 
 
 class Worker:
@@ -245,7 +189,8 @@ class Load:
         return len(self.results), bad
 
 
-gateway_exe = install_gateway()
+gateway_exe = serve_util.install_venv_package(os.path.join(B, PACKAGES[args.gateway][1]),
+                                           PACKAGES[args.gateway][0], PACKAGES[args.gateway][2])
 tmp = tempfile.mkdtemp(prefix=f"fleet-gw-{args.gateway}-", dir=B)
 procs = []
 workers = []

@@ -19,14 +19,11 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin", required=True)
@@ -34,7 +31,7 @@ ap.add_argument("--source", required=True)
 args = ap.parse_args()
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import check, failures  # noqa: E402
+from serve_util import cached, check, failures, free_port, http, wait_for  # noqa: E402
 import serve_util  # noqa: E402
 
 B = os.path.abspath(args.bin)
@@ -44,62 +41,9 @@ QWEN3 = os.path.join(SRC, "tests", "data", "templates", "Qwen-Qwen3-0.6B.jinja")
 # The gateway's version the test was written against (its CLI and discovery move).
 GATEWAY = "sglang-router==0.3.2"
 VENV = os.path.join(B, "gateway-venv-sglang-router0.3.2")
-SKIP = 77
 
 
-def install_gateway():
-    smg = os.path.join(VENV, "bin", "smg")
-    if os.path.exists(os.path.join(VENV, ".ready")):
-        return smg
-    shutil.rmtree(VENV, ignore_errors=True)
-    try:
-        subprocess.run([sys.executable, "-m", "venv", VENV], check=True, capture_output=True, text=True)
-        subprocess.run([os.path.join(VENV, "bin", "pip"), "install", "-q", "--disable-pip-version-check",
-                        GATEWAY], check=True, capture_output=True, text=True, timeout=600)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        out = getattr(e, "stderr", "") or ""
-        print(f"SKIP: cannot install {GATEWAY} into a venv: {e}\n{out[-2000:]}", flush=True)
-        shutil.rmtree(VENV, ignore_errors=True)
-        sys.exit(SKIP)
-    open(os.path.join(VENV, ".ready"), "w").close()
-    return smg
-
-
-def http(url, body=None, timeout=120):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data,
-                                 headers={"Content-Type": "application/json"} if data else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode(), dict(r.headers)
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(), dict(e.headers)
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
-        return None, repr(e), {}
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_for(pred, seconds):
-    end = time.time() + seconds
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return pred()
-
-
-def cached(usage):
-    return ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-
-
-smg = install_gateway()
+smg = serve_util.install_venv_package(VENV, GATEWAY, "smg")
 tmp = tempfile.mkdtemp(prefix="gateway-test-", dir=B)
 procs = []
 try:

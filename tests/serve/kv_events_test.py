@@ -30,7 +30,7 @@ ap.add_argument("--bin", required=True)
 ap.add_argument("--source", required=True)
 args = ap.parse_args()
 
-from serve_util import check, failures  # noqa: E402
+from serve_util import check, failures, free_port  # noqa: E402
 import serve_util  # noqa: E402
 
 B = os.path.abspath(args.bin)
@@ -96,14 +96,6 @@ QWEN3 = os.path.join(SRC, "tests", "data", "templates", "Qwen-Qwen3-0.6B.jinja")
 TOPIC = b"kv@expert-serve"
 tmp = tempfile.mkdtemp(prefix="kv-events-test-", dir=B)
 procs = []
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def chain(parent, tokens, size):

@@ -1,12 +1,15 @@
 """What the expert-serve tests share: the venv with the official clients they are written
 against (made under the build directory, then the test re-runs itself in it), a check that
 records failures, and starting a server on a free port once it answers /health."""
+import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 # The client versions the tests were written against (pinned: their APIs move).
@@ -59,3 +62,66 @@ def start_serve(build_dir, log_dir, procs, extra, threads=2, new_session=False):
             break
         time.sleep(0.02)
     raise RuntimeError("expert-serve did not start: " + open(log).read())
+
+
+# --- Shared by the fleet tests (gateways, Anthropic through a proxy, KV events) ---
+
+SKIP = 77  # ctest's SKIP_RETURN_CODE for these tests
+
+
+def install_venv_package(venv, package, exe):
+    """`package` from PyPI in its own venv (made once; a .ready file marks it whole); the path of
+    its `exe`. A package that cannot be installed skips the test (exit SKIP), saying why."""
+    path = os.path.join(venv, "bin", exe)
+    if os.path.exists(os.path.join(venv, ".ready")):
+        return path
+    shutil.rmtree(venv, ignore_errors=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True, text=True)
+        subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check",
+                        package], check=True, capture_output=True, text=True, timeout=600)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        out = getattr(e, "stderr", "") or ""
+        print(f"SKIP: cannot install {package} into a venv: {e}\n{out[-2000:]}", flush=True)
+        shutil.rmtree(venv, ignore_errors=True)
+        sys.exit(SKIP)
+    open(os.path.join(venv, ".ready"), "w").close()
+    return path
+
+
+def http(url, body=None, timeout=120, headers=None, method=None):
+    """(status, text, headers) of one request, JSON `body` if given; status None where no answer
+    came (refused, reset, timed out)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers=dict({"Content-Type": "application/json"} if data else {},
+                                              **(headers or {})))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+        return None, repr(e), {}
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_for(pred, seconds, step=0.1):
+    end = time.time() + seconds
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+def cached(usage):
+    """The prompt tokens an OpenAI usage object says came from the cache."""
+    return ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens") or 0
