@@ -106,16 +106,7 @@ class BailingMoe3 final : public Arch {
         p.add(w.o_norm, "ssm_norm.weight", {S}, Role::Norm);
         p.add(w.wo, "attn_output.weight", {D, E}, Role::AttnOut);
       } else {
-        archs::MlaProjections& a = w.mla;
-        if (q_lora_ > 0) {
-          p.add(a.wq_a, "attn_q_a.weight", {E, q_lora_});
-          p.add(a.q_a_norm, "attn_q_a_norm.weight", {q_lora_}, Role::Norm);
-          p.add(a.wq_b, "attn_q_b.weight", {q_lora_, H * k_mla_});
-        } else {
-          p.add(a.wq, "attn_q.weight", {E, H * k_mla_});
-        }
-        p.add(a.wkv_a, "attn_kv_a_mqa.weight", {E, kv_lora_ + n_rot});
-        p.add(a.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora_}, Role::Norm);
+        archs::plan_mla(p, w.mla, E, q_lora_, H * k_mla_, kv_lora_, n_rot);
         p.add(w.wk_b, "attn_k_b.weight", {qk_nope, kv_lora_, H});
         p.add(w.wv_b, "attn_v_b.weight", {kv_lora_, v_mla_, H});
         p.add(w.gate, "attn_gate.weight", {E, H});  // one per head

@@ -139,6 +139,19 @@ std::optional<kernels::Yarn> read_yarn(Meta& m, const Hparams& hp, bool yarn_ok)
   return kernels::yarn_params(factor, hp.n_rot, hp.rope_base, n_orig, beta_fast, beta_slow);
 }
 
+void plan_mla(Plan& p, MlaProjections& w, int64_t n_embd, int64_t q_lora, int64_t n_q,
+              int64_t kv_lora, int64_t n_rot) {
+  if (q_lora > 0) {
+    p.add(w.wq_a, "attn_q_a.weight", {n_embd, q_lora});
+    p.add(w.q_a_norm, "attn_q_a_norm.weight", {q_lora}, Role::Norm);
+    p.add(w.wq_b, "attn_q_b.weight", {q_lora, n_q});
+  } else {
+    p.add(w.wq, "attn_q.weight", {n_embd, n_q});
+  }
+  p.add(w.wkv_a, "attn_kv_a_mqa.weight", {n_embd, kv_lora + n_rot});
+  p.add(w.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora}, Role::Norm);
+}
+
 MlaQkv mla_project(Ops& ops, const MlaProjections& w, Act h, int64_t kv_lora, float eps) {
   MlaQkv r;
   if (w.wq_a) {

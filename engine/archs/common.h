@@ -84,6 +84,10 @@ struct MlaQkv {
   Act qa;  // the normalised q LoRA rows, where there is one (the lightning indexer reads them)
 };
 MlaQkv mla_project(Ops& ops, const MlaProjections& w, Act h, int64_t kv_lora, float eps);
+// Their plan: the q LoRA (n_embd -> q_lora -> n_q) where q_lora > 0, else attn_q (n_embd -> n_q);
+// attn_kv_a_mqa (n_embd -> kv_lora + n_rot) and the latent part's norm.
+void plan_mla(Plan& p, MlaProjections& w, int64_t n_embd, int64_t q_lora, int64_t n_q,
+              int64_t kv_lora, int64_t n_rot);
 
 // The shared expert of an MoE layer (ffn_*_shexp), and its sigmoid gate when `gated`.
 void plan_shared_expert(Plan& p, MoeWeights& w, const Hparams& hp, int64_t n_ff_shexp, bool gated);

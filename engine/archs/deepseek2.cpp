@@ -62,18 +62,7 @@ void Deepseek2::plan(const Hparams& hp, Plan& p) {
     Layer& w = layers_[il];
     p.blk(il);
     p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);
-    MlaProjections& m = w.mla;
-    if (q_lora_ > 0) {
-      p.add(m.wq_a, "attn_q_a.weight", {n_embd, q_lora_});  // (n_embd) -> (q_lora)
-      p.add(m.q_a_norm, "attn_q_a_norm.weight", {q_lora_}, Role::Norm);
-      // (q_lora) -> (n_head * k_mla)
-      p.add(m.wq_b, "attn_q_b.weight", {q_lora_, n_head * k_mla_});
-    } else {
-      p.add(m.wq, "attn_q.weight", {n_embd, n_head * k_mla_});
-    }
-    // (n_embd) -> (kv_lora + n_rot)
-    p.add(m.wkv_a, "attn_kv_a_mqa.weight", {n_embd, kv_lora_ + n_rot});
-    p.add(m.kv_a_norm, "attn_kv_a_norm.weight", {kv_lora_}, Role::Norm);
+    plan_mla(p, w.mla, n_embd, q_lora_, n_head * k_mla_, kv_lora_, n_rot);
     // per head: (qk_nope) -> (kv_lora)
     p.add(w.wk_b, "attn_k_b.weight", {qk_nope, kv_lora_, n_head});
     // per head: (kv_lora) -> (v_mla)
