@@ -23,6 +23,7 @@ namespace expertd::serve {
 
 bool Server::Impl::answer_fleet(const std::string& path,
                                 const http::request<http::string_body>& req, Conn& c) {
+  if (path.size() < 2 || path[0] != '/') return false;  // "" or "*": not one of these
   std::string name = path.substr(1);
   if (name.starts_with("get_") && name != "get_load") name = name.substr(4);
   if (name != "health" && name != "server_info" && name != "model_info" && name != "get_load")
