@@ -71,6 +71,16 @@ expertd::Status Engine::load_state(int slot, const SeqState& s, int n) {
   return {};
 }
 
+expertd::Status Engine::cut(int slot, int n) {
+  if (slot < 0 || slot >= n_seq()) return make_error("no sequence " + std::to_string(slot));
+  if (!can_cut_) return make_error("this model keeps recurrent states: its caches cannot be cut");
+  if (n < 0 || n > n_past_[size_t(slot)])
+    return make_error("cannot cut a sequence of " + std::to_string(n_past_[size_t(slot)]) +
+                      " positions to " + std::to_string(n));
+  n_past_[size_t(slot)] = n;
+  return {};
+}
+
 void Engine::reset_prediction_stats() {
   for (auto& s : pred_stats_) s.assign(m_.hp.n_layer, {});
   hashed_stats_.assign(m_.hp.n_layer, {});

@@ -79,6 +79,9 @@ class Engine {
   // can_cut() (no layer keeps a recurrent state: its cache is rows per position).
   expertd::Status load_state(int slot, const SeqState& s, int n);
   bool can_cut() const { return can_cut_; }
+  // Sequence `slot` goes back to its first n positions (n <= n_past) where can_cut(): the
+  // rejected drafts of a speculative step (engine/speculative.h) leave its cache.
+  expertd::Status cut(int slot, int n);
   KvType kv_type() const { return kv_; }
   // Before a layer's experts run, hint the next MoE layer's likely experts to the source: the
   // next router applied to the current residual stream (DESIGN.md, "Overlap").

@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "engine/factory.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "engine/state_file.h"
 #include "engine/tokenizer.h"
 
@@ -226,6 +227,8 @@ struct GenOptions {
   std::string chat_template;  // a file, instead of the model's
   std::string prompt_cache;   // resume the prompt's longest cached prefix; save its state
   engine::SamplerParams sp;
+  engine::DraftKind draft = engine::DraftKind::None;  // --speculative
+  int draft_max = 8;
 };
 
 // --prompt-cache: the prefix of `ids` the file holds, loaded into sequence 0 (its length).
@@ -283,6 +286,10 @@ int cmd_generate(const Common& o, GenOptions g) {
                  l.model->hp.arch.c_str(), cache_mib(*eng), eng->n_ctx(),
                  double(eng->weight_copy_bytes()) / (1 << 20));
   eng->set_prefetch(o.prefetch);
+  if (g.draft != engine::DraftKind::None && !eng->can_cut())
+    die("--speculative: " + l.model->hp.arch +
+        " keeps a recurrent state (delta-rule or compressed layers), whose caches cannot be cut "
+        "back to the kept drafts; speculative decoding runs on attention-only models");
   engine::Sampler sampler(g.sp);
   auto before = eng->daemon_metrics();
   std::vector<float> logits;
@@ -309,28 +316,39 @@ int cmd_generate(const Common& o, GenOptions g) {
   engine::Utf8Stream out;
   auto t1 = Clock::now();
   int generated = 0;
-  for (; generated < g.n; ++generated) {
-    int32_t next = sampler.sample(logits);
-    if (tok.is_end_of_generation(next)) break;
-    std::fputs(out.push(tok.piece(next)).c_str(), stdout);
-    std::fflush(stdout);
-    if (generated + 1 == g.n) {
+  // Each step draws one or more tokens (speculative: the kept drafts and one more); the last is
+  // the pending one, evaluated by the next step.
+  std::vector<int32_t> history = ids, fresh{sampler.sample(logits)};
+  engine::NgramDrafter drafter;
+  engine::DraftStats drafts;
+  engine::DraftStep step;
+  const int draft_max = g.draft == engine::DraftKind::None ? 0 : g.draft_max;
+  for (bool done = false; !done;) {
+    for (int32_t next : fresh) {
+      if (tok.is_end_of_generation(next) || generated == g.n) {
+        done = true;
+        break;
+      }
+      std::fputs(out.push(tok.piece(next)).c_str(), stdout);
       ++generated;
-      break;
     }
+    std::fflush(stdout);
+    if (done || generated == g.n) break;
+    history.insert(history.end(), fresh.begin(), fresh.end());
     if (eng->n_past() >= eng->n_ctx()) {
-      ++generated;
       std::fputs(out.flush().c_str(), stdout);
       std::fprintf(stderr,
                    "\nexpert-run: the context of %d tokens is full; stopping (raise --ctx)\n",
                    eng->n_ctx());
       break;
     }
-    if (auto st = eng->eval({&next, 1}, false, logits); !st) {
+    auto st = engine::speculative_step(*eng, 0, history, drafter, draft_max, sampler, drafts, step);
+    if (!st) {
       std::fputs(out.flush().c_str(), stdout);
       std::fputc('\n', stdout);
       die(st.error().message);
     }
+    fresh = step.emitted;
   }
   std::fputs(out.flush().c_str(), stdout);
   std::fputc('\n', stdout);
@@ -347,6 +365,14 @@ int cmd_generate(const Common& o, GenOptions g) {
         ids.size(), prefill_s, ids.size() / prefill_s, generated, decode_s,
         generated / std::max(decode_s, 1e-9), eng->experts_name().c_str(),
         eng->device_name().c_str(), o.threads);
+    if (draft_max > 0)
+      std::fprintf(stderr,
+                   "speculative %s: %llu evals for %d tokens (%.2f per eval); %llu drafted, %llu "
+                   "accepted (%.1f%%)\n",
+                   engine::draft_kind_name(g.draft), static_cast<unsigned long long>(drafts.steps),
+                   generated, drafts.tokens_per_step(),
+                   static_cast<unsigned long long>(drafts.drafted),
+                   static_cast<unsigned long long>(drafts.accepted), 100.0 * drafts.acceptance());
     print_daemon_delta(before, eng->daemon_metrics(), static_cast<int>(ids.size()) + generated);
   }
   return 0;
@@ -550,7 +576,17 @@ int main(int argc, char** argv) {
   gen->add_option("--chat-template", g.chat_template,
                   "a Jinja chat template file to use instead of the model's")
       ->check(CLI::ExistingFile);
-  gen->add_flag("--verbose", g.verbose, "timings and the daemon's stats delta on stderr");
+  gen->add_flag("--verbose", g.verbose,
+                "timings, the drafts' acceptance and the daemon's stats delta on stderr");
+  std::string speculative = "none";
+  gen->add_option("--speculative", speculative,
+                  "draft tokens verified in one batched eval (greedy output unchanged): none, or "
+                  "ngram (prompt lookup: what followed the text's latest repeat)")
+      ->check(CLI::IsMember({"none", "ngram"}))
+      ->capture_default_str();
+  gen->add_option("--draft-max", g.draft_max, "most draft tokens per step")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
 
   auto* bench = app.add_subcommand(
       "bench", "prefill and decode tokens/s; hit rate and bytes read through expertd");
@@ -593,6 +629,7 @@ int main(int argc, char** argv) {
                      [](CLI::Option* o) { return o->count() > 0; }))
       co.reconnect = true;
     if (g.prompt.empty() && g.prompt_file.empty()) die("generate needs --prompt or --prompt-file");
+    g.draft = *engine::parse_draft_kind(speculative);  // checked by the option
     return cmd_generate(co, g);
   }
   if (bench->parsed()) return cmd_bench(co, n_prompt, n_gen, json);

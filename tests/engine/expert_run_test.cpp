@@ -67,6 +67,58 @@ TEST(ExpertRun, GenerateThroughExpertdEqualsLocal) {
   EXPECT_EQ(std::filesystem::file_size(p.dir / "l.bin"), 3u * 512 * 4);
 }
 
+// --speculative ngram: the greedy text of plain decoding, locally and through a real expertd
+// (whose MoE layers get each verify eval's union of experts in one request), in fewer evals;
+// --verbose reports the drafts' acceptance. A model with a recurrent state is refused by name.
+TEST(ExpertRun, SpeculativeGenerationKeepsTheGreedyText) {
+  REQUIRE_GOLDEN();
+  Packed p("qwen3moe-B-s11-q4_k_m");
+  Daemon d(p.manifest, p.dir / "s.sock",
+           {"--cache-slots", "12", "--clients-max", "3", "--max-experts-per-request", "4"});
+  std::string log;
+  ASSERT_TRUE(d.start(&log)) << log;
+  const std::string text =
+                        " --prompt 'The experts stream from disk. The experts stream from' "
+                        "-n 40 --threads 2",
+                    args = text + " --temp 0";
+  auto plain = run(run_bin() + " generate --model " + p.model + " --local" + args + " 2>/dev/null");
+  ASSERT_EQ(plain.first, 0) << plain.second;
+  for (std::string where : {" --model " + p.model + " --local",
+                            " --model " + p.core + " --socket " + p.dir / "s.sock"}) {
+    SCOPED_TRACE(where);
+    auto spec = run(run_bin() + " generate" + where + args +
+                    " --speculative ngram --draft-max 6 2>/dev/null");
+    ASSERT_EQ(spec.first, 0) << spec.second;
+    EXPECT_EQ(spec.second, plain.second);
+  }
+  auto v = run(run_bin() + " generate --model " + p.core + " --socket " + p.dir / "s.sock" + args +
+               " --speculative ngram --verbose 2>&1");
+  ASSERT_EQ(v.first, 0) << v.second;
+  EXPECT_NE(v.second.find("speculative ngram: "), std::string::npos) << v.second;
+  const size_t at = v.second.find("drafted, ");
+  ASSERT_NE(at, std::string::npos) << v.second;
+  EXPECT_GT(std::stoi(v.second.substr(at + 9)), 0) << "no draft was kept: " << v.second;
+  // Sampling follows the acceptance rule: a valid generation, seeded, the same twice.
+  const std::string sampled = text + " --temp 0.8 --seed 3 --speculative ngram 2>/dev/null";
+  auto s1 = run(run_bin() + " generate --model " + p.model + " --local" + sampled);
+  auto s2 = run(run_bin() + " generate --model " + p.model + " --local" + sampled);
+  ASSERT_EQ(s1.first, 0) << s1.second;
+  EXPECT_EQ(s1.second, s2.second);
+  auto bad = run(run_bin() + " generate --model " + p.model +
+                 " --local --prompt hi --speculative mtp 2>&1");
+  EXPECT_NE(bad.first, 0);
+  EXPECT_NE(bad.second.find("--speculative"), std::string::npos) << bad.second;
+  // Kimi-K3's delta-attention layers keep a recurrent state: refused before generating.
+  TempDir t;
+  auto k3 = run(bin("pack/expert-pack") + " -q synth --preset kimi-k3 --dims 64,2,8,2,32,4,1,512 " +
+                "--type F32 --out " + t / "k3.gguf 2>&1");
+  ASSERT_EQ(k3.first, 0) << k3.second;
+  auto r = run(run_bin() + " generate --model " + t / "k3.gguf" +
+               " --local --prompt hi -n 4 --speculative ngram 2>&1");
+  EXPECT_NE(r.first, 0);
+  EXPECT_NE(r.second.find("recurrent"), std::string::npos) << r.second;
+}
+
 TEST(ExpertRun, TokenizeHasLlamaTokenizeSemantics) {
   std::string vocab =
       std::string(EXPERTD_SOURCE_DIR) + "/tests/data/tokenizer/ggml-vocab-synth-qwen2.gguf";

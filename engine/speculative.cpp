@@ -1,0 +1,75 @@
+#include "engine/speculative.h"
+
+#include <algorithm>
+
+#include "engine/engine.h"
+
+namespace engine {
+
+using expertd::make_error;
+
+expertd::Result<DraftKind> parse_draft_kind(const std::string& name) {
+  if (name == "none") return DraftKind::None;
+  if (name == "ngram") return DraftKind::Ngram;
+  return make_error("unknown draft source '" + name + "' (none or ngram)");
+}
+
+const char* draft_kind_name(DraftKind k) {
+  return k == DraftKind::Ngram ? "ngram" : "none";
+}
+
+std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> h, int max) const {
+  const int64_t H = static_cast<int64_t>(h.size());
+  for (int n = std::min<int64_t>(n_max, H - 1); n >= n_min && max > 0; --n) {
+    const auto suffix = h.subspan(size_t(H - n));
+    // The latest earlier occurrence: the one nearest the end tends to continue as the text does
+    // now (the line being edited, the argument being repeated).
+    for (int64_t at = H - n - 1; at >= 0; --at) {
+      if (!std::equal(suffix.begin(), suffix.end(), h.begin() + at)) continue;
+      const int64_t from = at + n, len = std::min<int64_t>(max, H - from);
+      return {h.begin() + from, h.begin() + from + len};
+    }
+  }
+  return {};
+}
+
+expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> history,
+                                 const NgramDrafter& drafter, int draft_max, Sampler& sampler,
+                                 DraftStats& stats, DraftStep& out) {
+  if (history.empty()) return make_error("speculative step: no pending token");
+  const int past = e.n_past(slot);
+  if (size_t(past) + 1 != history.size())
+    return make_error("speculative step: the history does not end with the pending token");
+  if (draft_max > 0 && !e.can_cut())
+    return make_error(
+        "speculative decoding needs a model whose caches can be cut back; this "
+        "one keeps a recurrent state");
+  const int room = e.n_ctx() - past - 1;
+  out.drafts =
+      draft_max > 0 ? drafter.draft(history, std::min(draft_max, room)) : std::vector<int32_t>{};
+  const int k = static_cast<int>(out.drafts.size());
+  std::vector<int32_t> batch{history.back()};
+  batch.insert(batch.end(), out.drafts.begin(), out.drafts.end());
+  std::vector<float>& logits = out.logits;
+  const SeqTokens seq{slot, batch};
+  if (auto st = e.eval({&seq, 1}, /*all_logits=*/true, logits); !st) return st;
+  const size_t V = logits.size() / batch.size();
+  out.emitted.clear();
+  out.accepted = 0;
+  for (int i = 0; i <= k; ++i) {
+    const int32_t d = i < k ? out.drafts[size_t(i)] : -1;
+    const int32_t tok = verify_row(sampler, {logits.data() + size_t(i) * V, V}, d);
+    out.emitted.push_back(tok);
+    if (tok != d) break;
+    ++out.accepted;
+  }
+  if (k > 0)
+    if (auto st = e.cut(slot, past + 1 + out.accepted); !st) return st;
+  ++stats.steps;
+  stats.drafted += uint64_t(k);
+  stats.accepted += uint64_t(out.accepted);
+  stats.emitted += out.emitted.size();
+  return {};
+}
+
+}  // namespace engine
