@@ -51,6 +51,11 @@ std::string Metrics::render(const std::vector<proto::Metric>& daemon) const {
   counter("steps", "batched engine steps", double(steps));
   counter("batched_rows", "sequence rows over all steps (divide by steps: the mean batch)",
           double(batched_rows));
+  counter("draft_steps", "speculative steps: one batched eval of a pending token and its drafts",
+          double(draft_steps));
+  counter("draft_tokens", "prompt-lookup drafts verified", double(draft_tokens));
+  counter("draft_accepted_tokens", "drafts kept (the target drew the drafted token)",
+          double(draft_accepted));
   gauge("queue_length", "requests waiting for a sequence slot", double(queue_length));
   gauge("active_sequences", "sequences in the engine", double(active_sequences));
   counter("prefix_reused_tokens", "prompt tokens resumed from the prefix cache instead of computed",

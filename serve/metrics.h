@@ -52,6 +52,8 @@ struct Metrics {
       prefix_reused_tokens{0}, prefix_evictions{0};
   std::atomic<int64_t> prefix_bytes{0}, prefix_entries{0};
   const class PrefixDisk* prefix_disk = nullptr;  // its counters, when the SSD tier is on
+  // Speculative decoding (engine/speculative.h): steps that verified drafts, drafts, kept ones.
+  std::atomic<uint64_t> draft_steps{0}, draft_tokens{0}, draft_accepted{0};
   SecondsHistogram ttft_s, token_s;
   // The grammar's share of a constrained step: the token mask and its application.
   SecondsHistogram grammar_mask_s;

@@ -94,7 +94,8 @@ nlohmann::json params_to_json(const GenParams& p) {
           {"grammar_text", p.grammar.text},
           {"special_text", p.special_text},
           {"logprobs", p.logprobs},
-          {"prompt_logprobs", p.prompt_logprobs}};
+          {"prompt_logprobs", p.prompt_logprobs},
+          {"draft_max", p.draft_max}};
 }
 
 GenParams params_from_json(const nlohmann::json& j) {
@@ -112,6 +113,7 @@ GenParams params_from_json(const nlohmann::json& j) {
   g.special_text = j.value("special_text", false);
   g.logprobs = j.value("logprobs", -1);
   g.prompt_logprobs = j.value("prompt_logprobs", false);
+  g.draft_max = j.value("draft_max", -1);
   return g;
 }
 
@@ -283,6 +285,15 @@ void Scheduler::loop() {
         s.sampler = std::make_unique<engine::Sampler>(
             engine::SamplerParams{p.temperature, p.top_k, p.top_p, p.seed});
         s.last_token = s.req->arrived;  // the first token's latency counts from the arrival
+        s.draft_max = p.draft_max >= 0 ? p.draft_max : draft_max_;
+        if (s.draft_max > 0 && !engine_->can_cut()) {
+          s.req->finish(Finish::Error, {},
+                        "speculative decoding needs a model whose caches can be cut back; this "
+                        "one keeps a recurrent state (delta-rule or compressed layers)");
+          slot_used_[s.slot] = false;
+          continue;
+        }
+        if (s.draft_max > 0) s.history = s.req->prompt;
         engine_->reset(s.slot);
         resume(s);
         active_.push_back(std::move(s));
@@ -432,6 +443,33 @@ bool Scheduler::emit(Seq& s, bool final) {
   return false;
 }
 
+bool Scheduler::take(Seq& s, int32_t tok, std::span<const float> raw, Clock::time_point now,
+                     int n_past) {
+  if (s.generated == 0)
+    metrics_.ttft_s.observe(secs(now - s.last_token));
+  else
+    metrics_.token_s.observe(secs(now - s.last_token));
+  s.last_token = now;
+  if (s.req->params.logprobs >= 0 && !tok_.is_end_of_generation(tok))
+    s.req->add_logprobs({logprob_of(raw, tok, s.req->params.logprobs)}, false);
+  if (tok_.is_end_of_generation(tok)) {
+    s.text += s.utf8.flush();
+    emit(s, true);
+    s.req->finish(Finish::EndOfText);
+    return true;
+  }
+  ++s.generated;
+  ++metrics_.generated_tokens;
+  s.text += s.utf8.push(tok_.piece(tok, s.req->params.special_text));
+  if (emit(s, false)) return true;
+  if (s.generated >= s.req->params.max_tokens || n_past >= engine_->n_ctx()) {
+    s.text += s.utf8.flush();
+    if (!emit(s, true)) s.req->finish(Finish::Length);
+    return true;
+  }
+  return false;
+}
+
 void Scheduler::step() {
   std::vector<engine::SeqTokens> batch;
   std::vector<bool> samples(active_.size());
@@ -452,10 +490,20 @@ void Scheduler::step() {
       metrics_.prompt_tokens += n;
       rows += n;
     } else {
-      batch.push_back({s.slot, {&s.next, 1}});
+      // The pending token, then prompt-lookup drafts (as many as the context and the token
+      // budget have room for): one batched eval verifies them.
+      s.feed.assign(1, s.next);
+      if (s.draft_max > 0) {
+        const int room = std::min(engine_->n_ctx() - engine_->n_past(s.slot) - 1,
+                                  s.req->params.max_tokens - s.generated - 1);
+        const auto d = drafter_.draft(s.history, std::min(s.draft_max, room));
+        s.feed.insert(s.feed.end(), d.begin(), d.end());
+        all_logits = all_logits || d.size() > 0;
+      }
+      batch.push_back({s.slot, s.feed});
       if (prefix_) s.evaluated.push_back(s.next);
       samples[i] = true;
-      ++rows;
+      rows += s.feed.size();
     }
   }
   std::vector<float> logits;
@@ -500,49 +548,50 @@ void Scheduler::step() {
   for (size_t i = 0; i < active_.size(); ++i) {
     if (!samples[i]) continue;
     Seq& s = active_[i];
-    std::span<const float> row{logits.data() + last_row(i) * size_t(V), size_t(V)};
-    const std::span<const float> raw = row;
-    if (s.constraint) {
-      const auto t0 = Clock::now();
-      masked_.assign(row.begin(), row.end());
-      s.constraint->mask(masked_);
-      row = masked_;
-      metrics_.grammar_mask_s.observe(secs(Clock::now() - t0));
+    // A decoding sequence's rows: the pending token's, then each draft's; the walk draws from
+    // each in turn while the drafts are kept (engine/speculative.h).
+    const size_t k = chunk_from[i] >= s.req->prompt.size() ? s.feed.size() - 1 : 0;
+    const size_t row0 = last_row(i) - k;
+    size_t kept = 0;
+    bool finished = false;
+    for (size_t j = 0; j <= k && !finished; ++j) {
+      std::span<const float> row{logits.data() + (row0 + j) * size_t(V), size_t(V)};
+      const std::span<const float> raw = row;
+      if (s.constraint) {
+        const auto t0 = Clock::now();
+        masked_.assign(row.begin(), row.end());
+        s.constraint->mask(masked_);
+        row = masked_;
+        metrics_.grammar_mask_s.observe(secs(Clock::now() - t0));
+      }
+      const int32_t draft = j < k ? s.feed[j + 1] : -1;
+      const int32_t tok = engine::verify_row(*s.sampler, row, draft);
+      if (s.constraint && !s.constraint->accept(tok)) {
+        s.req->finish(Finish::Error, {}, "the grammar refused a token it had allowed");
+        finished = true;
+        break;
+      }
+      if (s.draft_max > 0) s.history.push_back(tok);
+      finished = take(s, tok, raw, now, engine_->n_past(s.slot) - int(k - j));
+      if (finished) break;
+      if (tok != draft) {
+        s.next = tok;
+        break;
+      }
+      ++kept;  // in the cache already, as the next step's pending token would have been
+      if (prefix_) s.evaluated.push_back(tok);
     }
-    const int32_t tok = s.sampler->sample(row);
-    if (s.constraint && !s.constraint->accept(tok)) {
-      s.req->finish(Finish::Error, {}, "the grammar refused a token it had allowed");
-      done.push_back(i);
-      continue;
+    if (k > 0) {
+      // The rejected drafts leave the cache (and the drafts after a finish).
+      if (auto c = engine_->cut(s.slot, engine_->n_past(s.slot) - int(k - kept)); !c) {
+        s.req->finish(Finish::Error, {}, c.error().message);
+        finished = true;
+      }
+      ++metrics_.draft_steps;
+      metrics_.draft_tokens += k;
+      metrics_.draft_accepted += kept;
     }
-    if (s.generated == 0)
-      metrics_.ttft_s.observe(secs(now - s.last_token));
-    else
-      metrics_.token_s.observe(secs(now - s.last_token));
-    s.last_token = now;
-    if (s.req->params.logprobs >= 0 && !tok_.is_end_of_generation(tok))
-      s.req->add_logprobs({logprob_of(raw, tok, s.req->params.logprobs)}, false);
-    if (tok_.is_end_of_generation(tok)) {
-      s.text += s.utf8.flush();
-      emit(s, true);
-      s.req->finish(Finish::EndOfText);
-      done.push_back(i);
-      continue;
-    }
-    ++s.generated;
-    ++metrics_.generated_tokens;
-    s.text += s.utf8.push(tok_.piece(tok, s.req->params.special_text));
-    if (emit(s, false)) {
-      done.push_back(i);
-      continue;
-    }
-    if (s.generated >= s.req->params.max_tokens || engine_->n_past(s.slot) >= engine_->n_ctx()) {
-      s.text += s.utf8.flush();
-      if (!emit(s, true)) s.req->finish(Finish::Length);
-      done.push_back(i);
-      continue;
-    }
-    s.next = tok;
+    if (finished) done.push_back(i);
   }
   for (auto it = done.rbegin(); it != done.rend(); ++it) {
     keep_reply(active_[*it]);

@@ -20,6 +20,7 @@
 #include "common/result.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "engine/tokenizer.h"
 #include "proto/metrics.h"
 #include "serve/grammar.h"
@@ -43,6 +44,9 @@ struct GenParams {
   // The family's end of turn written as text (Laguna's </assistant> spelled out): the reply ends
   // there as at the end-of-turn token, not as at a stop sequence of the client's.
   std::string turn_end;
+  // Speculative decoding (engine/speculative.h): most prompt-lookup drafts per step; 0 off,
+  // -1 the server's --speculative/--draft-max.
+  int draft_max = -1;
 };
 
 // A token's log-probability under the model (its raw logits, before temperature or grammar)
@@ -143,6 +147,9 @@ class Scheduler final : public Generator {
   std::vector<proto::Metric> daemon_metrics() override;
   // The prefix cache's block events go here (set before the first request; none: not tracked).
   void set_kv_events(KvEvents* k) { kv_events_ = k; }
+  // Speculative decoding's drafts per step for requests that do not say (0: off; before the
+  // first request).
+  void set_draft_max(int n) { draft_max_ = n; }
 
  private:
   struct Seq {
@@ -158,6 +165,9 @@ class Scheduler final : public Generator {
     std::unique_ptr<Constraint> constraint;  // the request's grammar, if any
     size_t saved = 0;                        // prompt positions last saved to the prefix cache
     std::vector<int32_t> evaluated;          // reply tokens evaluated (kept with the prefix)
+    int draft_max = 0;                       // speculative decoding: drafts per step (0: off)
+    std::vector<int32_t> history;            // with drafts: the prompt and the tokens drawn
+    std::vector<int32_t> feed;               // this step's rows: the pending token, the drafts
     std::chrono::steady_clock::time_point last_token;
   };
   void loop();
@@ -169,6 +179,11 @@ class Scheduler final : public Generator {
   // After a token: hands out the text that cannot be part of a stop sequence; true if a stop
   // sequence ended the generation.
   bool emit(Seq& s, bool final);
+  // A drawn token (from logits row `raw`) handed to the request: its logprobs, its text, the end
+  // of generation, stop sequences, the length; true if the sequence is finished. n_past: the
+  // positions its row followed (the context is full when they are all of it).
+  bool take(Seq& s, int32_t tok, std::span<const float> raw,
+            std::chrono::steady_clock::time_point now, int n_past);
 
   EngineFactory make_;
   const engine::Tokenizer& tok_;
@@ -177,6 +192,8 @@ class Scheduler final : public Generator {
   Grammars& grammars_;
   std::unique_ptr<engine::Engine> engine_;
   std::vector<float> masked_;  // one row of logits under a grammar
+  int draft_max_ = 0;
+  engine::NgramDrafter drafter_;
   const size_t prefix_bytes_;
   std::unique_ptr<PrefixCache> prefix_;  // made with the first engine (it knows the caches)
   PrefixDisk* disk_;

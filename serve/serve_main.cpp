@@ -162,6 +162,18 @@ int main(int argc, char** argv) {
                  "inproc://, connected otherwise (docs/fleet.md, KV events); needs "
                  "--prefix-cache-mib > 0, one engine process and --device cpu");
   app.add_option("--kv-events-topic", kv_events_topic, "the topic frame of each event batch");
+  std::string speculative = "none";
+  int draft_max = 8;
+  app.add_option("--speculative", speculative,
+                 "draft tokens verified in one batched eval (greedy output unchanged): none, or "
+                 "ngram (prompt lookup); a request may say \"speculative\": \"ngram\" or "
+                 "\"none\" itself")
+      ->check(CLI::IsMember({"none", "ngram"}))
+      ->capture_default_str();
+  app.add_option("--draft-max", draft_max,
+                 "most drafts per step (a request's \"draft_max\" overrides it)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app.add_option("--alias", alias, "the model's name in the API (default: its file name)");
   app.add_option("--max-body-mb", max_body_mb, "largest request body (413 beyond)")
       ->capture_default_str();
@@ -247,6 +259,10 @@ int main(int argc, char** argv) {
   if (!chat) die(chat.error().message);
 
   const engine::Model& mod = *m;
+  if (speculative != "none" && !engine::caches_can_cut(mod, ctx))
+    die("--speculative: " + mod.hp.arch +
+        " keeps a recurrent state (delta-rule or compressed layers), whose caches cannot be cut "
+        "back to the kept drafts; speculative decoding runs on attention-only models");
   engine::EngineSpec spec;
   spec.device = device, spec.socket = local ? "" : socket, spec.threads = threads;
   spec.n_ctx = ctx, spec.n_seq = parallel, spec.kv = kv_type, spec.prefetch = prefetch;
@@ -297,6 +313,7 @@ int main(int argc, char** argv) {
     ::signal(SIGPIPE, SIG_IGN);
     serve::Scheduler sched(make, *tok, parallel, ctx, 2 * parallel, metrics, grammars,
                            prefix_cache_mib << 20, disk.get());
+    sched.set_draft_max(speculative == "ngram" ? draft_max : 0);
     return serve::run_worker(worker_fd, sched, metrics);
   }
   std::unique_ptr<serve::Generator> generator;
@@ -307,6 +324,7 @@ int main(int argc, char** argv) {
     auto one = std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics,
                                                   grammars, prefix_cache_mib << 20, disk.get());
     one->set_kv_events(kv_events.get());
+    one->set_draft_max(speculative == "ngram" ? draft_max : 0);
     generator = std::move(one);
   }
   serve::Generator& sched = *generator;
@@ -327,6 +345,7 @@ int main(int argc, char** argv) {
   }
   so.host = host, so.port = port, so.api_key = api_key, so.max_body = max_body_mb << 20;
   so.model_id = metrics.model_name;
+  so.draft_max = draft_max;
   so.model_path = std::filesystem::absolute(model).string();
   so.model_arch = mod.hp.arch;
   so.sequences_max = workers * parallel, so.queue_max = queue_max;

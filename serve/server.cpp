@@ -141,6 +141,19 @@ GenParams Server::Impl::params(const ordered_json& b, Api api, int default_max) 
   else
     p.seed = std::random_device{}();
   if (auto* v = num("n"); v && v->get<int64_t>() != 1) throw bad_request("only n=1 is supported");
+  // Speculative decoding per request (an extension; the OpenAI clients send it in extra_body):
+  // "speculative": "ngram" or "none", "draft_max": drafts per step (1..64).
+  if (b.contains("speculative") && !b["speculative"].is_null()) {
+    const auto& v = b["speculative"];
+    if (!v.is_string() || (v != "none" && v != "ngram"))
+      throw bad_request("speculative must be \"none\" or \"ngram\"");
+    p.draft_max = v == "none" ? 0 : o.draft_max;
+  }
+  if (auto* v = num("draft_max")) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > 64)
+      throw bad_request("draft_max must be an integer in [1, 64]");
+    if (p.draft_max != 0) p.draft_max = int(v->get<int64_t>());
+  }
   const char* stop_key = api == Api::Anthropic ? "stop_sequences" : "stop";
   if (b.contains(stop_key) && !b[stop_key].is_null()) {
     const auto& s = b[stop_key];

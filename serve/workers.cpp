@@ -156,6 +156,9 @@ int run_worker(int fd, Scheduler& sched, Metrics& metrics) {
               {"generated_tokens", double(metrics.generated_tokens)},
               {"steps", double(metrics.steps)},
               {"batched_rows", double(metrics.batched_rows)},
+              {"draft_steps", double(metrics.draft_steps)},
+              {"draft_tokens", double(metrics.draft_tokens)},
+              {"draft_accepted", double(metrics.draft_accepted)},
               {"prefix_hits", double(metrics.prefix_hits)},
               {"prefix_disk_hits", double(metrics.prefix_disk_hits)},
               {"prefix_misses", double(metrics.prefix_misses)},
@@ -443,6 +446,9 @@ std::vector<proto::Metric> Workers::daemon_metrics() {
   metrics_.prompt_tokens = uint64_t(sum["prompt_tokens"]);
   metrics_.generated_tokens = uint64_t(sum["generated_tokens"]);
   metrics_.steps = uint64_t(sum["steps"]), metrics_.batched_rows = uint64_t(sum["batched_rows"]);
+  metrics_.draft_steps = uint64_t(sum["draft_steps"]);
+  metrics_.draft_tokens = uint64_t(sum["draft_tokens"]);
+  metrics_.draft_accepted = uint64_t(sum["draft_accepted"]);
   metrics_.prefix_hits = uint64_t(sum["prefix_hits"]);
   metrics_.prefix_disk_hits = uint64_t(sum["prefix_disk_hits"]);
   metrics_.prefix_misses = uint64_t(sum["prefix_misses"]);
