@@ -109,6 +109,10 @@ class Client {
   Status prefetch(uint32_t layer, std::span<const uint32_t> experts, bool will_acquire = false);
   Result<std::vector<proto::Metric>> stats();
   Result<std::string> status_json();
+  // The cache per expert as one JSON document (docs/expertctl.md has its keys): residency and
+  // cumulative hits and misses per (layer, expert), the connections, the drive, and what other
+  // cache sizes would have given. Consumers diff successive documents for recent activity.
+  Result<std::string> experts_json();
   Status admin(AdminOp op, uint32_t layer = 0, std::span<const uint32_t> experts = {});
   // An error the daemon sent for a fire-and-forget message (release, prefetch), if any.
   std::optional<std::string> take_async_error();

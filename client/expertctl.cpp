@@ -1,6 +1,7 @@
 // expertctl: look at and steer a running expertd. A table of verbs with generated help.
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "client/expert_client.h"
+#include "client/expertctl_experts.h"
 
 using namespace expertd;
 
@@ -19,7 +21,7 @@ namespace {
 struct Args {
   std::string socket =
       std::getenv("EXPERTD_SOCKET") ? std::getenv("EXPERTD_SOCKET") : "/run/expertd/expertd.sock";
-  bool json = false, prometheus = false;
+  bool json = false, prometheus = false, per_expert = false;  // per_expert: stats --experts
   double watch_s = 0;
   uint32_t layer = 0;
   std::vector<uint32_t> experts;
@@ -37,7 +39,17 @@ int fail(const std::string& m) {
 }
 
 int cmd_stats(client::Client& c, const Args& a) {
+  if (a.per_expert && !a.json) return ctl::cmd_experts_summary(c);
   for (;;) {
+    if (a.per_expert) {  // one line of JSON per snapshot
+      auto e = c.experts_json();
+      if (!e) return fail(e.error().message);
+      std::printf("%s\n", e->c_str());
+      std::fflush(stdout);
+      if (a.watch_s <= 0) return 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(a.watch_s * 1000)));
+      continue;
+    }
     auto m = c.stats();
     if (!m) return fail(m.error().message);
     std::string out = a.json         ? proto::render_json(*m) + "\n"
@@ -87,7 +99,9 @@ int cmd_admin(client::Client& c, client::AdminOp op, const Args& a, const char* 
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> v = {
-      {"stats", "counters, gauges and latency percentiles (--json, --prometheus, --watch SECONDS)",
+      {"stats",
+       "counters, gauges and latency percentiles (--json, --prometheus, --watch SECONDS);\n"
+       "               --experts: per layer and expert (residency, hits, misses, what-if; --json)",
        cmd_stats},
       {"status", "configuration, model shape, backend and occupancy (--json)", cmd_status},
       {"reset-stats", "zero the counters and histograms",
@@ -118,7 +132,8 @@ void usage(FILE* f) {
                "\noptions:\n  --socket PATH   expertd socket (default $EXPERTD_SOCKET or "
                "/run/expertd/expertd.sock)\n"
                "  --json          JSON output\n  --prometheus    Prometheus text format (stats)\n"
-               "  --watch S       repeat every S seconds (stats)\n  --layer L, --experts LIST   "
+               "  --watch S       repeat every S seconds (stats)\n"
+               "  --experts       per-expert view (stats)\n  --layer L, --experts LIST   "
                "for warmup\n");
 }
 
@@ -143,6 +158,9 @@ int main(int argc, char** argv) {
         a.json = true;
       else if (s == "--prometheus")
         a.prometheus = true;
+      else if (s == "--experts" &&  // a flag of stats; warmup's takes a list
+               (verb == "stats" || i + 1 >= argc || !std::isdigit(argv[i + 1][0])))
+        a.per_expert = true;
       else if (s == "--watch")
         a.watch_s = std::stod(need("--watch"));
       else if (s == "--layer")

@@ -38,7 +38,7 @@ Cache::Cache(const pack::Manifest& manifest, SlotArena& arena, EvictionPolicy& p
     affinity_of_.assign(slots_.size(), 0.0);
     affinity_grant_.assign(slots_.size(), 0);
   }
-  stats_.reset(manifest.layers.size());
+  stats_.reset(manifest.layers.size(), n_experts_);
 }
 
 std::pair<ErrorCode, std::string> Cache::check_ids(uint32_t layer,
@@ -148,8 +148,10 @@ void Cache::board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t>
   for (uint32_t e : experts) {
     const int32_t s = index_[key(layer, e)];
     const bool announced = s >= 0 && slots_[s].announce == Slot::kLoaded;
-    ++(announced ? stats_.c.cache_misses : stats_.c.cache_hits);  // as grant() counts them
-    ++(announced ? stats_.layer_misses : stats_.layer_hits)[layer];
+    if (announced)  // as grant() counts them
+      stats_.miss(layer, e);
+    else
+      stats_.hit(layer, e);
     if (s < 0 || slots_[s].state != State::Ready) continue;
     Slot& sl = slots_[s];
     if (sl.prefetched) {
@@ -194,16 +196,13 @@ bool Cache::pin_resident(Lease& l, uint64_t lease_id, uint32_t i, uint32_t s) {
   const bool counted = sl.announce != Slot::kNone;  // the announce made this access
   if (sl.announce == Slot::kLoaded && sl.state == State::Ready) {
     ready = true;  // read since the announce: a miss, whose wait overlapped earlier work
-    ++stats_.c.cache_misses;
-    ++stats_.layer_misses[l.layer];
+    stats_.miss(l.layer, l.experts[i]);
   } else if (sl.state == State::Ready) {
     ready = true;
-    ++stats_.c.cache_hits;
-    ++stats_.layer_hits[l.layer];
+    stats_.hit(l.layer, l.experts[i]);
   } else {
-    ++stats_.c.cache_misses;
+    stats_.miss(l.layer, l.experts[i]);
     ++stats_.c.cache_miss_joined;
-    ++stats_.layer_misses[l.layer];
     sl.waiters.push_back({lease_id, i});
     ++l.pending;
     if (!sl.demand) {
@@ -219,8 +218,7 @@ bool Cache::pin_resident(Lease& l, uint64_t lease_id, uint32_t i, uint32_t s) {
 bool Cache::load_fresh(Lease& l, uint64_t lease_id, uint32_t i, uint32_t s) {
   Slot& sl = slots_[s];
   sl.pins = 1;
-  ++stats_.c.cache_misses;
-  ++stats_.layer_misses[l.layer];
+  stats_.miss(l.layer, l.experts[i]);
   bool ready = start_load(s, l.layer, l.experts[i], true);  // true: copied up from the host tier
   if (!ready) {
     sl.waiters.push_back({lease_id, i});
@@ -718,6 +716,18 @@ void Cache::evict_all() {
     sl.announce = Slot::kNone;
     --evictable_;
     free_.push_back(s);
+  }
+}
+
+void Cache::residency(std::span<uint8_t> out) const {
+  assert(out.size() == index_.size());
+  const uint8_t in_slot = arena_.kind() == "cuda" ? 'V' : 'H';
+  for (size_t k = 0; k < index_.size(); ++k) {
+    const int32_t s = index_[k];
+    if (s >= 0)
+      out[k] = slots_[s].state == State::Loading ? 'L' : in_slot;
+    else
+      out[k] = host_.enabled() && host_.slot_of(k) >= 0 ? 'H' : '.';
   }
 }
 

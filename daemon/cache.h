@@ -104,6 +104,10 @@ class Cache {
   Gauges gauges() const;
   uint32_t max_experts_per_request() const { return cfg_.max_experts_per_request; }
   const Affinity* affinity() const { return affinity_.get(); }  // lfru+affinity's model, or null
+  // The dashboards' residency map (ExpertsRequest): one char per (layer, expert), layer-major,
+  // into out (n_layers x n_experts): 'V' in a VRAM slot (cuda arena), 'H' in a host slot or the
+  // host tier under VRAM, 'L' being read, '.' absent.
+  void residency(std::span<uint8_t> out) const;
   // For tests and status: the slot holding (layer, expert), or -1.
   int32_t slot_of(uint32_t layer, uint32_t expert) const { return index_[key(layer, expert)]; }
 

@@ -66,7 +66,7 @@ bool IoEngine::submit_part(const Part& p) {
   ops_[idx] = Op{p, true};
   io_uring_prep_read(sqe, fd_, p.dst, static_cast<unsigned>(p.bytes), p.offset);
   io_uring_sqe_set_data64(sqe, idx);
-  ++in_flight_;
+  if (in_flight_++ == 0) busy_since_ = std::chrono::steady_clock::now();
   stats_.bytes_in_flight += p.bytes;
   stats_.bytes_in_flight_max = std::max(stats_.bytes_in_flight_max, stats_.bytes_in_flight);
   ++stats_.reads_submitted;
@@ -104,6 +104,14 @@ void IoEngine::part_done(uint64_t job, const Status& st,
   }
 }
 
+uint64_t IoEngine::busy_ns() const {
+  if (in_flight_ == 0) return stats_.busy_ns;
+  return stats_.busy_ns +
+         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - busy_since_)
+                                   .count());
+}
+
 void IoEngine::reap() {
   uint64_t v;
   while (::read(event_fd_.get(), &v, sizeof v) > 0) {
@@ -121,8 +129,12 @@ void IoEngine::reap() {
     Part p = op.part;
     op.busy = false;
     free_ops_.push_back(idx);
-    --in_flight_;
+    if (--in_flight_ == 0)
+      stats_.busy_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  std::chrono::steady_clock::now() - busy_since_)
+                                                  .count());
     stats_.bytes_in_flight -= p.bytes;
+    if (res > 0) stats_.bytes_done += static_cast<uint64_t>(res);
     if (res == -EINTR || res == -EAGAIN) {
       ++stats_.retries;
       resubmit.push_back(p);

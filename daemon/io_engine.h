@@ -6,6 +6,7 @@
 
 #include <liburing.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -26,6 +27,10 @@ struct IoStats {
   uint64_t bytes_in_flight = 0;
   uint64_t bytes_in_flight_max = 0;  // high-water mark
   uint64_t queued = 0;               // parts waiting in the FIFOs now
+  // The drive as the daemon drives it: bytes read and the time any read was in flight (the
+  // dashboards' measured bandwidth, bytes_done / busy time; never reset).
+  uint64_t bytes_done = 0;
+  uint64_t busy_ns = 0;  // finished busy periods; IoEngine::busy_ns() adds the current one
 };
 
 // What the cache asks of its reads: the drive's (IoEngine) or the trace simulator's, which
@@ -60,6 +65,7 @@ class IoEngine final : public BlockReader {
   void reap();
   bool idle() const { return in_flight_ == 0 && demand_.empty() && prefetch_.empty(); }
   const IoStats& stats() const override { return stats_; }
+  uint64_t busy_ns() const;  // stats().busy_ns and the busy period going on now
   void reset_high_water() { stats_.bytes_in_flight_max = stats_.bytes_in_flight; }
 
  private:
@@ -90,7 +96,8 @@ class IoEngine final : public BlockReader {
   UniqueFd event_fd_;
   uint64_t inflight_bytes_max_ = 0;
   uint32_t in_flight_ = 0;
-  std::vector<Op> ops_;  // queue_depth entries, allocated once
+  std::chrono::steady_clock::time_point busy_since_;  // when in_flight_ last left 0
+  std::vector<Op> ops_;                               // queue_depth entries, allocated once
   std::vector<uint32_t> free_ops_;
   std::deque<Part> demand_, prefetch_;
   std::vector<Job> jobs_;  // jobs with parts outstanding (small: bounded by slots loading)

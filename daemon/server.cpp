@@ -33,6 +33,9 @@ struct Server::Session {
   bool hello = false, closed = false, close_after_write = false, writing = false;
   bool monitor = false, counted = false;  // counted: in per_uid_ (and pending_ until Hello)
   uint32_t place = kNoPlace;              // an engine's place on the residency board
+  std::string name;                       // Hello's client_name, for the dashboards
+  Clock::time_point connected = Clock::now();
+  uint64_t acquires = 0;
   uint8_t header[4];
   std::vector<uint8_t> body;
   struct Out {
@@ -56,6 +59,9 @@ Server::Server(asio::io_context& ctx, const Config& cfg, const pack::Manifest& m
       acceptor_(ctx),
       io_event_(ctx, ::dup(io.event_fd())),
       timer_(ctx),
+      what_if_(WhatIfShape{static_cast<uint32_t>(m.layers.size()), m.n_experts, arena.slot_count(),
+                           arena.slot_bytes(), cfg.policy},
+               [this] { asio::post(ctx_, [this] { what_if_done(); }); }),
       start_(Clock::now()),
       last_stats_(start_) {}
 
@@ -224,6 +230,11 @@ void Server::handle(const std::shared_ptr<Session>& s) {
   switch (type) {
     case wire::Message::Acquire: {
       auto* a = e->msg_as_Acquire();
+      ++s->acquires;
+      // The what-if ring takes what the cache would accept (a bad request would fail the replay).
+      if (cache_.check_ids(a->layer(), ids(a->experts()), daemon::IdsFor::Acquire).first ==
+          ErrorCode::None)
+        what_if_.record(static_cast<uint32_t>(s->id), a->layer(), ids(a->experts()));
       if (trace_.enabled())
         trace_.record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                 Clock::now() - start_)
@@ -257,10 +268,12 @@ void Server::handle(const std::shared_ptr<Session>& s) {
       return send(s->id, proto::make_frame(
                              fbb, rid, wire::CreateStatusReplyDirect(fbb, status_json().c_str())));
     }
+    case wire::Message::ExpertsRequest:
+      return answer_experts(s->id, rid);
     case wire::Message::Admin: {
       auto* a = e->msg_as_Admin();
       if (a->op() == wire::AdminOp::ResetStats) {
-        cache_.stats().reset(m_.layers.size());
+        cache_.stats().reset(m_.layers.size(), m_.n_experts);
         io_.reset_high_water();
       } else if (a->op() == wire::AdminOp::EvictAll) {
         cache_.evict_all();
@@ -329,6 +342,7 @@ void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const
       board_ && !monitor ? board_->board_bytes() : 0, board_ && !monitor ? board_->pins_bytes() : 0,
       s->place);
   s->hello = true;
+  s->name = h->client_name() ? h->client_name()->str().substr(0, 128) : "";
   spdlog::debug("client {} is {} '{}'", s->id, monitor ? "a monitor" : "an engine",
                 h->client_name() ? h->client_name()->str() : "");
   // An engine's reply carries the board's and the pins' memfds and the host arena's (SCM_RIGHTS);
@@ -431,6 +445,8 @@ void Server::expert_ready(ClientId c, uint64_t lease_id, uint32_t index, ErrorCo
 }
 
 void Server::board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t> experts) {
+  if (auto it = sessions_.find(c); it != sessions_.end()) ++it->second->acquires;
+  what_if_.record(static_cast<uint32_t>(c), layer, experts);
   if (trace_.enabled())
     trace_.record(
         static_cast<uint64_t>(
@@ -486,6 +502,7 @@ void Server::tick() {
     if (ec) return;
     cache_.drain_board();
     cache_.expire_waiting();
+    what_if_done(false);
     auto now = Clock::now();
     if (now - last_stats_ >= std::chrono::seconds(std::max(1u, cfg_.stats_interval_s))) {
       last_stats_ = now;
@@ -519,6 +536,91 @@ void Server::shutdown() {
 
 void Server::reopen_logs() {
   if (auto st = trace_.reopen(); !st) spdlog::error("{}", st.error().message);
+}
+
+void Server::answer_experts(ClientId c, uint64_t rid) {
+  WhatIfResult w = what_if_.poll();
+  // The first replay is on its way: wait for it (bounded: one place per connection).
+  if (w.rows.empty() && what_if_.running() &&
+      experts_waiting_.size() < cfg_.clients_max + cfg_.monitors_max) {
+    experts_waiting_.push_back({c, rid, Clock::now()});
+    return;
+  }
+  send(c, experts_frame(rid, w));
+}
+
+// all: the replay finished, everyone waiting is answered; else (the timer) those who waited 2 s,
+// without it (a long ring on a big cache; the next snapshot has it).
+void Server::what_if_done(bool all) {
+  if (experts_waiting_.empty()) return;
+  const WhatIfResult w = what_if_.poll();
+  const auto now = Clock::now();
+  std::erase_if(experts_waiting_, [&](const ExpertsWaiting& x) {
+    if (!all && now - x.since < std::chrono::seconds(2)) return false;
+    send(x.client, experts_frame(x.request_id, w));
+    return true;
+  });
+}
+
+std::vector<uint8_t> Server::experts_frame(uint64_t rid, const WhatIfResult& w) {
+  cache_.drain_board();
+  const Stats& st = cache_.stats();
+  const size_t keys = m_.layers.size() * size_t{m_.n_experts};
+  flatbuffers::FlatBufferBuilder fbb(4096 + keys * 17);
+  std::vector<uint8_t> resident(keys);
+  cache_.residency(resident);
+  auto rv = fbb.CreateVector(resident);
+  auto hv = fbb.CreateVector(st.expert_hits);
+  auto mv = fbb.CreateVector(st.expert_misses);
+  std::vector<uint32_t> model_layers;
+  for (const auto& l : m_.layers) model_layers.push_back(l.model_layer);
+  auto lv = fbb.CreateVector(model_layers);
+  const auto now = Clock::now();
+  const auto us = [](Clock::duration d) {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+  };
+  std::vector<flatbuffers::Offset<wire::EngineInfo>> engines;
+  for (const auto& [id, s] : sessions_) {
+    if (!s->hello || s->closed) continue;
+    engines.push_back(wire::CreateEngineInfoDirect(
+        fbb, s->name.c_str(), s->pid,
+        s->monitor ? wire::ClientKind::Monitor : wire::ClientKind::Engine, s->acquires,
+        us(now - s->connected)));
+  }
+  auto ev = fbb.CreateVector(engines);
+  std::vector<flatbuffers::Offset<wire::WhatIfRow>> rows;
+  for (const auto& r : w.rows)
+    rows.push_back(wire::CreateWhatIfRow(fbb, r.slots, r.cache_mib, r.hit_rate));
+  auto wv = fbb.CreateVector(rows);
+  const bool cuda = arena_.kind() == "cuda";
+  auto tiers = fbb.CreateString(!cuda ? "host" : arena_.host_slot_count() ? "vram+host" : "vram");
+  auto policy = fbb.CreateString(cfg_.policy);
+  // Measured once 100 ms of reads have passed: less says more about latency than bandwidth.
+  const uint64_t busy_ns = io_.busy_ns();
+  const double mib_s = busy_ns >= 100'000'000
+                           ? double(io_.stats().bytes_done) / 1048576.0 / (double(busy_ns) / 1e9)
+                           : -1.0;
+  wire::ExpertsReplyBuilder b(fbb);
+  b.add_t_us(us(now.time_since_epoch()));
+  b.add_n_layers(static_cast<uint32_t>(m_.layers.size()));
+  b.add_n_experts(m_.n_experts);
+  b.add_tiers(tiers);
+  b.add_residency(rv);
+  b.add_hits(hv);
+  b.add_misses(mv);
+  b.add_model_layers(lv);
+  b.add_engines(ev);
+  b.add_read_bytes(st.c.pack_read_bytes);
+  b.add_read_busy_us(busy_ns / 1000);
+  b.add_read_mib_s(mib_s);
+  b.add_slot_count(arena_.slot_count());
+  b.add_slot_bytes(arena_.slot_bytes());
+  b.add_host_slot_count(arena_.host_slot_count());
+  b.add_policy(policy);
+  b.add_what_if(wv);
+  b.add_what_if_accesses(w.accesses);
+  b.add_what_if_age_us(w.rows.empty() ? 0 : us(now - w.at));
+  return proto::make_frame(fbb, rid, b.Finish());
 }
 
 std::string Server::status_json() const {

@@ -14,6 +14,7 @@
 #include "daemon/cache.h"
 #include "daemon/config.h"
 #include "daemon/trace.h"
+#include "daemon/what_if.h"
 
 namespace expertd::daemon {
 
@@ -56,6 +57,11 @@ class Server final : public CacheSink {
   void handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const wire::Hello* h);
   void close(const std::shared_ptr<Session>& s);
   void read_header(std::shared_ptr<Session> s);
+  // ExpertsRequest: answered at once, or, before the first what-if replay has finished, when it
+  // does (what_if_done) or after 2 s without it (tick).
+  void answer_experts(ClientId c, uint64_t rid);
+  std::vector<uint8_t> experts_frame(uint64_t rid, const WhatIfResult& w);
+  void what_if_done(bool all = true);
 
   asio::io_context& ctx_;
   const Config& cfg_;
@@ -74,6 +80,13 @@ class Server final : public CacheSink {
   uint32_t engines_ = 0, monitors_ = 0, pending_ = 0;
   std::unordered_map<uid_t, uint32_t> per_uid_;  // connections of each uid, in any state
   bool stopping_ = false;
+  WhatIf what_if_;
+  struct ExpertsWaiting {
+    ClientId client;
+    uint64_t request_id;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<ExpertsWaiting> experts_waiting_;  // until the first replay, 2 s at most
   std::chrono::steady_clock::time_point start_, last_stats_, stop_deadline_;
 };
 

@@ -6,12 +6,15 @@
 
 namespace expertd::daemon {
 
-void Stats::reset(size_t n_layers) {
+void Stats::reset(size_t n_layers, uint32_t n_experts) {
   c = Counters{};
   acquire_latency_us.reset();
   read_latency_us.reset();
   layer_hits.assign(n_layers, 0);
   layer_misses.assign(n_layers, 0);
+  n_experts_ = n_experts;
+  expert_hits.assign(n_layers * n_experts, 0);
+  expert_misses.assign(n_layers * n_experts, 0);
 }
 
 std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {

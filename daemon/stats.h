@@ -75,9 +75,26 @@ struct Stats {
   Histogram acquire_latency_us;  // request received -> last expert ready
   Histogram read_latency_us;     // read submitted -> bytes verified
   std::vector<uint64_t> layer_hits, layer_misses;
+  // Per (layer, expert), layer-major: the dashboards' heat map (ExpertsRequest). Plain counters:
+  // the control thread is their only writer and reader.
+  std::vector<uint64_t> expert_hits, expert_misses;
 
-  void reset(size_t n_layers);
+  void reset(size_t n_layers, uint32_t n_experts);
+  // An acquired expert counted everywhere it counts: cache_*, the layer's and the expert's.
+  void hit(uint32_t layer, uint32_t expert) {
+    ++c.cache_hits;
+    ++layer_hits[layer];
+    ++expert_hits[size_t{layer} * n_experts_ + expert];
+  }
+  void miss(uint32_t layer, uint32_t expert) {
+    ++c.cache_misses;
+    ++layer_misses[layer];
+    ++expert_misses[size_t{layer} * n_experts_ + expert];
+  }
   std::vector<proto::Metric> to_metrics(const Gauges& g) const;
+
+ private:
+  uint32_t n_experts_ = 0;
 };
 
 }  // namespace expertd::daemon

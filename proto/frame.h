@@ -16,6 +16,8 @@ namespace expertd::proto {
 
 // 2: the residency board (HelloReply's board_bytes, pins_bytes, pin_place and two descriptors);
 //    an acquire of a whole layer granted in waves (Ready.slot, Done).
+//    ExpertsRequest/ExpertsReply came later at the union's end, without a bump: a daemon older
+//    than them answers BadRequest ("message type not accepted"), nothing else changes.
 inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr size_t kPassFdsMax = 4;          // descriptors one frame may carry
 inline constexpr uint32_t kNoSlot = 0xffffffffu;  // an expert of a lease not granted yet

@@ -86,6 +86,10 @@ void read_message(const wire::Envelope* e) {
     case wire::Message::Error:
       if (auto* x = e->msg_as_Error(); x && x->message()) sink = sink + x->message()->size();
       break;
+    case wire::Message::ExpertsReply:  // what Client::experts_json reads
+      if (auto* x = e->msg_as_ExpertsReply(); x && x->residency() && x->hits())
+        sink = sink + x->residency()->size() + x->hits()->size() + (x->engines() ? 1 : 0);
+      break;
     default:
       break;
   }
