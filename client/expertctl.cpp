@@ -103,6 +103,11 @@ const std::vector<Verb>& verbs() {
        "counters, gauges and latency percentiles (--json, --prometheus, --watch SECONDS);\n"
        "               --experts: per layer and expert (residency, hits, misses, what-if; --json)",
        cmd_stats},
+      {"top",
+       "the cache as a refreshing dashboard: hit rate, drive, latency, engines, a layer x\n"
+       "               expert heat map, what other cache sizes would give (--watch SECONDS,\n"
+       "               default 1; q or Ctrl-C quits; one frame when stdout is not a terminal)",
+       [](client::Client& c, const Args& a) { return ctl::cmd_top(c, a.watch_s); }},
       {"status", "configuration, model shape, backend and occupancy (--json)", cmd_status},
       {"reset-stats", "zero the counters and histograms",
        [](client::Client& c, const Args& a) {
@@ -132,7 +137,7 @@ void usage(FILE* f) {
                "\noptions:\n  --socket PATH   expertd socket (default $EXPERTD_SOCKET or "
                "/run/expertd/expertd.sock)\n"
                "  --json          JSON output\n  --prometheus    Prometheus text format (stats)\n"
-               "  --watch S       repeat every S seconds (stats)\n"
+               "  --watch S       repeat every S seconds (stats, top)\n"
                "  --experts       per-expert view (stats)\n  --layer L, --experts LIST   "
                "for warmup\n");
 }

@@ -7,5 +7,7 @@
 namespace expertd::ctl {
 
 int cmd_experts_summary(client::Client& c);
+// One frame and out when stdout is not a terminal; otherwise every watch_s seconds until q.
+int cmd_top(client::Client& c, double watch_s);
 
 }  // namespace expertd::ctl

@@ -1,7 +1,12 @@
-// The per-expert snapshot (ExpertsRequest, Client::experts_json) and its view (expertctl stats
-// --experts) against a real expertd on a real socket and pack.
+// The per-expert snapshot (ExpertsRequest, Client::experts_json) and its views (expertctl stats
+// --experts, expertctl top) against a real expertd on a real socket and pack.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <termios.h>
 
 #include <nlohmann/json.hpp>
 #include <random>
@@ -41,6 +46,15 @@ json snapshot_with_what_if(client::Client& c, uint64_t accesses) {
   }
   ADD_FAILURE() << "the what-if replay never covered " << accesses << " accesses: " << j.dump();
   return j;
+}
+
+// The heat map's rows in a frame of expertctl top: "  <layer> |<one char per cell>| ...".
+std::vector<std::string> grid_rows(const std::string& frame) {
+  static const std::regex row(R"((?:^|\n)\s*\d+ \|([^|]*)\|)");
+  std::vector<std::string> out;
+  for (std::sregex_iterator it(frame.begin(), frame.end(), row), end; it != end; ++it)
+    out.push_back((*it)[1].str());
+  return out;
 }
 
 }  // namespace
@@ -174,7 +188,7 @@ TEST_F(DaemonTest, WhatIfIsMonotoneInCacheSize) {
   EXPECT_EQ(j["what_if_accesses"].get<uint64_t>(), accesses);
 }
 
-TEST_F(DaemonTest, ExpertctlStatsExperts) {
+TEST_F(DaemonTest, ExpertctlStatsExpertsAndTop) {
   // clients-max 4: each expertctl may connect before the daemon has seen the previous one close.
   auto d = start({"--cache-slots", "8", "--clients-max", "4", "--max-experts-per-request", "2"});
   auto c = connect();
@@ -196,8 +210,94 @@ TEST_F(DaemonTest, ExpertctlStatsExperts) {
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("hit rate"), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s+1\s+\d+\s+1/32\s+1\s+1\s+50\.0%)"))) << out;
-  std::tie(rc, out) = run(ctl + " help");
-  EXPECT_NE(out.find("--experts"), std::string::npos);
+  // top, not on a terminal: one frame, one grid row per layer, then out.
+  std::tie(rc, out) = run(ctl + " top --watch 0.2 < /dev/null");
+  EXPECT_EQ(rc, 0) << out;
+  std::string grid;
+  for (const auto& row : grid_rows(out)) grid += row + "\n";
+  EXPECT_EQ(grid_rows(out).size(), kLayers) << out;
+  EXPECT_EQ(grid.size(), kLayers * (kExperts + 1)) << out;  // one char per expert
+  EXPECT_EQ(std::count(grid.begin(), grid.end(), 'H'), 3) << out;
+  EXPECT_EQ(out.find('\033'), std::string::npos) << "no escapes in a pipe";
+  for (const char* k : {"hit rate", "acquires", "drive", "latency", "engines", "what if"})
+    EXPECT_NE(out.find(k), std::string::npos) << k << "\n" << out;
+  // Narrow: 32 experts fold into fewer characters per row, still one row per layer.
+  std::tie(rc, out) = run("COLUMNS=40 " + ctl + " top < /dev/null");
+  EXPECT_EQ(rc, 0) << out;
+  for (const auto& row : grid_rows(out)) EXPECT_LT(row.size(), kExperts) << out;
+  EXPECT_EQ(grid_rows(out).size(), kLayers) << out;
+  std::tie(rc, out) = run(ctl + " --help");
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("top "), std::string::npos) << out;
+  EXPECT_NE(out.find("--experts"), std::string::npos) << out;
+}
+
+// On a terminal (a pty), top redraws in place every --watch seconds, and q or Ctrl-C ends it with
+// the terminal as it was: the main screen back, the cursor shown, canonical mode and echo on.
+TEST_F(DaemonTest, ExpertctlTopOnATerminalRefreshesAndQuitsCleanly) {
+  auto d = start({"--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4"});
+  auto c = connect();
+  ASSERT_TRUE(c);
+  use(*c, 0, {1, 2});
+  for (const char* way : {"q", "SIGINT"}) {
+    const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    ASSERT_GE(master, 0);
+    ASSERT_EQ(::grantpt(master), 0);
+    ASSERT_EQ(::unlockpt(master), 0);
+    const std::string slave_path = ::ptsname(master);
+    const int slave = ::open(slave_path.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    ASSERT_GE(slave, 0);
+    winsize ws{};
+    ws.ws_col = 100;
+    ws.ws_row = 30;
+    ::ioctl(slave, TIOCSWINSZ, &ws);
+    const std::string exe = bin("client/expertctl"), sock = socket();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setsid();
+      const int tty = ::open(slave_path.c_str(), O_RDWR);  // the controlling terminal
+      ::dup2(tty, 0), ::dup2(tty, 1), ::dup2(tty, 2);
+      ::execl(exe.c_str(), exe.c_str(), "--socket", sock.c_str(), "top", "--watch", "0.2",
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    std::string seen;
+    auto read_until = [&](const std::string& what, int frames) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      auto count = [&] {
+        size_t n = 0;
+        for (size_t at = seen.find(what); at != std::string::npos; at = seen.find(what, at + 1))
+          ++n;
+        return n;
+      };
+      while (count() < size_t(frames) && std::chrono::steady_clock::now() < until) {
+        pollfd p{master, POLLIN, 0};
+        if (::poll(&p, 1, 100) <= 0) continue;
+        char buf[4096];
+        const ssize_t n = ::read(master, buf, sizeof buf);
+        if (n <= 0) break;
+        seen.append(buf, static_cast<size_t>(n));
+      }
+      return count() >= size_t(frames);
+    };
+    EXPECT_TRUE(read_until("expertd top", 3)) << way << ": three frames\n" << seen;
+    EXPECT_NE(seen.find("\033[?1049h"), std::string::npos) << "the alternate screen";
+    EXPECT_NE(seen.find("\033[H"), std::string::npos) << "redrawn in place";
+    if (std::string(way) == "q")
+      ASSERT_EQ(::write(master, "q", 1), 1);
+    else
+      ::kill(pid, SIGINT);
+    EXPECT_TRUE(read_until("\033[?1049l", 1)) << way << ": the main screen back\n" << seen;
+    int st = 0;
+    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << way << " " << st;
+    EXPECT_NE(seen.find("\033[?25h"), std::string::npos) << "the cursor shown again";
+    termios t{};
+    ASSERT_EQ(::tcgetattr(slave, &t), 0);
+    EXPECT_TRUE((t.c_lflag & ICANON) && (t.c_lflag & ECHO)) << way << ": the terminal restored";
+    ::close(slave);
+    ::close(master);
+  }
 }
 
 TEST_F(DaemonTest, AnUnsupportedRequestGetsAClearErrorAndServingGoesOn) {
