@@ -56,6 +56,7 @@ nlohmann::ordered_json render(const wire::ExpertsReply& r) {
   j["what_if"] = std::move(rows);
   j["what_if_accesses"] = r.what_if_accesses();
   j["what_if_age_s"] = double(r.what_if_age_us()) / 1e6;
+  j["what_if_replay_s"] = double(r.what_if_replay_us()) / 1e6;
   return j;
 }
 

@@ -620,6 +620,7 @@ std::vector<uint8_t> Server::experts_frame(uint64_t rid, const WhatIfResult& w) 
   b.add_what_if(wv);
   b.add_what_if_accesses(w.accesses);
   b.add_what_if_age_us(w.rows.empty() ? 0 : us(now - w.at));
+  b.add_what_if_replay_us(static_cast<uint64_t>(w.replay_s * 1e6));
   return proto::make_frame(fbb, rid, b.Finish());
 }
 

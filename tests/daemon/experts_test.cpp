@@ -186,6 +186,8 @@ TEST_F(DaemonTest, WhatIfIsMonotoneInCacheSize) {
   // The 1x row replays the daemon's own policy and slots over the whole run: its hit rate.
   EXPECT_NEAR(w[1]["hit_rate"].get<double>(), stat(*c, "hit_rate"), 1e-9);
   EXPECT_EQ(j["what_if_accesses"].get<uint64_t>(), accesses);
+  EXPECT_GT(j["what_if_replay_s"].get<double>(), 0.0);
+  EXPECT_LT(j["what_if_age_s"].get<double>(), 5.0);
 }
 
 TEST_F(DaemonTest, ExpertctlStatsExpertsAndTop) {
