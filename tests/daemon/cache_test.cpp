@@ -143,3 +143,73 @@ TEST(CacheInProcess, FailedReadsAndBadChecksumsAreErrorsNotExperts) {
   EXPECT_EQ(h.cache.stats().c.checksum_errors, 1u);
   EXPECT_EQ(h.cache.slot_of(1, 7), -1);
 }
+
+namespace {
+
+// A cuda arena's shape without a GPU: VRAM slots that hold no bytes and a host tier whose copies
+// succeed at once, so the residency map's letters can be checked in process.
+class TieredArena final : public SlotArena {
+ public:
+  TieredArena(uint32_t slots, uint32_t host_slots) : slots_(slots), host_(host_slots) {}
+  std::string kind() const override { return "cuda"; }
+  uint32_t slot_count() const override { return slots_; }
+  uint64_t slot_bytes() const override { return 4096; }
+  uint8_t* read_target(uint32_t) override { return scratch_.data(); }
+  void publish(uint32_t, uint64_t, std::function<void(Status)> done) override { done({}); }
+  uint32_t host_slot_count() const override { return host_; }
+  Status demote(uint32_t, uint32_t, uint64_t) override { return {}; }
+  Status promote(uint32_t, uint32_t, uint64_t) override { return {}; }
+
+ private:
+  uint32_t slots_, host_;
+  std::vector<uint8_t> scratch_ = std::vector<uint8_t>(4096);
+};
+
+std::string residency_of(const Cache& c, uint32_t layer, uint32_t experts) {
+  std::vector<uint8_t> all(size_t{2} * experts);
+  c.residency(all);
+  return std::string(all.begin() + layer * experts, all.begin() + (layer + 1) * experts);
+}
+
+}  // namespace
+
+// The dashboards' residency map and per-expert counters (ExpertsRequest) through a read, an
+// eviction into the host tier and a copy back up: 'L' while read, 'V' in VRAM, 'H' in the tier.
+TEST(CacheInProcess, ResidencyAndPerExpertCountersFollowTheTiers) {
+  const pack::Manifest m = sim::manifest(2, 8);
+  TieredArena arena(2, 4);
+  auto policy = make_policy("lru");
+  sim::RecordingSink sink;
+  sim::QueuedReader reader;
+  Cache cache(m, arena, *policy, sink, unchecked());
+  cache.set_io(&reader);
+  EXPECT_EQ(residency_of(cache, 0, 8), "........");
+  cache.acquire(1, 1, 0, std::vector<uint32_t>{1, 2});
+  EXPECT_EQ(residency_of(cache, 0, 8), ".LL.....");
+  reader.complete_all(cache);
+  EXPECT_EQ(residency_of(cache, 0, 8), ".VV.....");
+  cache.release(1, 2, sink.grants.back().lease_id);
+  cache.acquire(1, 3, 0, std::vector<uint32_t>{3, 4});  // evicts 1 and 2 into the host tier
+  reader.complete_all(cache);
+  EXPECT_EQ(residency_of(cache, 0, 8), ".HHVV...");
+  cache.release(1, 4, sink.grants.back().lease_id);
+  cache.acquire(1, 5, 0, std::vector<uint32_t>{1});  // copied up: a miss, no read
+  EXPECT_EQ(reader.pending(), 0u);
+  EXPECT_EQ(residency_of(cache, 0, 8)[1], 'V');
+  EXPECT_EQ(residency_of(cache, 0, 8)[2], 'H');
+  EXPECT_EQ(residency_of(cache, 1, 8), "........");
+  cache.release(1, 6, sink.grants.back().lease_id);
+  cache.acquire(1, 7, 0, std::vector<uint32_t>{1});  // a hit
+  const Stats& st = cache.stats();
+  EXPECT_EQ(st.expert_misses[1], 2u);
+  EXPECT_EQ(st.expert_hits[1], 1u);
+  EXPECT_EQ(st.expert_misses[3], 1u);
+  EXPECT_EQ(st.expert_hits[3], 0u);
+  EXPECT_EQ(st.expert_hits[8 + 1], 0u);  // layer 1 untouched
+  EXPECT_EQ(st.c.cache_hits, 1u);
+  EXPECT_EQ(st.c.cache_misses, 5u);
+  cache.evict_all();  // the host tier too: a cold start
+  cache.release(1, 8, sink.grants.back().lease_id);
+  cache.evict_all();
+  EXPECT_EQ(residency_of(cache, 0, 8), "........");
+}
