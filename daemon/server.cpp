@@ -579,9 +579,13 @@ std::vector<uint8_t> Server::experts_frame(uint64_t rid, const WhatIfResult& w) 
   const auto us = [](Clock::duration d) {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
   };
+  std::vector<const Session*> connected;  // in the order they connected: a steady table
+  for (const auto& [id, s] : sessions_)
+    if (s->hello && !s->closed) connected.push_back(s.get());
+  std::sort(connected.begin(), connected.end(),
+            [](const Session* x, const Session* y) { return x->id < y->id; });
   std::vector<flatbuffers::Offset<wire::EngineInfo>> engines;
-  for (const auto& [id, s] : sessions_) {
-    if (!s->hello || s->closed) continue;
+  for (const Session* s : connected) {
     engines.push_back(wire::CreateEngineInfoDirect(
         fbb, s->name.c_str(), s->pid,
         s->monitor ? wire::ClientKind::Monitor : wire::ClientKind::Engine, s->acquires,
