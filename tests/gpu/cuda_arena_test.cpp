@@ -4,6 +4,9 @@
 // Also built against the CPU emulation of the CUDA runtime (tests/cuda_emu): there the daemon is
 // expertd_emu and the engine gpu_probe_emu, the arena shared memory opened through emulated IPC;
 // copies complete at once there, so only a GPU tests the events' ordering.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include "client/expert_client.h"
 #include "daemon/fixture.h"
 #include "gpu_util.h"
@@ -105,6 +108,17 @@ TEST_F(GpuArenaTest, AHostTierUnderVramServesEvictedExpertsWithoutReads) {
       EXPECT_EQ(reads, kExperts);  // read from the drive once
       EXPECT_EQ(host_hits, 5 * kExperts);
       EXPECT_EQ(stat(*c, "host_evictions"), 0);
+      // The dashboards' snapshot: 8 of the layer in VRAM, the other 24 in the host tier.
+      auto j = c->experts_json();
+      ASSERT_TRUE(j) << j.error().message;
+      const auto snap = nlohmann::json::parse(*j);
+      EXPECT_EQ(snap["tiers"], "vram+host");
+      const std::string r = snap["layers"][0]["resident"];
+      EXPECT_EQ(std::count(r.begin(), r.end(), 'V'), 8) << r;
+      EXPECT_EQ(std::count(r.begin(), r.end(), 'H'), kExperts - 8) << r;
+      uint64_t misses = 0;
+      for (const auto& m : snap["layers"][0]["misses"]) misses += m.get<uint64_t>();
+      EXPECT_EQ(misses, 6 * kExperts);
     } else {
       EXPECT_GT(stat(*c, "host_evictions"), 0);
       EXPECT_EQ(reads, 6 * kExperts);  // the cyclic walk outruns 16 slots: LRU keeps nothing
