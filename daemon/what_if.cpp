@@ -21,6 +21,7 @@ WhatIf::WhatIf(WhatIfShape shape, std::function<void()> notify)
 }
 
 WhatIf::~WhatIf() {
+  stopping_.store(true, std::memory_order_relaxed);  // a daemon stopping waits for one size only
   if (worker_.joinable()) worker_.join();
 }
 
@@ -81,6 +82,7 @@ void WhatIf::replay(std::vector<Access> a, bool wrapped) {
   r.accesses = a.size() - first;
   const uint64_t keys = uint64_t{shape_.n_layers} * shape_.n_experts;
   for (double f : {0.5, 1.0, 2.0, 4.0}) {
+    if (stopping_.load(std::memory_order_relaxed)) break;
     const auto want = static_cast<uint64_t>(std::llround(f * shape_.slot_count));
     const auto slots = static_cast<uint32_t>(std::clamp<uint64_t>(want, 1, keys));
     if (!r.rows.empty() && r.rows.back().slots == slots) continue;  // every expert fits already

@@ -42,7 +42,7 @@ class WhatIf {
   // `notify` runs on the worker thread when a replay finishes (the server posts to its
   // io_context from it).
   WhatIf(WhatIfShape shape, std::function<void()> notify);
-  ~WhatIf();  // waits for a replay in progress (bounded by the ring's size)
+  ~WhatIf();  // waits for the size being replayed (bounded by the ring's size), skips the rest
   WhatIf(const WhatIf&) = delete;
   WhatIf& operator=(const WhatIf&) = delete;
 
@@ -70,7 +70,7 @@ class WhatIf {
   uint32_t seq_ = 0;
   uint64_t recorded_ = 0, replayed_upto_ = 0;
   std::thread worker_;
-  std::atomic<bool> running_{false};
+  std::atomic<bool> running_{false}, stopping_{false};
   std::mutex mu_;  // guards result_
   WhatIfResult result_;
 };
