@@ -205,17 +205,18 @@ std::string read_text(const std::string& text, const std::string& file) {
 
 // Prints the daemon's counters that changed during the run.
 void print_daemon_delta(const std::vector<expertd::proto::Metric>& before,
-                        const std::vector<expertd::proto::Metric>& after, int tokens) {
+                        const std::vector<expertd::proto::Metric>& after, int tokens,
+                        bool label = true) {
   if (after.empty()) return;
   double h = metric(after, "cache_hits") - metric(before, "cache_hits");
   double m = metric(after, "cache_misses") - metric(before, "cache_misses");
   double b = metric(after, "pack_read_bytes") - metric(before, "pack_read_bytes");
   std::fprintf(stderr,
-               "expertd: %.0f hits, %.0f misses (hit rate %.3f), %.1f MiB read, %.2f misses/token, "
+               "%s%.0f hits, %.0f misses (hit rate %.3f), %.1f MiB read, %.2f misses/token, "
                "%.2f MiB/token, "
                "%.0f evictions, io_errors %.0f\n",
-               h, m, h + m > 0 ? h / (h + m) : 0.0, b / 1048576.0, tokens ? m / tokens : 0.0,
-               tokens ? b / 1048576.0 / tokens : 0.0,
+               label ? "expertd: " : "", h, m, h + m > 0 ? h / (h + m) : 0.0, b / 1048576.0,
+               tokens ? m / tokens : 0.0, tokens ? b / 1048576.0 / tokens : 0.0,
                metric(after, "cache_evictions") - metric(before, "cache_evictions"),
                metric(after, "io_errors"));
 }
@@ -314,6 +315,7 @@ int cmd_generate(const Common& o, GenOptions g) {
                  g.prompt_cache.c_str(), resumed, ids.size());
   }
   engine::Utf8Stream out;
+  const auto after_prompt = g.verbose ? eng->daemon_metrics() : decltype(before){};
   auto t1 = Clock::now();
   int generated = 0;
   // Each step draws one or more tokens (speculative: the kept drafts and one more); the last is
@@ -373,7 +375,12 @@ int cmd_generate(const Common& o, GenOptions g) {
                    generated, drafts.tokens_per_step(),
                    static_cast<unsigned long long>(drafts.drafted),
                    static_cast<unsigned long long>(drafts.accepted), 100.0 * drafts.acceptance());
-    print_daemon_delta(before, eng->daemon_metrics(), static_cast<int>(ids.size()) + generated);
+    const auto now = eng->daemon_metrics();
+    print_daemon_delta(before, now, static_cast<int>(ids.size()) + generated);
+    if (!now.empty()) {
+      std::fprintf(stderr, "expertd, generated tokens only: ");
+      print_daemon_delta(after_prompt, now, generated, /*label=*/false);
+    }
   }
   return 0;
 }

@@ -11,83 +11,10 @@
 
 #include "engine/engine.h"
 #include "golden_util.h"
+#include "speculative_util.h"
 #include "test_util.h"
 
 using namespace expertd::test;
-
-namespace {
-
-int32_t argmax(const float* x, size_t n) {
-  return static_cast<int32_t>(std::max_element(x, x + n) - x);
-}
-
-// Greedy decoding of n tokens after `prompt`, one token per eval (the plain path) and with n-gram
-// drafts of up to `draft_max`: the same tokens, and every token drawn from bit-identical logits.
-// Returns the drafts kept (0 where the model's caches cannot be cut: the step refuses, by name).
-uint64_t check_greedy_identical(const engine::Model& m, const std::vector<int32_t>& prompt, int n,
-                                int draft_max) {
-  auto src = engine::make_local_source(m);
-  const size_t V = size_t(m.hp.n_vocab);
-  std::vector<int32_t> plain;
-  std::vector<std::vector<float>> plain_rows;
-  {
-    engine::Engine e(m, *src, 2, 512);
-    std::vector<float> lg;
-    auto st = e.eval(prompt, false, lg);
-    EXPECT_TRUE(st) << (st ? "" : st.error().message);
-    for (int i = 0; i < n; ++i) {
-      const int32_t t = argmax(lg.data(), V);
-      plain.push_back(t), plain_rows.push_back(lg);
-      EXPECT_TRUE(e.eval({&t, 1}, false, lg));
-    }
-  }
-  engine::Engine e(m, *src, 2, 512);
-  std::vector<float> lg;
-  EXPECT_TRUE(e.eval(prompt, false, lg));
-  std::vector<int32_t> history = prompt;
-  history.push_back(argmax(lg.data(), V));
-  std::vector<int32_t> spec{history.back()};
-  EXPECT_EQ(0, std::memcmp(lg.data(), plain_rows[0].data(), V * 4));
-  engine::Sampler greedy({.temperature = 0.0f});
-  engine::NgramDrafter drafter;
-  engine::DraftStats stats;
-  engine::DraftStep step;
-  while (spec.size() < size_t(n)) {
-    auto st = engine::speculative_step(e, 0, history, drafter, draft_max, greedy, stats, step);
-    if (!e.can_cut()) {
-      EXPECT_FALSE(st);
-      if (!st) {
-        EXPECT_NE(st.error().message.find("recurrent"), std::string::npos);
-      }
-      return 0;
-    }
-    EXPECT_TRUE(st) << (st ? "" : st.error().message);
-    if (!st) return 0;
-    EXPECT_EQ(step.emitted.size(), size_t(step.accepted) + 1);
-    for (size_t i = 0; i < step.emitted.size() && spec.size() < size_t(n); ++i) {
-      const size_t at = spec.size();
-      EXPECT_EQ(0, std::memcmp(step.logits.data() + i * V, plain_rows[at].data(), V * 4))
-          << "the logits of token " << at << " differ from one-token decoding";
-      spec.push_back(step.emitted[i]);
-    }
-    history.insert(history.end(), step.emitted.begin(), step.emitted.end());
-    EXPECT_EQ(size_t(e.n_past()), history.size() - 1);
-  }
-  EXPECT_EQ(spec, plain);
-  EXPECT_LE(stats.accepted, stats.drafted);
-  EXPECT_EQ(stats.emitted, stats.steps + stats.accepted);
-  return stats.accepted;
-}
-
-// The case's prompt twice: what a random-weight model's greedy loops and the repeat give prompt
-// lookup to find.
-std::vector<int32_t> doubled(const Case& c) {
-  std::vector<int32_t> p = c.prompt;
-  p.insert(p.end(), c.prompt.begin(), c.prompt.end());
-  return p;
-}
-
-}  // namespace
 
 TEST(Speculative, NgramDraftsFollowTheLatestEarlierOccurrenceOfTheLongestSuffix) {
   engine::NgramDrafter d;  // suffixes of 4 down to 2 tokens
@@ -143,7 +70,8 @@ TEST(Speculative, GreedyIsIdenticalOnEveryGoldenArchitecture) {
       Case c = load_case(id);
       auto l = load_golden(id);
       ASSERT_TRUE(l);
-      const uint64_t a = check_greedy_identical(l->model, doubled(c), 40, 4);
+      const uint64_t a =
+          check_greedy_identical(cpu_engine(l->model), l->model, doubled(c.prompt), 40, 4);
       std::printf("%s: %llu drafts kept\n", id.c_str(), static_cast<unsigned long long>(a));
       kept += a;
     }
@@ -165,12 +93,12 @@ TEST(Speculative, GreedyIsIdenticalOnTheNewerFamilies) {
     Case c = load_case(id);
     auto l = load(c);
     ASSERT_TRUE(l);
-    auto probe_src = engine::make_local_source(l->model);
-    engine::Engine probe(l->model, *probe_src, 1, 8);
-    const uint64_t a = check_greedy_identical(l->model, doubled(c), 40, 5);
-    std::printf("%s: %s, %llu drafts kept\n", id, probe.can_cut() ? "cut" : "recurrent",
+    const bool cut = engine::caches_can_cut(l->model, 512);
+    const uint64_t a =
+        check_greedy_identical(cpu_engine(l->model), l->model, doubled(c.prompt), 40, 5);
+    std::printf("%s: %s, %llu drafts kept\n", id, cut ? "cut" : "recurrent",
                 static_cast<unsigned long long>(a));
-    kept += a, checked += probe.can_cut();
+    kept += a, checked += cut;
   }
   EXPECT_GE(checked, 13);
   EXPECT_GT(kept, 0u);

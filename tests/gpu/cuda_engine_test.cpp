@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine/golden_util.h"
+#include "engine/speculative_util.h"
 #include "gpu_util.h"
 
 using namespace expertd::test;
@@ -437,4 +438,37 @@ TEST(CudaEngine, StatesResumeBitForBitInAnotherSlot) {
     ASSERT_TRUE(l);
     check(l->model, c);
   }
+}
+
+// Speculative decoding on the GPU: greedy decoding with n-gram drafts gives plain decoding's
+// tokens from bit-identical logits (the verify eval's rows are the one-token evals' rows), on
+// golden models with grouped-query and latent attention, and Llama 4's chunked attention.
+TEST(CudaEngine, SpeculativeGreedyIsIdentical) {
+  EXPERTD_REQUIRE_GPU();
+  REQUIRE_GOLDEN();
+  auto gpu = [](const engine::Model& m) {
+    return [&m]() -> std::unique_ptr<engine::Engine> {
+      auto f = engine::make_cuda_forward(m, "", 512);
+      EXPECT_TRUE(f) << (f ? "" : f.error().message);
+      return f ? std::move(*f) : nullptr;
+    };
+  };
+  uint64_t kept = 0;
+  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "deepseek2-A-s1-f32"}) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    auto file = gguf::Model::open(golden_model(id));
+    ASSERT_TRUE(file);
+    auto model = engine::Model::load(*file);
+    ASSERT_TRUE(model) << model.error().message;
+    kept += check_greedy_identical(gpu(*model), *model, doubled(c.prompt), 24, 4);
+  }
+  for (const char* id : {"llama4/l4-q4_k"}) {
+    SCOPED_TRACE(id);
+    Case c = load_case(id);
+    auto l = load(c);
+    ASSERT_TRUE(l);
+    kept += check_greedy_identical(gpu(l->model), l->model, doubled(c.prompt), 24, 4);
+  }
+  EXPECT_GT(kept, 0u);
 }

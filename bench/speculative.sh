@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Speculative decoding against plain decoding (engine/speculative.h): expert-run generate, greedy,
+# N_GEN tokens, ROUNDS alternating rounds (plain then ngram, the order swapped every other round),
+# medians: decode tok/s, the drafts kept, tokens per eval and, through expertd, MiB read per
+# generated token. The greedy texts are compared too (they must be the same).
+# Prompts, on the bundled model:
+#   text     a KJV passage to continue (the model's own distribution; what repeats is its loops)
+#   rewrite  an agent-style copy: a passage, an instruction to write it again with small changes,
+#            and its first words again (what prompt lookup is for: the output repeats the input)
+# Where: ram (--local), expertd (a real expertd whose cache holds half the experts).
+# MEMLIMIT=1 adds bench/memlimit-env.sh's synthetic model (random weights: its acceptance is its
+# greedy loops') through expertd under a cgroup v1 memory limit of half its size (needs root).
+#   ROUNDS=5 N_GEN=160 DRAFT_MAX=8 THREADS=2 bash bench/speculative.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${ROUNDS:-5}
+n_gen=${N_GEN:-160}
+draft_max=${DRAFT_MAX:-8}
+threads=${THREADS:-2}
+build=${BUILD:-build}
+model=model/kjv-moe-q8_0.gguf
+work=$(mktemp -d "${TMPDIR:-/tmp}/spec-bench.XXXXXX")
+dpid=""
+cleanup() {
+  [ -n "$dpid" ] && kill -TERM "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null || true
+  [ -d /sys/fs/cgroup/memory/expertd-spec ] && rmdir /sys/fs/cgroup/memory/expertd-spec 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+out="$work/runs.jsonl"
+passage="And God said, Let there be light: and there was light. And God saw the light, that it was good: \
+and God divided the light from the darkness. And God called the light Day, and the darkness he called Night. \
+And the evening and the morning were the first day."
+printf '%s' "$passage And God said," > "$work/text.txt"
+printf '%s\n\nWrite the passage above again, word for word, changing only Day to Morning.\n\n%s' \
+  "$passage" "${passage:0:80}" > "$work/rewrite.txt"
+
+start_expertd() {  # manifest, cache flags, [cgroup]
+  rm -f "$work/s.sock"
+  local pre=""
+  if [ -n "${3:-}" ]; then pre="echo \$\$ > $3/cgroup.procs; "; fi
+  sh -c "${pre}exec $build/daemon/expertd --manifest $1 --socket $work/s.sock --config /dev/null $2 \
+    --reserve-mib 0 --clients-max 2 --lock-memory false --log-level warn" &
+  dpid=$!
+  for _ in $(seq 400); do [ -S "$work/s.sock" ] && break; sleep 0.05; done
+}
+stop_expertd() { kill -TERM "$dpid"; wait "$dpid" || true; dpid=""; }
+
+one() {  # label prompt-file spec where model-args [cgroup]
+  local pre="" err="$work/err.txt" txt="$work/out.txt"
+  if [ -n "${6:-}" ]; then pre="echo \$\$ > $6/cgroup.procs; "; fi
+  sh -c "${pre}exec $build/engine/expert-run generate $5 --prompt-file $2 -n $n_gen --temp 0 --threads $threads \
+    --speculative $3 --draft-max $draft_max --verbose" > "$txt" 2> "$err"
+  python3 - "$1" "$3" "$4" "$err" "$txt" >> "$out" <<'EOF'
+import json, re, sys
+label, spec, where, err, txt = sys.argv[1:]
+e = open(err).read()
+m = re.search(r"generated (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\)", e)
+r = {"label": label, "spec": spec, "where": where, "tok_s": float(m.group(3)), "tokens": int(m.group(1)),
+     "text": open(txt).read()}
+s = re.search(r"speculative \w+: (\d+) evals .*; (\d+) drafted, (\d+) accepted", e)
+r["evals"], r["drafted"], r["accepted"] = (int(s.group(1)), int(s.group(2)), int(s.group(3))) if s else (r["tokens"], 0, 0)
+d = re.search(r"expertd, generated tokens only: .*?([\d.]+) MiB read, .*?([\d.]+) MiB/token", e)
+if d:
+    r["mib_per_token"] = float(d.group(2))
+print(json.dumps(r))
+EOF
+}
+
+round_pair() {  # round label prompt where model-args [cgroup]
+  local order=(none ngram)
+  if [ $(($1 % 2)) = 1 ]; then order=(ngram none); fi
+  for s in "${order[@]}"; do
+    if [ "$4" = expertd ]; then start_expertd "$mdir/$stem.manifest.json" "$cache" "${6:-}"; fi
+    one "$2" "$3" "$s" "$4" "$5" "${6:-}"
+    if [ "$4" = expertd ]; then stop_expertd; fi
+  done
+}
+
+stem=kjv-moe-q8_0 mdir=$work
+cp "$model" "$work/$stem.gguf"
+"$build/pack/expert-pack" -q build "$work/$stem.gguf" > /dev/null
+# The bundled model: 4 MoE layers of 32 experts; the cache holds half of them.
+cache="--cache-slots 64"
+for r in $(seq "$rounds"); do
+  for p in text rewrite; do
+    round_pair "$r" "$p" "$work/$p.txt" ram "--model $work/$stem.gguf --local"
+    round_pair "$r" "$p" "$work/$p.txt" expertd "--model $work/$stem.core.gguf --socket $work/s.sock"
+  done
+done
+if [ "${MEMLIMIT:-0}" = 1 ]; then
+  source bench/memlimit-env.sh  # sets dir (the model's), m, limit, cache_mib, preset
+  echo "$model_line"
+  cg=/sys/fs/cgroup/memory/expertd-spec
+  mkdir -p "$cg" && echo "$limit" > "$cg/memory.limit_in_bytes"
+  stem=$m cache="--cache-mib $cache_mib"
+  mdir=$dir
+  for r in $(seq "$rounds"); do
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    round_pair "$r" "memlimit-$preset" "$work/text.txt" expertd "--model $dir/$m.core.gguf --socket $work/s.sock" "$cg"
+  done
+fi
+isa=$(grep -qm1 avx512_vnni /proc/cpuinfo && echo "AVX-512 VNNI" || echo AVX2)
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) ($isa; EXPERTD_KERNELS=${EXPERTD_KERNELS:-best}); $threads threads; $rounds rounds of $n_gen tokens; draft-max $draft_max"
+python3 - "$out" <<'EOF'
+import json, statistics as st, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+print("| prompt | where | plain tok/s | ngram tok/s | ratio | drafts kept | tokens/eval | MiB/token plain | MiB/token ngram | same text |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+keys = []
+for r in runs:
+    if (r["label"], r["where"]) not in keys:
+        keys.append((r["label"], r["where"]))
+for label, where in keys:
+    p = [r for r in runs if r["label"] == label and r["where"] == where and r["spec"] == "none"]
+    n = [r for r in runs if r["label"] == label and r["where"] == where and r["spec"] == "ngram"]
+    med = lambda rs, k: st.median(r[k] for r in rs) if rs and all(k in r for r in rs) else float("nan")
+    kept = sum(r["accepted"] for r in n) / max(1, sum(r["drafted"] for r in n))
+    per_eval = sum(r["tokens"] for r in n) / max(1, sum(r["evals"] for r in n))
+    same = all(a["text"] == b["text"] for a in p for b in n)
+    tp, tn = med(p, "tok_s"), med(n, "tok_s")
+    print(f"| {label} | {where} | {tp:.1f} | {tn:.1f} | {tn / tp:.2f}x | {kept:.0%} | {per_eval:.2f} | "
+          f"{med(p, 'mib_per_token'):.2f} | {med(n, 'mib_per_token'):.2f} | {'yes' if same else 'NO'} |")
+EOF
