@@ -11,6 +11,7 @@ pkgs=(
   pkg-config binutils
   nginx-light  # tests/serve/anthropic_fleet_test.py: a plain proxy in front of workers
   libzmq3-dev  # expert-serve --kv-events-endpoint
+  chromium     # tests/serve/web_test.py: the page in a real browser (driven by Playwright)
 )
 missing=()
 for p in "${pkgs[@]}"; do

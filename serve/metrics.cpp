@@ -16,6 +16,18 @@ const char* closed_name(Closed c) {
   return names[size_t(c)];
 }
 
+void ExpertUse::init(int n_layer, int n_expert) {
+  n_layer_ = n_layer, n_expert_ = n_expert;
+  counts_ = std::make_unique<std::atomic<uint64_t>[]>(size_t(n_layer) * size_t(n_expert));
+}
+
+std::map<std::string, uint64_t> Metrics::requests_by_endpoint() const {
+  std::lock_guard lk(mu_);
+  std::map<std::string, uint64_t> out;
+  for (const auto& [k, v] : requests_) out[k.first] += v;
+  return out;
+}
+
 void Metrics::count_request(const std::string& endpoint, int status) {
   std::lock_guard lk(mu_);
   ++requests_[{endpoint, status}];

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -38,6 +39,28 @@ enum class Closed {
 };
 const char* closed_name(Closed c);
 
+// How often the engine's routers chose each expert, per layer, since the start: the dashboard's
+// heat map where no expertd reports residency (--local). Sized once at start (no allocation per
+// step); relaxed atomics, counted by the engine loop and read by the dashboard.
+class ExpertUse {
+ public:
+  void init(int n_layer, int n_expert);
+  int n_layer() const { return n_layer_; }
+  int n_expert() const { return n_expert_; }
+  void count(int layer, uint32_t expert) {
+    if (layer < n_layer_ && expert < uint32_t(n_expert_))
+      counts_[size_t(layer) * size_t(n_expert_) + expert].fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t at(int layer, int expert) const {
+    return counts_[size_t(layer) * size_t(n_expert_) + size_t(expert)].load(
+        std::memory_order_relaxed);
+  }
+
+ private:
+  int n_layer_ = 0, n_expert_ = 0;
+  std::unique_ptr<std::atomic<uint64_t>[]> counts_;
+};
+
 struct Metrics {
   std::atomic<uint64_t> prompt_tokens{0}, generated_tokens{0}, steps{0}, batched_rows{0};
   std::atomic<int64_t> queue_length{0}, active_sequences{0};
@@ -55,6 +78,7 @@ struct Metrics {
   // Speculative decoding (engine/speculative.h): steps that verified drafts, drafts, kept ones.
   std::atomic<uint64_t> draft_steps{0}, draft_tokens{0}, draft_accepted{0};
   SecondsHistogram ttft_s, token_s;
+  ExpertUse expert_use;  // per layer and expert: the routers' choices (this process's engine)
   // The grammar's share of a constrained step: the token mask and its application.
   SecondsHistogram grammar_mask_s;
   // The HTTP front (serve/front.cpp).
@@ -62,6 +86,8 @@ struct Metrics {
   std::atomic<int64_t> connections_pending{0}, connections_established{0}, requests_active{0};
   void count_closed(Closed c) { ++closed[size_t(c)]; }
   void count_request(const std::string& endpoint, int status);
+  // Requests answered, by endpoint (every status): the dashboard's request count.
+  std::map<std::string, uint64_t> requests_by_endpoint() const;
   // The Prometheus text: these (through proto::render_prometheus, prefix expert_serve_), the
   // same load under the names load-aware routers read (vllm:, sglang:), then expertd's (prefix
   // expertd_).

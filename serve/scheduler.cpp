@@ -522,6 +522,11 @@ void Scheduler::step() {
     engine_.reset();
     return;
   }
+  // The routers' choices of this step, for the dashboard's heat map (a few hundred increments).
+  const auto& routes = engine_->routes();
+  for (size_t l = 0; l < routes.size(); ++l)
+    for (const engine::Route& r : routes[l])
+      for (uint32_t e : r.experts) metrics_.expert_use.count(int(l), e);
   const int V = int(logits.size() / (all_logits ? rows : batch.size()));
   // Each sequence's last row (its next token's distribution).
   auto last_row = [&](size_t i) {

@@ -19,10 +19,12 @@
 #include "engine/state_file.h"
 #include "engine/tokenizer.h"
 #include "gguf/gguf_reader.h"
+#include "serve/dashboard.h"
 #include "serve/kv_events.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
 #include "serve/server.h"
+#include "serve/web.h"
 #include "serve/workers.h"
 
 using namespace expertd;
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
   std::string prefix_cache_dir;
   double prefix_cache_gib = 16;
   double drain_timeout_s = 30;
+  std::string web_dir;
   app.add_option("--model", model,
                  "model GGUF, or the core GGUF of an expert pack (default: the bundled model)");
   app.add_option("--socket", socket, "expertd socket: experts come from the daemon");
@@ -183,6 +186,10 @@ int main(int argc, char** argv) {
                  "second signal: at once; docs/fleet.md)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--web-dir", web_dir,
+                 "the page served at / (a chat and a live dashboard, docs/web.md): its files' "
+                 "directory (default: share/expertd/web beside the binary, the source tree's "
+                 "serve/web for a build, or the install prefix's)");
   serve::ServerOptions so;
   auto* lim = "Limits (slow and hostile clients)";
   app.add_option("--header-timeout-s", so.header_timeout_s,
@@ -349,7 +356,28 @@ int main(int argc, char** argv) {
   so.model_path = std::filesystem::absolute(model).string();
   so.model_arch = mod.hp.arch;
   so.sequences_max = workers * parallel, so.queue_max = queue_max;
+  metrics.expert_use.init(mod.hp.n_layer, mod.hp.n_expert);
+  serve::DashboardInfo di;
+  di.model_id = so.model_id, di.arch = mod.hp.arch, di.device = device;
+  di.experts = local ? "local" : socket;
+  di.n_layer = mod.hp.n_layer, di.n_expert = mod.hp.n_expert;
+  di.n_expert_used = mod.hp.n_expert_used;
+  di.chat_template = chat->tmpl.has_value();
+  di.sequences_max = so.sequences_max, di.n_ctx = ctx;
+  serve::Dashboard dashboard(di, metrics, local ? "" : socket);
+  std::optional<serve::WebFiles> web;
+  if (web_dir.empty()) web_dir = serve::WebFiles::find("/proc/self/exe");
+  if (web_dir.empty()) {
+    std::fprintf(stderr,
+                 "expert-serve: warning: the page's files are not installed: / answers 404 "
+                 "(give --web-dir)\n");
+  } else if (auto w = serve::WebFiles::load(web_dir)) {
+    web = std::move(*w);
+  } else {
+    die(w.error().message);
+  }
   serve::Server server(so, sched, *tok, std::move(*chat), metrics, grammars);
+  server.serve_page(web ? &*web : nullptr, &dashboard);
   if (auto st = server.listen(); !st) die(st.error().message);
   std::thread sig([&] {
     int s = 0;

@@ -17,7 +17,8 @@ bool Server::Impl::authorized(const http::fields& req) const {
 
 std::optional<HttpError> Server::Impl::check_headers(const http::request_header<>& req) const {
   const std::string_view target = sv(req.target());
-  if (!o.api_key.empty() && target.starts_with("/v1/") && !authorized(req))
+  if (!o.api_key.empty() && (target.starts_with("/v1/") || target.starts_with("/dashboard/")) &&
+      !authorized(req))
     return HttpError{401, "authentication_error",
                      "invalid API key (Authorization: Bearer or x-api-key)"};
   return std::nullopt;
@@ -44,6 +45,7 @@ void Server::Impl::route(http::request<http::string_body>& req, Conn& c) {
     metrics.count_request(endpoint, e.status);
   };
   if (answer_fleet(path, req, c)) return;
+  if (answer_page(path, req, c)) return;
   if (path == "/metrics") {
     c.send(200, "text/plain; version=0.0.4", metrics.render(sched.daemon_metrics()));
     metrics.count_request("metrics", 200);

@@ -22,6 +22,9 @@
 
 namespace expertd::serve {
 
+class WebFiles;
+class Dashboard;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;      // 0: any free port (port() says which)
@@ -57,6 +60,8 @@ class Server {
   Server(ServerOptions o, Generator& sched, const engine::Tokenizer& tok, ModelChat chat,
          Metrics& metrics, Grammars& grammars);
   ~Server();
+  // The page at / and its dashboard's data (serve/page.cpp); before listen(). Either may be null.
+  void serve_page(const WebFiles* web, Dashboard* dashboard);
   Status listen();
   int port() const { return port_; }
   // Serves until stop(), on this thread and io_threads - 1 more.

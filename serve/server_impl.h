@@ -91,6 +91,12 @@ struct Server::Impl {
   // fleet.cpp: what a gateway asks a worker (/health, /server_info, /model_info, /get_load and
   // their get_ names); false if `path` is none of them.
   bool answer_fleet(const std::string& path, const http::request<http::string_body>& req, Conn& c);
+  // page.cpp: the page's files (/, /web/...) and the dashboard's data (/dashboard/...); false if
+  // `path` is none of them.
+  const WebFiles* web = nullptr;
+  Dashboard* dashboard = nullptr;
+  bool answer_page(const std::string& path, const http::request<http::string_body>& req, Conn& c);
+  void dashboard_events(Conn& c);
 
   // ---- request parsing ----
   static void check_model(const ordered_json& body, const std::string& id);
