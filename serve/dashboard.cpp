@@ -50,10 +50,12 @@ json Dashboard::make() {
                       std::chrono::system_clock::now().time_since_epoch())
                       .count()},
          {"serve", serve_figures()},
-         {"routes", route_counts()},
+         {"routes", nullptr},
          {"daemon", nullptr},
          {"experts", nullptr}};
   if (!socket_.empty()) daemon_figures(j);
+  // The routers' choices draw the heat map where expertd's per-expert snapshot does not.
+  if (j["experts"].is_null()) j["routes"] = route_counts();
   return j;
 }
 
@@ -96,7 +98,8 @@ json Dashboard::route_counts() const {
   return layers;
 }
 
-// expertd's counters over a monitor connection (made again, at most every 2 s, after a failure).
+// expertd's counters and per-expert snapshot over a monitor connection (made again, at most every
+// 2 s, after a failure).
 void Dashboard::daemon_figures(json& out) {
   const auto now = Clock::now();
   if (!monitor_ && now >= monitor_retry_) {
@@ -113,18 +116,31 @@ void Dashboard::daemon_figures(json& out) {
       monitor_retry_ = now + std::chrono::seconds(2);
     }
   }
-  if (monitor_) {
-    if (auto s = monitor_->stats()) {
-      json d = json::object();
-      for (const auto& m : *s) d[m.name] = m.value;
-      out["daemon"] = std::move(d);
-    } else {
-      daemon_error_ = s.error().message;
-      monitor_.reset();
-      monitor_retry_ = now + std::chrono::seconds(2);
-    }
+  if (!monitor_) {
+    out["daemon_error"] = daemon_error_;
+    return;
   }
-  if (!daemon_error_.empty()) out["daemon_error"] = daemon_error_;
+  auto s = monitor_->stats();
+  if (!s) {
+    out["daemon_error"] = s.error().message;
+    monitor_.reset();
+    monitor_retry_ = now + std::chrono::seconds(2);
+    return;
+  }
+  json d = json::object();
+  for (const auto& m : *s) d[m.name] = m.value;
+  out["daemon"] = std::move(d);
+  // The per-expert snapshot (residency, hits and misses per expert, engines, the drive, what-if);
+  // an expertd older than it answers an error, named in the page, and the counters still come.
+  if (auto x = monitor_->experts_json()) {
+    json e = json::parse(*x, nullptr, false);
+    if (e.is_object())
+      out["experts"] = std::move(e);
+    else
+      out["experts_error"] = "expertd's per-expert snapshot is not a JSON object";
+  } else {
+    out["experts_error"] = x.error().message;
+  }
 }
 
 }  // namespace expertd::serve

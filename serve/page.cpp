@@ -28,7 +28,7 @@ bool Server::Impl::answer_page(const std::string& path, const http::request<http
     c.send_json(e.status, error_body(Api::OpenAI, e));
     metrics.count_request("page", e.status);
   };
-  if (req.method() != http::verb::get && req.method() != http::verb::head) {
+  if (req.method() != http::verb::get) {
     fail({405, "invalid_request_error", "use GET"});
     return true;
   }
@@ -90,7 +90,7 @@ void Server::Impl::dashboard_events(Conn& c) {
   while (!stopping && !draining && !c.peer_closed()) {
     if (std::chrono::steady_clock::now() >= next) {
       if (!c.chunk("data: " + dashboard->snapshot() + "\n\n")) return;
-      next += Dashboard::kTick;
+      next = std::chrono::steady_clock::now() + Dashboard::kTick;  // a slow snapshot: no burst
     }
     std::this_thread::sleep_for(step);
   }

@@ -61,6 +61,9 @@ const Dash = {
       if (h.hits === null) { h.hits = d.cache_hits; h.misses = d.cache_misses; }
       if (h.read === null) h.read = d.pack_read_bytes;
     }
+    // The heat map's source changed (expertd came or went): its history starts again.
+    const prev = Dash.cells[Dash.cells.length - 1];
+    if (prev && prev.length !== cells.length) Dash.cells = Dash.cells.map(() => cells);
     Dash.hist.push(h);
     Dash.cells.push(cells);
     Dash.layerMisses.push(lm);
@@ -100,6 +103,10 @@ const Dash = {
     } else if (j.daemon_error) {
       note.hidden = false;
       note.textContent = "expertd cannot be read: " + j.daemon_error;
+    } else if (j.experts_error) {
+      note.hidden = false;
+      note.textContent = "expertd's per-expert snapshot is missing (" + j.experts_error + "): the heat map " +
+        "shows the routers' choices; residency, misses per layer and the what-if table need it.";
     } else note.hidden = true;
 
     const tok = Dash.series((a, b, dt) => dt > 0 ? (b.gen - a.gen) / dt : null);
@@ -224,7 +231,7 @@ const Dash = {
       const e = Math.floor(ev.offsetX / cw), l = Math.floor(ev.offsetY / ch);
       if (l < 0 || l >= L || e < 0 || e >= E) return;
       const res = ex ? ex.layers[l].resident[e] : null;
-      c.title = "layer " + l + ", expert " + e + ": " + recent[l * E + e] + " recent, " + cur[l * E + e] + " in all" +
+      c.title = "layer " + (ex ? ex.layers[l].model_layer : l) + ", expert " + e + ": " + recent[l * E + e] + " recent, " + cur[l * E + e] + " in all" +
         (res ? " (" + ({ V: "in VRAM", H: "in host RAM", L: "loading", ".": "not cached" }[res] || res) + ")" : "");
     };
     document.getElementById("heat-legend").textContent = (ex
@@ -245,7 +252,7 @@ const Dash = {
       const row = document.createElement("div");
       row.className = "bar";
       row.innerHTML = "<span></span><i></i><b></b>";
-      row.children[0].textContent = "layer " + l;
+      row.children[0].textContent = "layer " + Dash.last.experts.layers[l].model_layer;
       row.children[1].style.width = (100 * v / max).toFixed(1) + "%";
       row.children[2].textContent = String(v);
       box.append(row);
@@ -276,10 +283,11 @@ const Dash = {
       }
     Dash.rows("latency", ["", "p50", "p90", "p99"], lat);
     if (ex) {
-      Dash.rows("engines", ["engine", "pid", "kind", "acquires", "connected"],
+      Dash.rows("engines", ["connection", "pid", "kind", "acquires", "for"],
                 ex.engines.map((e) => [e.name, String(e.pid), e.kind, String(e.acquires), Math.round(e.connected_s) + " s"]));
-      Dash.rows("whatif", ["cache", "hit rate"],
-                ex.what_if.map((w) => [w.cache_mib + " MiB", (100 * w.hit_rate).toFixed(1) + " %"]));
+      Dash.rows("whatif", ["cache", "slots", "hit rate"],
+                ex.what_if.map((w) => [Math.round(w.cache_mib) + " MiB" + (w.slots === ex.slot_count ? " (now)" : ""),
+                                       String(w.slots), w.hit_rate === null ? "–" : (100 * w.hit_rate).toFixed(1) + " %"]));
     } else {
       Dash.rows("engines", ["engine", ""], d.clients !== undefined ? [[d.clients + " connected", ""]] : [["needs expertd", ""]]);
       Dash.rows("whatif", ["cache", "hit rate"], [["needs expertd's snapshot", ""]]);

@@ -257,7 +257,17 @@ try:
         check(len(hits_seen) >= 2 and numbers and all(0 <= float(v) <= 1 for v in numbers),
               f"the hit rate changes while text streams ({sorted(hits_seen)})")
         check(page.inner_text("#tok-s") not in ("–", "0.0"), "tokens/s shown: " + page.inner_text("#tok-s"))
+        check("/ token" in page.inner_text("#bytes-tok") or page.inner_text("#bytes-tok") == "–",
+              "bytes per token: " + page.inner_text("#bytes-tok") + "; " + page.inner_text("#drive-line"))
         check(page.is_hidden("#dash-note"), "through expertd: no 'needs expertd' note")
+        check(page.inner_text("#heat-legend").startswith("Hue: where the expert is"),
+              "through expertd: the heat map shows residency (expertd's per-expert snapshot)")
+        check(page.locator("#misses .bar").count() == 4, "misses per layer: one bar per MoE layer (4)")
+        engines = page.inner_text("#engines")
+        check("engine" in engines and "monitor" in engines,
+              "the connections to expertd: the engine and the dashboard's monitor")
+        check(page.locator("#whatif tr").count() >= 3, "the what-if table has rows: " +
+              page.inner_text("#whatif").replace("\n", " | "))
         if SHOTS:
             page.screenshot(path=os.path.join(SRC, "docs", "img", "web-dashboard.png"), full_page=True)
         bg.stop()
