@@ -150,6 +150,12 @@ const Dash = {
     el.textContent = text;
     el.dataset.value = v === null ? "" : String(v);
   },
+  // The charts' time span: what has been seen, from one minute up to windowS.
+  span() {
+    const H = Dash.hist;
+    const seen = H.length > 1 ? H[H.length - 1].t - H[0].t : 0;
+    return Math.max(60, Math.min(Dash.windowS, seen));
+  },
   bytes(b) {
     if (b >= 1048576) return (b / 1048576).toFixed(1) + " MiB";
     if (b >= 1024) return (b / 1024).toFixed(1) + " KiB";
@@ -177,7 +183,8 @@ const Dash = {
       for (const p of pts) if (p.v !== null && p.v > max) max = p.v;
       max = max > 0 ? max * 1.15 : 1;
     }
-    const x = (t) => w - (now - t) / Dash.windowS * w, y = (v) => h - 2 - (v - o.min) / (max - o.min) * (h - 14);
+    const span = Dash.span();
+    const x = (t) => w - (now - t) / span * w, y = (v) => h - 2 - (v - o.min) / (max - o.min) * (h - 14);
     g.strokeStyle = "#30363d"; g.lineWidth = 1;
     g.beginPath(); g.moveTo(0, h - 1.5); g.lineTo(w, h - 1.5); g.stroke();
     if (o.ref) {
@@ -193,8 +200,8 @@ const Dash = {
     }
     g.stroke();
     g.fillStyle = "#8b949e"; g.font = "10px sans-serif";
-    g.fillText(o.max === 1 ? "100 %" : max.toPrecision(3), 2, 10);
-    g.fillText("-" + Math.round(Dash.windowS / 60) + " min", 2, h - 5);
+    g.fillText(o.max === 1 ? "100 %" : max >= 100 ? String(Math.round(max)) : max.toPrecision(2), 2, 10);
+    g.fillText(span >= 120 ? "-" + Math.round(span / 60) + " min" : "-" + Math.round(span) + " s", 2, h - 5);
   },
   // Layers down, experts across: the cell's hue is where the expert is (expertd's snapshot:
   // VRAM, host RAM, loading, absent), its brightness how often it was used recently.
@@ -283,7 +290,7 @@ const Dash = {
       }
     Dash.rows("latency", ["", "p50", "p90", "p99"], lat);
     if (ex) {
-      Dash.rows("engines", ["connection", "pid", "kind", "acquires", "for"],
+      Dash.rows("engines", ["name", "pid", "kind", "acquires", "up"],
                 ex.engines.map((e) => [e.name, String(e.pid), e.kind, String(e.acquires), Math.round(e.connected_s) + " s"]));
       Dash.rows("whatif", ["cache", "slots", "hit rate"],
                 ex.what_if.map((w) => [Math.round(w.cache_mib) + " MiB" + (w.slots === ex.slot_count ? " (now)" : ""),

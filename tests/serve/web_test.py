@@ -175,6 +175,8 @@ try:
         page.reload()
         until(page, "document.querySelector('#model-name').textContent.includes('kjv')", timeout=10000)
         check(page.is_hidden("#banner"), "the key is kept in the browser across a reload")
+        check(page.is_hidden("#key-form") and page.is_visible("#view-chat") and page.is_hidden("#view-dash"),
+              "the chat alone is shown (the key form and the dashboard hidden)")
         check(not errors, f"no script error on the way ({errors})")
         ctx.close()
 
@@ -243,6 +245,7 @@ try:
         # --- The dashboard while a generation runs. ---
         page.click("#tab-dash")
         until(page, "Number(document.querySelector('#heat').dataset.ticks) >= 2", timeout=15000)
+        check(page.is_hidden("#view-chat") and page.is_visible("#view-dash"), "the dashboard tab: the chat hidden")
         total0 = float(attr(page, "#heat", "total"))
         hits_seen = {attr(page, "#hit-rate", "value")}
         bg = Background(url, "And it came to pass", {"Authorization": "Bearer " + KEY})
@@ -280,6 +283,8 @@ try:
                 page.click("#" + tab)
                 page.wait_for_timeout(1200)
                 over = overflow(page)
+                if SHOTS:  # for a look, not committed
+                    page.screenshot(path=os.path.join(B, f"web-{w}-{tab}.png"), full_page=True)
                 check(over <= 1, f"{w}x{h}, {tab}: nothing wider than the window (overflow {over:.0f} px)")
         ctx.close()
 
