@@ -7,7 +7,9 @@ behind an API key; a second expert-serve reads the experts itself (--local).
 Checks: the page loads with no console error; a wrong key shows a visible error, the right one is
 kept; a message typed and sent with the keyboard alone gets the model's streamed reply (the same
 text as the API gives); Shift+Enter is a new line; stop cancels the generation on the server (its
-sequences and tokens stop); the dashboard's heat map and hit rate change while a generation runs;
+sequences and tokens stop); with a chat template the reply comes through /v1/chat/completions,
+its reasoning folded, and a forced tool call's stream (the server's own, replayed into the page)
+is shown as a call; the dashboard's heat map and hit rate change while a generation runs;
 with --local the page says that residency needs expertd and still draws the routers' choices;
 nothing overflows horizontally at 1280x800 or at 390 px. EXPERTD_SCREENSHOTS=1 writes
 docs/img/web-chat.png and docs/img/web-dashboard.png.
@@ -53,6 +55,8 @@ if os.path.realpath(sys.prefix) != os.path.realpath(VENV):
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 MODEL = os.path.join(SRC, "model", "kjv-moe-q8_0.gguf")
+GLM = os.path.join(SRC, "tests", "data", "templates", "GLM-4.7-Flash.jinja")
+QWEN3 = os.path.join(SRC, "tests", "data", "templates", "Qwen-Qwen3-0.6B.jinja")
 KEY = "sekrit"
 SHOTS = os.environ.get("EXPERTD_SCREENSHOTS") == "1"
 tmp = tempfile.mkdtemp(prefix="web-test-", dir=B)
@@ -144,6 +148,10 @@ try:
                                                     "--alias", "kjv"], threads=1)
     _, local_url = serve_util.start_serve(B, tmp, procs, ["--model", MODEL, "--local", "--parallel", "2",
                                                           "--ctx", "1024"], threads=1)
+    _, glm_url = serve_util.start_serve(B, tmp, procs, ["--model", MODEL, "--local", "--alias", "kjv",
+                                                        "--chat-template", GLM], threads=1)
+    _, qwen_url = serve_util.start_serve(B, tmp, procs, ["--model", MODEL, "--local", "--alias", "kjv",
+                                                         "--chat-template", QWEN3], threads=1)
     st, page_html, hdrs = http(url + "/")
     check(st == 200 and "<canvas id=\"heat\"" in page_html and "text/html" in hdrs.get("Content-Type", ""),
           "GET / is the page, without the key (it asks for it)")
@@ -286,6 +294,45 @@ try:
                 if SHOTS:  # for a look, not committed
                     page.screenshot(path=os.path.join(B, f"web-{w}-{tab}.png"), full_page=True)
                 check(over <= 1, f"{w}x{h}, {tab}: nothing wider than the window (overflow {over:.0f} px)")
+        ctx.close()
+
+        # --- A chat template (GLM-4.7's, whose prompt opens the reasoning block): the chat endpoint, the
+        # reasoning folded; a forced tool call's real stream, replayed into the page, shown as a call. ---
+        ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = ctx.new_page()
+        console = []
+        page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+        page.goto(glm_url + "/")
+        until(page, "document.querySelector('#mode-note').textContent.includes('chat/completions')", timeout=10000)
+        page.click(".settings summary")
+        page.fill("#temperature", "0")
+        page.fill("#max_tokens", "10")
+        page.focus("#input")
+        page.keyboard.type("hi")
+        page.keyboard.press("Enter")
+        page.wait_for_selector(".msg.assistant[data-done='1']", timeout=60000)
+        st, body, _ = http(glm_url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                              "max_tokens": 10, "temperature": 0})
+        want = json.loads(body)["choices"][0]["message"].get("reasoning_content") if st == 200 else None
+        shown = page.text_content(".msg.assistant details .reasoning")
+        check(bool(want) and shown == want and not page.eval_on_selector(".msg.assistant details", "d => d.open"),
+              f"a chat template: the reply through /v1/chat/completions, its reasoning folded ({shown!r})")
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+        # (Qwen3's template: JSON arguments; GLM's forced call came back with empty ones here)
+        st, stream, _ = http(qwen_url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "weather?"}],
+                                                                 "tools": tools, "tool_choice": "required",
+                                                                 "max_tokens": 60, "temperature": 0, "stream": True})
+        page.route("**/v1/chat/completions", lambda route: route.fulfill(
+            status=200, headers={"Content-Type": "text/event-stream"}, body=stream))
+        page.keyboard.type("weather?")
+        page.keyboard.press("Enter")
+        until(page, "document.querySelectorAll(\".msg.assistant[data-done='1']\").length == 2", timeout=10000)
+        page.unroute("**/v1/chat/completions")
+        call = page.text_content(".msg.assistant:last-child .call") or ""
+        check(st == 200 and '"tool_calls"' in stream and call.startswith("call get_weather({") and "city" in call,
+              f"a tool call's stream (the server's own, replayed): shown as a call ({call!r})")
+        check(not console, f"a chat template: no console error ({console})")
         ctx.close()
 
         # --- --local: the routers' choices, and a note that residency needs expertd. ---
