@@ -8,8 +8,12 @@ namespace expertd::serve {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-Dashboard::Dashboard(DashboardInfo info, Metrics& metrics, std::string socket)
-    : info_(std::move(info)), metrics_(metrics), socket_(std::move(socket)) {}
+Dashboard::Dashboard(DashboardInfo info, Metrics& metrics, std::string socket,
+                     std::function<void()> refresh)
+    : info_(std::move(info)),
+      metrics_(metrics),
+      socket_(std::move(socket)),
+      refresh_(std::move(refresh)) {}
 
 Dashboard::~Dashboard() = default;
 
@@ -46,6 +50,7 @@ std::string Dashboard::snapshot() {
 }
 
 json Dashboard::make() {
+  if (refresh_) refresh_();
   json j{{"t_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count()},

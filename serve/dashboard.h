@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -36,8 +37,10 @@ class Dashboard {
   static constexpr std::chrono::milliseconds kSnapshotMin{500};  // shared by every viewer
   static constexpr int kViewersMax = 8;                          // event streams open at once
 
-  // socket: expertd's ("" with --local: no daemon figures).
-  Dashboard(DashboardInfo info, Metrics& metrics, std::string socket);
+  // socket: expertd's ("" with --local: no daemon figures). refresh: brings `metrics` up to date
+  // before a snapshot where others count (--workers: the engine processes), none where it is.
+  Dashboard(DashboardInfo info, Metrics& metrics, std::string socket,
+            std::function<void()> refresh = {});
   ~Dashboard();
   nlohmann::json info() const;
   // The latest snapshot as JSON text: made again when older than kSnapshotMin (one caller makes
@@ -56,6 +59,7 @@ class Dashboard {
   const DashboardInfo info_;
   Metrics& metrics_;
   const std::string socket_;
+  const std::function<void()> refresh_;
   std::atomic<int> viewers_{0};
   std::mutex mu_;  // the snapshot and the monitor connection
   std::string last_;

@@ -364,7 +364,11 @@ int main(int argc, char** argv) {
   di.n_expert_used = mod.hp.n_expert_used;
   di.chat_template = chat->tmpl.has_value();
   di.sequences_max = so.sequences_max, di.n_ctx = ctx;
-  serve::Dashboard dashboard(di, metrics, local ? "" : socket);
+  // With --workers the engine processes count the tokens: asked for them (as /metrics asks) at
+  // each snapshot, at most twice a second.
+  std::function<void()> refresh;
+  if (workers > 1) refresh = [&sched] { sched.daemon_metrics(); };
+  serve::Dashboard dashboard(di, metrics, local ? "" : socket, std::move(refresh));
   std::optional<serve::WebFiles> web;
   if (web_dir.empty()) web_dir = serve::WebFiles::find("/proc/self/exe");
   if (web_dir.empty()) {
