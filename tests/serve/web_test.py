@@ -210,6 +210,9 @@ try:
         check(page.input_value("#input") == "And God said\n" and page.locator(".msg").count() == 0,
               "Shift+Enter: a new line, nothing sent")
         page.keyboard.press("Backspace")
+        page.keyboard.press("Tab")
+        check(page.evaluate("document.activeElement.id") == "send", "Tab from the message box reaches Send")
+        page.keyboard.press("Shift+Tab")
         page.keyboard.press("Enter")
         page.wait_for_selector(".msg.assistant[data-done='1']", timeout=60000)
         reply = page.inner_text(".msg.assistant .text")
