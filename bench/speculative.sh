@@ -54,10 +54,11 @@ one() {  # label prompt-file spec where model-args [cgroup]
   python3 - "$1" "$3" "$4" "$err" "$txt" >> "$out" <<'EOF'
 import json, re, sys
 label, spec, where, err, txt = sys.argv[1:]
-e = open(err).read()
+e = open(err, errors="replace").read()
 m = re.search(r"generated (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\)", e)
 r = {"label": label, "spec": spec, "where": where, "tok_s": float(m.group(3)), "tokens": int(m.group(1)),
-     "text": open(txt).read()}
+     "decode_s": float(m.group(2)),
+     "text": open(txt, errors="replace").read()}
 s = re.search(r"speculative \w+: (\d+) evals .*; (\d+) drafted, (\d+) accepted", e)
 r["evals"], r["drafted"], r["accepted"] = (int(s.group(1)), int(s.group(2)), int(s.group(3))) if s else (r["tokens"], 0, 0)
 d = re.search(r"expertd, generated tokens only: .*?([\d.]+) MiB read, .*?([\d.]+) MiB/token", e)
@@ -105,8 +106,10 @@ echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) ($isa; E
 python3 - "$out" <<'EOF'
 import json, statistics as st, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
-print("| prompt | where | plain tok/s | ngram tok/s | ratio | drafts kept | tokens/eval | MiB/token plain | MiB/token ngram | same text |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+# An eval's cost with drafts against one token's: what a kept draft saves is the rest of an eval.
+print("| prompt | where | plain tok/s | ngram tok/s | ratio | drafts kept | drafts/eval | tokens/eval "
+      "| ms/eval plain | ms/eval ngram | MiB/token plain | MiB/token ngram | same text |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 keys = []
 for r in runs:
     if (r["label"], r["where"]) not in keys:
@@ -117,8 +120,11 @@ for label, where in keys:
     med = lambda rs, k: st.median(r[k] for r in rs) if rs and all(k in r for r in rs) else float("nan")
     kept = sum(r["accepted"] for r in n) / max(1, sum(r["drafted"] for r in n))
     per_eval = sum(r["tokens"] for r in n) / max(1, sum(r["evals"] for r in n))
+    drafts_eval = sum(r["drafted"] for r in n) / max(1, sum(r["evals"] for r in n))
+    ms = lambda rs: 1000 * st.median(r["decode_s"] / max(1, r["evals"]) for r in rs) if rs else float("nan")
     same = all(a["text"] == b["text"] for a in p for b in n)
     tp, tn = med(p, "tok_s"), med(n, "tok_s")
-    print(f"| {label} | {where} | {tp:.1f} | {tn:.1f} | {tn / tp:.2f}x | {kept:.0%} | {per_eval:.2f} | "
+    print(f"| {label} | {where} | {tp:.1f} | {tn:.1f} | {tn / tp:.2f}x | {kept:.0%} | {drafts_eval:.2f} | "
+          f"{per_eval:.2f} | {ms(p):.2f} | {ms(n):.2f} | "
           f"{med(p, 'mib_per_token'):.2f} | {med(n, 'mib_per_token'):.2f} | {'yes' if same else 'NO'} |")
 EOF

@@ -325,6 +325,7 @@ int cmd_generate(const Common& o, GenOptions g) {
   engine::DraftStats drafts;
   engine::DraftStep step;
   const int draft_max = g.draft == engine::DraftKind::None ? 0 : g.draft_max;
+  engine::DraftLength draft_len(draft_max);
   for (bool done = false; !done;) {
     for (int32_t next : fresh) {
       if (tok.is_end_of_generation(next) || generated == g.n) {
@@ -344,7 +345,7 @@ int cmd_generate(const Common& o, GenOptions g) {
                    eng->n_ctx());
       break;
     }
-    auto st = engine::speculative_step(*eng, 0, history, drafter, draft_max, sampler, drafts, step);
+    auto st = engine::speculative_step(*eng, 0, history, drafter, draft_len, sampler, drafts, step);
     if (!st) {
       std::fputs(out.flush().c_str(), stdout);
       std::fputc('\n', stdout);

@@ -33,20 +33,36 @@ std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> h, int max) co
   return {};
 }
 
+void DraftLength::update(int drafted, int kept) {
+  if (pause_ > 0) {
+    if (--pause_ == 0) now_ = 1;
+    return;
+  }
+  if (drafted == 0) return;
+  if (kept == drafted) {
+    now_ = std::min(max_, 2 * now_);
+    fruitless_ = 0;
+    return;
+  }
+  now_ = std::max(1, kept + 1);
+  fruitless_ = kept == 0 ? fruitless_ + 1 : 0;
+  if (fruitless_ >= patience_) pause_ = patience_, fruitless_ = 0;
+}
+
 expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> history,
-                                 const NgramDrafter& drafter, int draft_max, Sampler& sampler,
+                                 const NgramDrafter& drafter, DraftLength& len, Sampler& sampler,
                                  DraftStats& stats, DraftStep& out) {
   if (history.empty()) return make_error("speculative step: no pending token");
   const int past = e.n_past(slot);
   if (size_t(past) + 1 != history.size())
     return make_error("speculative step: the history does not end with the pending token");
-  if (draft_max > 0 && !e.can_cut())
+  if (len.max() > 0 && !e.can_cut())
     return make_error(
         "speculative decoding needs a model whose caches can be cut back; this "
         "one keeps a recurrent state");
   const int room = e.n_ctx() - past - 1;
-  out.drafts =
-      draft_max > 0 ? drafter.draft(history, std::min(draft_max, room)) : std::vector<int32_t>{};
+  const int want = std::min(len.next(), room);
+  out.drafts = want > 0 ? drafter.draft(history, want) : std::vector<int32_t>{};
   const int k = static_cast<int>(out.drafts.size());
   std::vector<int32_t> batch{history.back()};
   batch.insert(batch.end(), out.drafts.begin(), out.drafts.end());
@@ -65,6 +81,7 @@ expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> h
   }
   if (k > 0)
     if (auto st = e.cut(slot, past + 1 + out.accepted); !st) return st;
+  if (len.max() > 0) len.update(k, out.accepted);
   ++stats.steps;
   stats.drafted += uint64_t(k);
   stats.accepted += uint64_t(out.accepted);

@@ -46,6 +46,22 @@ struct NgramDrafter {
   std::vector<int32_t> draft(std::span<const int32_t> history, int max) const;
 };
 
+// How many drafts to ask for at each step: doubles (up to max) while every draft is kept, falls to
+// one more than were kept when one is rejected, and pauses after `patience` steps in a row kept
+// none (for as many steps, then tries one again): drafts the target rejects cost their rows (in
+// a small model's compute, in the experts read for them), and a text that does not repeat itself
+// should cost nothing.
+class DraftLength {
+ public:
+  explicit DraftLength(int max, int patience = 4) : max_(max), patience_(patience), now_(max) {}
+  int max() const { return max_; }
+  int next() const { return pause_ > 0 ? 0 : now_; }  // drafts to ask for now
+  void update(int drafted, int kept);                 // after each step
+
+ private:
+  int max_, patience_, now_, fruitless_ = 0, pause_ = 0;
+};
+
 // Drafted and accepted counts (per step: drafted k, accepted a <= k; a + 1 tokens emitted).
 struct DraftStats {
   uint64_t steps = 0, drafted = 0, accepted = 0, emitted = 0;
@@ -70,12 +86,13 @@ struct DraftStep {
 
 // One speculative step for sequence `slot`, whose history ends with its pending token (drawn,
 // not yet evaluated: the engine holds history.size() - 1 positions): drafts from `drafter` (at
-// most draft_max, and what the context has room for), one batched eval of the pending token and
-// the drafts, the walk, and the cache cut back to the pending token and the kept drafts. The last
-// emitted token is the new pending one. draft_max 0 is plain decoding (one token per eval).
-// Needs a model whose caches can be cut (Engine::can_cut) unless draft_max is 0.
+// most len.next(), and what the context has room for), one batched eval of the pending token and
+// the drafts, the walk, and the cache cut back to the pending token and the kept drafts; len is
+// updated. The last emitted token is the new pending one. A DraftLength of max 0 is plain
+// decoding (one token per eval). Needs a model whose caches can be cut (Engine::can_cut) unless
+// len.max() is 0.
 expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> history,
-                                 const NgramDrafter& drafter, int draft_max, Sampler& sampler,
+                                 const NgramDrafter& drafter, DraftLength& len, Sampler& sampler,
                                  DraftStats& stats, DraftStep& out);
 
 }  // namespace engine

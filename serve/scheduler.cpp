@@ -293,7 +293,8 @@ void Scheduler::loop() {
           slot_used_[s.slot] = false;
           continue;
         }
-        if (s.draft_max > 0) s.history = s.req->prompt;
+        if (s.draft_max > 0)
+          s.history = s.req->prompt, s.draft_len = engine::DraftLength(s.draft_max);
         engine_->reset(s.slot);
         resume(s);
         active_.push_back(std::move(s));
@@ -496,7 +497,8 @@ void Scheduler::step() {
       if (s.draft_max > 0) {
         const int room = std::min(engine_->n_ctx() - engine_->n_past(s.slot) - 1,
                                   s.req->params.max_tokens - s.generated - 1);
-        const auto d = drafter_.draft(s.history, std::min(s.draft_max, room));
+        const int want = std::min(s.draft_len.next(), room);
+        const auto d = want > 0 ? drafter_.draft(s.history, want) : std::vector<int32_t>{};
         s.feed.insert(s.feed.end(), d.begin(), d.end());
         all_logits = all_logits || d.size() > 0;
       }
@@ -586,6 +588,7 @@ void Scheduler::step() {
       ++kept;  // in the cache already, as the next step's pending token would have been
       if (prefix_) s.evaluated.push_back(tok);
     }
+    if (s.draft_max > 0) s.draft_len.update(int(k), int(kept));
     if (k > 0) {
       // The rejected drafts leave the cache (and the drafts after a finish).
       if (auto c = engine_->cut(s.slot, engine_->n_past(s.slot) - int(k - kept)); !c) {

@@ -166,6 +166,7 @@ class Scheduler final : public Generator {
     size_t saved = 0;                        // prompt positions last saved to the prefix cache
     std::vector<int32_t> evaluated;          // reply tokens evaluated (kept with the prefix)
     int draft_max = 0;                       // speculative decoding: drafts per step (0: off)
+    engine::DraftLength draft_len{0};        // and how many to ask for now
     std::vector<int32_t> history;            // with drafts: the prompt and the tokens drawn
     std::vector<int32_t> feed;               // this step's rows: the pending token, the drafts
     std::chrono::steady_clock::time_point last_token;

@@ -32,6 +32,25 @@ TEST(Speculative, NgramDraftsFollowTheLatestEarlierOccurrenceOfTheLongestSuffix)
   EXPECT_TRUE(d.draft(std::vector<int32_t>{1}, 4).empty());
 }
 
+TEST(Speculative, DraftLengthGrowsWhileKeptFallsWhenRejectedAndPauses) {
+  engine::DraftLength d(8);
+  EXPECT_EQ(d.next(), 8);
+  d.update(8, 3);  // the fourth rejected: one more than were kept
+  EXPECT_EQ(d.next(), 4);
+  d.update(4, 4);  // all kept: twice as many, up to the max
+  EXPECT_EQ(d.next(), 8);
+  d.update(8, 8);
+  EXPECT_EQ(d.next(), 8);
+  for (int i = 0; i < 4; ++i) d.update(d.next(), 0);  // four steps in a row keep none: a pause
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(d.next(), 0) << i;
+    d.update(0, 0);
+  }
+  EXPECT_EQ(d.next(), 1);  // then one draft again
+  engine::DraftLength off(0);
+  EXPECT_EQ(off.next(), 0);
+}
+
 // The acceptance rule draws from the sampler's own distribution whatever the draft: 200,000 draws
 // with a likely, an unlikely and an excluded (outside top-k) draft, each token's frequency within
 // 5 standard errors of its probability.

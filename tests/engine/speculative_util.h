@@ -50,9 +50,10 @@ inline uint64_t check_greedy_identical(const std::function<std::unique_ptr<engin
   engine::Sampler greedy({.temperature = 0.0f});
   engine::NgramDrafter drafter;
   engine::DraftStats stats;
+  engine::DraftLength len(draft_max);
   engine::DraftStep step;
   while (spec.size() < size_t(n)) {
-    auto st = engine::speculative_step(e, 0, history, drafter, draft_max, greedy, stats, step);
+    auto st = engine::speculative_step(e, 0, history, drafter, len, greedy, stats, step);
     if (!e.can_cut()) {
       EXPECT_FALSE(st);
       if (!st) {

@@ -64,6 +64,28 @@ def start_serve(build_dir, log_dir, procs, extra, threads=2, new_session=False):
     raise RuntimeError("expert-serve did not start: " + open(log).read())
 
 
+def start_expertd(build_dir, manifest, sock, procs, extra=()):
+    """expertd serving MANIFEST on SOCK (a flags-only config beside it, its log at SOCK.log) with
+    EXTRA flags, its process kept in procs, once it accepts connections."""
+    conf = sock + ".conf"
+    open(conf, "w").write("# flags only\n")
+    p = subprocess.Popen([os.path.join(build_dir, "daemon", "expertd"), "--manifest", manifest, "--socket", sock,
+                          "--config", conf, "--lock-memory", "false", "--reserve-mib", "64"] + list(extra),
+                         stdout=open(sock + ".log", "a"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    for _ in range(500):
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sock)
+            s.close()
+            return p
+        except OSError:
+            if p.poll() is not None:
+                break
+            time.sleep(0.02)
+    raise RuntimeError("expertd did not start: " + open(sock + ".log").read())
+
+
 # --- Shared by the fleet tests (gateways, Anthropic through a proxy, KV events) ---
 
 SKIP = 77  # ctest's SKIP_RETURN_CODE for these tests

@@ -17,11 +17,9 @@ import concurrent.futures
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 
@@ -81,33 +79,14 @@ def post(u, body):
         return e.code, e.read().decode()
 
 
-def start_expertd(sock):
-    p = subprocess.Popen([os.path.join(B, "daemon", "expertd"), "--manifest", os.path.join(tmp, "kjv.manifest.json"),
-                          "--socket", sock, "--config", sock + ".conf", "--lock-memory", "false", "--reserve-mib",
-                          "64", "--cache-slots", "48", "--clients-max", "6"],
-                         stdout=open(sock + ".log", "w"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    for _ in range(500):
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(sock)
-            s.close()
-            return p
-        except OSError:
-            if p.poll() is not None:
-                break
-            time.sleep(0.02)
-    raise RuntimeError("expertd did not start: " + open(sock + ".log").read())
-
-
 try:
     shutil.copy(MODEL, os.path.join(tmp, "kjv.gguf"))
     subprocess.run([os.path.join(B, "pack", "expert-pack"), "-q", "build", os.path.join(tmp, "kjv.gguf")],
                    check=True, capture_output=True)
     core = os.path.join(tmp, "kjv.core.gguf")
     sock = os.path.join(tmp, "d.sock")
-    open(sock + ".conf", "w").write("# flags only\n")
-    start_expertd(sock)
+    serve_util.start_expertd(B, os.path.join(tmp, "kjv.manifest.json"), sock, procs,
+                             ["--cache-slots", "48", "--clients-max", "6"])
     base = ["--model", core, "--socket", sock, "--alias", "kjv", "--ctx", "1024", "--parallel", "2"]
 
     # ---- 1. Per request, on a server without --speculative ----

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -65,26 +64,6 @@ procs = []
 
 def run(cmd):
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-
-
-def start_expertd(manifest, sock):
-    conf = sock + ".conf"
-    open(conf, "w").write("# flags only\n")
-    log = open(sock + ".log", "w")
-    # 64 slots for the 128 experts: misses go on while text streams (the heat map moves).
-    p = subprocess.Popen([os.path.join(B, "daemon", "expertd"), "--manifest", manifest, "--socket", sock,
-                          "--config", conf, "--lock-memory", "false", "--reserve-mib", "64",
-                          "--cache-slots", "64"], stdout=log, stderr=log)
-    procs.append(p)
-    for _ in range(500):
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(sock)
-            s.close()
-            return p
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError("expertd did not start: " + open(sock + ".log").read())
 
 
 def metric(url, name):
@@ -142,7 +121,8 @@ try:
     shutil.copy(MODEL, os.path.join(tmp, "kjv.gguf"))
     run([os.path.join(B, "pack", "expert-pack"), "-q", "build", os.path.join(tmp, "kjv.gguf")])
     sock = os.path.join(tmp, "d.sock")
-    start_expertd(os.path.join(tmp, "kjv.manifest.json"), sock)
+    # 64 slots for the 128 experts: misses go on while text streams (the heat map moves).
+    serve_util.start_expertd(B, os.path.join(tmp, "kjv.manifest.json"), sock, procs, ["--cache-slots", "64"])
     _, url = serve_util.start_serve(B, tmp, procs, ["--model", os.path.join(tmp, "kjv.core.gguf"), "--socket", sock,
                                                     "--parallel", "2", "--ctx", "8192", "--api-key", KEY,
                                                     "--alias", "kjv"], threads=1)
