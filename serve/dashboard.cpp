@@ -85,6 +85,8 @@ json Dashboard::serve_figures() const {
           {"prefix_misses", m.prefix_misses.load()},
           {"prefix_reused_tokens", m.prefix_reused_tokens.load()},
           {"prefix_cache_bytes", m.prefix_bytes.load()},
+          {"draft_tokens", m.draft_tokens.load()},
+          {"draft_accepted_tokens", m.draft_accepted.load()},
           {"kv_usage", m.kv_usage()},
           {"ttft_s", pct(m.ttft_s)},
           {"token_s", pct(m.token_s)}};

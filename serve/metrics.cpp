@@ -70,6 +70,8 @@ std::string Metrics::render(const std::vector<proto::Metric>& daemon) const {
           double(draft_accepted));
   gauge("queue_length", "requests waiting for a sequence slot", double(queue_length));
   gauge("active_sequences", "sequences in the engine", double(active_sequences));
+  gauge("engines_ready", "engine processes connected and serving (1 without --workers)",
+        double(engines_ready));
   counter("prefix_reused_tokens", "prompt tokens resumed from the prefix cache instead of computed",
           double(prefix_reused_tokens));
   counter("prefix_hits", "requests that resumed a cached prefix", double(prefix_hits));
@@ -149,7 +151,15 @@ std::string Metrics::render_router_gauges() const {
        "1; the KV caches' shape in labels: positions per block, blocks in all", MetricKind::Gauge,
        1,
        "{block_size=\"" + std::to_string(PrefixCache::kBlock) + "\",num_gpu_blocks=\"" +
-           std::to_string(kv_positions_max / int64_t(PrefixCache::kBlock)) + "\",engine=\"0\"}"}};
+           std::to_string(kv_positions_max / int64_t(PrefixCache::kBlock)) + "\",engine=\"0\"}"},
+      // Speculative decoding under vLLM's names (vllm/v1/spec_decode/metrics.py), for the
+      // dashboards written for it.
+      {"spec_decode_num_drafts", "", "steps that verified drafts (expert_serve_draft_steps)",
+       MetricKind::Counter, double(draft_steps), labels},
+      {"spec_decode_num_draft_tokens", "", "drafts verified (expert_serve_draft_tokens)",
+       MetricKind::Counter, double(draft_tokens), labels},
+      {"spec_decode_num_accepted_tokens", "", "drafts kept (expert_serve_draft_accepted_tokens)",
+       MetricKind::Counter, double(draft_accepted), labels}};
   std::string out = proto::render_prometheus(v, "vllm:");
   const std::string sl = "{model_name=\"" + name + "\"}";
   std::vector<proto::Metric> s{

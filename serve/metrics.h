@@ -64,6 +64,9 @@ class ExpertUse {
 struct Metrics {
   std::atomic<uint64_t> prompt_tokens{0}, generated_tokens{0}, steps{0}, batched_rows{0};
   std::atomic<int64_t> queue_length{0}, active_sequences{0};
+  // Engine processes connected and serving (--workers; this process's engine without): /health
+  // answers once one is, so a client that wants all of them waits for this.
+  std::atomic<int64_t> engines_ready{0};
   // The load a gateway weighs (docs/fleet.md): KV positions held by the running sequences, of
   // kv_positions_max in all (engine processes x --parallel x --ctx, set once at start), and the
   // prompt tokens of the requests waiting in the queue.

@@ -184,6 +184,7 @@ std::string Scheduler::last_error() const {
 
 std::vector<proto::Metric> Scheduler::daemon_metrics() {
   std::unique_lock lk(mu_);
+  metrics_.engines_ready = healthy_ ? 1 : 0;
   if (!healthy_) return {};
   want_metrics_ = true, metrics_ready_ = false;
   cv_.notify_all();

@@ -425,6 +425,7 @@ std::string Workers::last_error() const {
 std::vector<proto::Metric> Workers::daemon_metrics() {
   std::unique_lock lk(mu_);
   std::vector<int> asked;
+  metrics_.engines_ready = std::count_if(w_.begin(), w_.end(), [](auto& w) { return w->healthy; });
   for (int i = 0; i < int(w_.size()); ++i)
     if (w_[i]->healthy) {
       w_[i]->metrics_ready = false;

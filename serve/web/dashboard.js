@@ -140,7 +140,9 @@ const Dash = {
     document.getElementById("requests").textContent = String(s.requests);
     document.getElementById("requests-line").textContent = s.active_sequences + " running, " + s.queue_length +
       " waiting; prefix cache " + s.prefix_hits + " hits / " + s.prefix_misses + " misses, " +
-      s.prefix_reused_tokens + " tokens reused";
+      s.prefix_reused_tokens + " tokens reused" +
+      (s.draft_tokens > 0 ? "; drafts " + s.draft_accepted_tokens + " kept of " + s.draft_tokens + " (" +
+                            (100 * s.draft_accepted_tokens / s.draft_tokens).toFixed(0) + "%)" : "");
     Dash.heat();
     Dash.misses();
     Dash.tables();

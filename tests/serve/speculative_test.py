@@ -14,6 +14,7 @@ Usage: speculative_test.py --bin BUILD_DIR --source SOURCE_DIR
 """
 import argparse
 import concurrent.futures
+import json
 import os
 import re
 import shutil
@@ -70,7 +71,7 @@ def complete(c, spec, stream=False, n=48, **kw):
 
 
 def post(u, body):
-    req = urllib.request.Request(u + "/v1/completions", data=__import__("json").dumps(body).encode(),
+    req = urllib.request.Request(u + "/v1/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
@@ -107,6 +108,18 @@ try:
     check(m1["expert_serve_steps_total"] - m0["expert_serve_steps_total"] < 48,
           "fewer engine steps than tokens: kept drafts saved evals")
     check(m0.get("expert_serve_draft_tokens_total", 0) == 0, "\"speculative\": \"none\" drafted nothing")
+    text = urllib.request.urlopen(u + "/metrics", timeout=10).read().decode()
+    vk = re.search(r"^vllm:spec_decode_num_accepted_tokens_total\{[^}]*\} (\S+)$", text, re.M)
+    check(vk is not None and float(vk.group(1)) == m1["expert_serve_draft_accepted_tokens_total"],
+          "vLLM's name for the kept drafts counts the same")
+    # The page's dashboard tells the drafts too (one event of its stream).
+    with urllib.request.urlopen(u + "/dashboard/events", timeout=30) as ev:
+        line = b""
+        while not line.startswith(b"data:"):
+            line = ev.readline()
+    snap = json.loads(line[5:])
+    check(snap["serve"]["draft_tokens"] == drafted and snap["serve"]["draft_accepted_tokens"] == kept,
+          "the dashboard's snapshot counts the drafts")
     check(complete(c, "ngram", stream=True) == plain, "streamed, the same text and logprobs")
     # Two at once: their rows (one with drafts, one without) in one batch.
     with concurrent.futures.ThreadPoolExecutor(2) as ex:

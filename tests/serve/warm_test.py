@@ -188,6 +188,9 @@ try:
     # ---- 2. --workers 2 on the same directory: both engine processes read the tier ----
     p, u = serve_util.start_serve(B, tmp, procs, base + ["--workers", "2", "--parallel", "1", "--prefix-cache-mib",
                                                          "64", "--prefix-cache-dir", pdir], new_session=True)
+    # /health answers once one engine process is up: both must be, or both requests go to the first.
+    check(serve_util.wait_for(lambda: metrics(u).get("expert_serve_engines_ready") == 2, 60),
+          "--workers 2: both engine processes ready")
     got = [None, None]
 
     def one(i):
