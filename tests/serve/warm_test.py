@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,24 +51,8 @@ SLOTS = 48  # of 4 layers x 32 experts: the cache holds 3/8 of the model
 
 
 def start_expertd(sock, state):
-    flags = ["--manifest", os.path.join(tmp, "kjv.manifest.json"), "--socket", sock, "--config", sock + ".conf",
-             "--lock-memory", "false", "--reserve-mib", "64", "--cache-slots", str(SLOTS), "--clients-max", "4"]
-    if state:
-        flags += ["--state-path", state]
-    p = subprocess.Popen([os.path.join(B, "daemon", "expertd")] + flags, stdout=open(sock + ".log", "a"),
-                         stderr=subprocess.STDOUT)
-    daemons.append(p)
-    for _ in range(500):
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(sock)
-            s.close()
-            return p
-        except OSError:
-            if p.poll() is not None:
-                break
-            time.sleep(0.02)
-    raise RuntimeError("expertd did not start: " + open(sock + ".log").read())
+    extra = ["--cache-slots", str(SLOTS), "--clients-max", "4"] + (["--state-path", state] if state else [])
+    return serve_util.start_expertd(B, os.path.join(tmp, "kjv.manifest.json"), sock, daemons, extra)
 
 
 def metrics(u):
