@@ -56,6 +56,7 @@ void Engine::init(int n_seq) {
         sizeof(float) * uint64_t(r.state);
   }
   cache_bytes_ *= uint64_t(n_seq);
+  if (!can_cut_) marks_.resize(size_t(n_seq));
   ops_->init_cache(rows, n_ctx_, n_seq, kv_);
 }
 
@@ -76,6 +77,7 @@ expertd::Status Engine::load_state(int slot, const SeqState& s, int n) {
   if (!ops_->load_slot(slot, s.n_past, n, s.data))
     return make_error("the state does not fit this model's caches (or the backend cannot load it)");
   n_past_[size_t(slot)] = n;
+  if (!marks_.empty()) marks_[size_t(slot)].n_past = -1;
   return {};
 }
 
@@ -87,6 +89,38 @@ expertd::Status Engine::cut(int slot, int n) {
                       " positions to " + std::to_string(n));
   n_past_[size_t(slot)] = n;
   return {};
+}
+
+expertd::Status Engine::mark(int slot) {
+  if (slot < 0 || slot >= n_seq()) return make_error("no sequence " + std::to_string(slot));
+  if (can_cut_) return {};
+  Mark& m = marks_[size_t(slot)];
+  // Positions 0 of the rows per position: the fixed-size parts alone.
+  if (!ops_->save_slot(slot, 0, m.state))
+    return make_error("this backend cannot copy a sequence's recurrent state out");
+  m.n_past = n_past_[size_t(slot)];
+  return {};
+}
+
+expertd::Status Engine::cut(int slot, int n, std::span<const int32_t> kept) {
+  if (can_cut_) return cut(slot, n);
+  if (slot < 0 || slot >= n_seq()) return make_error("no sequence " + std::to_string(slot));
+  Mark& m = marks_[size_t(slot)];
+  if (m.n_past < 0) return make_error("cut: no mark on sequence " + std::to_string(slot));
+  if (n < m.n_past || n > n_past_[size_t(slot)] || int(kept.size()) != n - m.n_past)
+    return make_error("cut: the " + std::to_string(kept.size()) +
+                      " kept tokens do not take the mark at " + std::to_string(m.n_past) +
+                      " to position " + std::to_string(n));
+  const int from = m.n_past;
+  m.n_past = -1;
+  if (n == n_past_[size_t(slot)]) return {};  // everything kept
+  if (!ops_->load_slot(slot, 0, 0, m.state))
+    return make_error("the recurrent state could not be restored");
+  n_past_[size_t(slot)] = from;
+  if (kept.empty()) return {};
+  std::vector<float> discard;
+  const SeqTokens seq{slot, kept};
+  return run({&seq, 1}, /*all_logits=*/false, discard);
 }
 
 void Engine::reset_prediction_stats() {

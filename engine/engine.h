@@ -76,7 +76,10 @@ class Engine {
   int n_past(int slot = 0) const { return n_past_[slot]; }
   int n_ctx() const { return n_ctx_; }
   int n_seq() const { return int(n_past_.size()); }
-  void reset(int slot = 0) { n_past_[slot] = 0; }
+  void reset(int slot = 0) {
+    n_past_[slot] = 0;
+    if (!marks_.empty()) marks_[size_t(slot)].n_past = -1;
+  }
   // Sequence `slot`'s state now (an error where the backend cannot copy its caches).
   expertd::Status save_state(int slot, SeqState& out);
   // Sequence `slot` resumes from `s` at position n: n == s.n_past, or any n <= s.n_past where
@@ -86,6 +89,17 @@ class Engine {
   // Sequence `slot` goes back to its first n positions (n <= n_past) where can_cut(): the
   // rejected drafts of a speculative step (engine/speculative.h) leave its cache.
   expertd::Status cut(int slot, int n);
+  // The same on any model, for a speculative step: mark(slot) before the verify eval keeps a
+  // copy of the slot's fixed-size state (every layer's recurrent state and kv_state: delta-rule
+  // states, convolution windows, DeepSeek-V4's window ring and compressors) where the model has
+  // one (a no-op otherwise); cut(slot, n, kept) then takes the slot back to position n, where
+  // `kept` are the tokens evaluated since the mark that stay (n - the marked position of them).
+  // A recurrent state cannot be cut, so it is restored from the copy and `kept` is evaluated
+  // again (its experts were just acquired: hits, compute only): every layer then holds exactly
+  // what evaluating those tokens alone would have left (the CPU and CUDA backends run the
+  // recurrences token by token, so batch size does not change their bits).
+  expertd::Status mark(int slot);
+  expertd::Status cut(int slot, int n, std::span<const int32_t> kept);
   KvType kv_type() const { return kv_; }
   // Before a layer's experts run, hint the next MoE layer's likely experts to the source: the
   // next router applied to the current residual stream (DESIGN.md, "Overlap").
@@ -143,6 +157,11 @@ class Engine {
   std::vector<SeqRows> rows_;
   uint64_t cache_bytes_ = 0;
   bool can_cut_ = true;
+  struct Mark {
+    int n_past = -1;  // -1: none
+    std::vector<uint8_t> state;
+  };
+  std::vector<Mark> marks_;      // per sequence, where !can_cut_
   std::vector<Act> carried_;     // the architecture's activations across the eval's blocks
   expertd::Status first_error_;  // the first error of the eval in progress
   std::vector<std::vector<Route>> routes_;

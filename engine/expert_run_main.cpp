@@ -287,10 +287,6 @@ int cmd_generate(const Common& o, GenOptions g) {
                  l.model->hp.arch.c_str(), cache_mib(*eng), eng->n_ctx(),
                  double(eng->weight_copy_bytes()) / (1 << 20));
   eng->set_prefetch(o.prefetch);
-  if (g.draft != engine::DraftKind::None && !eng->can_cut())
-    die("--speculative: " + l.model->hp.arch +
-        " keeps a recurrent state (delta-rule or compressed layers), whose caches cannot be cut "
-        "back to the kept drafts; speculative decoding runs on attention-only models");
   engine::Sampler sampler(g.sp);
   auto before = eng->daemon_metrics();
   std::vector<float> logits;

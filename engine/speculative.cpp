@@ -56,10 +56,6 @@ expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> h
   const int past = e.n_past(slot);
   if (size_t(past) + 1 != history.size())
     return make_error("speculative step: the history does not end with the pending token");
-  if (len.max() > 0 && !e.can_cut())
-    return make_error(
-        "speculative decoding needs a model whose caches can be cut back; this "
-        "one keeps a recurrent state");
   const int room = e.n_ctx() - past - 1;
   const int want = std::min(len.next(), room);
   out.drafts = want > 0 ? drafter.draft(history, want) : std::vector<int32_t>{};
@@ -68,6 +64,8 @@ expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> h
   batch.insert(batch.end(), out.drafts.begin(), out.drafts.end());
   std::vector<float>& logits = out.logits;
   const SeqTokens seq{slot, batch};
+  if (k > 0)
+    if (auto st = e.mark(slot); !st) return st;
   if (auto st = e.eval({&seq, 1}, /*all_logits=*/true, logits); !st) return st;
   const size_t V = logits.size() / batch.size();
   out.emitted.clear();
@@ -80,7 +78,10 @@ expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> h
     ++out.accepted;
   }
   if (k > 0)
-    if (auto st = e.cut(slot, past + 1 + out.accepted); !st) return st;
+    if (auto st = e.cut(slot, past + 1 + out.accepted,
+                        std::span<const int32_t>(batch).first(size_t(out.accepted) + 1));
+        !st)
+      return st;
   if (len.max() > 0) len.update(k, out.accepted);
   ++stats.steps;
   stats.drafted += uint64_t(k);

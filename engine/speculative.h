@@ -11,9 +11,11 @@
 // token at a time would: every row of a batched eval is bit for bit the row of a one-token eval
 // (kernels' tiles and panels compute each (row, token) value the same way; attention reads each
 // query's own keys; the MoE block sums each token's experts in its own route order), checked on
-// every architecture whose caches can be cut (tests/engine/speculative_test.cpp). Models with a
-// recurrent state (delta-rule layers, DeepSeek-V4's compressors) are refused: their state cannot
-// yet be cut back to the kept drafts. With temperature, the
+// every architecture (tests/engine/speculative_test.cpp). A recurrent state (delta-rule layers,
+// DeepSeek-V4's compressors and window ring) cannot be cut back to the kept drafts: it is copied
+// aside before the verify (Engine::mark) and, after a rejection, restored and the kept tokens
+// evaluated again (Engine::cut); the recurrences run token by token, so the bits are the same
+// (checked on Kimi-K3, Qwen3.5, DeepSeek-V4 and Ling 3.0). With temperature, the
 // standard acceptance rule for a draft that is one token (a point mass q): keep d with probability
 // p(d), else draw from p with d removed; the output has the target's distribution (Leviathan et
 // al. 2023, Chen et al. 2023).

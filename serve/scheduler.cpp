@@ -287,13 +287,6 @@ void Scheduler::loop() {
             engine::SamplerParams{p.temperature, p.top_k, p.top_p, p.seed});
         s.last_token = s.req->arrived;  // the first token's latency counts from the arrival
         s.draft_max = p.draft_max >= 0 ? p.draft_max : draft_max_;
-        if (s.draft_max > 0 && !engine_->can_cut()) {
-          s.req->finish(Finish::Error, {},
-                        "speculative decoding needs a model whose caches can be cut back; this "
-                        "one keeps a recurrent state (delta-rule or compressed layers)");
-          slot_used_[s.slot] = false;
-          continue;
-        }
         if (s.draft_max > 0)
           s.history = s.req->prompt, s.draft_len = engine::DraftLength(s.draft_max);
         engine_->reset(s.slot);
@@ -478,6 +471,7 @@ void Scheduler::step() {
   std::vector<size_t> first_row(active_.size()), chunk_from(active_.size());
   size_t rows = 0;
   bool all_logits = false;  // a prompt's own log-probabilities are asked for
+  expertd::Status marked;   // Engine::mark's (a backend that cannot copy a recurrent state out)
   for (size_t i = 0; i < active_.size(); ++i) {
     Seq& s = active_[i];
     const auto& prompt = s.req->prompt;
@@ -502,6 +496,9 @@ void Scheduler::step() {
         const auto d = want > 0 ? drafter_.draft(s.history, want) : std::vector<int32_t>{};
         s.feed.insert(s.feed.end(), d.begin(), d.end());
         all_logits = all_logits || d.size() > 0;
+        // A recurrent state is kept before the verify, to go back to the kept drafts.
+        if (!d.empty() && marked)
+          if (auto m = engine_->mark(s.slot); !m) marked = m;
       }
       batch.push_back({s.slot, s.feed});
       if (prefix_) s.evaluated.push_back(s.next);
@@ -510,7 +507,7 @@ void Scheduler::step() {
     }
   }
   std::vector<float> logits;
-  auto st = engine_->eval(batch, all_logits, logits);
+  auto st = marked ? engine_->eval(batch, all_logits, logits) : marked;
   ++metrics_.steps;
   metrics_.batched_rows += rows;
   if (!st) {
@@ -592,7 +589,9 @@ void Scheduler::step() {
     if (s.draft_max > 0) s.draft_len.update(int(k), int(kept));
     if (k > 0) {
       // The rejected drafts leave the cache (and the drafts after a finish).
-      if (auto c = engine_->cut(s.slot, engine_->n_past(s.slot) - int(k - kept)); !c) {
+      if (auto c = engine_->cut(s.slot, engine_->n_past(s.slot) - int(k - kept),
+                                std::span<const int32_t>(s.feed).first(kept + 1));
+          !c) {
         s.req->finish(Finish::Error, {}, c.error().message);
         finished = true;
       }

@@ -266,10 +266,6 @@ int main(int argc, char** argv) {
   if (!chat) die(chat.error().message);
 
   const engine::Model& mod = *m;
-  if (speculative != "none" && !engine::caches_can_cut(mod, ctx))
-    die("--speculative: " + mod.hp.arch +
-        " keeps a recurrent state (delta-rule or compressed layers), whose caches cannot be cut "
-        "back to the kept drafts; speculative decoding runs on attention-only models");
   engine::EngineSpec spec;
   spec.device = device, spec.socket = local ? "" : socket, spec.threads = threads;
   spec.n_ctx = ctx, spec.n_seq = parallel, spec.kv = kv_type, spec.prefetch = prefetch;

@@ -69,7 +69,7 @@ TEST(ExpertRun, GenerateThroughExpertdEqualsLocal) {
 
 // --speculative ngram: the greedy text of plain decoding, locally and through a real expertd
 // (whose MoE layers get each verify eval's union of experts in one request), in fewer evals;
-// --verbose reports the drafts' acceptance. A model with a recurrent state is refused by name.
+// --verbose reports the drafts' acceptance; the same on a model with a recurrent state.
 TEST(ExpertRun, SpeculativeGenerationKeepsTheGreedyText) {
   REQUIRE_GOLDEN();
   Packed p("qwen3moe-B-s11-q4_k_m");
@@ -108,15 +108,38 @@ TEST(ExpertRun, SpeculativeGenerationKeepsTheGreedyText) {
                  " --local --prompt hi --speculative mtp 2>&1");
   EXPECT_NE(bad.first, 0);
   EXPECT_NE(bad.second.find("--speculative"), std::string::npos) << bad.second;
-  // Kimi-K3's delta-attention layers keep a recurrent state: refused before generating.
+  // Qwen3.5's delta-rule layers keep a recurrent state: the verify's state is restored and the
+  // kept tokens evaluated again (Engine::cut); the text is still plain decoding's, locally and
+  // through expertd, and drafts are kept.
   TempDir t;
-  auto k3 = run(bin("pack/expert-pack") + " -q synth --preset kimi-k3 --dims 64,2,8,2,32,4,1,512 " +
-                "--type F32 --out " + t / "k3.gguf 2>&1");
-  ASSERT_EQ(k3.first, 0) << k3.second;
-  auto r = run(run_bin() + " generate --model " + t / "k3.gguf" +
-               " --local --prompt hi -n 4 --speculative ngram 2>&1");
-  EXPECT_NE(r.first, 0);
-  EXPECT_NE(r.second.find("recurrent"), std::string::npos) << r.second;
+  auto q = run(bin("pack/expert-pack") + " -q synth --preset qwen3.5-397b-a17b " +
+               "--dims 128,5,8,2,64,2,1,512 --type F16 --seed 3 --out " + t / "q35.gguf 2>&1");
+  ASSERT_EQ(q.first, 0) << q.second;
+  expertd::pack::BuildOptions o;
+  o.model_path = t / "q35.gguf";
+  o.progress = false;
+  auto rep = expertd::pack::build_pack(o);
+  ASSERT_TRUE(rep) << rep.error().message;
+  Daemon dq(rep->manifest_path, t / "q.sock", {"--cache-slots", "32", "--clients-max", "2"});
+  std::string qlog;
+  ASSERT_TRUE(dq.start(&qlog)) << qlog;
+  const std::string qargs =
+      " --prompt 'The experts stream from disk. The experts stream from' -n 60 --temp 0";
+  auto qplain =
+      run(run_bin() + " generate --model " + t / "q35.gguf" + " --local" + qargs + " 2>/dev/null");
+  ASSERT_EQ(qplain.first, 0) << qplain.second;
+  for (std::string where : {" --model " + t / "q35.gguf" + " --local",
+                            " --model " + rep->core_path + " --socket " + t / "q.sock"}) {
+    SCOPED_TRACE(where);
+    auto spec = run("(" + run_bin() + " generate" + where + qargs +
+                    " --speculative ngram --draft-max 6 --verbose 2>" + t / "err.txt)");
+    ASSERT_EQ(spec.first, 0) << spec.second;
+    EXPECT_EQ(spec.second, qplain.second);
+    const std::string err = read_file(t / "err.txt");
+    const size_t at = err.find("drafted, ");
+    ASSERT_NE(at, std::string::npos) << err;
+    EXPECT_GT(std::stoi(err.substr(at + 9)), 0) << "no draft was kept: " << err;
+  }
 }
 
 TEST(ExpertRun, TokenizeHasLlamaTokenizeSemantics) {

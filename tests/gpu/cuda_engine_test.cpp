@@ -442,7 +442,8 @@ TEST(CudaEngine, StatesResumeBitForBitInAnotherSlot) {
 
 // Speculative decoding on the GPU: greedy decoding with n-gram drafts gives plain decoding's
 // tokens from bit-identical logits (the verify eval's rows are the one-token evals' rows), on
-// golden models with grouped-query and latent attention, and Llama 4's chunked attention.
+// golden models with grouped-query and latent attention, Llama 4's chunked attention, and models
+// with a recurrent state.
 TEST(CudaEngine, SpeculativeGreedyIsIdentical) {
   EXPERTD_REQUIRE_GPU();
   REQUIRE_GOLDEN();
@@ -471,4 +472,11 @@ TEST(CudaEngine, SpeculativeGreedyIsIdentical) {
     kept += check_greedy_identical(gpu(l->model), l->model, doubled(c.prompt), 24, 4);
   }
   EXPECT_GT(kept, 0u);
+  // A recurrent state (Qwen3.5's delta rule): restored after a rejection and the kept tokens
+  // evaluated again, the device's bits unchanged (DeepSeek-V4's compressors, on the CPU: the
+  // emulation is slow).
+  Case c = load_case("qwen35/q35-f16");
+  auto l = load(c);
+  ASSERT_TRUE(l);
+  EXPECT_GT(check_greedy_identical(gpu(l->model), l->model, doubled(c.prompt), 64, 5), 0u);
 }

@@ -7,8 +7,8 @@ real expertd whose cache holds less than the model, and the bundled model's pack
    ("speculative": "none"), streamed or not, alone or two at once in one batch.
 2. /metrics counts the drafts verified and kept; a text that repeats itself keeps most of them.
 3. Sampled completions with drafts are valid and reproducible from their seed.
-4. Bad values are 400s naming the field; a model with a recurrent state (Kimi-K3) is refused at
-   start-up by name; --workers 2 sums the engine processes' draft counters.
+4. Bad values are 400s naming the field; --workers 2 sums the engine processes' draft counters; a
+   model with a recurrent state (Qwen3.5) keeps the plain text too.
 
 Usage: speculative_test.py --bin BUILD_DIR --source SOURCE_DIR
 """
@@ -54,9 +54,9 @@ def metrics(u):
     return {m.group(1): float(m.group(2)) for m in re.finditer(r"^([a-z_:]+) (\S+)$", t, re.M)}
 
 
-def complete(c, spec, stream=False, n=48, **kw):
+def complete(c, spec, stream=False, n=48, model="kjv", **kw):
     extra = {} if spec is None else {"speculative": spec}
-    r = c.completions.create(model="kjv", prompt=PROMPT, max_tokens=n, temperature=kw.pop("temperature", 0),
+    r = c.completions.create(model=model, prompt=PROMPT, max_tokens=n, temperature=kw.pop("temperature", 0),
                              logprobs=5, stream=stream, extra_body=extra, **kw)
     if not stream:
         lp = r.choices[0].logprobs
@@ -149,13 +149,21 @@ try:
     ok = serve_util.wait_for(lambda: metrics(u3).get("expert_serve_draft_tokens_total", 0) > 0, 10)
     check(ok, "--workers 2: /metrics sums the engine processes' draft counters")
 
-    # ---- 4c. A recurrent model is refused at start-up, by name ----
-    k3 = os.path.join(tmp, "k3.gguf")
-    subprocess.run([os.path.join(B, "pack", "expert-pack"), "-q", "synth", "--preset", "kimi-k3", "--dims",
-                    "64,2,8,2,32,4,1,512", "--type", "F32", "--out", k3], check=True, capture_output=True)
-    r = subprocess.run([os.path.join(B, "serve", "expert-serve"), "--model", k3, "--local", "--port", "0",
-                        "--speculative", "ngram"], capture_output=True, text=True, timeout=60)
-    check(r.returncode != 0 and "recurrent" in r.stderr, f"Kimi-K3 with --speculative: refused ({r.stderr.strip()[:160]})")
+    # ---- 4c. A model with a recurrent state (Qwen3.5's delta rule): the state is restored after a
+    # rejection and the kept drafts evaluated again; greedy text and logprobs are plain decoding's ----
+    q35 = os.path.join(tmp, "q35.gguf")
+    subprocess.run([os.path.join(B, "pack", "expert-pack"), "-q", "synth", "--preset", "qwen3.5-397b-a17b",
+                    "--dims", "128,5,8,2,64,2,1,512", "--type", "F16", "--seed", "3", "--out", q35],
+                   check=True, capture_output=True)
+    _, u4 = serve_util.start_serve(B, tmp, procs, ["--model", q35, "--local", "--speculative", "ngram",
+                                                   "--draft-max", "6"])
+    c4 = openai.OpenAI(base_url=u4 + "/v1", api_key="none", max_retries=0, timeout=300)
+    q_plain, q_spec = complete(c4, "none", n=60, model="q35"), complete(c4, "ngram", n=60, model="q35")
+    check(q_spec == q_plain and len(q_plain[1]) == 60, "Qwen3.5 (recurrent) with drafts: the plain greedy text and logprobs")
+    m4 = metrics(u4)
+    check(m4["expert_serve_draft_accepted_tokens_total"] > 0,
+          f"Qwen3.5: drafts kept ({m4['expert_serve_draft_accepted_tokens_total']:.0f} of "
+          f"{m4['expert_serve_draft_tokens_total']:.0f})")
 finally:
     for q in procs:
         if q.poll() is None:
