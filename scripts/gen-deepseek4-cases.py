@@ -3,7 +3,9 @@
 
 Each case is a test-size synthetic model (`expert-pack synth --preset deepseek-v4-flash --dims
 ...`: hyper-connections, a sliding-window layer, compressed-by-4 layers with the lightning
-indexer, a compressed-by-128 layer, a hash-routed layer, limited SwiGLU) and llama.cpp's
+indexer, a compressed-by-128 layer, a hash-routed layer, limited SwiGLU, and one trailing NextN
+(multi-token prediction) block, which llama.cpp loads, with or without load_mtp, and neither engine
+runs for these logits) and llama.cpp's
 teacher-forced logits on it, in the golden data's format (../shared/golden/README.md): the prompt
 in one batch, then llama.cpp's greedy tokens one at a time. The prompt is long enough for every
 mechanism to act: past the 8-position window, past the indexer's top-3 of the compressed

@@ -7,7 +7,8 @@
 // YaRN; the rotation taken back off the output; a grouped output projection through a LoRA
 // rank; sqrt-softplus routing with a selection bias, or hash routing by the token in the first
 // hash_layer_count layers; limited SwiGLU for routed and shared experts (per-layer limits).
-// Trailing NextN (multi-token prediction) blocks are kept in the file but never run.
+// Trailing NextN (multi-token prediction) blocks are kept in the file but never run (synth writes
+// one, as the published model has).
 #include <algorithm>
 #include <cmath>
 
@@ -60,9 +61,11 @@ class Deepseek4 final : public Arch {
     m.f("expert_weights_scale", route_.w_scale, 1.0f);
     if (route_.w_scale == 0.0f) route_.w_scale = 1.0f;
     route_.sqrt_softplus = true;
-    // llama.cpp counts the NextN blocks only when the first one is in the file.
-    if (nextn > 0 && m.tensor_dim("blk." + std::to_string(n_all - nextn) + ".nextn.eh_proj.weight",
-                                  0) == kAnyDim)
+    // llama.cpp counts the NextN blocks only when the first one is in the file (a file of
+    // metadata alone, synth's plan, has them all to come).
+    if (nextn > 0 && m.tensor_dim("token_embd.weight", 0) != kAnyDim &&
+        m.tensor_dim("blk." + std::to_string(n_all - nextn) + ".nextn.eh_proj.weight", 0) ==
+            kAnyDim)
       nextn = 0;
     if (nextn >= n_all) return m.fail("nextn_predict_layers leaves no layer to run");
     hp.n_layer = n_all - nextn;
@@ -238,9 +241,17 @@ class Deepseek4 final : public Arch {
     for (int il = 0; il < s.n_layer; ++il) ratios[il] = il < 2 ? 0 : il % 2 ? 128 : 4;
     if (d.given() && s.n_layer >= 2)  // test sizes: one layer of each kind as soon as possible
       for (int il = 0; il < s.n_layer; ++il) ratios[il] = il == 0 ? 0 : il % 2 ? 4 : 128;
+    // One NextN (MTP) block after the trunk, as the published model has: a block like the last
+    // (routed by its router, not hashed; its compression, which llama.cpp loads and its MTP
+    // graph does not use), plus the projection of [embedding, hidden state] and its norms.
+    const int nextn = hash < s.n_layer ? 1 : 0;
+    if (nextn) ratios.push_back(ratios.back());
+    const size_t n_all = size_t(s.n_layer + nextn);
+    m->u32["block_count"] = uint32_t(n_all);
+    if (nextn) m->u32["nextn_predict_layers"] = 1, m->nextn_like = s.n_layer - 1;
     m->arrays["attention.compress_ratios"] = ratios;
-    m->farrays["swiglu_clamp_exp"] = std::vector<float>(s.n_layer, limit);
-    m->farrays["swiglu_clamp_shexp"] = std::vector<float>(s.n_layer, limit_shexp);
+    m->farrays["swiglu_clamp_exp"] = std::vector<float>(n_all, limit);
+    m->farrays["swiglu_clamp_shexp"] = std::vector<float>(n_all, limit_shexp);
     m->u32["attention.q_lora_rank"] = q_lora;
     m->u32["attention.sliding_window"] = window;
     m->u32["expert_shared_count"] = 1;

@@ -74,6 +74,28 @@ TEST(Deepseek4, DaemonPathIsBitIdenticalToLocal) {
   check_daemon_path_is_local(load_case("deepseek4/v4-mxfp4"));
 }
 
+// The synthetic models carry one NextN (multi-token prediction) block after the trunk, as the
+// published model does and as llama.cpp reads it (scripts/gen-deepseek4-cases.py loads them with
+// and without load_mtp): its projection, norms, attention and router. The engine runs the trunk
+// alone (the logits above).
+TEST(Deepseek4, SynthModelsCarryANextnBlock) {
+  Case c = load_case("deepseek4/v4-f32");
+  TempDir d;
+  const std::string model = synth_case(c, d);
+  auto g = gguf::Model::open(model);
+  ASSERT_TRUE(g) << g.error().message;
+  const uint64_t blocks = g->get_uint("deepseek4.block_count").value_or(0);
+  EXPECT_EQ(g->get_uint("deepseek4.nextn_predict_layers").value_or(0), 1u);
+  const std::string last = "blk." + std::to_string(blocks - 1) + ".";
+  for (const char* t : {"nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight",
+                        "attn_kv.weight", "ffn_gate_inp.weight", "ffn_up_exps.weight"})
+    EXPECT_TRUE(g->tensor(last + t)) << last + t;
+  EXPECT_FALSE(g->tensor(last + "ffn_gate_tid2eid.weight"));  // routed, not hashed
+  auto m = engine::Model::load(*g);
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(uint64_t(m->hp.n_layer), blocks - 1);  // the pack leaves it out too (pack_test)
+}
+
 // Every hyper-parameter comes from the metadata; the ones DeepSeek-V4 cannot run without are
 // named when missing.
 TEST(Deepseek4, AMissingKeyIsAnErrorNamingIt) {
