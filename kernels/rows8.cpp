@@ -25,6 +25,29 @@ void pack_q4_k(const BlockQ4K* const* rows, BlockQ4Kx8& out) {
   }
 }
 
+void pack_q2_k(const BlockQ2K* const* rows, BlockQ2Kx8& out) {
+  for (int r = 0; r < 8; ++r) {
+    const BlockQ2K& b = *rows[r];
+    out.d[r] = b.d, out.dmin[r] = b.dmin;
+    for (int k = 0; k < 16; ++k) out.scales[k][r] = b.scales[k];
+    for (int h = 0; h < 2; ++h)
+      for (int s = 0; s < 8; ++s) std::memcpy(out.qs[h][s][r], b.qs + 32 * h + 4 * s, 4);
+  }
+}
+
+void pack_q3_k(const BlockQ3K* const* rows, BlockQ3Kx8& out) {
+  for (int r = 0; r < 8; ++r) {
+    const BlockQ3K& b = *rows[r];
+    out.d[r] = b.d;
+    int8_t sc[16];
+    q3k_scales(b.scales, sc);
+    for (int k = 0; k < 16; ++k) out.scales[k][r] = static_cast<int8_t>(sc[k] - 32);
+    for (int s = 0; s < 8; ++s) std::memcpy(out.hmask[s][r], b.hmask + 4 * s, 4);
+    for (int h = 0; h < 2; ++h)
+      for (int s = 0; s < 8; ++s) std::memcpy(out.qs[h][s][r], b.qs + 32 * h + 4 * s, 4);
+  }
+}
+
 void pack_mxfp4(const BlockMxfp4* const* rows, BlockMxfp4x8& out) {
   for (int r = 0; r < 8; ++r) {
     out.e[r] = rows[r]->e;
@@ -56,12 +79,13 @@ void pack_groups(const void* w, size_t row, int64_t nb, void* out, int64_t g0, i
 }  // namespace
 
 bool rows8_supported(uint32_t wtype) {
-  return wtype == Q4_K || wtype == MXFP4 || wtype == Q8_0;
+  return wtype == Q4_K || wtype == Q2_K || wtype == Q3_K || wtype == MXFP4 || wtype == Q8_0;
 }
 
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
   assert(rows8_supported(wtype) && rows % 8 == 0 && cols % kQK_K == 0);
   if (wtype == Q4_K) return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockQ4Kx8);
+  if (wtype == Q3_K) return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockQ3Kx8);
   return size_t(rows) * row_size(wtype, cols);  // the rows' bytes, rearranged
 }
 
@@ -71,6 +95,10 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
   auto groups = [&](int64_t g0, int64_t g1) {
     if (wtype == Q4_K)
       pack_groups<BlockQ4K, BlockQ4Kx8, pack_q4_k>(w, row, cols / kQK_K, out, g0, g1);
+    else if (wtype == Q2_K)
+      pack_groups<BlockQ2K, BlockQ2Kx8, pack_q2_k>(w, row, cols / kQK_K, out, g0, g1);
+    else if (wtype == Q3_K)
+      pack_groups<BlockQ3K, BlockQ3Kx8, pack_q3_k>(w, row, cols / kQK_K, out, g0, g1);
     else if (wtype == MXFP4)
       pack_groups<BlockMxfp4, BlockMxfp4x8, pack_mxfp4>(w, row, cols / kQK8_0, out, g0, g1);
     else
@@ -87,6 +115,12 @@ void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const 
   if (wtype == Q4_K) {
     const auto* group = static_cast<const BlockQ4Kx8*>(w8) + g * (cols / kQK_K);
     avx2::rows8_q4_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
+  } else if (wtype == Q2_K) {
+    const auto* group = static_cast<const BlockQ2Kx8*>(w8) + g * (cols / kQK_K);
+    avx2::rows8_q2_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
+  } else if (wtype == Q3_K) {
+    const auto* group = static_cast<const BlockQ3Kx8*>(w8) + g * (cols / kQK_K);
+    avx2::rows8_q3_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
   } else if (wtype == MXFP4) {
     const auto* group = static_cast<const BlockMxfp4x8*>(w8) + g * (cols / kQK8_0);
     avx2::rows8_mxfp4(group, cols, reinterpret_cast<const BlockQ8_0* const*>(xs), n_tok, out);

@@ -42,6 +42,25 @@ struct BlockQ8_0x8 {
 };
 static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0));
 
+// Eight rows' super-block b of Q2_K (the rows' 8 x 84 bytes): d and dmin, each sub-block's packed
+// scale and min as the rows hold them, the codes interleaved in 4-byte steps.
+struct BlockQ2Kx8 {
+  uint16_t d[8], dmin[8];  // fp16, row r in [r]
+  uint8_t scales[16][8];   // [sub-block][row]: scale in the low nibble, min in the high
+  uint8_t qs[2][8][8][4];  // [half h][step s][row][4 bytes]: the row's qs[32h + 4s ..]
+};
+static_assert(sizeof(BlockQ2Kx8) == 8 * sizeof(BlockQ2K));
+
+// Eight rows' super-block b of Q3_K (912 bytes against the rows' 8 x 110): d, the 6-bit scales
+// unpacked (less 32), the high bits and the low codes interleaved in 4-byte steps.
+struct BlockQ3Kx8 {
+  uint16_t d[8];           // fp16, row r in [r]
+  int8_t scales[16][8];    // [sub-block][row]: the scale less 32
+  uint8_t hmask[8][8][4];  // [step s][row][4 bytes]: the row's hmask[4s ..]
+  uint8_t qs[2][8][8][4];  // [half h][step s][row][4 bytes]: the row's qs[32h + 4s ..]
+};
+static_assert(sizeof(BlockQ3Kx8) == 912);
+
 namespace avx2 {
 // One group of eight rows (its blocks from `group`, cols / 256 of them) against n_tok (1..4)
 // Q8_K activation rows: out[t * 8 + r] is row r's dot with token t.
@@ -49,6 +68,10 @@ void rows8_q4_k(const BlockQ4Kx8* group, int64_t cols, const BlockQ8K* const* ys
                 float* out);
 void rows8_mxfp4(const BlockMxfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                  float* out);
+void rows8_q2_k(const BlockQ2Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out);
+void rows8_q3_k(const BlockQ3Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out);
 void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out);
 }  // namespace avx2

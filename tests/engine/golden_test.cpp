@@ -89,8 +89,9 @@ TEST(Golden, EveryLlamaCppWeightTypeMatchesLlamaCpp) {
 
 // Through a real expertd with a cache smaller than the model and acquires smaller than a
 // layer's unique experts (so prefill's layers come in waves): bit-identical to the local path.
-// The local engine runs as expert-run builds it, its Q4_K, MXFP4 and Q8_0 matrices (core and
-// experts) read from interleaved copies (kernels/rows8.h); the daemon's experts come in their rows.
+// The local engine runs as expert-run builds it, its Q4_K, Q2_K, Q3_K, MXFP4 and Q8_0 matrices
+// (core and experts) read from interleaved copies (kernels/rows8.h); the daemon's experts come in
+// their rows.
 TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
   REQUIRE_GOLDEN();
   for (const char* id :
@@ -124,7 +125,8 @@ TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
     auto local = engine::make_local_source(*mfull);
     auto remote = engine::make_daemon_source(*mcore, d / "s.sock");
     ASSERT_TRUE(remote) << remote.error().message;
-    if (std::string(id).find("q4_k") != std::string::npos) {  // it has matrices to interleave
+    if (std::string(id).find("q4_k") != std::string::npos ||
+        std::string(id).find("q2_k") != std::string::npos) {  // it has matrices to interleave
       EXPECT_GT(engine::interleaved_bytes(*mfull, true), engine::interleaved_bytes(*mfull, false));
     }
     engine::Engine e_local(*mfull, engine::make_cpu_ops(2, &*mfull, true), *local, 256),
