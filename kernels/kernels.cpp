@@ -189,14 +189,14 @@ const Gemm kGemmAvx512{avx512::gemm_supported, avx512::gemm_act_bytes, avx512::g
 
 // Rows r0 .. r1 of an interleaved job: the groups of eight that start there (a group is its first
 // row's: one that starts before r1 is computed whole).
-static void rows8_job(const MatmulJob& m, int64_t r0, int64_t r1) {
+static void rows8_job(const MatmulJob& m, int64_t r0, int64_t r1, Isa be) {
   const void* xs[kMaxTile];
   float out[kMaxTile * 8];
   for (int64_t r = (r0 + 7) / 8 * 8; r < r1; r += 8) {
     for (int64_t t = 0; t < m.n_tokens; t += kMaxTile) {
       const int nt = static_cast<int>(std::min<int64_t>(kMaxTile, m.n_tokens - t));
       for (int i = 0; i < nt; ++i) xs[i] = m.xq + (m.tok ? m.tok[t + i] : t + i) * m.xq_row;
-      rows8_group(m.wtype, m.w8, m.cols, r / 8, xs, nt, out);
+      rows8_group(m.wtype, m.w8, m.cols, r / 8, xs, nt, out, be);
       for (int i = 0; i < nt; ++i)
         std::memcpy(m.y + (t + i) * m.rows + r, out + 8 * i, 8 * sizeof(float));
     }
@@ -248,7 +248,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
         continue;
       }
       if (m.w8 && be != Isa::Scalar) {
-        rows8_job(m, g - first[j], r_end);
+        rows8_job(m, g - first[j], r_end, be);
         continue;
       }
       const size_t w_row = row_size(m.wtype, m.cols);

@@ -55,9 +55,10 @@ size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols);  // rows % 8 == 
 void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void* out,
                 ThreadPool* pool = nullptr);
 // Group g (rows 8g .. 8g + 7) of w8 against n_tok (1..kMaxTile) quantized activation rows: out[t
-// * 8 + r] is bit for bit dot(wtype, row 8g + r, xs[t], cols) on the SIMD instruction sets.
+// * 8 + r] is bit for bit dot(wtype, row 8g + r, xs[t], cols) on the SIMD instruction sets (b:
+// AVX2 or AVX-512 VNNI, whose bodies give the same bits).
 void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const void* const* xs,
-                 int n_tok, float* out);
+                 int n_tok, float* out, Isa b = best_isa());
 
 // One weight matrix against already-quantized activation rows: token i's row is
 // xq + tok[i] * xq_row (tok == nullptr: row i). y[i * rows + r] receives row r's dot.

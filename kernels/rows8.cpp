@@ -111,16 +111,21 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
 }
 
 void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const void* const* xs,
-                 int n_tok, float* out) {
+                 int n_tok, float* out, Isa b) {
+  const bool vnni = b == Isa::Avx512;
   if (wtype == Q4_K) {
     const auto* group = static_cast<const BlockQ4Kx8*>(w8) + g * (cols / kQK_K);
     avx2::rows8_q4_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
   } else if (wtype == Q2_K) {
     const auto* group = static_cast<const BlockQ2Kx8*>(w8) + g * (cols / kQK_K);
-    avx2::rows8_q2_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
+    const auto* ys = reinterpret_cast<const BlockQ8K* const*>(xs);
+    vnni ? avx512::rows8_q2_k(group, cols, ys, n_tok, out)
+         : avx2::rows8_q2_k(group, cols, ys, n_tok, out);
   } else if (wtype == Q3_K) {
     const auto* group = static_cast<const BlockQ3Kx8*>(w8) + g * (cols / kQK_K);
-    avx2::rows8_q3_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
+    const auto* ys = reinterpret_cast<const BlockQ8K* const*>(xs);
+    vnni ? avx512::rows8_q3_k(group, cols, ys, n_tok, out)
+         : avx2::rows8_q3_k(group, cols, ys, n_tok, out);
   } else if (wtype == MXFP4) {
     const auto* group = static_cast<const BlockMxfp4x8*>(w8) + g * (cols / kQK8_0);
     avx2::rows8_mxfp4(group, cols, reinterpret_cast<const BlockQ8_0* const*>(xs), n_tok, out);

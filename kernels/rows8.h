@@ -76,4 +76,11 @@ void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* 
                 float* out);
 }  // namespace avx2
 
+namespace avx512 {  // AVX-512 VNNI (256-bit registers); the other types run the AVX2 bodies
+void rows8_q2_k(const BlockQ2Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out);
+void rows8_q3_k(const BlockQ3Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out);
+}  // namespace avx512
+
 }  // namespace kernels

@@ -3,47 +3,17 @@
 #include <immintrin.h>
 
 #include "kernels/rows8.h"
+#include "kernels/rows8_body.h"
 #include "kernels/x86.h"
 
 namespace kernels::avx2 {
 
 namespace {
 
-inline __m256i bcast32(const int8_t* p) {  // four activation bytes in every lane
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
 // Eight u8 values as i16 words (v0, v0, v1, v1, ..): a madd multiplier of lane r by v[r].
 inline __m256i dup_words(const uint8_t* v) {
   const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v));
   return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(b, b));
-}
-
-// Row r's result in lane r: the eight lane accumulators added as x86::hsum adds one row's lanes,
-// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
-inline __m256 sum_lanes(const __m256* a) {
-  return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
-                       _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
-}
-
-// The loop every body runs: block by block, each prefetching the block kAhead on (~4.5 KiB: the
-// stream runs on into the next group; the hardware's prefetcher alone leaves the product well short
-// of the memory's bandwidth), body(b, block, acc) adding block b's sums into the tokens' lane
-// accumulators acc[t][b % 8]; token t's row r into out[8t + r].
-template <int N, int kAhead, class Block, class Body>
-__attribute__((always_inline)) inline void blocks(const Block* x, int64_t nb, float* out,
-                                                  const Body& body) {
-  __m256 acc[N][8];
-  for (int t = 0; t < N; ++t)
-    for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    for (size_t o = 0; o < sizeof(Block); o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(x + b + kAhead) + o, _MM_HINT_T0);
-    body(b, x[b], acc);
-  }
-  for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + 8 * t, sum_lanes(acc[t]));
 }
 
 template <int N>
@@ -95,45 +65,27 @@ void q4_k_group(const BlockQ4Kx8* x, int64_t nb, const BlockQ8K* const* ys, floa
   });
 }
 
-// The sub-block scales of sub-blocks 2p and 2p + 1 as madd multipliers: lane r's words (v, v)
-// for the low (`first`) or the high sub-block's byte of row r (dup_words of those 8 bytes).
-// Q2_K's, Q3_K's: and the pair's other use, lane r's words (v[2p][r], v[2p + 1][r]) (mins, the
-// codes' bias) against the activations' two 16-element sums.
-inline __m256i pair_words_u8(const uint8_t* v) {  // v: [2][8]
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v));
-  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(b, _mm_srli_si128(b, 8)));
-}
-inline __m256i pair_words_i8(const int8_t* v) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v));
-  return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(b, _mm_srli_si128(b, 8)));
-}
-inline __m256i dup_words_i8(const int8_t* v) {  // dup_words, signed
-  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v));
-  return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(b, b));
-}
-
-// Q2_K and Q3_K, sub-block pair p (h = p / 4, shift j = p % 4: elements 128h + 32j ..; steps 0-3
-// sub-block 2p, 4-7 sub-block 2p + 1): the codes of step s, 0..3 (Q2_K) or 0..7 with the high bit
-// (Q3_K), against the activations in 16 bits (4 steps of pairs <= 2 * 7 * 128 < 2^15), then times
-// the rows' sub-block scales into I.
-template <int N, bool kHigh, class Block>
-__attribute__((always_inline)) inline void two_bit_pair(const Block& w, int p, __m256i s_lo,
-                                                        __m256i s_hi, const BlockQ8K* const* ys,
-                                                        int64_t b, __m256i* I) {
-  const int h = p / 4, j = p % 4;
+// Q2_K and Q3_K, sub-block pair P (h = P / 4, shift j = P % 4: elements 128h + 32j ..; steps 0-3
+// are sub-block 2P, 4-7 sub-block 2P + 1): the codes of each step, 0..3 (Q2_K) or 0..7 with the
+// high bit (Q3_K), against the activations summed in 16 bits (4 steps of pairs <= 2 * 7 * 128 <
+// 2^15), then times the rows' sub-block scales (kDup words) into I.
+template <int N, bool kHigh, int P, class Block>
+__attribute__((always_inline)) inline void two_bit_pair(const Block& w, __m256i s_lo, __m256i s_hi,
+                                                        const BlockQ8K* const* ys, int64_t b,
+                                                        __m256i* I) {
+  constexpr int h = P / 4, j = P % 4, k = 4 * h + j;
   const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
-  const __m128i shift = _mm_cvtsi32_si128(2 * j);
   __m256i lo[N], hi[N];
   for (int t = 0; t < N; ++t) lo[t] = hi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[h][s]));
-    __m256i u = _mm256_and_si256(_mm256_srl_epi16(q, shift), m3);
-    if constexpr (kHigh) {  // hmask bit 4h + j of each byte, moved to bit 2
+    __m256i u = _mm256_and_si256(j ? _mm256_srli_epi16(q, 2 * j) : q, m3);
+    if constexpr (kHigh) {  // hmask bit k of each byte, moved to bit 2
       const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.hmask[s]));
-      const int k = 4 * h + j;
-      const __m256i hb = k >= 2 ? _mm256_srl_epi16(hm, _mm_cvtsi32_si128(k - 2))
-                                : _mm256_sll_epi16(hm, _mm_cvtsi32_si128(2 - k));
+      __m256i hb = hm;
+      if constexpr (k > 2) hb = _mm256_srli_epi16(hm, k - 2);
+      if constexpr (k < 2) hb = _mm256_slli_epi16(hm, 2 - k);
       u = _mm256_or_si256(u, _mm256_and_si256(hb, m4));
     }
     for (int t = 0; t < N; ++t) {
@@ -149,46 +101,23 @@ __attribute__((always_inline)) inline void two_bit_pair(const Block& w, int p, _
         I[t], _mm256_add_epi32(_mm256_madd_epi16(lo[t], s_lo), _mm256_madd_epi16(hi[t], s_hi)));
 }
 
-// One row per lane into its lane accumulator (avx2.h's sb_lanes): acc = (acc + (d dy) I) - (dmin
-// dy) M.
-template <int N, bool kMins>
-__attribute__((always_inline)) inline void sb_lane(const uint16_t* d, const uint16_t* dmin,
-                                                   const BlockQ8K* const* ys, int64_t b,
-                                                   const __m256i* I, const __m256i* M,
-                                                   __m256 (*acc)[8]) {
-  const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d)));
-  const int l = int(b & 7);
-  for (int t = 0; t < N; ++t) {
-    const __m256 dy = _mm256_set1_ps(ys[t][b].d);
-    __m256 r =
-        _mm256_add_ps(acc[t][l], _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(I[t])));
-    if constexpr (kMins) {
-      const __m256 dmx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dmin)));
-      r = _mm256_sub_ps(r, _mm256_mul_ps(_mm256_mul_ps(dmx, dy), _mm256_cvtepi32_ps(M[t])));
-    }
-    acc[t][l] = r;
-  }
-}
-
 // Q2_K: codes 0..3 times the sub-block scales, less the mins against the activations' 16-element
 // sums (the row dot's sums, avx2_quants.cpp).
 template <int N>
 void q2_k_group(const BlockQ2Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
   const __m256i low4 = _mm256_set1_epi8(0xF);
+  const PairShuffles& sh = kPairShuffles;
   blocks<N, 8>(x, nb, out, [&](int64_t b, const BlockQ2Kx8& w, __m256(*acc)[8]) {
     __m256i I[N], M[N];
     for (int t = 0; t < N; ++t) I[t] = M[t] = _mm256_setzero_si256();
-#pragma GCC unroll 1
-    for (int p = 0; p < 8; ++p) {
-      const __m256i mins = _mm256_srli_epi16(pair_words_u8(w.scales[2 * p]), 4);
+    each_pair([&]<int P>() {
+      const __m256i v = load_pair(w.scales[2 * P]);
+      const __m256i mins = _mm256_srli_epi16(shuffle_pair(v, sh.pair), 4);
       for (int t = 0; t < N; ++t)
-        M[t] = _mm256_add_epi32(
-            M[t], _mm256_madd_epi16(
-                      mins, bcast32(reinterpret_cast<const int8_t*>(ys[t][b].bsums + 2 * p))));
-      const __m256i s_lo = _mm256_and_si256(dup_words(w.scales[2 * p]), low4);
-      const __m256i s_hi = _mm256_and_si256(dup_words(w.scales[2 * p + 1]), low4);
-      two_bit_pair<N, false>(w, p, s_lo, s_hi, ys, b, I);
-    }
+        M[t] = _mm256_add_epi32(M[t], _mm256_madd_epi16(mins, bcast32(ys[t][b].bsums + 2 * P)));
+      two_bit_pair<N, false, P>(w, _mm256_and_si256(shuffle_pair(v, sh.dup[0]), low4),
+                                _mm256_and_si256(shuffle_pair(v, sh.dup[1]), low4), ys, b, I);
+    });
     sb_lane<N, true>(w.d, w.dmin, ys, b, I, M, acc);
   });
 }
@@ -197,19 +126,18 @@ void q2_k_group(const BlockQ2Kx8* x, int64_t nb, const BlockQ8K* const* ys, floa
 // activations' 16-element sums (the row dot's sums).
 template <int N>
 void q3_k_group(const BlockQ3Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
+  const PairShuffles& sh = kPairShuffles;
   blocks<N, 6>(x, nb, out, [&](int64_t b, const BlockQ3Kx8& w, __m256(*acc)[8]) {
     __m256i I[N], B[N];
     for (int t = 0; t < N; ++t) I[t] = B[t] = _mm256_setzero_si256();
-#pragma GCC unroll 1
-    for (int p = 0; p < 8; ++p) {
-      const __m256i sc = pair_words_i8(w.scales[2 * p]);
+    each_pair([&]<int P>() {
+      const __m256i v = load_pair(w.scales[2 * P]);
+      const __m256i sc = sign_words(shuffle_pair(v, sh.pair));
       for (int t = 0; t < N; ++t)
-        B[t] = _mm256_add_epi32(
-            B[t], _mm256_madd_epi16(
-                      sc, bcast32(reinterpret_cast<const int8_t*>(ys[t][b].bsums + 2 * p))));
-      two_bit_pair<N, true>(w, p, dup_words_i8(w.scales[2 * p]), dup_words_i8(w.scales[2 * p + 1]),
-                            ys, b, I);
-    }
+        B[t] = _mm256_add_epi32(B[t], _mm256_madd_epi16(sc, bcast32(ys[t][b].bsums + 2 * P)));
+      two_bit_pair<N, true, P>(w, sign_words(shuffle_pair(v, sh.dup[0])),
+                               sign_words(shuffle_pair(v, sh.dup[1])), ys, b, I);
+    });
     for (int t = 0; t < N; ++t) I[t] = _mm256_sub_epi32(I[t], _mm256_slli_epi32(B[t], 2));
     sb_lane<N, false>(w.d, nullptr, ys, b, I, nullptr, acc);
   });

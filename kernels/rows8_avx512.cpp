@@ -1,0 +1,111 @@
+// The interleaved rows' bodies of Q2_K and Q3_K with AVX-512 VNNI's instructions on 256-bit
+// registers (VL; flags in CMakeLists.txt). vpdpbusd sums four u8 x i8 products into an i32 with no
+// 16-bit step to overflow, so a 2-bit code needs no shift: the step's byte masked to code j's bits
+// (code x 4^j) goes straight into the sub-block's sum, which is divided by 4^j (exact) once per
+// sub-block; Q3_K's high bit likewise (bit k, 2^k). Each sub-block's sum fits 16 bits, so one
+// vpdpwssd by the scale (kZx: the lane's low word) adds it into the super-block's exact integer
+// sum, which goes through the rows' arithmetic (rows8_body.h's sb_lane): bit for bit the AVX2
+// bodies and the rows' dots.
+#include <immintrin.h>
+
+#include "kernels/rows8.h"
+#include "kernels/rows8_body.h"
+#include "kernels/x86.h"
+
+namespace kernels::avx512 {
+
+namespace {
+
+// Sub-block pair P (rows8_avx2.cpp's two_bit_pair): each step's codes (and high bits) against
+// the activations into the two sub-blocks' i32 sums, then times the scales (s_lo, s_hi: kZx
+// words) into I.
+template <int N, bool kHigh, int P, class Block>
+__attribute__((always_inline)) inline void two_bit_pair(const Block& w, __m256i s_lo, __m256i s_hi,
+                                                        const BlockQ8K* const* ys, int64_t b,
+                                                        __m256i* I) {
+  constexpr int h = P / 4, j = P % 4, k = 4 * h + j;
+  const __m256i mq = _mm256_set1_epi8(static_cast<char>(3 << (2 * j)));
+  const __m256i mh = _mm256_set1_epi8(static_cast<char>(1 << k));
+  __m256i q[2][N], hb[2][N];  // [sub-block of the pair][token]
+  for (int t = 0; t < N; ++t) q[0][t] = q[1][t] = hb[0][t] = hb[1][t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) {
+    const __m256i c =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[h][s])), mq);
+    __m256i m = _mm256_setzero_si256();
+    if constexpr (kHigh)
+      m = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.hmask[s])), mh);
+    for (int t = 0; t < N; ++t) {
+      const __m256i a = bcast32(ys[t][b].qs + 128 * h + 32 * j + 4 * s);
+      q[s / 4][t] = _mm256_dpbusd_epi32(q[s / 4][t], c, a);
+      if constexpr (kHigh) hb[s / 4][t] = _mm256_dpbusd_epi32(hb[s / 4][t], m, a);
+    }
+  }
+  for (int t = 0; t < N; ++t)
+    for (int i = 0; i < 2; ++i) {
+      __m256i u = j ? _mm256_srai_epi32(q[i][t], 2 * j) : q[i][t];  // sum of code x a
+      if constexpr (kHigh) {                                        // + 4 x sum of high bit x a
+        __m256i e = hb[i][t];
+        if constexpr (k > 2) e = _mm256_srai_epi32(e, k - 2);
+        if constexpr (k < 2) e = _mm256_slli_epi32(e, 2 - k);
+        u = _mm256_add_epi32(u, e);
+      }
+      I[t] = _mm256_dpwssd_epi32(I[t], u, i ? s_hi : s_lo);
+    }
+}
+
+// Q2_K: codes 0..3 times the sub-block scales, less the mins against the activations' 16-element
+// sums.
+template <int N>
+void q2_k_group(const BlockQ2Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  const PairShuffles& sh = kPairShuffles;
+  blocks<N, 8>(x, nb, out, [&](int64_t b, const BlockQ2Kx8& w, __m256(*acc)[8]) {
+    __m256i I[N], M[N];
+    for (int t = 0; t < N; ++t) I[t] = M[t] = _mm256_setzero_si256();
+    each_pair([&]<int P>() {
+      const __m256i v = load_pair(w.scales[2 * P]);
+      const __m256i mins = _mm256_srli_epi16(shuffle_pair(v, sh.pair), 4);
+      for (int t = 0; t < N; ++t)
+        M[t] = _mm256_dpwssd_epi32(M[t], mins, bcast32(ys[t][b].bsums + 2 * P));
+      two_bit_pair<N, false, P>(w, _mm256_and_si256(shuffle_pair(v, sh.zx[0]), low4),
+                                _mm256_and_si256(shuffle_pair(v, sh.zx[1]), low4), ys, b, I);
+    });
+    sb_lane<N, true>(w.d, w.dmin, ys, b, I, M, acc);
+  });
+}
+
+// Q3_K: u = code + 4 x high bit (0..7) times the sub-block scales, less 4 x the scales against the
+// activations' 16-element sums.
+template <int N>
+void q3_k_group(const BlockQ3Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
+  const PairShuffles& sh = kPairShuffles;
+  blocks<N, 6>(x, nb, out, [&](int64_t b, const BlockQ3Kx8& w, __m256(*acc)[8]) {
+    __m256i I[N], B[N];
+    for (int t = 0; t < N; ++t) I[t] = B[t] = _mm256_setzero_si256();
+    each_pair([&]<int P>() {
+      const __m256i v = load_pair(w.scales[2 * P]);
+      const __m256i sc = sign_words(shuffle_pair(v, sh.pair));
+      for (int t = 0; t < N; ++t)
+        B[t] = _mm256_dpwssd_epi32(B[t], sc, bcast32(ys[t][b].bsums + 2 * P));
+      two_bit_pair<N, true, P>(w, sign_words(shuffle_pair(v, sh.zx[0])),
+                               sign_words(shuffle_pair(v, sh.zx[1])), ys, b, I);
+    });
+    for (int t = 0; t < N; ++t) I[t] = _mm256_sub_epi32(I[t], _mm256_slli_epi32(B[t], 2));
+    sb_lane<N, false>(w.d, nullptr, ys, b, I, nullptr, acc);
+  });
+}
+
+}  // namespace
+
+void rows8_q2_k(const BlockQ2Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out) {
+  x86::with_n(n_tok, [&](auto N) { q2_k_group<N>(group, cols / kQK_K, ys, out); });
+}
+
+void rows8_q3_k(const BlockQ3Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out) {
+  x86::with_n(n_tok, [&](auto N) { q3_k_group<N>(group, cols / kQK_K, ys, out); });
+}
+
+}  // namespace kernels::avx512
