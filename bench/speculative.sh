@@ -2,7 +2,9 @@
 # Speculative decoding against plain decoding (engine/speculative.h): expert-run generate, greedy,
 # N_GEN tokens, ROUNDS alternating rounds (plain then ngram, the order swapped every other round),
 # medians: decode tok/s, the drafts kept, tokens per eval and, through expertd, MiB read per
-# generated token. The greedy texts are compared too (they must be the same).
+# generated token. The greedy texts are compared too (they must be the same). Through expertd,
+# ngram runs twice: with the draft hints (the default: the drafts' earlier routing hinted before
+# each verify eval) and with --no-draft-hints.
 # Prompts, on the bundled model:
 #   text     a KJV passage to continue (the model's own distribution; what repeats is its loops)
 #   rewrite  an agent-style copy: a passage, an instruction to write it again with small changes,
@@ -49,8 +51,10 @@ stop_expertd() { kill -TERM "$dpid"; wait "$dpid" || true; dpid=""; }
 one() {  # label prompt-file spec where model-args [cgroup]
   local pre="" err="$work/err.txt" txt="$work/out.txt"
   if [ -n "${6:-}" ]; then pre="echo \$\$ > $6/cgroup.procs; "; fi
+  local spec=$3 extra=""
+  if [ "$spec" = ngram-nohints ]; then spec=ngram extra=--no-draft-hints; fi
   sh -c "${pre}exec $build/engine/expert-run generate $5 --prompt-file $2 -n $n_gen --temp 0 --threads $threads \
-    --speculative $3 --draft-max $draft_max --verbose" > "$txt" 2> "$err"
+    --speculative $spec --draft-max $draft_max --verbose $extra" > "$txt" 2> "$err"
   python3 - "$1" "$3" "$4" "$err" "$txt" >> "$out" <<'EOF'
 import json, re, sys
 label, spec, where, err, txt = sys.argv[1:]
@@ -70,7 +74,8 @@ EOF
 
 round_pair() {  # round label prompt where model-args [cgroup]
   local order=(none ngram)
-  if [ $(($1 % 2)) = 1 ]; then order=(ngram none); fi
+  if [ "$4" = expertd ]; then order=(none ngram ngram-nohints); fi
+  if [ $(($1 % 2)) = 1 ]; then order=($(printf '%s\n' "${order[@]}" | tac)); fi
   for s in "${order[@]}"; do
     if [ "$4" = expertd ]; then start_expertd "$mdir/$stem.manifest.json" "$cache" "${6:-}"; fi
     one "$2" "$3" "$s" "$4" "$5" "${6:-}"
@@ -108,8 +113,9 @@ import json, statistics as st, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 # An eval's cost with drafts against one token's: what a kept draft saves is the rest of an eval.
 print("| prompt | where | plain tok/s | ngram tok/s | ratio | drafts kept | drafts/eval | tokens/eval "
-      "| ms/eval plain | ms/eval ngram | MiB/token plain | MiB/token ngram | same text |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+      "| ms/eval plain | ms/eval ngram | MiB/token plain | MiB/token ngram "
+      "| ngram tok/s, hints off | MiB/token, hints off | same text |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 keys = []
 for r in runs:
     if (r["label"], r["where"]) not in keys:
@@ -117,14 +123,16 @@ for r in runs:
 for label, where in keys:
     p = [r for r in runs if r["label"] == label and r["where"] == where and r["spec"] == "none"]
     n = [r for r in runs if r["label"] == label and r["where"] == where and r["spec"] == "ngram"]
+    o = [r for r in runs if r["label"] == label and r["where"] == where and r["spec"] == "ngram-nohints"]
     med = lambda rs, k: st.median(r[k] for r in rs) if rs and all(k in r for r in rs) else float("nan")
     kept = sum(r["accepted"] for r in n) / max(1, sum(r["drafted"] for r in n))
     per_eval = sum(r["tokens"] for r in n) / max(1, sum(r["evals"] for r in n))
     drafts_eval = sum(r["drafted"] for r in n) / max(1, sum(r["evals"] for r in n))
     ms = lambda rs: 1000 * st.median(r["decode_s"] / max(1, r["evals"]) for r in rs) if rs else float("nan")
-    same = all(a["text"] == b["text"] for a in p for b in n)
+    same = all(a["text"] == b["text"] for a in p for b in n + o)
     tp, tn = med(p, "tok_s"), med(n, "tok_s")
     print(f"| {label} | {where} | {tp:.1f} | {tn:.1f} | {tn / tp:.2f}x | {kept:.0%} | {drafts_eval:.2f} | "
           f"{per_eval:.2f} | {ms(p):.2f} | {ms(n):.2f} | "
-          f"{med(p, 'mib_per_token'):.2f} | {med(n, 'mib_per_token'):.2f} | {'yes' if same else 'NO'} |")
+          f"{med(p, 'mib_per_token'):.2f} | {med(n, 'mib_per_token'):.2f} | "
+          f"{med(o, 'tok_s'):.1f} | {med(o, 'mib_per_token'):.2f} | {'yes' if same else 'NO'} |")
 EOF

@@ -486,6 +486,12 @@ Status Client::prefetch(uint32_t layer, std::span<const uint32_t> experts, bool 
       proto::make_frame(fbb, next_request_++, wire::CreatePrefetch(fbb, layer, ids, will_acquire)));
 }
 
+Status Client::report_drafts(uint64_t steps, uint64_t drafted, uint64_t accepted) {
+  flatbuffers::FlatBufferBuilder fbb(64);
+  return send(proto::make_frame(fbb, next_request_++,
+                                wire::CreateDraftReport(fbb, steps, drafted, accepted)));
+}
+
 Result<std::vector<proto::Metric>> Client::stats() {
   flatbuffers::FlatBufferBuilder fbb(64);
   uint64_t rid = next_request_++;

@@ -107,6 +107,10 @@ class Client {
   // A hint (the daemon may read them if it judges them worth a slot), or with will_acquire the
   // rest of a layer this client acquires next, in further requests: read at demand priority.
   Status prefetch(uint32_t layer, std::span<const uint32_t> experts, bool will_acquire = false);
+  // Speculative decoding's counts since the last report (one-way): the daemon sums them per
+  // engine and in total (expertctl stats: draft_tokens, draft_accepted, draft_acceptance). A
+  // daemon older than the message answers an error, kept as take_async_error's.
+  Status report_drafts(uint64_t steps, uint64_t drafted, uint64_t accepted);
   Result<std::vector<proto::Metric>> stats();
   Result<std::string> status_json();
   // The cache per expert as one JSON document (docs/expertctl.md has its keys): residency and

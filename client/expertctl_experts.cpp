@@ -88,6 +88,14 @@ std::vector<uint64_t> recent(const Snapshot& now, const Snapshot* prev, const ch
 }
 
 // The what-if rows on one line: "8 MiB 41.2% | 16 MiB 55.0% (now) | ...".
+// An engine's speculative drafts, where it reported any: ", 40 drafted, 31 accepted (77.5%)".
+std::string drafts_text(const json& e) {
+  const uint64_t drafted = e.value("drafted", uint64_t{0}), kept = e.value("accepted", uint64_t{0});
+  if (drafted == 0) return "";
+  return fmt(", %llu drafted, %llu accepted (%.1f%%)", (unsigned long long)drafted,
+             (unsigned long long)kept, 100.0 * double(kept) / double(drafted));
+}
+
 std::string what_if_line(const json& j) {
   std::string out;
   const uint64_t now_slots = j["slot_count"].get<uint64_t>();
@@ -142,9 +150,9 @@ int cmd_experts_summary(client::Client& c) {
   std::printf("\nwhat if   %s\n", what_if_line(j).c_str());
   std::printf("connected");
   for (const auto& en : j["engines"])
-    std::printf("  %s (%s, pid %d, %llu acquires)", en["name"].get<std::string>().c_str(),
+    std::printf("  %s (%s, pid %d, %llu acquires%s)", en["name"].get<std::string>().c_str(),
                 en["kind"].get<std::string>().c_str(), en["pid"].get<int>(),
-                (unsigned long long)en["acquires"].get<uint64_t>());
+                (unsigned long long)en["acquires"].get<uint64_t>(), drafts_text(en).c_str());
   std::printf("\n");
   return 0;
 }
@@ -274,8 +282,9 @@ std::vector<std::string> header(const Snapshot& now, const Snapshot* prev, doubl
   for (const auto& e : j["engines"]) {
     if (e["kind"] != "engine") continue;
     ++engines;
-    en += fmt("  %s (pid %d, %llu acquires)", e["name"].get<std::string>().c_str(),
-              e["pid"].get<int>(), (unsigned long long)e["acquires"].get<uint64_t>());
+    en += fmt("  %s (pid %d, %llu acquires%s)", e["name"].get<std::string>().c_str(),
+              e["pid"].get<int>(), (unsigned long long)e["acquires"].get<uint64_t>(),
+              drafts_text(e).c_str());
   }
   out.push_back(fmt("engines  %zu", engines) + en);
   out.push_back("what if  " + what_if_line(j));

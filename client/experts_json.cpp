@@ -39,7 +39,10 @@ nlohmann::ordered_json render(const wire::ExpertsReply& r) {
                          {"pid", e->pid()},
                          {"kind", e->kind() == wire::ClientKind::Monitor ? "monitor" : "engine"},
                          {"acquires", e->acquires()},
-                         {"connected_s", double(e->connected_us()) / 1e6}});
+                         {"connected_s", double(e->connected_us()) / 1e6},
+                         {"draft_steps", e->draft_steps()},
+                         {"drafted", e->drafted()},
+                         {"accepted", e->accepted()}});
   j["engines"] = std::move(engines);
   j["drive"] = {{"read_bytes", r.read_bytes()},
                 {"read_mib_s_measured", nullptr},

@@ -36,6 +36,7 @@ struct Server::Session {
   std::string name;                       // Hello's client_name, for the dashboards
   Clock::time_point connected = Clock::now();
   uint64_t acquires = 0;
+  uint64_t draft_steps = 0, drafted = 0, accepted = 0;  // its DraftReports' sums
   uint8_t header[4];
   std::vector<uint8_t> body;
   struct Out {
@@ -222,10 +223,11 @@ void Server::handle(const std::shared_ptr<Session>& s) {
   const auto type = e->msg_type();
   cache_.drain_board();  // acquires engines served from the board count before this message
   if (s->monitor && (type == wire::Message::Acquire || type == wire::Message::Release ||
-                     type == wire::Message::Prefetch || type == wire::Message::Done)) {
+                     type == wire::Message::Prefetch || type == wire::Message::Done ||
+                     type == wire::Message::DraftReport)) {
     ++cache_.stats().c.client_errors;
     return request_failed(s->id, rid, ErrorCode::BadRequest,
-                          "a monitor connection does not acquire, release or prefetch experts");
+                          "a monitor connection does not acquire, release, prefetch or draft");
   }
   switch (type) {
     case wire::Message::Acquire: {
@@ -253,7 +255,25 @@ void Server::handle(const std::shared_ptr<Session>& s) {
       auto [code, err] = cache_.check_ids(p->layer(), ids(p->experts()), daemon::IdsFor::Hint);
       if (code != ErrorCode::None) return request_failed(s->id, rid, code, err);
       if (p->will_acquire()) return cache_.announce(p->layer(), ids(p->experts()));
+      if (trace_.enabled())
+        trace_.record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                Clock::now() - start_)
+                                                .count()),
+                      s->id, p->layer(), ids(p->experts()), /*hint=*/true);
       return cache_.prefetch(p->layer(), ids(p->experts()));
+    }
+    case wire::Message::DraftReport: {
+      auto* d = e->msg_as_DraftReport();
+      if (d->accepted() > d->drafted()) {
+        ++cache_.stats().c.client_errors;
+        return request_failed(s->id, rid, ErrorCode::BadRequest,
+                              "a DraftReport accepted more drafts than it drafted");
+      }
+      auto& c = cache_.stats().c;
+      c.draft_steps += d->steps(), c.draft_tokens += d->drafted(),
+          c.draft_accepted += d->accepted();
+      s->draft_steps += d->steps(), s->drafted += d->drafted(), s->accepted += d->accepted();
+      return;
     }
     case wire::Message::StatsRequest: {
       flatbuffers::FlatBufferBuilder fbb(4096);
@@ -589,7 +609,7 @@ std::vector<uint8_t> Server::experts_frame(uint64_t rid, const WhatIfResult& w) 
     engines.push_back(wire::CreateEngineInfoDirect(
         fbb, s->name.c_str(), s->pid,
         s->monitor ? wire::ClientKind::Monitor : wire::ClientKind::Engine, s->acquires,
-        us(now - s->connected)));
+        us(now - s->connected), s->draft_steps, s->drafted, s->accepted));
   }
   auto ev = fbb.CreateVector(engines);
   std::vector<flatbuffers::Offset<wire::WhatIfRow>> rows;

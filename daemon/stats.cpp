@@ -75,6 +75,13 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
           "connections refused: over a limit, or not an allowed peer");
   counter("hello_timeouts", c.hello_timeouts, "",
           "connections closed for not saying Hello in time");
+  counter("draft_steps", c.draft_steps, "",
+          "engines' speculative verify evals (a pending token and its drafts), as they report");
+  counter("draft_tokens", c.draft_tokens, "", "engines' draft tokens verified");
+  counter("draft_accepted", c.draft_accepted, "", "engines' draft tokens kept");
+  gauge("draft_acceptance",
+        c.draft_tokens ? double(c.draft_accepted) / double(c.draft_tokens) : 0.0, "ratio",
+        "draft_accepted / draft_tokens");
   gauge("clients", static_cast<double>(g.clients), "", "engines connected");
   gauge("monitors", static_cast<double>(g.monitors), "", "monitor (expertctl) connections");
   gauge("pending", static_cast<double>(g.pending), "", "connections that have not said Hello yet");

@@ -45,6 +45,9 @@ struct Counters {
   uint64_t clients_connected_total = 0;
   uint64_t clients_refused = 0;  // over a limit, or not an allowed peer
   uint64_t hello_timeouts = 0;   // closed for not saying Hello in time
+  uint64_t draft_steps = 0;      // engines' DraftReports: speculative verify evals
+  uint64_t draft_tokens = 0;     // drafts verified
+  uint64_t draft_accepted = 0;   // drafts kept
 };
 
 struct Gauges {

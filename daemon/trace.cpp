@@ -17,13 +17,14 @@ Status TraceWriter::open(const std::string& path, uint32_t n_layers, uint32_t n_
 }
 
 void TraceWriter::record(uint64_t time_ns, uint32_t client, uint32_t layer,
-                         std::span<const uint32_t> experts) {
+                         std::span<const uint32_t> experts, bool hint) {
   if (!f_) return;
   auto put = [&](const void* p, size_t n) {
     auto* b = static_cast<const uint8_t*>(p);
     buf_.insert(buf_.end(), b, b + n);
   };
-  uint16_t l = static_cast<uint16_t>(layer), n = static_cast<uint16_t>(experts.size());
+  uint16_t l = static_cast<uint16_t>(layer | (hint ? kTraceHint : 0)),
+           n = static_cast<uint16_t>(experts.size());
   put(&time_ns, 8);
   put(&client, 4);
   put(&l, 2);

@@ -14,6 +14,7 @@
 #include "daemon/cache.h"
 #include "daemon/cache_sim.h"
 #include "daemon/policy.h"
+#include "daemon/trace.h"
 
 namespace expertd::daemon {
 
@@ -37,6 +38,8 @@ Result<Trace> read_trace(const std::string& path) {
       std::fclose(f);
       return make_error(path + ": truncated record " + std::to_string(t.records.size()));
     }
+    const bool hint = (layer & kTraceHint) != 0;
+    layer = static_cast<uint16_t>(layer & ~kTraceHint);
     r.layer = layer;
     std::vector<uint16_t> ids(n);
     if (n && std::fread(ids.data(), 2, n, f) != n) {
@@ -51,7 +54,10 @@ Result<Trace> read_trace(const std::string& path) {
       }
       r.experts.push_back(e);
     }
-    t.records.push_back(std::move(r));
+    if (hint)
+      t.hints.push_back({t.records.size(), r.client, r.layer, std::move(r.experts)});
+    else
+      t.records.push_back(std::move(r));
   }
   std::fclose(f);
   return t;
@@ -359,7 +365,8 @@ Result<SimResult> simulate_queue(const Trace& t, uint32_t slots, QueuePolicy& p)
 
 // The daemon's policies replay through the real Cache (daemon/cache_sim.h): each record an
 // acquire of its experts in one wave, its reads completed, its lease released.
-Result<SimResult> simulate_cache(const Trace& t, uint32_t slots, EvictionPolicy& policy) {
+Result<SimResult> simulate_cache(const Trace& t, uint32_t slots, EvictionPolicy& policy,
+                                 int hints = 0) {  // 0: none, 1: admitted if colder, 2: always
   const pack::Manifest m = sim::manifest(t.n_layers, t.n_experts);
   sim::NullArena arena(slots, 4096);
   sim::RecordingSink sink;
@@ -368,10 +375,17 @@ Result<SimResult> simulate_cache(const Trace& t, uint32_t slots, EvictionPolicy&
   cfg.verify_checksums = false;         // nothing is read
   cfg.max_experts_per_request = slots;  // a record is one wave
   cfg.waiting_acquires_max = 1;
+  cfg.prefetch_admit_always = hints == 2;
   Cache cache(m, arena, policy, sink, cfg);
   cache.set_io(&reader);
   uint64_t request = 0;
+  size_t hi = 0;
   for (size_t ri = 0; ri < t.records.size(); ++ri) {
+    // The hints sent since the last acquire, as the daemon takes them (its limit on prefetch
+    // reads in flight drops the rest of a burst); their reads complete before the acquire.
+    for (; hi < t.hints.size() && t.hints[hi].before <= ri; ++hi)
+      if (hints) cache.prefetch(t.hints[hi].layer, t.hints[hi].experts);
+    reader.complete_all(cache);
     const auto& r = t.records[ri];
     if (r.experts.size() > slots)
       return make_error("a request of " + std::to_string(r.experts.size()) + " experts exceeds " +
@@ -386,10 +400,36 @@ Result<SimResult> simulate_cache(const Trace& t, uint32_t slots, EvictionPolicy&
     cache.release(r.client, ++request, sink.grants.back().lease_id);
   }
   const auto& c = cache.stats().c;
-  return SimResult{c.cache_hits, c.cache_misses, c.cache_evictions};
+  return SimResult{c.cache_hits, c.cache_misses, c.cache_evictions, c.prefetch_issued,
+                   c.prefetch_used};
 }
 
 }  // namespace
+
+Trace in_waves(const Trace& t, uint32_t slots) {
+  Trace w;
+  w.n_layers = t.n_layers, w.n_experts = t.n_experts;
+  size_t hi = 0;
+  for (size_t ri = 0; ri < t.records.size(); ++ri) {
+    for (; hi < t.hints.size() && t.hints[hi].before <= ri; ++hi) {
+      w.hints.push_back(t.hints[hi]);
+      w.hints.back().before = w.records.size();
+    }
+    const auto& r = t.records[ri];
+    for (size_t at = 0; at < r.experts.size() || at == 0; at += slots) {
+      TraceRecord c{r.time_ns, r.client, r.layer, {}};
+      const size_t end = std::min(r.experts.size(), at + slots);
+      c.experts.assign(r.experts.begin() + at, r.experts.begin() + end);
+      w.records.push_back(std::move(c));
+      if (end == r.experts.size()) break;
+    }
+  }
+  for (; hi < t.hints.size(); ++hi) {
+    w.hints.push_back(t.hints[hi]);
+    w.hints.back().before = w.records.size();
+  }
+  return w;
+}
 
 std::vector<std::string> lab_policy_names() {
   return {"sieve", "s3fifo", "arc", "2q", "lecar"};
@@ -398,6 +438,12 @@ std::vector<std::string> lab_policy_names() {
 Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& policy_name) {
   if (slots == 0) return make_error("no slots");
   if (auto q = make_queue_policy(policy_name, slots)) return simulate_queue(t, slots, *q);
+  for (const auto& [suffix, mode] : {std::pair{"+hints", 1}, std::pair{"+hints-always", 2}})
+    if (policy_name.ends_with(suffix)) {
+      auto p = make_policy(policy_name.substr(0, policy_name.size() - std::strlen(suffix)));
+      if (!p) return make_error("unknown policy " + policy_name);
+      return simulate_cache(t, slots, *p, mode);
+    }
   const bool belady = policy_name == "belady";
   // "lfru+hH": the knowledge horizon (see trace_sim.h).
   int64_t horizon = -1;
@@ -409,9 +455,14 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
     horizon = std::stoll(h);
     base = "lfru";
   }
+  // "lfru+drafts", "lfru+drafts+prefetch": the step's hints as knowledge (see trace_sim.h).
+  const int drafts = policy_name == "lfru+drafts"            ? 1
+                     : policy_name == "lfru+drafts+prefetch" ? 2
+                                                             : 0;
+  if (drafts) base = "lfru";
   auto policy = belady ? nullptr : make_policy(base);
   if (!belady && !policy) return make_error("unknown policy " + policy_name);
-  if (!belady && horizon < 0) return simulate_cache(t, slots, *policy);
+  if (!belady && horizon < 0 && !drafts) return simulate_cache(t, slots, *policy);
   // Belady and the horizon see the coming accesses, which the Cache cannot: their own replay,
   // in the Cache's order of events (each request's resident experts first, then its misses, its
   // experts pinned until it ends).
@@ -419,13 +470,13 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
   constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
   // The last record the horizon policy sees from each record: the end of the step H steps on.
   std::vector<uint64_t> horizon_end(t.records.size(), 0);
+  std::vector<uint64_t> step(t.records.size(), 0), step_end;  // each record's step; its end
+  for (size_t i = 0; i < t.records.size(); ++i) {
+    step[i] = i == 0 ? 0 : step[i - 1] + (t.records[i].layer < t.records[i - 1].layer);
+    if (step[i] == step_end.size()) step_end.push_back(i);
+    step_end[step[i]] = i;
+  }
   if (horizon >= 0) {
-    std::vector<uint64_t> step(t.records.size(), 0), step_end;
-    for (size_t i = 0; i < t.records.size(); ++i) {
-      step[i] = i == 0 ? 0 : step[i - 1] + (t.records[i].layer < t.records[i - 1].layer);
-      if (step[i] == step_end.size()) step_end.push_back(i);
-      step_end[step[i]] = i;
-    }
     for (size_t i = 0; i < t.records.size(); ++i)
       horizon_end[i] = step_end[std::min<uint64_t>(step[i] + static_cast<uint64_t>(horizon),
                                                    step_end.size() - 1)];
@@ -445,8 +496,10 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
   struct Slot {
     int64_t key = -1;
     uint64_t last_access = 0, inserted = 0, next = kNever;
-    bool pinned = false;
+    bool pinned = false, prefetched = false;
   };
+  // lfru+drafts: the step each expert was last hinted in, until it is acquired.
+  std::vector<uint64_t> hinted(drafts ? keys : 0, kNever);
   std::vector<Slot> s(slots);
   std::vector<int32_t> where(keys, -1);
   std::vector<uint32_t> freq(keys, 0);
@@ -460,20 +513,64 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
     if (policy && policy->wants_aging(++accesses, slots))
       for (auto& f : freq) f /= 2;
   };
+  auto view = [&](const Slot& x) { return SlotView{x.last_access, x.inserted, freq[x.key], 0.0}; };
+  auto marked = [&](size_t key, size_t ri) { return drafts && hinted[key] == step[ri]; };
+  // The slot to evict for record ri (-1: none); spare: never one the step's hints named.
+  auto victim = [&](size_t ri, bool spare) {
+    int64_t best = -1;
+    for (uint32_t j = 0; j < slots; ++j) {
+      if (s[j].pinned || (spare && marked(size_t(s[j].key), ri))) continue;
+      bool better;
+      if (best < 0)
+        better = true;
+      else if (belady)
+        better = s[j].next > s[best].next;
+      else if (drafts && marked(size_t(s[j].key), ri) != marked(size_t(s[best].key), ri))
+        better = marked(size_t(s[best].key), ri);  // one was hinted for this step: keep it
+      else if (horizon >= 0 && (s[j].next <= horizon_end[ri]) != (s[best].next <= horizon_end[ri]))
+        better = s[best].next <= horizon_end[ri];  // one is used within the horizon: keep it
+      else if (horizon >= 0 && s[j].next <= horizon_end[ri])
+        better = s[j].next > s[best].next;  // both are: the farther use goes
+      else
+        better = policy->before(view(s[j]), view(s[best]));
+      if (better) best = j;
+    }
+    return best;
+  };
+  size_t hi = 0;
   for (size_t ri = 0; ri < t.records.size(); ++ri) {
     const auto& r = t.records[ri];
     if (r.experts.size() > slots)
       return make_error("a request of " + std::to_string(r.experts.size()) + " experts exceeds " +
                         std::to_string(slots) + " slots");
+    // The hints sent since the last acquire: marked for this step; +prefetch reads them into
+    // free slots or in place of an expert no hint named.
+    for (; drafts && hi < t.hints.size() && t.hints[hi].before <= ri; ++hi)
+      for (uint32_t e : t.hints[hi].experts) {
+        const size_t key = size_t{t.hints[hi].layer} * t.n_experts + e;
+        hinted[key] = step[ri];
+        if (drafts < 2 || where[key] >= 0) continue;
+        int64_t i;
+        if (!free_list.empty()) {
+          i = free_list.back();
+          free_list.pop_back();
+        } else {
+          i = victim(ri, /*spare=*/true);
+          if (i < 0) continue;
+          where[s[i].key] = -1;
+          ++res.evictions;
+        }
+        s[i] = Slot{static_cast<int64_t>(key), ++clock, clock, kNever, false, true};
+        where[key] = static_cast<int32_t>(i);
+        ++res.prefetch_reads;
+      }
     std::vector<uint32_t> pinned;
-    auto view = [&](const Slot& x) {
-      return SlotView{x.last_access, x.inserted, freq[x.key], 0.0};
-    };
     for (size_t k = 0; k < r.experts.size(); ++k) {  // resident first, as Cache::grant
       size_t key = size_t{r.layer} * t.n_experts + r.experts[k];
       if (where[key] < 0) continue;
       uint32_t i = static_cast<uint32_t>(where[key]);
       ++res.hits;
+      if (s[i].prefetched) ++res.prefetch_used, s[i].prefetched = false;
       s[i].pinned = true;
       s[i].next = next_use[ri][k];
       pinned.push_back(i);
@@ -488,38 +585,20 @@ Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& po
         i = free_list.back();
         free_list.pop_back();
       } else {
-        int64_t best = -1;
-        for (uint32_t j = 0; j < slots; ++j) {
-          if (s[j].pinned) continue;
-          bool better;
-          if (best < 0)
-            better = true;
-          else if (belady)
-            better = s[j].next > s[best].next;
-          else if (horizon >= 0 &&
-                   (s[j].next <= horizon_end[ri]) != (s[best].next <= horizon_end[ri]))
-            better = s[best].next <= horizon_end[ri];  // one is used within the horizon: keep it
-          else if (horizon >= 0 && s[j].next <= horizon_end[ri])
-            better = s[j].next > s[best].next;  // both are: the farther use goes
-          else
-            better = policy->before(view(s[j]), view(s[best]));
-          if (better) best = j;
-        }
+        const int64_t best = victim(ri, /*spare=*/false);
         if (best < 0) return make_error("no evictable slot");
         i = static_cast<uint32_t>(best);
         where[s[i].key] = -1;
         ++res.evictions;
       }
-      s[i].key = static_cast<int64_t>(key);
-      s[i].inserted = ++clock;
-      s[i].last_access = s[i].inserted;
-      s[i].pinned = true;
-      s[i].next = next_use[ri][k];
+      s[i] = Slot{static_cast<int64_t>(key), ++clock, clock, next_use[ri][k], true, false};
       where[key] = static_cast<int32_t>(i);
       pinned.push_back(i);
       touch(i);
     }
     for (uint32_t i : pinned) s[i].pinned = false;
+    if (drafts)  // acquired: the hint is spent
+      for (uint32_t e : r.experts) hinted[size_t{r.layer} * t.n_experts + e] = kNever;
   }
   return res;
 }

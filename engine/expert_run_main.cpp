@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "chat/model_chat.h"
+#include "engine/draft_hints.h"
 #include "engine/engine.h"
 #include "engine/factory.h"
 #include "engine/sampler.h"
@@ -231,6 +232,7 @@ struct GenOptions {
   engine::SamplerParams sp;
   engine::DraftKind draft = engine::DraftKind::None;  // --speculative
   int draft_max = 8;
+  bool draft_hints = true;  // --draft-hints: the drafts' routing hinted to expertd
 };
 
 // --prompt-cache: the prefix of `ids` the file holds, loaded into sequence 0 (its length).
@@ -303,6 +305,11 @@ int cmd_generate(const Common& o, GenOptions g) {
   if (auto st = eng->eval(std::span<const int32_t>(ids).subspan(resumed), false, logits); !st)
     die(st.error().message);
   double prefill_s = secs(t0);
+  // --draft-hints: each position's routing, hinted when drafts copy it.
+  const bool hints = g.draft != engine::DraftKind::None && g.draft_hints && eng->wants_hints();
+  engine::RouteHistory routing(l.model->hp.n_layer, eng->n_ctx());
+  engine::DraftHintStats hinted;
+  if (hints) routing.record(*eng, int(resumed), 0, int(ids.size() - resumed));
   if (!g.prompt_cache.empty()) {
     engine::SeqState state;
     if (auto st = eng->save_state(0, state); !st) die("--prompt-cache: " + st.error().message);
@@ -342,7 +349,23 @@ int cmd_generate(const Common& o, GenOptions g) {
                    eng->n_ctx());
       break;
     }
-    auto st = engine::speculative_step(*eng, 0, history, drafter, draft_len, sampler, drafts, step);
+    // The pending token's twin (the matched occurrence's last token) and the copied drafts.
+    // Without drafts, the twin of the pending token alone.
+    auto before_verify = [&](const engine::DraftStep& d) {
+      const int64_t twin =
+          d.from >= 1 && !d.drafts.empty() ? d.from - 1 : engine::pending_twin(history);
+      if (twin < 0) return;
+      ++hinted.steps;
+      hinted.experts += routing.hint(*eng, twin, int(d.drafts.size()) + 1);
+    };
+    auto st = engine::speculative_step(*eng, 0, history, drafter, draft_len, sampler, drafts, step,
+                                       hints ? engine::BeforeVerify(before_verify) : nullptr);
+    if (st && !step.drafts.empty())  // expertctl stats: the daemon sums them
+      eng->report_drafts(1, step.drafts.size(), uint64_t(step.accepted));
+    if (st && hints) {
+      const int kept = step.accepted + 1;  // the pending token and the kept drafts
+      routing.record(*eng, eng->n_past() - kept, 0, kept);
+    }
     if (!st) {
       std::fputs(out.flush().c_str(), stdout);
       std::fputc('\n', stdout);
@@ -373,6 +396,10 @@ int cmd_generate(const Common& o, GenOptions g) {
                    generated, drafts.tokens_per_step(),
                    static_cast<unsigned long long>(drafts.drafted),
                    static_cast<unsigned long long>(drafts.accepted), 100.0 * drafts.acceptance());
+    if (hints)
+      std::fprintf(stderr, "draft hints: %llu experts hinted before %llu verify evals\n",
+                   static_cast<unsigned long long>(hinted.experts),
+                   static_cast<unsigned long long>(hinted.steps));
     const auto now = eng->daemon_metrics();
     print_daemon_delta(before, now, static_cast<int>(ids.size()) + generated);
     if (!now.empty()) {
@@ -592,6 +619,11 @@ int main(int argc, char** argv) {
   gen->add_option("--draft-max", g.draft_max, "most draft tokens per step")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  gen->add_flag("--draft-hints,!--no-draft-hints", g.draft_hints,
+                "with --speculative and expertd: before each verify eval, hint every layer's "
+                "experts that the drafts' earlier occurrence routed to (the same text routed the "
+                "same way), so deep layers' misses are read while shallow layers compute; the "
+                "output is unchanged (default: on)");
 
   auto* bench = app.add_subcommand(
       "bench", "prefill and decode tokens/s; hit rate and bytes read through expertd");

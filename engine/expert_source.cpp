@@ -71,6 +71,10 @@ class DaemonSource final : public ExpertSource {
     return m ? std::move(*m) : std::vector<expertd::proto::Metric>{};
   }
 
+  void report_drafts(uint64_t steps, uint64_t drafted, uint64_t accepted) override {
+    if (!c_->broken()) (void)c_->report_drafts(steps, drafted, accepted);
+  }
+
   bool wants_hints() const override { return true; }
   // Hints go out after the next acquire, so the daemon reads this layer's demand misses before
   // a later layer's guesses (sent at once, they would queue ahead of them).

@@ -45,6 +45,11 @@ class ExpertSource {
   virtual void prefetch(int layer, std::span<const uint32_t> experts) {
     (void)layer, (void)experts;
   }
+  // Speculative decoding's counts since the last report, for the daemon's stats (daemon:
+  // DraftReport; an older daemon's refusal is ignored).
+  virtual void report_drafts(uint64_t steps, uint64_t drafted, uint64_t accepted) {
+    (void)steps, (void)drafted, (void)accepted;
+  }
   const SourceStats& stats() const { return stats_; }
   // The daemon's metrics (empty for the local source).
   virtual std::vector<expertd::proto::Metric> daemon_metrics() { return {}; }

@@ -18,8 +18,10 @@ const char* draft_kind_name(DraftKind k) {
   return k == DraftKind::Ngram ? "ngram" : "none";
 }
 
-std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> h, int max) const {
+std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> h, int max,
+                                         int64_t* from_out) const {
   const int64_t H = static_cast<int64_t>(h.size());
+  if (from_out) *from_out = -1;
   for (int n = std::min<int64_t>(n_max, H - 1); n >= n_min && max > 0; --n) {
     const auto suffix = h.subspan(size_t(H - n));
     // The latest earlier occurrence: the one nearest the end tends to continue as the text does
@@ -27,6 +29,7 @@ std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> h, int max) co
     for (int64_t at = H - n - 1; at >= 0; --at) {
       if (!std::equal(suffix.begin(), suffix.end(), h.begin() + at)) continue;
       const int64_t from = at + n, len = std::min<int64_t>(max, H - from);
+      if (from_out) *from_out = from;
       return {h.begin() + from, h.begin() + from + len};
     }
   }
@@ -51,14 +54,16 @@ void DraftLength::update(int drafted, int kept) {
 
 expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> history,
                                  const NgramDrafter& drafter, DraftLength& len, Sampler& sampler,
-                                 DraftStats& stats, DraftStep& out) {
+                                 DraftStats& stats, DraftStep& out,
+                                 const BeforeVerify& before_verify) {
   if (history.empty()) return make_error("speculative step: no pending token");
   const int past = e.n_past(slot);
   if (size_t(past) + 1 != history.size())
     return make_error("speculative step: the history does not end with the pending token");
   const int room = e.n_ctx() - past - 1;
   const int want = std::min(len.next(), room);
-  out.drafts = want > 0 ? drafter.draft(history, want) : std::vector<int32_t>{};
+  out.from = -1;
+  out.drafts = want > 0 ? drafter.draft(history, want, &out.from) : std::vector<int32_t>{};
   const int k = static_cast<int>(out.drafts.size());
   std::vector<int32_t> batch{history.back()};
   batch.insert(batch.end(), out.drafts.begin(), out.drafts.end());
@@ -66,6 +71,7 @@ expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> h
   const SeqTokens seq{slot, batch};
   if (k > 0)
     if (auto st = e.mark(slot); !st) return st;
+  if (before_verify) before_verify(out);
   if (auto st = e.eval({&seq, 1}, /*all_logits=*/true, logits); !st) return st;
   const size_t V = logits.size() / batch.size();
   out.emitted.clear();

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -44,8 +45,9 @@ const char* draft_kind_name(DraftKind k);
 struct NgramDrafter {
   int n_max = 4, n_min = 2;
   // Up to `max` drafts to follow `history` (its last token the pending one); none when no suffix
-  // recurs.
-  std::vector<int32_t> draft(std::span<const int32_t> history, int max) const;
+  // recurs. from: where they were copied from (the history index of the first), -1 when none.
+  std::vector<int32_t> draft(std::span<const int32_t> history, int max,
+                             int64_t* from = nullptr) const;
 };
 
 // How many drafts to ask for at each step: doubles (up to max) while every draft is kept, falls to
@@ -84,7 +86,12 @@ struct DraftStep {
   std::vector<int32_t> emitted;  // the kept drafts, then the corrected (or extra) token
   int accepted = 0;              // drafts kept
   std::vector<float> logits;     // the eval's rows: emitted[i] was drawn from row i
+  int64_t from = -1;             // the history index the drafts were copied from (-1: none)
 };
+
+// Called with the step's drafts (and where they came from) before the verify eval starts: the
+// drafts' routing hinted as the eval's prefetch (engine/draft_hints.h).
+using BeforeVerify = std::function<void(const DraftStep&)>;
 
 // One speculative step for sequence `slot`, whose history ends with its pending token (drawn,
 // not yet evaluated: the engine holds history.size() - 1 positions): drafts from `drafter` (at
@@ -95,6 +102,7 @@ struct DraftStep {
 // len.max() is 0.
 expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> history,
                                  const NgramDrafter& drafter, DraftLength& len, Sampler& sampler,
-                                 DraftStats& stats, DraftStep& out);
+                                 DraftStats& stats, DraftStep& out,
+                                 const BeforeVerify& before_verify = {});
 
 }  // namespace engine

@@ -289,6 +289,8 @@ void Scheduler::loop() {
         s.draft_max = p.draft_max >= 0 ? p.draft_max : draft_max_;
         if (s.draft_max > 0)
           s.history = s.req->prompt, s.draft_len = engine::DraftLength(s.draft_max);
+        if (s.draft_max > 0 && engine_->wants_hints())
+          s.routing = std::make_unique<engine::RouteHistory>(0, engine_->n_ctx());
         engine_->reset(s.slot);
         resume(s);
         active_.push_back(std::move(s));
@@ -493,8 +495,13 @@ void Scheduler::step() {
         const int room = std::min(engine_->n_ctx() - engine_->n_past(s.slot) - 1,
                                   s.req->params.max_tokens - s.generated - 1);
         const int want = std::min(s.draft_len.next(), room);
-        const auto d = want > 0 ? drafter_.draft(s.history, want) : std::vector<int32_t>{};
+        int64_t from = -1;
+        const auto d = want > 0 ? drafter_.draft(s.history, want, &from) : std::vector<int32_t>{};
         s.feed.insert(s.feed.end(), d.begin(), d.end());
+        // Draft hints: the copied positions' routing and the pending token's twin's (without
+        // drafts, the twin alone), sent after the eval's first acquire.
+        const int64_t twin = from >= 1 ? from - 1 : engine::pending_twin(s.history);
+        if (s.routing && twin >= 0) s.routing->hint(*engine_, twin, int(d.size()) + 1);
         all_logits = all_logits || d.size() > 0;
         // A recurrent state is kept before the verify, to go back to the kept drafts.
         if (!d.empty() && marked)
@@ -547,9 +554,19 @@ void Scheduler::step() {
       }
       s.req->add_logprobs(std::move(lp), true);
     }
+  for (size_t i = 0; i < active_.size(); ++i)  // a prompt chunk's routing, for draft hints
+    if (Seq& s = active_[i]; s.routing && chunk_from[i] < s.req->prompt.size())
+      s.routing->record(*engine_, int(chunk_from[i]), int(first_row[i]),
+                        int(batch[i].tokens.size()));
   for (size_t i = 0; i < active_.size(); ++i) checkpoint(active_[i]);
   const auto now = Clock::now();
   std::vector<size_t> done;
+  struct Cut {
+    size_t seq;
+    int n;        // the position the sequence goes back to
+    size_t kept;  // its pending token and kept drafts
+  };
+  std::vector<Cut> cuts;
   for (size_t i = 0; i < active_.size(); ++i) {
     if (!samples[i]) continue;
     Seq& s = active_[i];
@@ -587,20 +604,30 @@ void Scheduler::step() {
       if (prefix_) s.evaluated.push_back(tok);
     }
     if (s.draft_max > 0) s.draft_len.update(int(k), int(kept));
+    if (s.routing && !finished)  // the pending token's row and the kept drafts'
+      s.routing->record(*engine_, engine_->n_past(s.slot) - int(k) - 1, int(first_row[i]),
+                        int(kept) + 1);
     if (k > 0) {
-      // The rejected drafts leave the cache (and the drafts after a finish).
-      if (auto c = engine_->cut(s.slot, engine_->n_past(s.slot) - int(k - kept),
-                                std::span<const int32_t>(s.feed).first(kept + 1));
-          !c) {
-        s.req->finish(Finish::Error, {}, c.error().message);
-        finished = true;
-      }
+      cuts.push_back({i, engine_->n_past(s.slot) - int(k - kept), kept + 1});
       ++metrics_.draft_steps;
       metrics_.draft_tokens += k;
       metrics_.draft_accepted += kept;
+      engine_->report_drafts(1, k, kept);  // expertctl stats: the daemon sums them
     }
     if (finished) done.push_back(i);
   }
+  // The rejected drafts leave the caches (and the drafts after a finish), once every sequence's
+  // rows have been read: a recurrent state's cut evaluates the kept tokens again, which replaces
+  // the eval's routing.
+  for (const Cut& c : cuts) {
+    Seq& s = active_[c.seq];
+    if (auto st = engine_->cut(s.slot, c.n, std::span<const int32_t>(s.feed).first(c.kept));
+        !st) {
+      s.req->finish(Finish::Error, {}, st.error().message);
+      if (std::find(done.begin(), done.end(), c.seq) == done.end()) done.push_back(c.seq);
+    }
+  }
+  std::sort(done.begin(), done.end());
   for (auto it = done.rbegin(); it != done.rend(); ++it) {
     keep_reply(active_[*it]);
     slot_used_[active_[*it].slot] = false;

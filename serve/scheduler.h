@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "engine/draft_hints.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
@@ -169,6 +170,9 @@ class Scheduler final : public Generator {
     engine::DraftLength draft_len{0};        // and how many to ask for now
     std::vector<int32_t> history;            // with drafts: the prompt and the tokens drawn
     std::vector<int32_t> feed;               // this step's rows: the pending token, the drafts
+    // With drafts through expertd: each position's routing, hinted before each verify eval
+    // where the drafts copy it (engine/draft_hints.h).
+    std::unique_ptr<engine::RouteHistory> routing;
     std::chrono::steady_clock::time_point last_token;
   };
   void loop();

@@ -108,6 +108,19 @@ try:
     check(m1["expert_serve_steps_total"] - m0["expert_serve_steps_total"] < 48,
           "fewer engine steps than tokens: kept drafts saved evals")
     check(m0.get("expert_serve_draft_tokens_total", 0) == 0, "\"speculative\": \"none\" drafted nothing")
+
+    # The engine reports its drafts to expertd (expertctl stats) and hints the drafts' routing.
+    def ctl_stats():
+        out = subprocess.run([os.path.join(B, "client", "expertctl"), "--socket", sock, "stats", "--json"],
+                             check=True, capture_output=True, text=True).stdout
+        return json.loads(out)
+    ok = serve_util.wait_for(lambda: ctl_stats()["draft_tokens"] == drafted, 10)
+    st = ctl_stats()
+    check(ok and st["draft_accepted"] == kept and st["draft_steps"] == steps,
+          f"expertctl stats counts the drafts /metrics counts ({st['draft_tokens']} drafted, "
+          f"{st['draft_accepted']} kept, acceptance {st['draft_acceptance']:.2f})")
+    check(st["prefetch_issued"] + st["prefetch_rejected"] + st["prefetch_dropped"] > 0,
+          "the drafts' routing was hinted to expertd (no --prefetch: every hint is a draft hint)")
     text = urllib.request.urlopen(u + "/metrics", timeout=10).read().decode()
     vk = re.search(r"^vllm:spec_decode_num_accepted_tokens_total\{[^}]*\} (\S+)$", text, re.M)
     check(vk is not None and float(vk.group(1)) == m1["expert_serve_draft_accepted_tokens_total"],
