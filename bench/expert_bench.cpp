@@ -511,7 +511,8 @@ int bench_policy(const std::string& path, const std::vector<double>& fractions) 
   policies.push_back("lfru+affinity");
   for (const char* p : {"lfru+h0", "lfru+h1", "lfru+h2"}) policies.push_back(p);
   if (!t->hints.empty())  // the daemon's policy with the trace's hints replayed
-    for (const char* p : {"lfru+hints", "lfru+hints-always", "lfru+drafts", "lfru+drafts+prefetch"})
+    for (const char* p : {"lfru+hints", "lfru+hints-always", "lfru+hints-spare", "lfru+drafts",
+                          "lfru+drafts+prefetch"})
       policies.push_back(p);
   policies.push_back("belady");
   auto width = [](const std::string& p) { return static_cast<int>(std::max<size_t>(8, p.size())); };

@@ -83,6 +83,8 @@ void Cache::acquire(ClientId c, uint64_t request_id, uint32_t layer,
         c, request_id, ErrorCode::BadRequest,
         "this client already holds or awaits a lease; release it before the next acquire");
   }
+  if (layer < last_acquire_layer_) ++hint_round_;  // a new step: its hints are to come
+  last_acquire_layer_ = layer;
   Pending p{c, request_id, layer, {experts.begin(), experts.end()}, Clock::now()};
   if (waiting_.empty() && can_grant(layer, experts) && grant(p)) return;
   if (waiting_.size() >= cfg_.waiting_acquires_max)
@@ -145,6 +147,8 @@ void Cache::board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t>
     return;
   }
   if (affinity_) affinity_->record(c, layer, experts);
+  if (layer < last_acquire_layer_) ++hint_round_;  // as acquire()
+  last_acquire_layer_ = layer;
   for (uint32_t e : experts) {
     const int32_t s = index_[key(layer, e)];
     const bool announced = s >= 0 && slots_[s].announce == Slot::kLoaded;
@@ -171,6 +175,7 @@ void Cache::board_acquired(ClientId c, uint32_t layer, std::span<const uint32_t>
 
 void Cache::touch(uint32_t s) {
   slots_[s].last_access = ++clock_;
+  slots_[s].hint_round = 0;  // used: the hint is spent
   ++frequency_[key(slots_[s].layer, slots_[s].expert)];
   if (policy_.wants_aging(++accesses_, arena_.slot_count()))
     for (auto& f : frequency_) f /= 2;
@@ -352,12 +357,13 @@ void Cache::done(ClientId c, uint64_t request_id, uint64_t lease_id,
   drain_waiting();
 }
 
-int32_t Cache::pick_victim() const {
+int32_t Cache::pick_victim(uint64_t spare_round) const {
   int32_t best = -1;
   SlotView bv;
   for (uint32_t s = 0; s < slots_.size(); ++s) {
     const Slot& sl = slots_[s];
     if (sl.state != State::Ready || sl.pins != 0 || board_pinned(s)) continue;
+    if (spare_round != 0 && sl.hint_round == spare_round) continue;
     SlotView v{sl.last_access, sl.inserted, frequency_[key(sl.layer, sl.expert)], 0.0};
     if (affinity_ && evicting_client_ >= 0 && sl.layer > evicting_layer_) {
       if (affinity_grant_[s] != grants_) {  // a later layer's expert: held since the grant began
@@ -380,7 +386,8 @@ int32_t Cache::take_slot() {
   }
   mark_board_pins();
   for (;;) {
-    int32_t best = pick_victim();
+    int32_t best = cfg_.prefetch_admit_spare ? pick_victim(hint_round_) : -1;
+    if (best < 0) best = pick_victim();
     if (best < 0 || evict(static_cast<uint32_t>(best))) return best;
   }
 }
@@ -624,8 +631,12 @@ void Cache::expire_waiting() {
 }
 
 void Cache::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
+  const bool spare = cfg_.prefetch_admit_spare;
   for (uint32_t e : experts) {
-    if (index_[key(layer, e)] >= 0) continue;
+    if (const int32_t r = index_[key(layer, e)]; r >= 0) {
+      if (spare && slots_[r].state == State::Ready) slots_[r].hint_round = hint_round_;
+      continue;
+    }
     if (!waiting_.empty() || prefetch_inflight_ >= cfg_.prefetch_inflight_max) {
       ++stats_.c.prefetch_dropped;
       continue;
@@ -638,8 +649,8 @@ void Cache::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
       s = take_slot();
     } else {
       mark_board_pins();
-      s = pick_victim();
-      if (s >= 0 && !cfg_.prefetch_admit_always &&
+      s = pick_victim(spare ? hint_round_ : 0);
+      if (s >= 0 && !cfg_.prefetch_admit_always && !spare &&
           frequency_[key(layer, e)] <= frequency_[key(slots_[s].layer, slots_[s].expert)]) {
         ++stats_.c.prefetch_rejected;
         continue;
@@ -652,6 +663,7 @@ void Cache::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
     }
     ++stats_.c.prefetch_issued;
     start_load(static_cast<uint32_t>(s), layer, e, false);
+    if (spare) slots_[s].hint_round = hint_round_;
   }
 }
 

@@ -53,6 +53,10 @@ struct CacheConfig {
   uint32_t prefetch_inflight_max = 0;  // 0 = slot_count / 4
   bool verify_checksums = true;
   bool prefetch_admit_always = false;  // a hint may evict the policy's victim, colder or not
+  // A hint evicts the policy's victim among experts no hint of the current step named (a step:
+  // from an acquire of a lower layer than the one before), and every eviction spares those
+  // first: a burst of hints (speculative drafts' routing) never evicts its own.
+  bool prefetch_admit_spare = false;
 };
 
 enum class IdsFor { Acquire, Board, Hint };
@@ -125,6 +129,7 @@ class Cache {
     bool prefetched = false;
     bool demand = false;
     bool started_as_prefetch = false;
+    uint64_t hint_round = 0;  // the step a hint last named it in (0: none since its last use)
     // Announced (Cache::announce): the access is counted already (kTouched), and a slot the
     // announce loaded (kLoaded) counts as a miss when it is acquired, not a hit.
     enum : uint8_t { kNone, kTouched, kLoaded } announce = kNone;
@@ -150,8 +155,9 @@ class Cache {
   bool load_fresh(Lease& l, uint64_t lease_id, uint32_t i, uint32_t s);
   void drain_waiting();
   int32_t take_slot();  // a FREE slot, or the policy's victim; -1 when none
-  int32_t pick_victim()
-      const;  // the policy's victim among unpinned READY slots, not evicted; -1 when none
+  // The policy's victim among unpinned READY slots, not evicted; -1 when none. spare_round > 0:
+  // none that a hint named in that step.
+  int32_t pick_victim(uint64_t spare_round = 0) const;
   // False when an engine pinned the slot from the board: it stays.
   bool evict(uint32_t slot);
   // True when the expert was copied up from the host tier: READY at once, no read.
@@ -188,6 +194,8 @@ class Cache {
   HostTier host_;
   std::vector<std::pair<uint32_t, uint32_t>> warm_;  // (layer, expert) to read, most popular last
   uint64_t clock_ = 0, accesses_ = 0;
+  uint64_t hint_round_ = 1;          // prefetch_admit_spare: the current step
+  uint32_t last_acquire_layer_ = 0;  // a lower layer starts a step
   uint32_t prefetch_inflight_ = 0, loading_ = 0;
   // Loads waiting for the arena to take another read (cuda: a free staging buffer).
   std::deque<uint32_t> deferred_demand_, deferred_prefetch_;

@@ -135,8 +135,10 @@ Result<Config> parse_config(int argc, char** argv, int* exit_code) {
       ->capture_default_str();
   app.add_option("--prefetch-admit", c.prefetch_admit,
                  "a hint into a full cache: colder (evict only an expert acquired less often "
-                 "than the hinted one) or always (evict the policy's victim)")
-      ->check(CLI::IsMember({"colder", "always"}))
+                 "than the hinted one), always (evict the policy's victim), or spare (evict the "
+                 "policy's victim among experts no hint of the current step named, and spare "
+                 "those on every eviction: for speculative decoding's draft hints)")
+      ->check(CLI::IsMember({"colder", "always", "spare"}))
       ->capture_default_str();
   app.add_option("--verify-checksums", c.verify_checksums,
                  "check every read against the manifest's xxh3")

@@ -39,7 +39,7 @@ struct Config {
   uint32_t acquire_wait_ms_max = 30000;
   bool verify_checksums = true;
   bool residency_board = true;            // proto/board.h
-  std::string prefetch_admit = "colder";  // colder | always
+  std::string prefetch_admit = "colder";  // colder | always | spare
   bool lock_memory = true;
   std::string socket_group;  // chown the socket to this group (0660)
   std::string stats_path;

@@ -118,6 +118,7 @@ int run(const Config& cfg) {
   cc.acquire_wait_ms_max = cfg.acquire_wait_ms_max;
   cc.verify_checksums = cfg.verify_checksums;
   cc.prefetch_admit_always = cfg.prefetch_admit == "always";
+  cc.prefetch_admit_spare = cfg.prefetch_admit == "spare";
   std::unique_ptr<Server> server;
   Cache* cache_ptr = nullptr;
   auto io = IoEngine::create(pack_fd->get(), cfg.queue_depth, cfg.inflight_mib << 20,

@@ -366,7 +366,7 @@ Result<SimResult> simulate_queue(const Trace& t, uint32_t slots, QueuePolicy& p)
 // The daemon's policies replay through the real Cache (daemon/cache_sim.h): each record an
 // acquire of its experts in one wave, its reads completed, its lease released.
 Result<SimResult> simulate_cache(const Trace& t, uint32_t slots, EvictionPolicy& policy,
-                                 int hints = 0) {  // 0: none, 1: admitted if colder, 2: always
+                                 int hints = 0) {  // 0: none, 1: colder, 2: always, 3: spare
   const pack::Manifest m = sim::manifest(t.n_layers, t.n_experts);
   sim::NullArena arena(slots, 4096);
   sim::RecordingSink sink;
@@ -376,6 +376,7 @@ Result<SimResult> simulate_cache(const Trace& t, uint32_t slots, EvictionPolicy&
   cfg.max_experts_per_request = slots;  // a record is one wave
   cfg.waiting_acquires_max = 1;
   cfg.prefetch_admit_always = hints == 2;
+  cfg.prefetch_admit_spare = hints == 3;
   Cache cache(m, arena, policy, sink, cfg);
   cache.set_io(&reader);
   uint64_t request = 0;
@@ -438,7 +439,8 @@ std::vector<std::string> lab_policy_names() {
 Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& policy_name) {
   if (slots == 0) return make_error("no slots");
   if (auto q = make_queue_policy(policy_name, slots)) return simulate_queue(t, slots, *q);
-  for (const auto& [suffix, mode] : {std::pair{"+hints", 1}, std::pair{"+hints-always", 2}})
+  for (const auto& [suffix, mode] :
+       {std::pair{"+hints", 1}, std::pair{"+hints-always", 2}, std::pair{"+hints-spare", 3}})
     if (policy_name.ends_with(suffix)) {
       auto p = make_policy(policy_name.substr(0, policy_name.size() - std::strlen(suffix)));
       if (!p) return make_error("unknown policy " + policy_name);

@@ -54,14 +54,14 @@ struct SimResult {
 // learned online from the steps before (daemon/affinity.h; the daemon's --policy lfru+affinity).
 // "P+hints" (P one of the daemon's): P through the Cache with the trace's Prefetch hints
 // replayed as the daemon takes them (a hint takes a free slot or evicts only a colder expert;
-// "+hints-always": --prefetch-admit always); the hints' reads complete before the next acquire
-// (no clock: a bound on what they save), and are counted apart from the misses.
-// "lfru+drafts": the hints as knowledge of the step they were sent in (speculative decoding's
-// draft hints name the experts the drafts' earlier occurrence routed to): lfru that keeps an
-// expert hinted for the current step, until it is acquired, over any other, and reads nothing
-// more; "lfru+drafts+prefetch" also reads each hinted expert into a free slot or in place of an
-// expert no hint named (never evicting a hinted one).
-// A request of more experts than `slots` is refused (an error).
+// "+hints-always", "+hints-spare": --prefetch-admit always, spare); the hints' reads complete
+// before the next acquire (no clock: a bound on what they save), and are counted apart from the
+// misses. "lfru+drafts": the hints as knowledge of the step they were sent in (speculative
+// decoding's draft hints name the experts the drafts' earlier occurrence routed to): lfru that
+// keeps an expert hinted for the current step, until it is acquired, over any other, and reads
+// nothing more; "lfru+drafts+prefetch" also reads each hinted expert into a free slot or in place
+// of an expert no hint named (never evicting a hinted one). A request of more experts than `slots`
+// is refused (an error).
 Result<SimResult> simulate(const Trace& t, uint32_t slots, const std::string& policy);
 // The trace with each request of more experts than `slots` (a speculative verify eval's union
 // at a small size) split in waves of `slots`, as the daemon grants it (the engine hands each

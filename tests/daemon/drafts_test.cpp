@@ -56,13 +56,26 @@ TEST_F(DaemonTest, DraftReportsAreSummedPerEngineAndInTotal) {
 }
 
 // Prefetch hints are trace records of their own (bit 15 of the layer); the lab's "lfru+hints"
-// replays them through the Cache as the daemon took them and reproduces its hits and hint reads
-// exactly (each hint's reads are let land before the next acquire, as the lab assumes); plain
-// "lfru" on the same trace ignores them.
-TEST_F(DaemonTest, TraceHintsReplayedByTheLabReproduceTheDaemon) {
-  std::string trace = local_ / "hints.trace";
-  auto d = start({"--cache-slots", "8", "--policy", "lfru", "--clients-max", "1",
-                  "--max-experts-per-request", "3", "--trace-path", trace});
+// ("lfru+hints-spare" for --prefetch-admit spare) replays them through the Cache as the daemon
+// took them and reproduces its hits and hint reads exactly (each hint's reads are let land
+// before the next acquire, as the lab assumes); plain "lfru" on the same trace ignores them.
+class HintsTest : public DaemonTest {
+ protected:
+  void replay_with_hints(const std::string& admit);
+};
+
+TEST_F(HintsTest, TraceHintsReplayedByTheLabReproduceTheDaemon) {
+  for (const std::string admit : {"colder", "spare"}) {
+    SCOPED_TRACE(admit);
+    replay_with_hints(admit);
+  }
+}
+
+void HintsTest::replay_with_hints(const std::string& admit) {
+  std::string trace = local_ / ("hints-" + admit + ".trace");
+  auto d =
+      start({"--cache-slots", "8", "--policy", "lfru", "--clients-max", "1",
+             "--max-experts-per-request", "3", "--trace-path", trace, "--prefetch-admit", admit});
   auto c = connect();
   std::mt19937 rng(7);
   auto pick = [&](size_t n) {
@@ -94,7 +107,7 @@ TEST_F(DaemonTest, TraceHintsReplayedByTheLabReproduceTheDaemon) {
   ASSERT_TRUE(t) << t.error().message;
   EXPECT_EQ(t->records.size(), 200u);
   EXPECT_EQ(t->hints.size(), hinted);
-  auto sim = daemon::simulate(*t, 8, "lfru+hints");
+  auto sim = daemon::simulate(*t, 8, admit == "spare" ? "lfru+hints-spare" : "lfru+hints");
   ASSERT_TRUE(sim) << sim.error().message;
   EXPECT_EQ(sim->hits, hits);
   EXPECT_EQ(sim->prefetch_reads, issued);
@@ -115,4 +128,35 @@ TEST_F(DaemonTest, TraceHintsReplayedByTheLabReproduceTheDaemon) {
   EXPECT_GT(pre->prefetch_reads, 0u);
   EXPECT_LE(pre->prefetch_used, pre->prefetch_reads);
   EXPECT_FALSE(daemon::simulate(*t, 8, "nonsense+hints"));
+}
+
+// --prefetch-admit spare: an expert hinted for the current step is spared by a demand miss that
+// needs a slot (a later layer's hint survives the earlier layers' reads); with always, the
+// policy's victim is the hinted expert itself (never acquired yet: the coldest), read for nothing.
+TEST_F(HintsTest, SpareKeepsTheStepsHintedExpertsUntilTheirLayerComes) {
+  for (const std::string admit : {"always", "spare"}) {
+    SCOPED_TRACE(admit);
+    auto d = start({"--cache-slots", "4", "--policy", "lfru", "--clients-max", "1",
+                    "--max-experts-per-request", "2", "--prefetch-admit", admit});
+    auto c = connect();
+    use(*c, 0, {0, 1});
+    use(*c, 1, {2, 3});                                     // full
+    use(*c, 0, {0});                                        // a new step
+    ASSERT_TRUE(c->prefetch(1, std::vector<uint32_t>{5}));  // in place of (0, 1)
+    for (int w = 0; w < 400 && stat(*c, "prefetch_issued") + stat(*c, "slots_loading") != 1; ++w)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ASSERT_EQ(stat(*c, "prefetch_issued"), 1);
+    use(*c, 0, {6});  // a miss of the same step: needs a slot
+    const double hits = stat(*c, "cache_hits");
+    use(*c, 1, {5});
+    if (admit == "spare") {
+      EXPECT_EQ(stat(*c, "cache_hits"), hits + 1);
+      EXPECT_EQ(stat(*c, "prefetch_used"), 1);
+    } else {
+      EXPECT_EQ(stat(*c, "cache_hits"), hits);
+      EXPECT_EQ(stat(*c, "prefetch_wasted"), 1);
+    }
+    c.reset();
+    ASSERT_EQ(d->stop(), 0);
+  }
 }
