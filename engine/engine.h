@@ -121,7 +121,6 @@ class Engine {
   const SourceStats& source_stats() const { return experts_.stats(); }
   std::string device_name() const { return ops_->name(); }
   uint64_t weight_copy_bytes() const { return ops_->weight_copy_bytes(); }
-  // Routing of the last eval: [layer][token] (empty for dense layers).
   // A hint that these experts of layer il will be wanted soon (the source sends it after the
   // eval's next acquire): for callers that know more than the routers, as speculative drafts'
   // copied routing (engine/draft_hints.h). Never changes the math.
@@ -133,6 +132,7 @@ class Engine {
   void report_drafts(uint64_t steps, uint64_t drafted, uint64_t accepted) {
     experts_.report_drafts(steps, drafted, accepted);
   }
+  // Routing of the last eval: [layer][token] (empty for dense layers).
   const std::vector<std::vector<Route>>& routes() const { return routes_; }
 
   // For the architectures' blocks.

@@ -621,9 +621,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   gen->add_flag("--draft-hints,!--no-draft-hints", g.draft_hints,
                 "with --speculative and expertd: before each verify eval, hint every layer's "
-                "experts that the drafts' earlier occurrence routed to (the same text routed the "
-                "same way), so deep layers' misses are read while shallow layers compute; the "
-                "output is unchanged (default: on)");
+                "experts that the drafts' earlier occurrence routed to (without drafts, the "
+                "pending token's latest earlier occurrence's), so deep layers' misses are read "
+                "while shallow layers compute; the output is unchanged (default: on)");
 
   auto* bench = app.add_subcommand(
       "bench", "prefill and decode tokens/s; hit rate and bytes read through expertd");

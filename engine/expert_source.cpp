@@ -71,8 +71,13 @@ class DaemonSource final : public ExpertSource {
     return m ? std::move(*m) : std::vector<expertd::proto::Metric>{};
   }
 
+  // A daemon older than DraftReport answers each with an error: the first one seen ends the
+  // reports on this connection (a new one, after a restart, tries again).
   void report_drafts(uint64_t steps, uint64_t drafted, uint64_t accepted) override {
-    if (!c_->broken()) (void)c_->report_drafts(steps, drafted, accepted);
+    if (const auto err = c_->take_async_error();
+        err && err->find("not accepted") != std::string::npos)
+      drafts_refused_ = true;
+    if (!c_->broken() && !drafts_refused_) (void)c_->report_drafts(steps, drafted, accepted);
   }
 
   bool wants_hints() const override { return true; }
@@ -112,6 +117,7 @@ class DaemonSource final : public ExpertSource {
       EXPERTD_TRY(check_daemon(m_, **c, o_.arena_kind));  // another model: an error at once
       EXPERTD_TRY(slots_->reopen((*c)->info()));
       c_ = std::move(*c);
+      drafts_refused_ = false;
       bind();
       ++stats_.reconnects;
       return {};
@@ -212,6 +218,7 @@ class DaemonSource final : public ExpertSource {
 
   const Model& m_;
   std::unique_ptr<expertd::client::Client> c_;
+  bool drafts_refused_ = false;  // this connection's daemon refused a DraftReport (older)
   std::unique_ptr<SlotMemory> slots_;
   DaemonOptions o_;
   std::vector<int> pack_layer_;

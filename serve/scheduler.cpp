@@ -500,8 +500,10 @@ void Scheduler::step() {
         s.feed.insert(s.feed.end(), d.begin(), d.end());
         // Draft hints: the copied positions' routing and the pending token's twin's (without
         // drafts, the twin alone), sent after the eval's first acquire.
-        const int64_t twin = from >= 1 ? from - 1 : engine::pending_twin(s.history);
-        if (s.routing && twin >= 0) s.routing->hint(*engine_, twin, int(d.size()) + 1);
+        if (s.routing)
+          if (const int64_t twin = from >= 1 ? from - 1 : engine::pending_twin(s.history);
+              twin >= 0)
+            s.routing->hint(*engine_, twin, int(d.size()) + 1);
         all_logits = all_logits || d.size() > 0;
         // A recurrent state is kept before the verify, to go back to the kept drafts.
         if (!d.empty() && marked)
@@ -604,7 +606,9 @@ void Scheduler::step() {
       if (prefix_) s.evaluated.push_back(tok);
     }
     if (s.draft_max > 0) s.draft_len.update(int(k), int(kept));
-    if (s.routing && !finished)  // the pending token's row and the kept drafts'
+    // A decoding step's routing: the pending token's row and the kept drafts' (a prompt chunk's
+    // was kept above), read before any cut (below) replaces the eval's routing.
+    if (s.routing && !finished && chunk_from[i] >= s.req->prompt.size())
       s.routing->record(*engine_, engine_->n_past(s.slot) - int(k) - 1, int(first_row[i]),
                         int(kept) + 1);
     if (k > 0) {
