@@ -98,8 +98,10 @@ using BeforeVerify = std::function<void(const DraftStep&)>;
 // most len.next(), and what the context has room for), one batched eval of the pending token and
 // the drafts, the walk, and the cache cut back to the pending token and the kept drafts; len is
 // updated. The last emitted token is the new pending one. A DraftLength of max 0 is plain
-// decoding (one token per eval). Needs a model whose caches can be cut (Engine::can_cut) unless
-// len.max() is 0.
+// decoding (one token per eval). On a model with a recurrent state the step marks it before the
+// verify and, after a rejection, restores it and evaluates the kept tokens again (Engine::mark,
+// Engine::cut): Engine::routes() then holds that second eval's rows (the same tokens, the same
+// routing) rather than the verify's.
 expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> history,
                                  const NgramDrafter& drafter, DraftLength& len, Sampler& sampler,
                                  DraftStats& stats, DraftStep& out,

@@ -625,8 +625,7 @@ void Scheduler::step() {
   // the eval's routing.
   for (const Cut& c : cuts) {
     Seq& s = active_[c.seq];
-    if (auto st = engine_->cut(s.slot, c.n, std::span<const int32_t>(s.feed).first(c.kept));
-        !st) {
+    if (auto st = engine_->cut(s.slot, c.n, std::span<const int32_t>(s.feed).first(c.kept)); !st) {
       s.req->finish(Finish::Error, {}, st.error().message);
       if (std::find(done.begin(), done.end(), c.seq) == done.end()) done.push_back(c.seq);
     }
