@@ -31,14 +31,6 @@ Engine::Engine(const Model& m, std::unique_ptr<Ops> ops, std::unique_ptr<ExpertS
 
 Engine::~Engine() = default;
 
-bool caches_can_cut(const Model& m, int n_ctx) {
-  for (int il = 0; il < m.hp.n_layer; ++il) {
-    const KvRows r = m.arch->kv_rows(m.hp, il, n_ctx);
-    if (r.state > 0 || r.kv_state > 0) return false;
-  }
-  return true;
-}
-
 void Engine::init(int n_seq) {
   assert(n_seq >= 1);
   n_past_.assign(n_seq, 0);

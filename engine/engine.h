@@ -44,10 +44,6 @@ struct SeqTokens {
   std::span<const int32_t> tokens;
 };
 
-// No layer of the model keeps a recurrent state: its caches are rows per position, so a sequence
-// can go back to any earlier position (Engine::cut, load_state at a shorter n). At n_ctx positions.
-bool caches_can_cut(const Model& m, int n_ctx);
-
 class Engine {
  public:
   // The CPU backend with n_threads threads; experts from `experts`. n_seq sequences (slots),
