@@ -116,6 +116,8 @@ struct SynthModel {
   // own; -1: the trunk's last.
   int nextn_like = -1;
   std::string nextn_out_norm = "nextn.shared_head_norm.weight";  // their final norm's name
+  // Names (after blk.N.) that start the trunk block's tensors the NextN blocks leave out.
+  std::vector<std::string> nextn_drop;
 };
 // --dims: n_embd, n_layer, n_expert, n_expert_used, n_ff_exp[, n_head, n_head_kv[, n_vocab]].
 struct SynthDims {
@@ -149,6 +151,17 @@ class Arch {
     (void)e;
     return x;
   }
+  // NextN drafting (engine/nextn.cpp), on the architectures that run their NextN block (they set
+  // hp.n_nextn in read_hparams). The trunk's hidden row the block reads (nextn_cols wide) from the
+  // residual stream after the blocks (x) and end_eval's rows (out); the block's residual stream
+  // (residual_cols wide) from a token's embedding and such a row; the rows its head reads, and the
+  // hidden row its next draft reads, from the stream after the block. The defaults are GLM-4.5's
+  // (llama.cpp's glm4-moe graph_mtp): the output-normed final row; eh_proj([enorm(embedding),
+  // hnorm(hidden)]); shared_head_norm (or output_norm), whose rows are also the next hidden.
+  virtual int64_t nextn_cols(const Hparams& hp) const { return hp.n_embd; }
+  virtual Act nextn_hidden(Engine& e, const Model& m, Act x, Act out) const;
+  virtual Act nextn_input(Engine& e, const Model& m, Act emb, Act h) const;
+  virtual Act nextn_head(Engine& e, const Model& m, Act x, Act* next_hidden) const;
   // The residual stream as the next layers' routers would read it before their norms (what the
   // prefetcher predicts from): the stream itself, or a reduction of a wide one.
   virtual Act router_stream(Engine& e, Act x) const {

@@ -93,6 +93,9 @@ class CpuOps final : public Ops {
   void to_host(Act x, float* dst) override {
     std::memcpy(dst, x.data, sizeof(float) * x.rows * x.cols);
   }
+  void from_host(const float* src, Act x) override {
+    std::memcpy(x.data, src, sizeof(float) * x.rows * x.cols);
+  }
 
   // A column view is gathered into whole rows first (and the product scattered into one).
   void matmul(const Tensor& w, Cols x, Cols y) override {

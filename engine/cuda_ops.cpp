@@ -189,6 +189,11 @@ class CudaOps final : public Ops {
                                       cudaMemcpyDeviceToHost, stream_));
     check("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
   }
+  void from_host(const float* src, Act x) override {
+    if (!ok()) return;  // From pageable memory: CUDA has taken the bytes when the call returns.
+    check("upload", cudaMemcpyAsync(x.data, src, sizeof(float) * x.rows * x.cols,
+                                    cudaMemcpyHostToDevice, stream_));
+  }
 
   // A column view is gathered into whole rows first (and the product scattered into one).
   void matmul(const Tensor& w, Cols x, Cols y) override {

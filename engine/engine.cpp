@@ -34,12 +34,15 @@ Engine::~Engine() = default;
 void Engine::init(int n_seq) {
   assert(n_seq >= 1);
   n_past_.assign(n_seq, 0);
+  const int n_blocks = m_.hp.n_blocks();  // the NextN block's cache too, where it is loaded
   for (int d = 0; d < 2; ++d)
-    predicted_[d].assign(m_.hp.n_layer, {}), pred_stats_[d].assign(m_.hp.n_layer, {});
-  hashed_.assign(m_.hp.n_layer, {});
-  hashed_stats_.assign(m_.hp.n_layer, {});
+    predicted_[d].assign(n_blocks, {}), pred_stats_[d].assign(n_blocks, {});
+  hashed_.assign(n_blocks, {});
+  hashed_stats_.assign(n_blocks, {});
+  hidden_.resize(size_t(n_seq));
+  for (int slot = 0; slot < n_seq; ++slot) forget_hidden(slot);
   std::vector<KvRows> rows;
-  for (int il = 0; il < m_.hp.n_layer; ++il) {
+  for (int il = 0; il < n_blocks; ++il) {
     rows.push_back(m_.arch->kv_rows(m_.hp, il, n_ctx_));
     const KvRows& r = rows.back();
     if (r.state > 0 || r.kv_state > 0) can_cut_ = false;
@@ -70,6 +73,7 @@ expertd::Status Engine::load_state(int slot, const SeqState& s, int n) {
     return make_error("the state does not fit this model's caches (or the backend cannot load it)");
   n_past_[size_t(slot)] = n;
   if (!marks_.empty()) marks_[size_t(slot)].n_past = -1;
+  forget_hidden(slot);  // not in the state: the first drafts after it are the weaker
   return {};
 }
 
@@ -80,11 +84,13 @@ expertd::Status Engine::cut(int slot, int n) {
     return make_error("cannot cut a sequence of " + std::to_string(n_past_[size_t(slot)]) +
                       " positions to " + std::to_string(n));
   n_past_[size_t(slot)] = n;
+  hidden_at(slot, n);
   return {};
 }
 
 expertd::Status Engine::mark(int slot) {
   if (slot < 0 || slot >= n_seq()) return make_error("no sequence " + std::to_string(slot));
+  hidden_[size_t(slot)].marked = hidden_[size_t(slot)].pending;
   if (can_cut_) return {};
   Mark& m = marks_[size_t(slot)];
   // Positions 0 of the rows per position: the fixed-size parts alone.
@@ -109,6 +115,7 @@ expertd::Status Engine::cut(int slot, int n, std::span<const int32_t> kept) {
   if (!ops_->load_slot(slot, 0, 0, m.state))
     return make_error("the recurrent state could not be restored");
   n_past_[size_t(slot)] = from;
+  hidden_[size_t(slot)].pending = hidden_[size_t(slot)].marked;  // the kept tokens' eval sets it
   if (kept.empty()) return {};
   std::vector<float> discard;
   const SeqTokens seq{slot, kept};
@@ -116,8 +123,8 @@ expertd::Status Engine::cut(int slot, int n, std::span<const int32_t> kept) {
 }
 
 void Engine::reset_prediction_stats() {
-  for (auto& s : pred_stats_) s.assign(m_.hp.n_layer, {});
-  hashed_stats_.assign(m_.hp.n_layer, {});
+  for (auto& s : pred_stats_) s.assign(m_.hp.n_blocks(), {});
+  hashed_stats_.assign(m_.hp.n_blocks(), {});
 }
 
 expertd::Status Engine::eval(std::span<const int32_t> tokens, bool all_logits,
@@ -169,7 +176,7 @@ expertd::Status Engine::run(std::span<const SeqTokens> seqs, bool all_logits,
   ops_->embed(m_.tok_embd, tokens_, emb);
   const int64_t cols = m_.arch->residual_cols(hp);
   x_ = cols == hp.n_embd ? emb : ops_->alloc(T, cols);
-  routes_.assign(hp.n_layer, {});
+  routes_.assign(hp.n_blocks(), {});
   carried_.clear();
   m_.arch->begin_eval(*this, emb, x_);
   for (int il = 0; il < hp.n_layer; ++il) {
@@ -181,6 +188,8 @@ expertd::Status Engine::run(std::span<const SeqTokens> seqs, bool all_logits,
   }
   Act out = m_.arch->end_eval(*this, x_);
   if (auto st = ops_->status(); !st) return st;
+  if (nextn_on_)
+    if (auto st = nextn_catch_up(x_, out); !st) return st;
   for (const SeqRows& r : rows_) n_past_[r.slot] += int(r.n);
   Act last;
   if (all_logits) {

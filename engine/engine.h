@@ -75,6 +75,7 @@ class Engine {
   void reset(int slot = 0) {
     n_past_[slot] = 0;
     if (!marks_.empty()) marks_[size_t(slot)].n_past = -1;
+    forget_hidden(slot);
   }
   // Sequence `slot`'s state now (an error where the backend cannot copy its caches).
   expertd::Status save_state(int slot, SeqState& out);
@@ -96,6 +97,20 @@ class Engine {
   // recurrences token by token, so batch size does not change their bits).
   expertd::Status mark(int slot);
   expertd::Status cut(int slot, int n, std::span<const int32_t> kept);
+  // NextN drafting, on a model loaded with its NextN block (hp.n_nextn > 0; llama.cpp's MTP
+  // drafting). With it on, every eval also runs the block over the eval's tokens, token p with
+  // the trunk's hidden row at p - 1 (its output-normed final row, llama.cpp's h_nextn): the
+  // block's own cache follows the trunk's positions, as llama.cpp's MTP context is caught up on
+  // every target batch. It costs one more MoE block per eval and never changes the trunk's math.
+  expertd::Status set_nextn(bool on);
+  bool nextn_on() const { return nextn_on_; }
+  // Up to `max` drafts to follow `pending` (sequence `slot`'s next token, not evaluated yet): the
+  // block's argmax from (pending, the trunk's hidden row before it), then from each draft and the
+  // block's own hidden row, one position further each. The trunk's caches are untouched; the
+  // block's rows at those positions are rewritten by the next eval's catch-up. logits: each
+  // draft's row (max x n_vocab), when given.
+  expertd::Status draft_nextn(int slot, int32_t pending, int max, std::vector<int32_t>& out,
+                              std::vector<float>* logits = nullptr);
   KvType kv_type() const { return kv_; }
   // Before a layer's experts run, hint the next MoE layer's likely experts to the source: the
   // next router applied to the current residual stream (DESIGN.md, "Overlap").
@@ -168,7 +183,20 @@ class Engine {
     int n_past = -1;  // -1: none
     std::vector<uint8_t> state;
   };
-  std::vector<Mark> marks_;      // per sequence, where !can_cut_
+  std::vector<Mark> marks_;  // per sequence, where !can_cut_
+  // NextN drafting: per sequence, the trunk's hidden row before its pending token (zeros where
+  // unknown: a new sequence, a loaded state), and the last eval's last hidden rows (a cut's new
+  // pending row is among them), from position pos0; at a mark, the row then.
+  struct Hidden {
+    std::vector<float> pending, rows, marked;
+    int64_t pos0 = 0;
+  };
+  bool nextn_on_ = false;
+  std::vector<Hidden> hidden_;
+  void forget_hidden(int slot);
+  void hidden_at(int slot, int n);  // the pending row after a cut to n positions
+  expertd::Status nextn_catch_up(Act x, Act out);
+  Act nextn_block(Act h);        // the block over the eval's tokens_ (rows_), h its hidden rows
   std::vector<Act> carried_;     // the architecture's activations across the eval's blocks
   expertd::Status first_error_;  // the first error of the eval in progress
   std::vector<std::vector<Route>> routes_;

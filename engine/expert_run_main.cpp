@@ -45,6 +45,7 @@ struct Common {
   int reconnect_s = 30;
   std::vector<CLI::Option*> reconnect_opts;
   int reconnect_ms() const { return reconnect ? reconnect_s * 1000 : 0; }
+  bool nextn = false;  // load the NextN block (generate --speculative mtp)
 };
 
 void add_common(CLI::App* c, Common& o) {
@@ -122,7 +123,7 @@ Loaded load(Common o) {
   if (!f) die(f.error().message);
   l.file = std::make_unique<gguf::Model>(std::move(*f));
   prefault(*l.file);
-  auto m = Model::load(*l.file);
+  auto m = Model::load(*l.file, o.nextn);
   if (!m) die(m.error().message);
   l.model = std::make_unique<Model>(std::move(*m));
   if (o.local && !o.socket.empty()) die("--local and --socket exclude each other");
@@ -296,7 +297,7 @@ int cmd_generate(const Common& o, GenOptions g) {
   uint64_t model_id = 0;
   size_t resumed = 0;
   if (!g.prompt_cache.empty()) {
-    auto id = engine::model_identity(l.path, o.kv_type());
+    auto id = engine::model_identity(l.path, o.kv_type(), o.nextn);
     if (!id) die(id.error().message);
     model_id = *id;
     resumed = resume_prompt(*eng, g.prompt_cache, model_id, ids);
@@ -307,7 +308,7 @@ int cmd_generate(const Common& o, GenOptions g) {
   double prefill_s = secs(t0);
   // --draft-hints: each position's routing, hinted when drafts copy it.
   const bool hints = g.draft != engine::DraftKind::None && g.draft_hints && eng->wants_hints();
-  engine::RouteHistory routing(l.model->hp.n_layer, eng->n_ctx());
+  engine::RouteHistory routing(l.model->hp.n_blocks(), eng->n_ctx());
   engine::DraftHintStats hinted;
   if (hints) routing.record(*eng, int(resumed), 0, int(ids.size() - resumed));
   if (!g.prompt_cache.empty()) {
@@ -325,7 +326,9 @@ int cmd_generate(const Common& o, GenOptions g) {
   // Each step draws one or more tokens (speculative: the kept drafts and one more); the last is
   // the pending one, evaluated by the next step.
   std::vector<int32_t> history = ids, fresh{sampler.sample(logits)};
-  engine::NgramDrafter drafter;
+  engine::Drafter drafter{g.draft};
+  if (g.draft == engine::DraftKind::Mtp)
+    if (auto st = eng->set_nextn(true); !st) die(st.error().message);
   engine::DraftStats drafts;
   engine::DraftStep step;
   const int draft_max = g.draft == engine::DraftKind::None ? 0 : g.draft_max;
@@ -612,9 +615,11 @@ int main(int argc, char** argv) {
                 "timings, the drafts' acceptance and the daemon's stats delta on stderr");
   std::string speculative = "none";
   gen->add_option("--speculative", speculative,
-                  "draft tokens verified in one batched eval (greedy output unchanged): none, or "
-                  "ngram (prompt lookup: what followed the text's latest repeat)")
-      ->check(CLI::IsMember({"none", "ngram"}))
+                  "draft tokens verified in one batched eval (greedy output unchanged): none, "
+                  "ngram (prompt lookup: what followed the text's latest repeat), or mtp (the "
+                  "model's own NextN block, as llama.cpp's draft-mtp: GLM-4.5/4.6/4.7 files "
+                  "that carry it; through expertd its pack must hold the block's experts)")
+      ->check(CLI::IsMember({"none", "ngram", "mtp"}))
       ->capture_default_str();
   gen->add_option("--draft-max", g.draft_max, "most draft tokens per step")
       ->check(CLI::Range(1, 64))
@@ -667,6 +672,7 @@ int main(int argc, char** argv) {
       co.reconnect = true;
     if (g.prompt.empty() && g.prompt_file.empty()) die("generate needs --prompt or --prompt-file");
     g.draft = *engine::parse_draft_kind(speculative);  // checked by the option
+    co.nextn = g.draft == engine::DraftKind::Mtp;
     return cmd_generate(co, g);
   }
   if (bench->parsed()) return cmd_bench(co, n_prompt, n_gen, json);

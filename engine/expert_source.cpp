@@ -92,8 +92,8 @@ class DaemonSource final : public ExpertSource {
  private:
   void bind() {
     const auto& info = c_->info();
-    pack_layer_.assign(m_.hp.n_layer, -1);
-    for (int il = 0; il < m_.hp.n_layer; ++il)
+    pack_layer_.assign(m_.hp.n_blocks(), -1);
+    for (int il = 0; il < m_.hp.n_blocks(); ++il)
       pack_layer_[il] = info.pack_layer_of(static_cast<uint32_t>(il));
     // Role layouts resolved once (check_daemon checked they exist), not per expert.
     roles_.clear();
@@ -276,12 +276,16 @@ expertd::Status check_daemon(const Model& m, const expertd::client::Client& c,
   if (static_cast<int>(info.n_experts) != m.hp.n_expert)
     return make_error("expertd serves " + std::to_string(info.n_experts) +
                       " experts per layer, the model has " + std::to_string(m.hp.n_expert));
-  for (int il = 0; il < m.hp.n_layer; ++il) {
+  for (int il = 0; il < m.hp.n_blocks(); ++il) {
     const MoeWeights* moe = m.moe(il);
     if (!moe) continue;
     const uint64_t E = static_cast<uint64_t>(moe->n_embd ? moe->n_embd : m.hp.n_embd);
     int pl = info.pack_layer_of(static_cast<uint32_t>(il));
-    if (pl < 0) return make_error("expertd's pack lacks MoE layer " + std::to_string(il));
+    if (pl < 0)
+      return make_error("expertd's pack lacks MoE layer " + std::to_string(il) +
+                        (il >= m.hp.n_layer ? " (the NextN block: packs from expert-pack before "
+                                              "NextN drafting leave it out; build the pack again)"
+                                            : ""));
     for (const char* r : {"gate", "up", "down"}) {
       const auto* role = info.layers[pl].find(r);
       if (!role)

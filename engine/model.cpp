@@ -20,7 +20,7 @@ const MoeWeights* Model::moe(int il) const {
 }
 
 bool Model::is_routed_experts(const Tensor& t) const {
-  for (int il = 0; il < hp.n_layer; ++il)
+  for (int il = 0; il < hp.n_blocks(); ++il)
     if (const MoeWeights* w = moe(il))
       for (const Tensor* e : {&w->gate_exps, &w->up_exps, &w->down_exps, &w->gate_exps_b,
                               &w->up_exps_b, &w->down_exps_b})
@@ -91,7 +91,7 @@ expertd::Status bind(const gguf::Model& f, const TensorSpec& s, const gguf::Tens
 namespace {
 
 // Reads the hyper-parameters and builds the tensor plan (bound to m's fields).
-expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan) {
+expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan, bool nextn) {
   m.file = &f;
   Hparams& hp = m.hp;
   hp.arch = f.arch();
@@ -102,6 +102,14 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan) {
   Meta meta(f, hp.arch);
   m.arch->read_hparams(meta, hp);
   if (!meta.error().empty()) return make_error(meta.error());
+  if (nextn && hp.n_nextn == 0) {
+    const uint64_t n = f.get_uint(hp.arch + ".nextn_predict_layers").value_or(0);
+    return make_error(f.path() + ": no NextN (multi-token prediction) block to draft with" +
+                      (n == 0 ? std::string(" (no " + hp.arch + ".nextn_predict_layers)")
+                              : " that this engine runs (" + hp.arch + " has " + std::to_string(n) +
+                                    ": NextN drafting runs on glm4moe)"));
+  }
+  hp.n_nextn = nextn ? 1 : 0;  // llama.cpp drafts with the first
   if (hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv || hp.head_dim <= 0 ||
       hp.n_rot > hp.head_dim || hp.n_rot % 2 || hp.n_expert <= 0 || hp.n_expert_used <= 0 ||
       hp.n_expert_used > hp.n_expert || hp.n_layer <= 0 || hp.n_embd <= 0)
@@ -114,6 +122,17 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan) {
   plan.add(m.output_norm, "output_norm.weight", {hp.n_embd}, Role::Norm);
   plan.optional(m.output, "output.weight", {hp.n_embd, hp.n_vocab}, Role::Weight, /*synth=*/true);
   m.arch->plan(hp, plan);
+  if (hp.n_nextn > 0) {  // the block's own tensors; the architecture planned its decoder block
+    NextnWeights& w = m.nextn;
+    plan.blk(hp.n_layer);
+    plan.add(w.eh_proj, "nextn.eh_proj.weight", {2 * int64_t{hp.n_embd}, hp.n_embd});
+    plan.add(w.enorm, "nextn.enorm.weight", {hp.n_embd}, Role::Norm);
+    plan.add(w.hnorm, "nextn.hnorm.weight", {hp.n_embd}, Role::Norm);
+    plan.optional(w.head_norm, "nextn.shared_head_norm.weight", {hp.n_embd}, Role::Norm);
+    plan.optional(w.head, "nextn.shared_head_head.weight", {hp.n_embd, hp.n_vocab});
+    plan.optional(w.embed, "nextn.embed_tokens.weight", {hp.n_embd, hp.n_vocab}, Role::Embedding);
+    plan.blk(-1);
+  }
   return {};
 }
 
@@ -122,16 +141,16 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan) {
 Result<std::vector<TensorSpec>> plan_tensors(const gguf::Model& f) {
   Model m;
   Plan plan;
-  EXPERTD_TRY(prepare(f, m, plan));
+  EXPERTD_TRY(prepare(f, m, plan, /*nextn=*/false));
   std::vector<TensorSpec> specs = plan.specs();
   for (TensorSpec& s : specs) s.dst = nullptr;
   return specs;
 }
 
-Result<Model> Model::load(const gguf::Model& f) {
+Result<Model> Model::load(const gguf::Model& f, bool nextn) {
   Model m;
   Plan plan;
-  EXPERTD_TRY(prepare(f, m, plan));
+  EXPERTD_TRY(prepare(f, m, plan, nextn));
   // Routed experts are all there (a whole GGUF) or none (a core GGUF: they come from expertd).
   size_t experts_planned = 0, experts_found = 0;
   for (const TensorSpec& s : plan.specs()) {

@@ -24,6 +24,11 @@ struct Hparams {
   int n_vocab = 0, n_embd = 0, n_layer = 0, n_ctx_train = 0;
   int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
   int n_expert = 0, n_expert_used = 0;
+  // NextN (multi-token prediction) blocks loaded after the trunk's n_layer: blocks n_layer..
+  // (0 unless the model is loaded with them; an architecture that runs them sets it to the
+  // file's count in read_hparams).
+  int n_nextn = 0;
+  int n_blocks() const { return n_layer + n_nextn; }
   int64_t n_ff_exp = kAnyDim;  // one routed expert's width (read from its tensors when loading)
   float eps = 1e-6f, rope_base = 10000.f;
 };
@@ -82,12 +87,24 @@ struct FfnWeights {
   Glu act;
 };
 
+// What a NextN block adds to a decoder block (llama.cpp's names, blk.<n_layer>.nextn.*): it
+// drafts the token after next from the next token's embedding and the trunk's hidden row,
+// eh_proj([enorm(embedding), hnorm(hidden)]) into the block, then its head.
+struct NextnWeights {
+  Tensor eh_proj;       // (2 n_embd) -> (n_embd)
+  Tensor enorm, hnorm;  // (n_embd)
+  Tensor head_norm;     // shared_head_norm, optional: output_norm otherwise
+  Tensor head;          // shared_head_head, optional: the output otherwise
+  Tensor embed;         // embed_tokens, optional: token_embd otherwise
+};
+
 struct Model {
   Hparams hp;
   std::unique_ptr<Arch> arch;
   Tensor tok_embd;                 // (n_embd) x n_vocab
   Tensor output_norm;              // (n_embd)
   Tensor output;                   // (n_embd) -> (n_vocab); token_embd when tied
+  NextnWeights nextn;              // the first NextN block's, where hp.n_nextn > 0
   std::vector<Tensor> weights;     // every loaded tensor (the CUDA backend uploads these)
   bool has_local_experts = false;  // false for a core GGUF: experts come from expertd
   std::string pack_model_id;       // expertpack.model_id of a core GGUF
@@ -104,7 +121,8 @@ struct Model {
   // serves, which the backends do not copy.
   bool is_routed_experts(const Tensor& t) const;
   // Checks every tensor's presence, type and shape; errors name the tensor and the file.
-  static expertd::Result<Model> load(const gguf::Model& file);
+  // nextn: also the first NextN block (an error where the file has none this engine runs).
+  static expertd::Result<Model> load(const gguf::Model& file, bool nextn = false);
 };
 
 }  // namespace engine

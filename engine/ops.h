@@ -316,7 +316,8 @@ class Ops {
   }
 
   virtual void embed(const Tensor& tok_embd, std::span<const int32_t> tokens, Act x) = 0;
-  virtual void to_host(Act x, float* dst) = 0;  // waits for the backend
+  virtual void to_host(Act x, float* dst) = 0;          // waits for the backend
+  virtual void from_host(const float* src, Act x) = 0;  // src may be reused when it returns
 
   // y = x W^T; w may be 2-D matrix i of a 3-D tensor, or rows of a matrix (Tensor::rows).
   virtual void matmul(const Tensor& w, Cols x, Cols y) = 0;

@@ -11,11 +11,12 @@ using expertd::make_error;
 expertd::Result<DraftKind> parse_draft_kind(const std::string& name) {
   if (name == "none") return DraftKind::None;
   if (name == "ngram") return DraftKind::Ngram;
-  return make_error("unknown draft source '" + name + "' (none or ngram)");
+  if (name == "mtp") return DraftKind::Mtp;
+  return make_error("unknown draft source '" + name + "' (none, ngram or mtp)");
 }
 
 const char* draft_kind_name(DraftKind k) {
-  return k == DraftKind::Ngram ? "ngram" : "none";
+  return k == DraftKind::Ngram ? "ngram" : k == DraftKind::Mtp ? "mtp" : "none";
 }
 
 std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> h, int max,
@@ -53,7 +54,7 @@ void DraftLength::update(int drafted, int kept) {
 }
 
 expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> history,
-                                 const NgramDrafter& drafter, DraftLength& len, Sampler& sampler,
+                                 const Drafter& drafter, DraftLength& len, Sampler& sampler,
                                  DraftStats& stats, DraftStep& out,
                                  const BeforeVerify& before_verify) {
   if (history.empty()) return make_error("speculative step: no pending token");
@@ -63,7 +64,12 @@ expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> h
   const int room = e.n_ctx() - past - 1;
   const int want = std::min(len.next(), room);
   out.from = -1;
-  out.drafts = want > 0 ? drafter.draft(history, want, &out.from) : std::vector<int32_t>{};
+  out.drafts.clear();
+  if (want > 0 && drafter.kind == DraftKind::Mtp) {
+    if (auto st = e.draft_nextn(slot, history.back(), want, out.drafts); !st) return st;
+  } else if (want > 0) {
+    out.drafts = drafter.ngram.draft(history, want, &out.from);
+  }
   const int k = static_cast<int>(out.drafts.size());
   std::vector<int32_t> batch{history.back()};
   batch.insert(batch.end(), out.drafts.begin(), out.drafts.end());

@@ -34,8 +34,8 @@ namespace engine {
 
 class Engine;
 
-enum class DraftKind { None, Ngram };
-expertd::Result<DraftKind> parse_draft_kind(const std::string& name);  // none|ngram
+enum class DraftKind { None, Ngram, Mtp };
+expertd::Result<DraftKind> parse_draft_kind(const std::string& name);  // none|ngram|mtp
 const char* draft_kind_name(DraftKind k);
 
 // Prompt lookup (n-gram drafting, no model): the longest suffix of the history, n_max down to
@@ -48,6 +48,13 @@ struct NgramDrafter {
   // recurs. from: where they were copied from (the history index of the first), -1 when none.
   std::vector<int32_t> draft(std::span<const int32_t> history, int max,
                              int64_t* from = nullptr) const;
+};
+
+// Where a step's drafts come from: prompt lookup, or (Mtp) the model's own NextN block
+// (Engine::draft_nextn: the engine must have it on, Engine::set_nextn).
+struct Drafter {
+  DraftKind kind = DraftKind::Ngram;
+  NgramDrafter ngram;
 };
 
 // How many drafts to ask for at each step: doubles (up to max) while every draft is kept, falls to
@@ -103,7 +110,7 @@ using BeforeVerify = std::function<void(const DraftStep&)>;
 // Engine::cut): Engine::routes() then holds that second eval's rows (the same tokens, the same
 // routing) rather than the verify's.
 expertd::Status speculative_step(Engine& e, int slot, std::span<const int32_t> history,
-                                 const NgramDrafter& drafter, DraftLength& len, Sampler& sampler,
+                                 const Drafter& drafter, DraftLength& len, Sampler& sampler,
                                  DraftStats& stats, DraftStep& out,
                                  const BeforeVerify& before_verify = {});
 

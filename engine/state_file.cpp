@@ -23,7 +23,7 @@ struct Header {
 
 }  // namespace
 
-expertd::Result<uint64_t> model_identity(const std::string& path, KvType kv) {
+expertd::Result<uint64_t> model_identity(const std::string& path, KvType kv, bool nextn) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return errno_error("cannot read " + path);
   std::string head(size_t{16} << 20, '\0');
@@ -33,8 +33,10 @@ expertd::Result<uint64_t> model_identity(const std::string& path, KvType kv) {
   const uint64_t size = std::filesystem::file_size(path, ec);
   if (ec) return make_error(path + ": " + ec.message());
   const uint64_t id = XXH3_64bits_withSeed(head.data(), head.size(), size);
-  // F32 states keep the identity they always had; another type's differ from it.
-  return kv == KvType::F32 ? id : XXH3_64bits_withSeed(kv_type_name(kv), 3, id);
+  // F32 states keep the identity they always had; another type's differ from it, and so do the
+  // states that carry the NextN block's cache.
+  const uint64_t typed = kv == KvType::F32 ? id : XXH3_64bits_withSeed(kv_type_name(kv), 3, id);
+  return nextn ? XXH3_64bits_withSeed("nextn", 5, typed) : typed;
 }
 
 expertd::Status save_state_file(const std::string& path, uint64_t model_id,

@@ -13,9 +13,10 @@
 
 namespace engine {
 
-// The identity of the model file at `path` with the cache type its states are kept in (another
-// file's states, or another type's, are refused).
-expertd::Result<uint64_t> model_identity(const std::string& path, KvType kv = KvType::F32);
+// The identity of the model file at `path` with the cache type its states are kept in and whether
+// they carry its NextN block's cache (another file's states, or another kind's, are refused).
+expertd::Result<uint64_t> model_identity(const std::string& path, KvType kv = KvType::F32,
+                                         bool nextn = false);
 
 struct StateFile {
   std::vector<int32_t> tokens;

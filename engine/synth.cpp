@@ -254,7 +254,10 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
       const int il = trunk + int(j);
       const std::string to = "blk." + std::to_string(il) + ".";
       for (size_t i = 0; i < n_plan; ++i)
-        if (plan[i].layer == last) {
+        if (plan[i].layer == last &&
+            std::none_of(sm->nextn_drop.begin(), sm->nextn_drop.end(), [&](const std::string& d) {
+              return plan[i].name.compare(from.size(), d.size(), d) == 0;
+            })) {
           TensorSpec c = plan[i];
           c.name = to + c.name.substr(from.size()), c.layer = il, c.dst = nullptr;
           plan.push_back(std::move(c));

@@ -79,28 +79,14 @@ uint64_t source_identity(const gguf::Model& model) {
   return h;
 }
 
-// The first NextN (multi-token prediction) block: the trailing <arch>.nextn_predict_layers of
-// block_count, counted as llama.cpp does (only when the first has its nextn.eh_proj); none:
-// UINT32_MAX. No engine runs them: their experts are neither packed nor kept in the core.
-uint32_t first_nextn_layer(const gguf::Model& model) {
-  const std::string arch = model.arch();
-  const uint64_t n = model.get_uint(arch + ".nextn_predict_layers").value_or(0),
-                 blocks = model.get_uint(arch + ".block_count").value_or(0);
-  if (n == 0 || n >= blocks) return UINT32_MAX;
-  const uint32_t first = static_cast<uint32_t>(blocks - n);
-  return model.tensor("blk." + std::to_string(first) + ".nextn.eh_proj.weight") ? first
-                                                                                : UINT32_MAX;
-}
-
 Result<Manifest> plan_layout(const gguf::Model& model) {
   const std::string& path = model.path();
-  const uint32_t nextn = first_nextn_layer(model);
   std::map<uint32_t, std::vector<RoleLayout>> by_layer;
   uint64_t n_experts = 0;
   for (const auto& t : model.tensors()) {
     uint32_t layer = 0;
     auto role = expert_role(t.name, &layer);
-    if (!role || layer >= nextn) continue;
+    if (!role) continue;  // NextN blocks' experts too: NextN drafting reads them
     bool bias = role >= Role::GateBias;
     uint32_t expert_dim = bias ? 1 : 2;
     if (t.n_dims != expert_dim + 1)

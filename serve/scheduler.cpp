@@ -95,7 +95,8 @@ nlohmann::json params_to_json(const GenParams& p) {
           {"special_text", p.special_text},
           {"logprobs", p.logprobs},
           {"prompt_logprobs", p.prompt_logprobs},
-          {"draft_max", p.draft_max}};
+          {"draft_max", p.draft_max},
+          {"draft_source", p.draft_source}};
 }
 
 GenParams params_from_json(const nlohmann::json& j) {
@@ -114,6 +115,7 @@ GenParams params_from_json(const nlohmann::json& j) {
   g.logprobs = j.value("logprobs", -1);
   g.prompt_logprobs = j.value("prompt_logprobs", false);
   g.draft_max = j.value("draft_max", -1);
+  g.draft_source = j.value("draft_source", std::string());
   return g;
 }
 
@@ -287,6 +289,9 @@ void Scheduler::loop() {
             engine::SamplerParams{p.temperature, p.top_k, p.top_p, p.seed});
         s.last_token = s.req->arrived;  // the first token's latency counts from the arrival
         s.draft_max = p.draft_max >= 0 ? p.draft_max : draft_max_;
+        s.draft_kind =
+            p.draft_source.empty() ? drafter_.kind : *engine::parse_draft_kind(p.draft_source);
+        if (s.draft_kind == engine::DraftKind::Mtp && !engine_->nextn_on()) s.draft_max = 0;
         if (s.draft_max > 0)
           s.history = s.req->prompt, s.draft_len = engine::DraftLength(s.draft_max);
         if (s.draft_max > 0 && engine_->wants_hints())
@@ -488,15 +493,20 @@ void Scheduler::step() {
       metrics_.prompt_tokens += n;
       rows += n;
     } else {
-      // The pending token, then prompt-lookup drafts (as many as the context and the token
-      // budget have room for): one batched eval verifies them.
+      // The pending token, then drafts (prompt lookup's, or the NextN block's: as many as the
+      // context and the token budget have room for): one batched eval verifies them.
       s.feed.assign(1, s.next);
       if (s.draft_max > 0) {
         const int room = std::min(engine_->n_ctx() - engine_->n_past(s.slot) - 1,
                                   s.req->params.max_tokens - s.generated - 1);
         const int want = std::min(s.draft_len.next(), room);
         int64_t from = -1;
-        const auto d = want > 0 ? drafter_.draft(s.history, want, &from) : std::vector<int32_t>{};
+        std::vector<int32_t> d;
+        if (want > 0 && s.draft_kind == engine::DraftKind::Mtp) {
+          if (auto st = engine_->draft_nextn(s.slot, s.next, want, d); !st) marked = st;
+        } else if (want > 0) {
+          d = drafter_.ngram.draft(s.history, want, &from);
+        }
         s.feed.insert(s.feed.end(), d.begin(), d.end());
         // Draft hints: the copied positions' routing and the pending token's twin's (without
         // drafts, the twin alone), sent after the eval's first acquire.

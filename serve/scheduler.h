@@ -45,9 +45,11 @@ struct GenParams {
   // The family's end of turn written as text (Laguna's </assistant> spelled out): the reply ends
   // there as at the end-of-turn token, not as at a stop sequence of the client's.
   std::string turn_end;
-  // Speculative decoding (engine/speculative.h): most prompt-lookup drafts per step; 0 off,
-  // -1 the server's --speculative/--draft-max.
+  // Speculative decoding (engine/speculative.h): most drafts per step; 0 off, -1 the server's
+  // --speculative/--draft-max. Their source: "ngram" (prompt lookup), "mtp" (the model's NextN
+  // block, where the server runs it), or empty: the server's.
   int draft_max = -1;
+  std::string draft_source;
 };
 
 // A token's log-probability under the model (its raw logits, before temperature or grammar)
@@ -151,6 +153,8 @@ class Scheduler final : public Generator {
   // Speculative decoding's drafts per step for requests that do not say (0: off; before the
   // first request).
   void set_draft_max(int n) { draft_max_ = n; }
+  // Their source for requests that do not say (Mtp: the engines run their NextN block).
+  void set_draft_source(engine::DraftKind k) { drafter_.kind = k; }
 
  private:
   struct Seq {
@@ -167,9 +171,10 @@ class Scheduler final : public Generator {
     size_t saved = 0;                        // prompt positions last saved to the prefix cache
     std::vector<int32_t> evaluated;          // reply tokens evaluated (kept with the prefix)
     int draft_max = 0;                       // speculative decoding: drafts per step (0: off)
-    engine::DraftLength draft_len{0};        // and how many to ask for now
-    std::vector<int32_t> history;            // with drafts: the prompt and the tokens drawn
-    std::vector<int32_t> feed;               // this step's rows: the pending token, the drafts
+    engine::DraftKind draft_kind = engine::DraftKind::Ngram;  // and where they come from
+    engine::DraftLength draft_len{0};                         // and how many to ask for now
+    std::vector<int32_t> history;  // with drafts: the prompt and the tokens drawn
+    std::vector<int32_t> feed;     // this step's rows: the pending token, the drafts
     // With drafts through expertd: each position's routing, hinted before each verify eval
     // where the drafts copy it (engine/draft_hints.h).
     std::unique_ptr<engine::RouteHistory> routing;
@@ -198,7 +203,7 @@ class Scheduler final : public Generator {
   std::unique_ptr<engine::Engine> engine_;
   std::vector<float> masked_;  // one row of logits under a grammar
   int draft_max_ = 0;
-  engine::NgramDrafter drafter_;
+  engine::Drafter drafter_;
   const size_t prefix_bytes_;
   std::unique_ptr<PrefixCache> prefix_;  // made with the first engine (it knows the caches)
   PrefixDisk* disk_;

@@ -168,10 +168,11 @@ int main(int argc, char** argv) {
   std::string speculative = "none";
   int draft_max = 8;
   app.add_option("--speculative", speculative,
-                 "draft tokens verified in one batched eval (greedy output unchanged): none, or "
-                 "ngram (prompt lookup); a request may say \"speculative\": \"ngram\" or "
-                 "\"none\" itself")
-      ->check(CLI::IsMember({"none", "ngram"}))
+                 "draft tokens verified in one batched eval (greedy output unchanged): none, "
+                 "ngram (prompt lookup), or mtp (the model's own NextN block, where the GGUF "
+                 "has one: GLM-4.5/4.6/4.7); a request may say \"speculative\": \"ngram\", "
+                 "\"mtp\" (with mtp here) or \"none\" itself")
+      ->check(CLI::IsMember({"none", "ngram", "mtp"}))
       ->capture_default_str();
   app.add_option("--draft-max", draft_max,
                  "most drafts per step (a request's \"draft_max\" overrides it)")
@@ -255,7 +256,8 @@ int main(int argc, char** argv) {
 
   auto f = gguf::Model::open(model);
   if (!f) die(f.error().message);
-  auto m = engine::Model::load(*f);
+  const bool mtp = speculative == "mtp";
+  auto m = engine::Model::load(*f, /*nextn=*/mtp);
   if (!m) die(m.error().message);
   if (local && !m->has_local_experts)
     die(model + " is a core GGUF without experts: pass --socket of the expertd serving its pack");
@@ -271,7 +273,12 @@ int main(int argc, char** argv) {
   spec.n_ctx = ctx, spec.n_seq = parallel, spec.kv = kv_type, spec.prefetch = prefetch;
   spec.interleave = interleave;
   if (auto st = engine::check_spec(spec); !st) die(st.error().message);
-  serve::EngineFactory make = [&]() { return engine::make_engine(mod, spec); };
+  serve::EngineFactory make = [&]() -> expertd::Result<std::unique_ptr<engine::Forward>> {
+    auto e = engine::make_engine(mod, spec);
+    if (e && mtp)
+      if (auto st = (*e)->set_nextn(true); !st) return st.error();
+    return e;
+  };
 
   // SIGINT/SIGTERM drain the server, then stop it: blocked here, taken by a thread.
   sigset_t sigs;
@@ -290,7 +297,7 @@ int main(int argc, char** argv) {
     if (prefix_cache_mib == 0)
       die("--prefix-cache-dir needs the RAM tier (--prefix-cache-mib > 0)");
     // The states are the model's: its file's identity names them (engine/state_file.h).
-    auto model_identity = engine::model_identity(model, kv_type);
+    auto model_identity = engine::model_identity(model, kv_type, mtp);
     if (!model_identity) die(model_identity.error().message);
     auto d = serve::PrefixDisk::open(prefix_cache_dir, uint64_t(prefix_cache_gib * (1ull << 30)),
                                      *model_identity);
@@ -316,7 +323,8 @@ int main(int argc, char** argv) {
     ::signal(SIGPIPE, SIG_IGN);
     serve::Scheduler sched(make, *tok, parallel, ctx, 2 * parallel, metrics, grammars,
                            prefix_cache_mib << 20, disk.get());
-    sched.set_draft_max(speculative == "ngram" ? draft_max : 0);
+    sched.set_draft_max(speculative == "none" ? 0 : draft_max);
+    if (mtp) sched.set_draft_source(engine::DraftKind::Mtp);
     return serve::run_worker(worker_fd, sched, metrics);
   }
   std::unique_ptr<serve::Generator> generator;
@@ -327,7 +335,8 @@ int main(int argc, char** argv) {
     auto one = std::make_unique<serve::Scheduler>(make, *tok, parallel, ctx, queue_max, metrics,
                                                   grammars, prefix_cache_mib << 20, disk.get());
     one->set_kv_events(kv_events.get());
-    one->set_draft_max(speculative == "ngram" ? draft_max : 0);
+    one->set_draft_max(speculative == "none" ? 0 : draft_max);
+    if (mtp) one->set_draft_source(engine::DraftKind::Mtp);
     generator = std::move(one);
   }
   serve::Generator& sched = *generator;
@@ -348,11 +357,11 @@ int main(int argc, char** argv) {
   }
   so.host = host, so.port = port, so.api_key = api_key, so.max_body = max_body_mb << 20;
   so.model_id = metrics.model_name;
-  so.draft_max = draft_max;
+  so.draft_max = draft_max, so.nextn = mtp;
   so.model_path = std::filesystem::absolute(model).string();
   so.model_arch = mod.hp.arch;
   so.sequences_max = workers * parallel, so.queue_max = queue_max;
-  metrics.expert_use.init(mod.hp.n_layer, mod.hp.n_expert);
+  metrics.expert_use.init(mod.hp.n_blocks(), mod.hp.n_expert);
   serve::DashboardInfo di;
   di.model_id = so.model_id, di.arch = mod.hp.arch, di.device = device;
   di.experts = local ? "local" : socket;

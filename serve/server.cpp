@@ -144,12 +144,18 @@ GenParams Server::Impl::params(const ordered_json& b, Api api, int default_max) 
     p.seed = std::random_device{}();
   if (auto* v = num("n"); v && v->get<int64_t>() != 1) throw bad_request("only n=1 is supported");
   // Speculative decoding per request (an extension; the OpenAI clients send it in extra_body):
-  // "speculative": "ngram" or "none", "draft_max": drafts per step (1..64).
+  // "speculative": "ngram", "mtp" (a server started with --speculative mtp) or "none",
+  // "draft_max": drafts per step (1..64).
   if (b.contains("speculative") && !b["speculative"].is_null()) {
     const auto& v = b["speculative"];
-    if (!v.is_string() || (v != "none" && v != "ngram"))
-      throw bad_request("speculative must be \"none\" or \"ngram\"");
+    if (!v.is_string() || (v != "none" && v != "ngram" && v != "mtp"))
+      throw bad_request("speculative must be \"none\", \"ngram\" or \"mtp\"");
+    if (v == "mtp" && !o.nextn)
+      throw bad_request(
+          "speculative \"mtp\" needs the server started with --speculative mtp (a model "
+          "with a NextN block)");
     p.draft_max = v == "none" ? 0 : o.draft_max;
+    if (v != "none") p.draft_source = v.get<std::string>();
   }
   if (auto* v = num("draft_max")) {
     if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > 64)

@@ -36,8 +36,9 @@ struct ServerOptions {
   std::string model_arch;  // its general.architecture
   int sequences_max = 0;   // decoded at once: engine processes x --parallel
   int queue_max = 0;       // waiting beyond them
-  // The drafts per step a request's "speculative": "ngram" gets without its own draft_max.
+  // The drafts per step a request's "speculative" gets without its own draft_max.
   int draft_max = 8;
+  bool nextn = false;  // the engines run the model's NextN block: "speculative": "mtp" drafts
   // The front's limits (README "Limits"): a slow or hostile client costs a socket and a timer,
   // never a thread, and cannot hold the places of real ones.
   int max_connections = 10000;         // established connections (past their first headers)

@@ -242,10 +242,14 @@ class Deepseek4 final : public Arch {
     if (d.given() && s.n_layer >= 2)  // test sizes: one layer of each kind as soon as possible
       for (int il = 0; il < s.n_layer; ++il) ratios[il] = il == 0 ? 0 : il % 2 ? 4 : 128;
     // One NextN (MTP) block after the trunk, as the published model has: a block like the last
-    // (routed by its router, not hashed; its compression, which llama.cpp loads and its MTP
-    // graph does not use), plus the projection of [embedding, hidden state] and its norms.
+    // (routed by its router, not hashed) but of a plain window (its compress ratio 0, as the
+    // published config's last entry: llama.cpp's MTP graph runs no compressor), plus the
+    // projection of [embedding, hidden state] and its norms.
     const int nextn = hash < s.n_layer ? 1 : 0;
-    if (nextn) ratios.push_back(ratios.back());
+    if (nextn) {
+      ratios.push_back(0);
+      m->nextn_drop = {"attn_compressor", "indexer"};
+    }
     const size_t n_all = size_t(s.n_layer + nextn);
     m->u32["block_count"] = uint32_t(n_all);
     if (nextn) m->u32["nextn_predict_layers"] = 1, m->nextn_like = s.n_layer - 1;

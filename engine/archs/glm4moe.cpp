@@ -1,7 +1,7 @@
 // GLM-4.5 / GLM-4.5-Air / GLM-4.6 (glm4moe): q/k/v biases, partial NeoX RoPE, optional per-head
 // q/k norms, leading dense layers, sigmoid gating with the exp_probs_b selection bias, an ungated
 // shared expert, the post-attention norm before the FFN, and trailing NextN (multi-token
-// prediction) blocks kept in the file but never run.
+// prediction) blocks: a decoder block like the trunk's MoE ones, run to draft (Engine::nextn).
 #include "engine/archs/common.h"
 #include "engine/engine.h"
 
@@ -18,6 +18,10 @@ class Glm4Moe final : public Arch {
     if (m.error().empty() && nextn >= hp.n_layer)
       return m.fail("nextn_predict_layers leaves no layer to run");
     hp.n_layer -= nextn;
+    // The NextN blocks this engine can run: where the file has them (llama.cpp's probe).
+    if (nextn > 0 &&
+        m.tensor_dim("blk." + std::to_string(hp.n_layer) + ".nextn.eh_proj.weight", 0) != kAnyDim)
+      hp.n_nextn = nextn;
     if (n_dense_lead_ > hp.n_layer) return m.fail("leading_dense_block_count exceeds block_count");
     route_ = archs::read_routing(m, hp, /*norm_default=*/false, /*sigmoid_default=*/true);
     int n_shared = 0;
@@ -36,8 +40,8 @@ class Glm4Moe final : public Arch {
     hp_ = hp;
     const int64_t n_embd = hp.n_embd, head_dim = hp.head_dim, n_q = archs::q_width(hp),
                   n_kv = archs::kv_width(hp);
-    layers_.resize(hp.n_layer);
-    for (int il = 0; il < hp.n_layer; ++il) {
+    layers_.resize(hp.n_blocks());
+    for (int il = 0; il < hp.n_blocks(); ++il) {
       Layer& w = layers_[il];
       p.blk(il);
       p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);
@@ -114,7 +118,10 @@ class Glm4Moe final : public Arch {
     m->u32["expert_shared_count"] = 1;
     m->u32["feed_forward_length"] = n_ff;
     m->u32["expert_gating_func"] = 2;
-    m->u32["nextn_predict_layers"] = 0;
+    // One NextN (multi-token prediction) block after the trunk, as the published models carry
+    // (GLM-4.5-Air: 46 blocks and the 47th).
+    m->u32["nextn_predict_layers"] = 1;
+    m->u32["block_count"] += 1;
     m->f32["expert_weights_scale"] = 1.0f;
     m->flags["expert_weights_norm"] = true;
     return m;

@@ -70,6 +70,39 @@ TEST(ExpertRun, GenerateThroughExpertdEqualsLocal) {
 // --speculative ngram: the greedy text of plain decoding, locally and through a real expertd
 // (whose MoE layers get each verify eval's union of experts in one request), in fewer evals;
 // --verbose reports the drafts' acceptance; the same on a model with a recurrent state.
+// --speculative mtp: GLM-4.5-Air's NextN block drafts (its experts packed with the trunk's): the
+// text is plain decoding's, locally and through expertd, and the drafts are counted.
+TEST(ExpertRun, MtpDraftsKeepTheGreedyText) {
+  TempDir t;
+  auto g = run(bin("pack/expert-pack") + " -q synth --preset glm-4.5-air " +
+               "--dims 128,3,8,2,64,4,2,512 --type Q8_0 --seed 3 --out " + t / "glm.gguf 2>&1");
+  ASSERT_EQ(g.first, 0) << g.second;
+  expertd::pack::BuildOptions o;
+  o.model_path = t / "glm.gguf";
+  o.progress = false;
+  auto rep = expertd::pack::build_pack(o);
+  ASSERT_TRUE(rep) << rep.error().message;
+  Daemon d(rep->manifest_path, t / "g.sock", {"--cache-slots", "24", "--clients-max", "2"});
+  std::string log;
+  ASSERT_TRUE(d.start(&log)) << log;
+  const std::string args = " --prompt 'The experts stream from disk.' -n 48 --temp 0";
+  auto plain =
+      run(run_bin() + " generate --model " + t / "glm.gguf" + " --local" + args + " 2>/dev/null");
+  ASSERT_EQ(plain.first, 0) << plain.second;
+  for (std::string where : {" --model " + t / "glm.gguf" + " --local",
+                            " --model " + rep->core_path + " --socket " + t / "g.sock"}) {
+    SCOPED_TRACE(where);
+    auto spec = run("(" + run_bin() + " generate" + where + args +
+                    " --speculative mtp --draft-max 3 --verbose 2>" + t / "err.txt)");
+    ASSERT_EQ(spec.first, 0) << spec.second;
+    EXPECT_EQ(spec.second, plain.second);
+    const std::string err = read_file(t / "err.txt");
+    const size_t at = err.find("speculative mtp: ");
+    ASSERT_NE(at, std::string::npos) << err;
+    EXPECT_NE(err.find(" drafted, ", at), std::string::npos) << err;
+  }
+}
+
 TEST(ExpertRun, SpeculativeGenerationKeepsTheGreedyText) {
   REQUIRE_GOLDEN();
   Packed p("qwen3moe-B-s11-q4_k_m");
@@ -104,10 +137,12 @@ TEST(ExpertRun, SpeculativeGenerationKeepsTheGreedyText) {
   auto s2 = run(run_bin() + " generate --model " + p.model + " --local" + sampled);
   ASSERT_EQ(s1.first, 0) << s1.second;
   EXPECT_EQ(s1.second, s2.second);
+  // A model without a NextN block has nothing to draft with: said at start-up.
   auto bad = run(run_bin() + " generate --model " + p.model +
                  " --local --prompt hi --speculative mtp 2>&1");
   EXPECT_NE(bad.first, 0);
-  EXPECT_NE(bad.second.find("--speculative"), std::string::npos) << bad.second;
+  EXPECT_NE(bad.second.find("no NextN (multi-token prediction) block"), std::string::npos)
+      << bad.second;
   // Qwen3.5's delta-rule layers keep a recurrent state: the verify's state is restored and the
   // kept tokens evaluated again (Engine::cut); the text is still plain decoding's, locally and
   // through expertd, and drafts are kept.

@@ -18,12 +18,13 @@ inline int32_t argmax(const float* x, size_t n) {
   return static_cast<int32_t>(std::max_element(x, x + n) - x);
 }
 
-// Greedy decoding of n tokens after `prompt`, one token per eval (the plain path) and with n-gram
-// drafts of up to `draft_max`: the same tokens, and every token drawn from bit-identical logits.
-// Returns the drafts kept (0 where the model's caches cannot be cut: the step refuses, by name).
+// Greedy decoding of n tokens after `prompt`, one token per eval (the plain path) and with drafts
+// of up to `draft_max` (n-gram, or the drafter's): the same tokens, and every token drawn from
+// bit-identical logits. Returns the drafts kept (0 where the model's caches cannot be cut: the step
+// refuses, by name).
 inline uint64_t check_greedy_identical(const std::function<std::unique_ptr<engine::Engine>()>& make,
                                        const engine::Model& m, const std::vector<int32_t>& prompt,
-                                       int n, int draft_max) {
+                                       int n, int draft_max, engine::Drafter drafter = {}) {
   const size_t V = size_t(m.hp.n_vocab);
   std::vector<int32_t> plain;
   std::vector<std::vector<float>> plain_rows;
@@ -48,7 +49,6 @@ inline uint64_t check_greedy_identical(const std::function<std::unique_ptr<engin
   std::vector<int32_t> spec{history.back()};
   EXPECT_EQ(0, std::memcmp(lg.data(), plain_rows[0].data(), V * 4));
   engine::Sampler greedy({.temperature = 0.0f});
-  engine::NgramDrafter drafter;
   engine::DraftStats stats;
   engine::DraftLength len(draft_max);
   engine::DraftStep step;

@@ -257,7 +257,8 @@ TEST(Synth, BalancedRoutingFavoursNoExpert) {
 // The presets of models with a multi-token-prediction layer (DeepSeek-V3.2, GLM-5, Qwen3.5,
 // Qwen3-Next, Hy3) write it at test size too, after the trunk, as llama.cpp's converters do: a
 // block like a trunk one (Qwen3.5's: full attention, whatever the trunk's last layer is) plus its
-// nextn tensors; the engine runs the trunk only and expert-pack packs the trunk's experts only.
+// nextn tensors; the engine runs the trunk (and the block, where it drafts with it) and
+// expert-pack packs the trunk's experts and the block's.
 TEST(Synth, PresetsWithAnMtpLayerWriteIt) {
   const std::pair<const char*, const char*> kPresets[] = {{"deepseek-v3.2", "attn_kv_a_mqa"},
                                                           {"glm-5", "attn_kv_a_mqa"},
@@ -292,6 +293,6 @@ TEST(Synth, PresetsWithAnMtpLayerWriteIt) {
     ASSERT_TRUE(layout) << layout.error().message;
     const auto moe = layout->moe_layers();
     ASSERT_FALSE(moe.empty());
-    EXPECT_EQ(moe.back(), 4u);  // the trunk's last MoE layer; none of the MTP block
+    EXPECT_EQ(moe.back(), 5u);  // the MTP block's experts are packed (NextN drafting reads them)
   }
 }

@@ -192,9 +192,10 @@ TEST(ExpertPack, SplitGgufGivesTheSamePack) {
 // Trailing NextN (multi-token prediction) blocks, counted as llama.cpp counts them
 // (<arch>.nextn_predict_layers when the first has nextn.eh_proj): the engine does not run them,
 // and the pack neither packs their experts nor keeps them in the core.
-TEST(ExpertPack, NextnBlocksAreNotPacked) {
+TEST(ExpertPack, NextnBlocksArePacked) {
   TempDir d;
-  // synth's DeepSeek-V4 writes one NextN block after its 3 trunk blocks, as the published model.
+  // synth's DeepSeek-V4 writes one NextN block after its 3 trunk blocks, as the published model:
+  // its experts are packed (NextN drafting reads them) and the trunk alone runs without them.
   auto s = run(bin("pack/expert-pack") + " -q synth --preset deepseek-v4-flash --dims " +
                "128,3,8,2,64,4,1,512 --type F32 --out " + d / "mtp.gguf");
   ASSERT_EQ(s.first, 0) << s.second;
@@ -207,8 +208,8 @@ TEST(ExpertPack, NextnBlocksAreNotPacked) {
   ASSERT_TRUE(m) << m.error().message;
   EXPECT_EQ(m->hp.n_layer, 3);
   pack::Manifest man = build_ok(d / "mtp.gguf", d.path());
-  EXPECT_EQ(man.layers.size(), 3u);
-  for (const auto& l : man.layers) EXPECT_LT(l.model_layer, 3u);
+  ASSERT_EQ(man.layers.size(), 4u);
+  EXPECT_EQ(man.layers.back().model_layer, 3u);
   auto core = gguf::Model::open(d / "mtp.core.gguf");
   ASSERT_TRUE(core) << core.error().message;
   EXPECT_FALSE(core->tensor("blk.3.ffn_gate_exps.weight"));
