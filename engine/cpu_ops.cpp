@@ -46,13 +46,13 @@ class CpuOps final : public Ops {
     }
   }
 
-  bool save_slot(int slot, int64_t n, std::vector<uint8_t>& out) override {
+  bool save_slot(int slot, int64_t n, std::vector<uint8_t>& out, int first_layer = 0) override {
     out.clear();
     auto put = [&](const auto& v, size_t count) {
       const auto* b = reinterpret_cast<const uint8_t*>(v.data());
       out.insert(out.end(), b, b + count * sizeof(v[0]));
     };
-    for (int il = 0; il < n_layer_; ++il) {
+    for (int il = first_layer; il < n_layer_; ++il) {
       const Cache& c = cache(slot, il);
       if (f16_)
         put(c.k16, n * c.rows.k), put(c.v16, n * c.rows.v), put(c.kvs16, c.kvs16.size());
@@ -63,7 +63,8 @@ class CpuOps final : public Ops {
     return true;
   }
 
-  bool load_slot(int slot, int64_t n_saved, int64_t n, std::span<const uint8_t> in) override {
+  bool load_slot(int slot, int64_t n_saved, int64_t n, std::span<const uint8_t> in,
+                 int first_layer = 0) override {
     size_t at = 0;
     // `count` values of the copy into v, then skip past `saved` of them
     auto get = [&](auto& v, size_t count, size_t saved) {
@@ -73,7 +74,7 @@ class CpuOps final : public Ops {
       at += saved * e;
       return true;
     };
-    for (int il = 0; il < n_layer_; ++il) {
+    for (int il = first_layer; il < n_layer_; ++il) {
       Cache& c = cache(slot, il);
       const size_t k = size_t(c.rows.k), v = size_t(c.rows.v), kvs = size_t(c.rows.kv_state);
       const bool ok = f16_ ? get(c.k16, n * k, n_saved * k) && get(c.v16, n * v, n_saved * v) &&

@@ -126,7 +126,7 @@ class CudaOps final : public Ops {
 
   // A sequence's caches to the host and back (prefix reuse), in Ops::save_slot's layout: per
   // layer the key and value rows of the first n positions, the kv_state, the state.
-  bool save_slot(int slot, int64_t n, std::vector<uint8_t>& out) override {
+  bool save_slot(int slot, int64_t n, std::vector<uint8_t>& out, int first_layer = 0) override {
     if (!ok()) return false;
     out.clear();
     auto put = [&](const float* d, int64_t floats) {
@@ -136,7 +136,7 @@ class CudaOps final : public Ops {
         check("save state", cudaMemcpyAsync(out.data() + at, d, size_t(floats) * sizeof(float),
                                             cudaMemcpyDeviceToHost, stream_));
     };
-    for (int il = 0; il < n_layer_; ++il) {
+    for (int il = first_layer; il < n_layer_; ++il) {
       const Cache& c = cache(slot, il);
       put(c.k, n * c.rows.k), put(c.v, n * c.rows.v), put(c.kv_state, c.rows.kv_state),
           put(c.state, c.rows.state);
@@ -145,7 +145,8 @@ class CudaOps final : public Ops {
     return ok();
   }
 
-  bool load_slot(int slot, int64_t n_saved, int64_t n, std::span<const uint8_t> in) override {
+  bool load_slot(int slot, int64_t n_saved, int64_t n, std::span<const uint8_t> in,
+                 int first_layer = 0) override {
     if (!ok()) return false;
     size_t at = 0;
     // `floats` of the copy into d, then past `saved` of them
@@ -158,7 +159,7 @@ class CudaOps final : public Ops {
       at += bytes;
       return true;
     };
-    for (int il = 0; il < n_layer_; ++il) {
+    for (int il = first_layer; il < n_layer_; ++il) {
       Cache& c = cache(slot, il);
       if (!get(c.k, n * c.rows.k, n_saved * c.rows.k) ||
           !get(c.v, n * c.rows.v, n_saved * c.rows.v) ||

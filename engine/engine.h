@@ -196,7 +196,10 @@ class Engine {
   void forget_hidden(int slot);
   void hidden_at(int slot, int n);  // the pending row after a cut to n positions
   expertd::Status nextn_catch_up(Act x, Act out);
-  Act nextn_block(Act h);        // the block over the eval's tokens_ (rows_), h its hidden rows
+  Act nextn_block(Act h);  // the block over the eval's tokens_ (rows_), h its hidden rows
+  expertd::Status chain(int slot, int32_t pending, int max, std::vector<float>& h,
+                        std::vector<float>& row, std::vector<int32_t>& out,
+                        std::vector<float>* logits);  // draft_nextn's drafts
   std::vector<Act> carried_;     // the architecture's activations across the eval's blocks
   expertd::Status first_error_;  // the first error of the eval in progress
   std::vector<std::vector<Route>> routes_;

@@ -106,8 +106,10 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan, bool nextn) 
     const uint64_t n = f.get_uint(hp.arch + ".nextn_predict_layers").value_or(0);
     return make_error(f.path() + ": no NextN (multi-token prediction) block to draft with" +
                       (n == 0 ? std::string(" (no " + hp.arch + ".nextn_predict_layers)")
-                              : " that this engine runs (" + hp.arch + " has " + std::to_string(n) +
-                                    ": NextN drafting runs on glm4moe)"));
+                              : " that this engine runs (" + hp.arch + " declares " +
+                                    std::to_string(n) +
+                                    "; NextN drafting runs GLM-4.5's and DeepSeek-V4's, the "
+                                    "latter of compress ratio 0)"));
   }
   hp.n_nextn = nextn ? 1 : 0;  // llama.cpp drafts with the first
   if (hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv || hp.head_dim <= 0 ||

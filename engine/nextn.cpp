@@ -3,7 +3,7 @@
 // a row is the architecture's input from the token's embedding and the trunk's hidden row
 // (Arch::nextn_input), the decoder block of layer n_layer, then its head (Arch::nextn_head) and
 // shared_head_head (or the output). The defaults here are GLM-4.5's (src/models/glm4-moe.cpp,
-// graph_mtp).
+// graph_mtp); DeepSeek-V4's are in its file.
 #include <algorithm>
 
 #include "engine/engine.h"
@@ -105,10 +105,26 @@ expertd::Status Engine::draft_nextn(int slot, int32_t pending, int max, std::vec
   const Hparams& hp = m_.hp;
   if (pending < 0 || pending >= hp.n_vocab)
     return make_error("token id " + std::to_string(pending) + " is outside the vocabulary");
-  const NextnWeights& w = m_.nextn;
-  const int past = n_past_[size_t(slot)];
   std::vector<float> h = hidden_[size_t(slot)].pending, row(size_t(hp.n_vocab));
   routes_.resize(size_t(hp.n_blocks()));
+  // A block whose cache has a part of fixed size (DeepSeek-V4's window ring, indexed by position
+  // modulo the window) would keep the drafts' rows over rows the next catch-up reads: it is copied
+  // aside and put back (rows per position are rewritten by the catch-up anyway).
+  const KvRows rows = m_.arch->kv_rows(hp, hp.n_layer, n_ctx_);
+  std::vector<uint8_t> fixed;
+  if ((rows.kv_state > 0 || rows.state > 0) && !ops_->save_slot(slot, 0, fixed, hp.n_layer))
+    return make_error("this backend cannot copy the NextN block's cache out");
+  auto st = chain(slot, pending, max, h, row, out, logits);
+  if (!fixed.empty() && !ops_->load_slot(slot, 0, 0, fixed, hp.n_layer))
+    return make_error("the NextN block's cache could not be restored");
+  return st;
+}
+
+expertd::Status Engine::chain(int slot, int32_t pending, int max, std::vector<float>& h,
+                              std::vector<float>& row, std::vector<int32_t>& out,
+                              std::vector<float>* logits) {
+  const NextnWeights& w = m_.nextn;
+  const int past = n_past_[size_t(slot)];
   for (int i = 0; i < max && past + i < n_ctx_; ++i) {
     if (auto st = ops_->status(); !st) return st;
     tokens_.assign(1, i == 0 ? pending : out.back());

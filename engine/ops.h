@@ -305,13 +305,15 @@ class Ops {
   // value rows of positions [0, n) and the kv_state in the cache's type, then the recurrent state
   // (F32) — what resuming at n needs. Backends that cannot copy their caches out return false
   // (prefix reuse is then off).
-  virtual bool save_slot(int /*slot*/, int64_t /*n*/, std::vector<uint8_t>& /*out*/) {
+  // From layer first_layer on only, where given (the NextN block's own cache).
+  virtual bool save_slot(int /*slot*/, int64_t /*n*/, std::vector<uint8_t>& /*out*/,
+                         int /*first_layer*/ = 0) {
     return false;
   }
   // The reverse, of a copy saved after n_saved positions, keeping its first n (n < n_saved only
   // where no layer has a recurrent state).
   virtual bool load_slot(int /*slot*/, int64_t /*n_saved*/, int64_t /*n*/,
-                         std::span<const uint8_t> /*in*/) {
+                         std::span<const uint8_t> /*in*/, int /*first_layer*/ = 0) {
     return false;
   }
 

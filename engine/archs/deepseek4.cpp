@@ -70,6 +70,9 @@ class Deepseek4 final : public Arch {
     if (nextn >= n_all) return m.fail("nextn_predict_layers leaves no layer to run");
     hp.n_layer = n_all - nextn;
     ratios_ = per_layer_numbers(m, "attention.compress_ratios", n_all);
+    // The NextN block drafts where it is a plain window, as the published model's (llama.cpp's
+    // MTP graph runs no compressor).
+    if (nextn > 0 && m.error().empty() && ratios_[size_t(hp.n_layer)] == 0) hp.n_nextn = nextn;
     clamp_exp_ = per_layer_numbers(m, "swiglu_clamp_exp", n_all);
     clamp_shexp_ = m.has("swiglu_clamp_shexp") ? per_layer_numbers(m, "swiglu_clamp_shexp", n_all)
                                                : clamp_exp_;
@@ -111,8 +114,8 @@ class Deepseek4 final : public Arch {
     p.add(head_.opts.base, "output_hc_base.weight", {hc_.hc}, Role::Bias);
     p.add(head_.opts.scale, "output_hc_scale.weight", {1}, Role::Bias);
     head_.opts.hc = hc_.hc, head_.opts.eps = hc_.eps;
-    layers_.resize(hp.n_layer);
-    for (int il = 0; il < hp.n_layer; ++il) {
+    layers_.resize(hp.n_blocks());
+    for (int il = 0; il < hp.n_blocks(); ++il) {
       Layer& w = layers_[il];
       const int ratio = static_cast<int>(ratios_[il]);
       p.blk(il);
@@ -180,6 +183,27 @@ class Deepseek4 final : public Arch {
     Act out = ops.alloc(x.rows, hp_.n_embd);
     ops.hc_pre(x, mixes, head_.opts, /*head=*/true, out, Act{});
     return out;
+  }
+  // NextN drafting (llama.cpp's deepseek4 graph_mtp): the hidden row is the hyper-connection
+  // streams before the output head; each stream's row is eh_proj([enorm(embedding),
+  // hnorm(stream)]); the head is the output's hyper-connection head, then shared_head_norm.
+  int64_t nextn_cols(const Hparams& hp) const override { return residual_cols(hp); }
+  Act nextn_hidden(Engine&, const Model&, Act x, Act) const override { return x; }
+  Act nextn_input(Engine& e, const Model& m, Act emb, Act h) const override {
+    Ops& ops = e.ops();
+    const int64_t T = emb.rows, n = hp_.n_embd, hc = hc_.hc;
+    Act en = ops.rms_norm(emb, m.nextn.enorm, hp_.eps), rep = ops.alloc(T, hc * n);
+    ops.repeat(en, int(hc), rep);
+    Act cat = ops.alloc(T * hc, 2 * n);  // a row per (token, stream)
+    ops.copy(columns(cat, 0, n), Act{rep.data, T * hc, n});
+    ops.rms_norm(Act{h.data, T * hc, n}, m.nextn.hnorm, columns(cat, n, n), hp_.eps);
+    Act x = ops.matmul(m.nextn.eh_proj, cat);
+    return Act{x.data, T, hc * n};
+  }
+  Act nextn_head(Engine& e, const Model& m, Act x, Act* next_hidden) const override {
+    if (next_hidden) *next_hidden = x;
+    return e.ops().rms_norm(end_eval(e, x), m.nextn.head_norm ? m.nextn.head_norm : m.output_norm,
+                            hp_.eps);
   }
   // The prefetcher's view: the mean of the streams.
   Act router_stream(Engine& e, Act x) const override {

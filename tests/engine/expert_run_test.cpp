@@ -70,36 +70,41 @@ TEST(ExpertRun, GenerateThroughExpertdEqualsLocal) {
 // --speculative ngram: the greedy text of plain decoding, locally and through a real expertd
 // (whose MoE layers get each verify eval's union of experts in one request), in fewer evals;
 // --verbose reports the drafts' acceptance; the same on a model with a recurrent state.
-// --speculative mtp: GLM-4.5-Air's NextN block drafts (its experts packed with the trunk's): the
-// text is plain decoding's, locally and through expertd, and the drafts are counted.
+// --speculative mtp: GLM-4.5-Air's and DeepSeek-V4's NextN blocks draft (their experts packed
+// with the trunk's): the text is plain decoding's, locally and through expertd, and the drafts
+// are counted.
 TEST(ExpertRun, MtpDraftsKeepTheGreedyText) {
-  TempDir t;
-  auto g = run(bin("pack/expert-pack") + " -q synth --preset glm-4.5-air " +
-               "--dims 128,3,8,2,64,4,2,512 --type Q8_0 --seed 3 --out " + t / "glm.gguf 2>&1");
-  ASSERT_EQ(g.first, 0) << g.second;
-  expertd::pack::BuildOptions o;
-  o.model_path = t / "glm.gguf";
-  o.progress = false;
-  auto rep = expertd::pack::build_pack(o);
-  ASSERT_TRUE(rep) << rep.error().message;
-  Daemon d(rep->manifest_path, t / "g.sock", {"--cache-slots", "24", "--clients-max", "2"});
-  std::string log;
-  ASSERT_TRUE(d.start(&log)) << log;
-  const std::string args = " --prompt 'The experts stream from disk.' -n 48 --temp 0";
-  auto plain =
-      run(run_bin() + " generate --model " + t / "glm.gguf" + " --local" + args + " 2>/dev/null");
-  ASSERT_EQ(plain.first, 0) << plain.second;
-  for (std::string where : {" --model " + t / "glm.gguf" + " --local",
-                            " --model " + rep->core_path + " --socket " + t / "g.sock"}) {
-    SCOPED_TRACE(where);
-    auto spec = run("(" + run_bin() + " generate" + where + args +
-                    " --speculative mtp --draft-max 3 --verbose 2>" + t / "err.txt)");
-    ASSERT_EQ(spec.first, 0) << spec.second;
-    EXPECT_EQ(spec.second, plain.second);
-    const std::string err = read_file(t / "err.txt");
-    const size_t at = err.find("speculative mtp: ");
-    ASSERT_NE(at, std::string::npos) << err;
-    EXPECT_NE(err.find(" drafted, ", at), std::string::npos) << err;
+  for (const std::string synth : {"--preset glm-4.5-air --dims 128,3,8,2,64,4,2,512 --seed 3",
+                                  "--preset deepseek-v4-flash --dims 128,4,8,2,64,4,1,512"}) {
+    SCOPED_TRACE(synth);
+    TempDir t;
+    auto g = run(bin("pack/expert-pack") + " -q synth " + synth + " --type Q8_0 --out " +
+                 t / "m.gguf 2>&1");
+    ASSERT_EQ(g.first, 0) << g.second;
+    expertd::pack::BuildOptions o;
+    o.model_path = t / "m.gguf";
+    o.progress = false;
+    auto rep = expertd::pack::build_pack(o);
+    ASSERT_TRUE(rep) << rep.error().message;
+    Daemon d(rep->manifest_path, t / "g.sock", {"--cache-slots", "24", "--clients-max", "2"});
+    std::string log;
+    ASSERT_TRUE(d.start(&log)) << log;
+    const std::string args = " --prompt 'The experts stream from disk.' -n 48 --temp 0";
+    auto plain =
+        run(run_bin() + " generate --model " + t / "m.gguf" + " --local" + args + " 2>/dev/null");
+    ASSERT_EQ(plain.first, 0) << plain.second;
+    for (std::string where : {" --model " + t / "m.gguf" + " --local",
+                              " --model " + rep->core_path + " --socket " + t / "g.sock"}) {
+      SCOPED_TRACE(where);
+      auto spec = run("(" + run_bin() + " generate" + where + args +
+                      " --speculative mtp --draft-max 3 --verbose 2>" + t / "err.txt)");
+      ASSERT_EQ(spec.first, 0) << spec.second;
+      EXPECT_EQ(spec.second, plain.second);
+      const std::string err = read_file(t / "err.txt");
+      const size_t at = err.find("speculative mtp: ");
+      ASSERT_NE(at, std::string::npos) << err;
+      EXPECT_NE(err.find(" drafted, ", at), std::string::npos) << err;
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // NextN (multi-token prediction) drafting (Engine::set_nextn, Engine::draft_nextn) against
-// llama.cpp's draft-mtp: tests/data/mtp/<case> holds, for a synthetic GLM-4.5-Air with one NextN
-// block, llama.cpp's trunk logits, its MTP context's logits for every prompt row after the
-// catch-up, and a chain of 4 drafts from the pending token (scripts/gen-mtp-cases.py).
+// llama.cpp's draft-mtp: tests/data/mtp/<case> holds, for a synthetic GLM-4.5-Air and
+// DeepSeek-V4-Flash with one NextN block each, llama.cpp's trunk logits, its MTP context's logits
+// for every prompt row after the catch-up, and a chain of 4 drafts from the pending token
+// (scripts/gen-mtp-cases.py). DeepSeek-V4's prompt passes its 8-position window.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,12 +72,13 @@ double row_max(const float* a, const float* b, size_t n) {
 
 }  // namespace
 
-// The trunk's logits, the NextN block's at prompt rows 0 (no hidden row before it: zeros), 1, 9
-// and 23 (each after a prefill of the rows before it, whose catch-up filled the block's cache),
+// The trunk's logits, the NextN block's at prompt rows 0 (no hidden row before it: zeros), 1, 9,
+// 17 and the last (each after a prefill of the rows before it, whose catch-up filled the block's
+// cache),
 // and the chain of 4 drafts from the pending token: within 1e-4 of llama.cpp on F32 (measured
 // below 2e-6) and 0.25 on Q8_0, whose activations the kernels quantize as llama.cpp's do.
 TEST(Nextn, DraftsMatchLlamaCpp) {
-  for (const char* id : {"glm45air-f32", "glm45air-q8_0"}) {
+  for (const char* id : {"glm45air-f32", "glm45air-q8_0", "dsv4-f32", "dsv4-q8_0"}) {
     SCOPED_TRACE(id);
     MtpCase m = load_mtp_case(id);
     const bool f32 = std::string(id).ends_with("f32");
@@ -93,7 +95,7 @@ TEST(Nextn, DraftsMatchLlamaCpp) {
     check_against_golden(m.c, lg);
     double worst = 0;
     std::vector<int32_t> out;
-    for (size_t k : {size_t{0}, size_t{1}, size_t{9}, N - 1}) {
+    for (size_t k : {size_t{0}, size_t{1}, size_t{9}, size_t{17}, N - 1}) {
       e.reset(0);
       if (k > 0) {
         ASSERT_TRUE(e.eval({m.c.prompt.data(), k}, false, lg));
@@ -143,7 +145,7 @@ TEST(Nextn, CatchUpLeavesTheTrunksLogits) {
 // Greedy decoding with the NextN block's drafts is plain decoding, token for token and logit for
 // logit; the catch-up's hidden rows follow each cut (a rejected draft's rows are dropped).
 TEST(Nextn, GreedyIsIdenticalWithMtpDrafts) {
-  for (const char* id : {"glm45air-f32", "glm45air-q8_0"}) {
+  for (const char* id : {"glm45air-f32", "glm45air-q8_0", "dsv4-f32"}) {
     SCOPED_TRACE(id);
     MtpCase m = load_mtp_case(id);
     auto l = load_with_nextn(m.c);
@@ -162,38 +164,44 @@ TEST(Nextn, GreedyIsIdenticalWithMtpDrafts) {
 }
 
 // A rejected draft's rows leave the block as they leave the trunk: after a verify of 4 tokens cut
-// back to 2, the next drafts are bit for bit those of an engine that evaluated only the 2.
-TEST(Nextn, CutKeepsTheKeptTokensHiddenRow) {
-  MtpCase m = load_mtp_case("glm45air-f32");
-  auto l = load_with_nextn(m.c);
-  ASSERT_TRUE(l);
-  auto src = engine::make_local_source(l->model);
-  engine::Engine a(l->model, *src, 2, 256), b(l->model, *src, 2, 256);
-  ASSERT_TRUE(a.set_nextn(true));
-  ASSERT_TRUE(b.set_nextn(true));
-  const std::vector<int32_t> verify = {m.pending, 7, 11, 13}, kept = {m.pending, 7};
-  const int N = int(m.c.prompt.size());
-  std::vector<float> lg, da, db;
-  std::vector<int32_t> oa, ob;
-  ASSERT_TRUE(a.eval(m.c.prompt, false, lg));
-  ASSERT_TRUE(a.mark(0));
-  ASSERT_TRUE(a.eval(verify, true, lg));
-  ASSERT_TRUE(a.cut(0, N + 2, kept));
-  ASSERT_TRUE(a.draft_nextn(0, 42, 3, oa, &da));
-  ASSERT_TRUE(b.eval(m.c.prompt, false, lg));
-  ASSERT_TRUE(b.eval(kept, false, lg));
-  ASSERT_TRUE(b.draft_nextn(0, 42, 3, ob, &db));
-  EXPECT_EQ(oa, ob);
-  ASSERT_EQ(da.size(), db.size());
-  EXPECT_EQ(0, std::memcmp(da.data(), db.data(), da.size() * 4));
-  // A cut past the rows kept (a loaded state, a reset) forgets the hidden row: zeros, as a start.
-  a.reset(0);
-  b.reset(0);
-  ASSERT_TRUE(a.draft_nextn(0, 42, 1, oa, &da));
-  ASSERT_TRUE(b.eval(m.c.prompt, false, lg));
-  b.reset(0);
-  ASSERT_TRUE(b.draft_nextn(0, 42, 1, ob, &db));
-  EXPECT_EQ(0, std::memcmp(da.data(), db.data(), da.size() * 4));
+// back to 2 (a position reset on GLM-4.5; on DeepSeek-V4 the recurrent state restored and the 2
+// evaluated again), the next drafts are bit for bit those of an engine that evaluated only the 2.
+// Drafting leaves no trace either (DeepSeek-V4's window ring is put back after the chain).
+TEST(Nextn, CutsAndDraftsKeepTheBlocksState) {
+  for (const char* id : {"glm45air-f32", "dsv4-f32"}) {
+    SCOPED_TRACE(id);
+    MtpCase m = load_mtp_case(id);
+    auto l = load_with_nextn(m.c);
+    ASSERT_TRUE(l);
+    auto src = engine::make_local_source(l->model);
+    engine::Engine a(l->model, *src, 2, 256), b(l->model, *src, 2, 256);
+    ASSERT_TRUE(a.set_nextn(true));
+    ASSERT_TRUE(b.set_nextn(true));
+    const std::vector<int32_t> verify = {m.pending, 7, 11, 13}, kept = {m.pending, 7};
+    const int N = int(m.c.prompt.size());
+    std::vector<float> lg, da, db;
+    std::vector<int32_t> oa, ob;
+    ASSERT_TRUE(a.eval(m.c.prompt, false, lg));
+    ASSERT_TRUE(a.draft_nextn(0, m.pending, 6, oa));  // drafts, then the verify's catch-up
+    ASSERT_TRUE(a.mark(0));
+    ASSERT_TRUE(a.eval(verify, true, lg));
+    ASSERT_TRUE(a.cut(0, N + 2, kept));
+    ASSERT_TRUE(a.draft_nextn(0, 42, 3, oa, &da));
+    ASSERT_TRUE(b.eval(m.c.prompt, false, lg));
+    ASSERT_TRUE(b.eval(kept, false, lg));
+    ASSERT_TRUE(b.draft_nextn(0, 42, 3, ob, &db));
+    EXPECT_EQ(oa, ob);
+    ASSERT_EQ(da.size(), db.size());
+    EXPECT_EQ(0, std::memcmp(da.data(), db.data(), da.size() * 4));
+    // After a reset the hidden row is forgotten: zeros, as at a sequence's start.
+    a.reset(0);
+    b.reset(0);
+    ASSERT_TRUE(a.draft_nextn(0, 42, 1, oa, &da));
+    ASSERT_TRUE(b.eval(m.c.prompt, false, lg));
+    b.reset(0);
+    ASSERT_TRUE(b.draft_nextn(0, 42, 1, ob, &db));
+    EXPECT_EQ(0, std::memcmp(da.data(), db.data(), da.size() * 4));
+  }
 }
 
 // A model without a NextN block, or one loaded without it, says so.
