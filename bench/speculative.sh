@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Speculative decoding against plain decoding (engine/speculative.h): expert-run generate, greedy,
-# N_GEN tokens, ROUNDS alternating rounds (plain then ngram, the order swapped every other round),
-# medians: decode tok/s, the drafts kept, tokens per eval and, through expertd, MiB read per
-# generated token. The greedy texts are compared too (they must be the same). Through expertd,
-# ngram runs twice: with the draft hints (the default: the drafts' earlier routing hinted before
-# each verify eval) and with --no-draft-hints.
+# N_GEN tokens, ROUNDS alternating rounds (plain, ngram, mtp; the order reversed every other
+# round), medians: decode tok/s, the drafts kept, tokens per eval and, through expertd, MiB read
+# per generated token. The greedy texts are compared too (they must be the same). Through
+# expertd, ngram runs twice: with the draft hints (the default: the drafts' earlier routing hinted
+# before each verify eval) and with --no-draft-hints. mtp drafts with the bundled model's trained
+# NextN head (model/kjv-moe-mtp-q8_0.gguf: the same trunk, model/README.md), which every run
+# then uses.
 # Prompts, on the bundled model:
 #   text     a KJV passage to continue (the model's own distribution; what repeats is its loops)
 #   rewrite  an agent-style copy: a passage, an instruction to write it again with small changes,
@@ -20,7 +22,8 @@ n_gen=${N_GEN:-160}
 draft_max=${DRAFT_MAX:-8}
 threads=${THREADS:-2}
 build=${BUILD:-build}
-model=model/kjv-moe-q8_0.gguf
+model=model/kjv-moe-q8_0.gguf specs="none ngram"
+if [ -f model/kjv-moe-mtp-q8_0.gguf ]; then model=model/kjv-moe-mtp-q8_0.gguf specs="none ngram mtp"; fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/spec-bench.XXXXXX")
 dpid=""
 cleanup() {
@@ -73,8 +76,8 @@ EOF
 }
 
 round_pair() {  # round label prompt where model-args [cgroup]
-  local order=(none ngram)
-  if [ "$4" = expertd ]; then order=(none ngram ngram-nohints); fi
+  local order=($specs)
+  if [ "$4" = expertd ]; then order=($specs ngram-nohints); fi
   if [ $(($1 % 2)) = 1 ]; then order=($(printf '%s\n' "${order[@]}" | tac)); fi
   for s in "${order[@]}"; do
     if [ "$4" = expertd ]; then start_expertd "$mdir/$stem.manifest.json" "$cache" "${6:-}"; fi
@@ -83,11 +86,12 @@ round_pair() {  # round label prompt where model-args [cgroup]
   done
 }
 
-stem=kjv-moe-q8_0 mdir=$work
+stem=$(basename "$model" .gguf) mdir=$work
 cp "$model" "$work/$stem.gguf"
 "$build/pack/expert-pack" -q build "$work/$stem.gguf" > /dev/null
-# The bundled model: 4 MoE layers of 32 experts; the cache holds half of them.
+# The bundled model: 4 MoE layers of 32 experts (and the NextN block's 32); the cache holds half.
 cache="--cache-slots 64"
+if [ "$model" = model/kjv-moe-mtp-q8_0.gguf ]; then cache="--cache-slots 80"; fi
 for r in $(seq "$rounds"); do
   for p in text rewrite; do
     round_pair "$r" "$p" "$work/$p.txt" ram "--model $work/$stem.gguf --local"
@@ -103,7 +107,7 @@ if [ "${MEMLIMIT:-0}" = 1 ]; then
   mdir=$dir
   for r in $(seq "$rounds"); do
     sync; echo 3 > /proc/sys/vm/drop_caches
-    round_pair "$r" "memlimit-$preset" "$work/text.txt" expertd "--model $dir/$m.core.gguf --socket $work/s.sock" "$cg"
+    specs="none ngram" round_pair "$r" "memlimit-$preset" "$work/text.txt" expertd "--model $dir/$m.core.gguf --socket $work/s.sock" "$cg"
   done
 fi
 isa=$(grep -qm1 avx512_vnni /proc/cpuinfo && echo "AVX-512 VNNI" || echo AVX2)
@@ -111,28 +115,29 @@ echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) ($isa; E
 python3 - "$out" <<'EOF'
 import json, statistics as st, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
-# An eval's cost with drafts against one token's: what a kept draft saves is the rest of an eval.
-print("| prompt | where | plain tok/s | ngram tok/s | ratio | drafts kept | drafts/eval | tokens/eval "
-      "| ms/eval plain | ms/eval ngram | MiB/token plain | MiB/token ngram "
-      "| ngram tok/s, hints off | MiB/token, hints off | same text |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+# Per prompt and place, each draft source against plain decoding's median; an eval's cost with
+# drafts against one token's: what a kept draft saves is the rest of an eval.
+print("| prompt | where | drafts | tok/s | vs plain | drafts kept | drafts/eval | tokens/eval "
+      "| ms/eval | MiB/token | same text |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
 keys = []
 for r in runs:
     if (r["label"], r["where"]) not in keys:
         keys.append((r["label"], r["where"]))
 for label, where in keys:
-    p = [r for r in runs if r["label"] == label and r["where"] == where and r["spec"] == "none"]
-    n = [r for r in runs if r["label"] == label and r["where"] == where and r["spec"] == "ngram"]
-    o = [r for r in runs if r["label"] == label and r["where"] == where and r["spec"] == "ngram-nohints"]
+    rs = [r for r in runs if r["label"] == label and r["where"] == where]
+    plain = [r for r in rs if r["spec"] == "none"]
     med = lambda rs, k: st.median(r[k] for r in rs) if rs and all(k in r for r in rs) else float("nan")
-    kept = sum(r["accepted"] for r in n) / max(1, sum(r["drafted"] for r in n))
-    per_eval = sum(r["tokens"] for r in n) / max(1, sum(r["evals"] for r in n))
-    drafts_eval = sum(r["drafted"] for r in n) / max(1, sum(r["evals"] for r in n))
-    ms = lambda rs: 1000 * st.median(r["decode_s"] / max(1, r["evals"]) for r in rs) if rs else float("nan")
-    same = all(a["text"] == b["text"] for a in p for b in n + o)
-    tp, tn = med(p, "tok_s"), med(n, "tok_s")
-    print(f"| {label} | {where} | {tp:.1f} | {tn:.1f} | {tn / tp:.2f}x | {kept:.0%} | {drafts_eval:.2f} | "
-          f"{per_eval:.2f} | {ms(p):.2f} | {ms(n):.2f} | "
-          f"{med(p, 'mib_per_token'):.2f} | {med(n, 'mib_per_token'):.2f} | "
-          f"{med(o, 'tok_s'):.1f} | {med(o, 'mib_per_token'):.2f} | {'yes' if same else 'NO'} |")
+    tp = med(plain, "tok_s")
+    for spec in dict.fromkeys(r["spec"] for r in rs):
+        n = [r for r in rs if r["spec"] == spec]
+        kept = sum(r["accepted"] for r in n) / max(1, sum(r["drafted"] for r in n))
+        per_eval = sum(r["tokens"] for r in n) / max(1, sum(r["evals"] for r in n))
+        drafts_eval = sum(r["drafted"] for r in n) / max(1, sum(r["evals"] for r in n))
+        ms = 1000 * st.median(r["decode_s"] / max(1, r["evals"]) for r in n)
+        same = all(a["text"] == b["text"] for a in plain for b in n)
+        name = {"none": "plain", "ngram-nohints": "ngram, hints off"}.get(spec, spec)
+        print(f"| {label} | {where} | {name} | {med(n, 'tok_s'):.1f} | {med(n, 'tok_s') / tp:.2f}x | "
+              f"{kept:.0%} | {drafts_eval:.2f} | {per_eval:.2f} | {ms:.2f} | "
+              f"{med(n, 'mib_per_token'):.2f} | {'yes' if same else 'NO'} |")
 EOF

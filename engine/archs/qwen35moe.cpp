@@ -44,7 +44,12 @@ class Qwen35Moe final : public Arch {
           "for another routing, which llama.cpp does not run either");
     if (!m.error().empty()) return;
     if (nextn >= n_all) return m.fail("nextn_predict_layers leaves no layer to run");
-    hp.n_layer = n_all - nextn;  // the trailing multi-token-prediction blocks do not run
+    hp.n_layer = n_all - nextn;  // the trailing multi-token-prediction blocks: drafts only
+    // Qwen3.5's NextN block drafts (llama.cpp's qwen35moe graph_mtp: a full-attention block),
+    // where the file has it.
+    if (nextn > 0 && !next_ &&
+        m.tensor_dim("blk." + std::to_string(hp.n_layer) + ".nextn.eh_proj.weight", 0) != kAnyDim)
+      hp.n_nextn = nextn;
     if (d_conv_ < 1 || d_conv_ > 64) return m.fail("implausible ssm.conv_kernel");
     if (d_state_ <= 0 || d_state_ > 256) return m.fail("implausible ssm.state_size");
     if (n_k_heads_ <= 0 || n_v_heads_ <= 0 || n_v_heads_ % n_k_heads_)
@@ -74,6 +79,7 @@ class Qwen35Moe final : public Arch {
                       "key head) is not supported; convert the model again with llama.cpp's "
                       "convert_hf_to_gguf.py, which writes attn_qkv and attn_gate");
     if (!next_) check_sections(m, hp);
+    recurrent_.resize(size_t(n_all), false);  // the NextN blocks attend
   }
 
   void plan(const Hparams& hp, Plan& p) override {
@@ -81,8 +87,8 @@ class Qwen35Moe final : public Arch {
     const int64_t E = hp.n_embd, D = hp.head_dim, H = hp.n_head;
     const int64_t key_dim = int64_t{d_state_} * n_k_heads_, value_dim = d_inner_;
     const int64_t conv_dim = 2 * key_dim + value_dim;
-    layers_.resize(hp.n_layer);
-    for (int il = 0; il < hp.n_layer; ++il) {
+    layers_.resize(hp.n_blocks());
+    for (int il = 0; il < hp.n_blocks(); ++il) {
       Layer& w = layers_[il];
       p.blk(il);
       p.add(w.attn_norm, "attn_norm.weight", {E}, Role::Norm);
