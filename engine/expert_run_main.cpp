@@ -614,13 +614,13 @@ int main(int argc, char** argv) {
   gen->add_flag("--verbose", g.verbose,
                 "timings, the drafts' acceptance and the daemon's stats delta on stderr");
   std::string speculative = "none";
-  gen->add_option(
-         "--speculative", speculative,
-         "draft tokens verified in one batched eval (greedy output unchanged): none, "
-         "ngram (prompt lookup: what followed the text's latest repeat), or mtp (the "
-         "model's own NextN block, as llama.cpp's draft-mtp: GLM-4.5/4.6/4.7, "
-         "Qwen3.5 and DeepSeek-V4 files that carry it; through expertd its pack must hold the "
-         "block's experts)")
+  gen->add_option("--speculative", speculative,
+                  "draft tokens verified in one batched eval (greedy output unchanged): none, "
+                  "ngram (prompt lookup: what followed the text's latest repeat), or mtp (the "
+                  "model's own NextN block, as llama.cpp's draft-mtp: GLM-4.5/4.6/4.7, "
+                  "GLM-5, Qwen3.5, DeepSeek-V3.2 and DeepSeek-V4 files that carry it; through "
+                  "expertd its pack must hold the "
+                  "block's experts)")
       ->check(CLI::IsMember({"none", "ngram", "mtp"}))
       ->capture_default_str();
   gen->add_option("--draft-max", g.draft_max, "most draft tokens per step")

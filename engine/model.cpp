@@ -108,8 +108,9 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan, bool nextn) 
                       (n == 0 ? std::string(" (no " + hp.arch + ".nextn_predict_layers)")
                               : " that this engine runs (" + hp.arch + " declares " +
                                     std::to_string(n) +
-                                    "; NextN drafting runs GLM-4.5's, Qwen3.5's and "
-                                    "DeepSeek-V4's, the latter of compress ratio 0)"));
+                                    "; NextN drafting runs GLM-4.5's, GLM-5's, Qwen3.5's, "
+                                    "DeepSeek-V3.2's and DeepSeek-V4's, the latter of "
+                                    "compress ratio 0)"));
   }
   hp.n_nextn = nextn ? 1 : 0;  // llama.cpp drafts with the first
   if (hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv || hp.head_dim <= 0 ||

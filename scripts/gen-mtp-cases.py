@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""llama.cpp's NextN/MTP (multi-token prediction) head on GLM-4.5, Qwen3.5 and DeepSeek-V4 synth
-models.
+"""llama.cpp's NextN/MTP (multi-token prediction) head on GLM-4.5, Qwen3.5, DeepSeek-V3.2, GLM-5 and
+DeepSeek-V4 synth models.
 
 The glm45air-* cases are a test-size synthetic GLM-4.5-Air (`expert-pack synth --preset
 glm-4.5-air --dims 128,3,8,2,64,4,2,512`: 3 trunk layers and one NextN block, blk.3) and what
@@ -9,7 +9,9 @@ computes on it: the trunk's logits and h (its final hidden state after output_no
 24-token prompt; the MTP context's catch-up over the prompt (row k: token x_k at position k with
 the trunk's h of row k-1, zeros for k = 0); and a 4-step greedy draft chain from the trunk's
 greedy token after the prompt. q35-f32 is the same on a synthetic Qwen3.5 (its NextN block a
-full-attention one, after three delta-net layers and one full-attention layer).
+full-attention one, after three delta-net layers and one full-attention layer); ds32-f32 and
+glm5-f32 on the synthetic DeepSeek-V3.2 and GLM-5 of tests/data/dsa (their NextN blocks run
+dense latent attention: no indexer).
 The dsv4-* cases do the same on the synthetic DeepSeek-V4-Flash models of tests/data/deepseek4
 (v4-f32, v4-q8_0: 4 trunk layers and one NextN block, blk.4) with the first 40 tokens of those
 cases' prompts, past the 8-position window. There h is the hyper-connection state, 4 streams of
@@ -41,6 +43,12 @@ CASES = {  # name -> synth arguments
     # full-attention one
     "q35-f32": ["synth", "--preset", "qwen3.5-397b-a17b", "--dims", "128,4,8,2,64,2,1,512",
                 "--type", "F32", "--seed", "3"],
+    # DeepSeek-V3.2 and GLM-5 (the models of tests/data/dsa/ds32-f32 and glm5-f32): their NextN
+    # blocks run dense latent attention (no indexer)
+    "ds32-f32": ["synth", "--preset", "deepseek-v3.2", "--dims", "128,4,8,2,64,4,1,512",
+                 "--type", "F32", "--seed", "1"],
+    "glm5-f32": ["synth", "--preset", "glm-5", "--dims", "128,4,8,2,64,4,1,512",
+                 "--type", "F32", "--seed", "4"],
     # the models of tests/data/deepseek4/v4-f32 and v4-q8_0
     "dsv4-f32": ["synth", "--preset", "deepseek-v4-flash", "--dims", "128,4,8,2,64,4,1,512",
                  "--type", "F32", "--seed", "1"],

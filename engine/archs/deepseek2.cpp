@@ -57,8 +57,8 @@ void Deepseek2::read_hparams(Meta& m, Hparams& hp) {
 void Deepseek2::plan(const Hparams& hp, Plan& p) {
   hp_ = hp;
   const int64_t n_embd = hp.n_embd, n_head = hp.n_head, n_rot = hp.n_rot, qk_nope = k_mla_ - n_rot;
-  layers_.resize(hp.n_layer);
-  for (int il = 0; il < hp.n_layer; ++il) {
+  layers_.resize(hp.n_blocks());  // the NextN block's too, where an architecture runs it
+  for (int il = 0; il < hp.n_blocks(); ++il) {
     Layer& w = layers_[il];
     p.blk(il);
     p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);

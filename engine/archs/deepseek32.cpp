@@ -8,8 +8,8 @@
 // it sees no more than top_k). The rest is deepseek2's (engine/archs/deepseek2.h): leading dense
 // layers, sigmoid routing with the selection bias, groups, a shared expert. GLM-5.2's "shared"
 // indexer layers (attention.indexer.types 0) reuse the previous full layer's selection.
-// Multi-token-prediction blocks (nextn_predict_layers) do not run (llama.cpp runs them only to
-// draft tokens).
+// The multi-token-prediction block (nextn_predict_layers) drafts (Engine::set_nextn): dense
+// latent attention over its own rows, no indexer (llama.cpp's graph_mtp).
 #include <cmath>
 
 #include "engine/archs/deepseek2.h"
@@ -36,8 +36,10 @@ class Dsa final : public archs::Deepseek2 {
     m.u("attention.indexer.top_k", top_k_);
     if (!m.error().empty()) return;
     if (nextn >= n_all) return m.fail("nextn_predict_layers leaves no layer to run");
-    hp.n_layer = n_all - nextn;  // the trailing multi-token-prediction blocks do not run
-    if (!m.error().empty()) return;
+    hp.n_layer = n_all - nextn;  // the trailing multi-token-prediction blocks: drafts only
+    if (nextn > 0 &&
+        m.tensor_dim("blk." + std::to_string(hp.n_layer) + ".nextn.eh_proj.weight", 0) != kAnyDim)
+      hp.n_nextn = nextn;
     if (q_lora_ <= 0)
       return m.fail(std::string("the lightning indexer needs ") +
                     (glm_ ? "glm-dsa" : "deepseek32") + ".attention.q_lora_rank");
@@ -66,6 +68,7 @@ class Dsa final : public archs::Deepseek2 {
       if (hp.n_layer > 0 && !full_[0])
         return m.fail("attention.indexer.types: the first layer must run its indexer");
     }
+    full_.resize(size_t(n_all), 0);  // the NextN blocks: dense, no indexer
   }
 
   void plan(const Hparams& hp, Plan& p) override {
@@ -85,7 +88,7 @@ class Dsa final : public archs::Deepseek2 {
 
   // The latent row (keys), and the indexer's key as the value row of the layers that run one.
   KvRows kv_rows(const Hparams& hp, int il, int) const override {
-    return {kv_lora_ + hp.n_rot, full_[size_t(il)] ? idx_.dim : 0};
+    return {kv_lora_ + hp.n_rot, il < hp.n_layer && full_[size_t(il)] ? idx_.dim : 0};
   }
 
   // The selection, carried from a full indexer layer to the shared ones after it.
@@ -99,7 +102,7 @@ class Dsa final : public archs::Deepseek2 {
     const int64_t D = idx_.dim, n_rot = hp_.n_rot;
     Act h = ops.rms_norm(x, w.attn_norm, hp_.eps);
     const archs::MlaQkv qkv = archs::mla_project(ops, w.mla, h, kv_lora_, hp_.eps);
-    Act sel = e.carried()[0];
+    Act sel = il < hp_.n_layer ? e.carried()[0] : Act{};  // NextN: dense
     if (full_[size_t(il)]) {
       const Index& ix = index_[size_t(il)];
       const RopeOpts rope{hp_.rope_base, /*neox=*/!glm_, yarn_ ? &*yarn_ : nullptr};
