@@ -109,7 +109,7 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan, bool nextn) 
                               : " that this engine runs (" + hp.arch + " declares " +
                                     std::to_string(n) +
                                     "; NextN drafting runs GLM-4.5's, GLM-5's, Qwen3.5's, "
-                                    "DeepSeek-V3.2's and DeepSeek-V4's, the latter of "
+                                    "DeepSeek-V3.2's, Hy3's and DeepSeek-V4's, the latter of "
                                     "compress ratio 0)"));
   }
   hp.n_nextn = nextn ? 1 : 0;  // llama.cpp drafts with the first

@@ -11,7 +11,7 @@ the trunk's h of row k-1, zeros for k = 0); and a 4-step greedy draft chain from
 greedy token after the prompt. q35-f32 is the same on a synthetic Qwen3.5 (its NextN block a
 full-attention one, after three delta-net layers and one full-attention layer); ds32-f32 and
 glm5-f32 on the synthetic DeepSeek-V3.2 and GLM-5 of tests/data/dsa (their NextN blocks run
-dense latent attention: no indexer).
+dense latent attention: no indexer); hy3-f32 on tests/data/hy3's Hy3.
 The dsv4-* cases do the same on the synthetic DeepSeek-V4-Flash models of tests/data/deepseek4
 (v4-f32, v4-q8_0: 4 trunk layers and one NextN block, blk.4) with the first 40 tokens of those
 cases' prompts, past the 8-position window. There h is the hyper-connection state, 4 streams of
@@ -49,6 +49,9 @@ CASES = {  # name -> synth arguments
                  "--type", "F32", "--seed", "1"],
     "glm5-f32": ["synth", "--preset", "glm-5", "--dims", "128,4,8,2,64,4,1,512",
                  "--type", "F32", "--seed", "4"],
+    # Hy3 (the model of tests/data/hy3/hy3-f32)
+    "hy3-f32": ["synth", "--preset", "hy3", "--dims", "128,4,8,2,64,4,2,512", "--type", "F32",
+                "--seed", "1"],
     # the models of tests/data/deepseek4/v4-f32 and v4-q8_0
     "dsv4-f32": ["synth", "--preset", "deepseek-v4-flash", "--dims", "128,4,8,2,64,4,1,512",
                  "--type", "F32", "--seed", "1"],

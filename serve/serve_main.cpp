@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
          "--speculative", speculative,
          "draft tokens verified in one batched eval (greedy output unchanged): none, "
          "ngram (prompt lookup), or mtp (the model's own NextN block, where the GGUF "
-         "has one: GLM-4.5/4.6/4.7, GLM-5, Qwen3.5, DeepSeek-V3.2 and -V4); a request may say "
+         "has one: GLM-4.5/4.6/4.7, GLM-5, Qwen3.5, DeepSeek-V3.2 and -V4, Hy3); a request may say "
          "\"speculative\": \"ngram\", "
          "\"mtp\" (with mtp here) or \"none\" itself")
       ->check(CLI::IsMember({"none", "ngram", "mtp"}))

@@ -2,8 +2,8 @@
 // RMSNorms and NeoX RoPE over whole heads; a layer is dense or MoE by whether the file has its
 // router (ffn_gate_inp), as llama.cpp decides; routed experts by sigmoid with the selection bias
 // (named exp_probs_b, without .bias), renormalised and scaled as the file says, beside one
-// ungated shared expert. Trailing NextN blocks (nextn_predict_layers) are skipped, as llama.cpp
-// skips them outside drafting.
+// ungated shared expert. The trailing NextN block (nextn_predict_layers) runs to draft
+// (Engine::set_nextn: a decoder block as the trunk's, llama.cpp's hy-v3 graph_mtp).
 #include <algorithm>
 #include <cmath>
 
@@ -17,7 +17,13 @@ class HyV3 final : public Arch {
  public:
   void read_hparams(Meta& m, Hparams& hp) override {
     int first_moe = 0;
-    if (!archs::read_trunk_by_router(m, hp, moe_, &first_moe)) return;
+    const int n_all = archs::read_trunk_by_router(m, hp, moe_, &first_moe);
+    if (!n_all) return;
+    if (n_all > hp.n_layer &&
+        m.tensor_dim(blk(hp.n_layer) + "nextn.eh_proj.weight", 0) != kAnyDim) {
+      hp.n_nextn = n_all - hp.n_layer;  // dense or MoE by its router too
+      moe_ = archs::moe_by_router(m, n_all);
+    }
     route_ = archs::read_routing(m, hp, /*norm_default=*/false, /*sigmoid_default=*/true);
     if (route_.n_group > 0) return m.fail("hy_v3 routes without expert groups");
     n_ff_shexp_ = archs::width(m, blk(first_moe) + "ffn_gate_shexp.weight", 1,
@@ -36,8 +42,8 @@ class HyV3 final : public Arch {
   void plan(const Hparams& hp, Plan& p) override {
     hp_ = hp;
     const int64_t n_embd = hp.n_embd;
-    layers_.resize(size_t(hp.n_layer));
-    for (int il = 0; il < hp.n_layer; ++il) {
+    layers_.resize(size_t(hp.n_blocks()));
+    for (int il = 0; il < hp.n_blocks(); ++il) {
       Layer& w = layers_[size_t(il)];
       p.blk(il);
       archs::plan_gqa(p, w.a, hp);
