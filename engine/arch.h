@@ -159,6 +159,8 @@ class Arch {
   // (llama.cpp's glm4-moe graph_mtp): the output-normed final row; eh_proj([enorm(embedding),
   // hnorm(hidden)]); shared_head_norm (or output_norm), whose rows are also the next hidden.
   virtual int64_t nextn_cols(const Hparams& hp) const { return hp.n_embd; }
+  // The head's norm (after blk.N.; optional: output_norm where the file lacks it).
+  virtual std::string nextn_head_norm() const { return "nextn.shared_head_norm.weight"; }
   virtual Act nextn_hidden(Engine& e, const Model& m, Act x, Act out) const;
   virtual Act nextn_input(Engine& e, const Model& m, Act emb, Act h) const;
   virtual Act nextn_head(Engine& e, const Model& m, Act x, Act* next_hidden) const;

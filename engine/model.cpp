@@ -104,13 +104,13 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan, bool nextn) 
   if (!meta.error().empty()) return make_error(meta.error());
   if (nextn && hp.n_nextn == 0) {
     const uint64_t n = f.get_uint(hp.arch + ".nextn_predict_layers").value_or(0);
-    return make_error(f.path() + ": no NextN (multi-token prediction) block to draft with" +
-                      (n == 0 ? std::string(" (no " + hp.arch + ".nextn_predict_layers)")
-                              : " that this engine runs (" + hp.arch + " declares " +
-                                    std::to_string(n) +
-                                    "; NextN drafting runs GLM-4.5's, GLM-5's, Qwen3.5's, "
-                                    "DeepSeek-V3.2's, Hy3's and DeepSeek-V4's, the latter of "
-                                    "compress ratio 0)"));
+    return make_error(
+        f.path() + ": no NextN (multi-token prediction) block to draft with" +
+        (n == 0 ? std::string(" (no " + hp.arch + ".nextn_predict_layers)")
+                : " that this engine runs (" + hp.arch + " declares " + std::to_string(n) +
+                      "; NextN drafting runs GLM-4.5's, GLM-5's, Qwen3.5's, "
+                      "DeepSeek-V3.2's, Hy3's, Ling 3.0's and DeepSeek-V4's, the latter of "
+                      "compress ratio 0)"));
   }
   hp.n_nextn = nextn ? 1 : 0;  // llama.cpp drafts with the first
   if (hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv || hp.head_dim <= 0 ||
@@ -131,7 +131,7 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan, bool nextn) 
     plan.add(w.eh_proj, "nextn.eh_proj.weight", {2 * int64_t{hp.n_embd}, hp.n_embd});
     plan.add(w.enorm, "nextn.enorm.weight", {hp.n_embd}, Role::Norm);
     plan.add(w.hnorm, "nextn.hnorm.weight", {hp.n_embd}, Role::Norm);
-    plan.optional(w.head_norm, "nextn.shared_head_norm.weight", {hp.n_embd}, Role::Norm);
+    plan.optional(w.head_norm, m.arch->nextn_head_norm(), {hp.n_embd}, Role::Norm);
     plan.optional(w.head, "nextn.shared_head_head.weight", {hp.n_embd, hp.n_vocab});
     plan.optional(w.embed, "nextn.embed_tokens.weight", {hp.n_embd, hp.n_vocab}, Role::Embedding);
     plan.blk(-1);

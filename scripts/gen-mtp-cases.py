@@ -11,7 +11,7 @@ the trunk's h of row k-1, zeros for k = 0); and a 4-step greedy draft chain from
 greedy token after the prompt. q35-f32 is the same on a synthetic Qwen3.5 (its NextN block a
 full-attention one, after three delta-net layers and one full-attention layer); ds32-f32 and
 glm5-f32 on the synthetic DeepSeek-V3.2 and GLM-5 of tests/data/dsa (their NextN blocks run
-dense latent attention: no indexer); hy3-f32 on tests/data/hy3's Hy3.
+dense latent attention: no indexer); hy3-f32 and ling3-f32 on tests/data/hy3's Hy3 and tests/data/ling3's Ling 3.0.
 The dsv4-* cases do the same on the synthetic DeepSeek-V4-Flash models of tests/data/deepseek4
 (v4-f32, v4-q8_0: 4 trunk layers and one NextN block, blk.4) with the first 40 tokens of those
 cases' prompts, past the 8-position window. There h is the hyper-connection state, 4 streams of
@@ -52,6 +52,10 @@ CASES = {  # name -> synth arguments
     # Hy3 (the model of tests/data/hy3/hy3-f32)
     "hy3-f32": ["synth", "--preset", "hy3", "--dims", "128,4,8,2,64,4,2,512", "--type", "F32",
                 "--seed", "1"],
+    # Ling 3.0 (the model of tests/data/ling3/ling3-f32): a latent-attention NextN block after
+    # the KDA and latent-attention trunk
+    "ling3-f32": ["synth", "--preset", "ling-3.0-flash", "--dims", "64,5,8,2,32,4,1,512",
+                  "--type", "F32", "--seed", "1"],
     # the models of tests/data/deepseek4/v4-f32 and v4-q8_0
     "dsv4-f32": ["synth", "--preset", "deepseek-v4-flash", "--dims", "128,4,8,2,64,4,1,512",
                  "--type", "F32", "--seed", "1"],

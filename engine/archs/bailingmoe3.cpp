@@ -6,7 +6,8 @@
 // elsewhere; leading dense layers, then sigmoid routing with the selection bias (in expert
 // groups where the file says) beside a shared expert, the SwiGLUs clamped per layer where the
 // file says (swiglu_clamp_exp on the routed experts, swiglu_clamp_shexp on the shared expert
-// and the dense layers, as llama.cpp's FFN reads it). Trailing NextN blocks are skipped; the
+// and the dense layers, as llama.cpp's FFN reads it). The trailing NextN block (a latent-attention
+// MoE block, its final norm layer_output_norm) runs to draft (Engine::set_nextn); the
 // vision files' multi-section RoPE and rope scaling are refused.
 #include <algorithm>
 #include <cmath>
@@ -24,6 +25,13 @@ class BailingMoe3 final : public Arch {
     int first_moe = 0;
     const int n_all = archs::read_trunk_by_router(m, hp, moe_, &first_moe), n = hp.n_layer;
     if (!n_all) return;
+    // The NextN block drafts (llama.cpp's graph_mtp: a latent-attention MoE block), where the
+    // file has it.
+    if (n_all > n &&
+        m.tensor_dim("blk." + std::to_string(n) + ".nextn.eh_proj.weight", 0) != kAnyDim) {
+      hp.n_nextn = n_all - n;
+      moe_ = archs::moe_by_router(m, n_all);
+    }
     m.per_layer("attention.head_count_kv", n_all, kv_heads_);
     m.u("attention.q_lora_rank", q_lora_, 0);
     m.u("attention.kv_lora_rank", kv_lora_);
@@ -48,8 +56,8 @@ class BailingMoe3 final : public Arch {
           "supported");
     if (!safe) return m.fail("kda.safe_gate is false: only the bounded KDA gate is supported");
     if (!(lower_bound_ < 0.0f)) return m.fail("kda.gate_lower_bound must be negative");
-    clamp_exp_ = archs::per_layer_floats(m, "swiglu_clamp_exp", n);
-    clamp_shexp_ = archs::per_layer_floats(m, "swiglu_clamp_shexp", n);
+    clamp_exp_ = archs::per_layer_floats(m, "swiglu_clamp_exp", n_all);
+    clamp_shexp_ = archs::per_layer_floats(m, "swiglu_clamp_shexp", n_all);
     n_ff_shexp_ = m.tensor_dim("blk." + std::to_string(first_moe) + ".ffn_gate_shexp.weight", 1);
     if (n_ff_shexp_ == kAnyDim) n_ff_shexp_ = n_ff_shexp;
     if (n_ff_shexp_ <= 0) n_ff_shexp_ = hp.n_ff_exp * std::max(1, n_shared);  // llama.cpp's
@@ -81,8 +89,8 @@ class BailingMoe3 final : public Arch {
     hp_ = hp;
     const int64_t E = hp.n_embd, H = hp.n_head, S = kda_head_dim_, D = H * S;
     const int64_t n_rot = hp.n_rot, qk_nope = k_mla_ - n_rot;
-    layers_.resize(size_t(hp.n_layer));
-    for (int il = 0; il < hp.n_layer; ++il) {
+    layers_.resize(size_t(hp.n_blocks()));
+    for (int il = 0; il < hp.n_blocks(); ++il) {
       Layer& w = layers_[size_t(il)];
       p.blk(il);
       p.add(w.attn_norm, "attn_norm.weight", {E}, Role::Norm);
@@ -147,6 +155,8 @@ class BailingMoe3 final : public Arch {
     ops.add(x, w.kda ? kda(e, il, w, h) : mla(e, il, w, h));
     archs::ffn_half(e, il, x, h, moe(il), w.ffn_norm, w.ffn, hp_.eps);
   }
+
+  std::string nextn_head_norm() const override { return "layer_output_norm.weight"; }
 
   std::vector<std::string> synth_presets() const override { return {"ling-3.0-flash"}; }
   expertd::Result<SynthModel> synth(const std::string& preset, const SynthDims& d) const override;
