@@ -44,11 +44,85 @@ def dequantize(kind: str, x: np.ndarray) -> np.ndarray:
     return (q * d).reshape(x.shape)
 
 
+GGML_NAMES = {v: k for k, v in GGML.items()}
+BLOCK = {"F32": (1, 4), "F16": (1, 2), "Q8_0": (32, 34)}  # (elements, bytes) per block
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<B", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+class Reader:
+    """A GGUF file as written here (v3, F32 / F16 / Q8_0 tensors): kv maps each key to its value,
+    raw_kv to its encoded entry (to copy it verbatim); tensors maps each name to (type, ne, bytes)."""
+
+    def __init__(self, path: str):
+        data = open(path, "rb").read()
+        magic, version, n_t, n_kv = struct.unpack_from("<4sIQQ", data, 0)
+        assert magic == b"GGUF" and version == 3, path
+        self.kv, self.raw_kv, self.tensors = {}, {}, {}
+        self._d, pos = data, 24
+        for _ in range(n_kv):
+            start = pos
+            key, pos = self._str(pos)
+            (t,), pos = struct.unpack_from("<I", data, pos), pos + 4
+            self.kv[key], pos = self._val(t, pos)
+            self.raw_kv[key] = data[start:pos]
+        infos = []
+        for _ in range(n_t):
+            name, pos = self._str(pos)
+            (nd,) = struct.unpack_from("<I", data, pos)
+            ne = list(struct.unpack_from(f"<{nd}Q", data, pos + 4))
+            t, off = struct.unpack_from("<IQ", data, pos + 4 + 8 * nd)
+            pos += 4 + 8 * nd + 12
+            infos.append((name, GGML_NAMES[t], ne, off))
+        align = self.kv.get("general.alignment", 32)
+        base = (pos + align - 1) // align * align
+        for name, t, ne, off in infos:
+            per, nbytes = BLOCK[t]
+            size = int(np.prod(ne)) // per * nbytes
+            self.tensors[name] = (t, ne, data[base + off:base + off + size])
+
+    def _str(self, pos):
+        (n,) = struct.unpack_from("<Q", self._d, pos)
+        return self._d[pos + 8:pos + 8 + n].decode("utf-8"), pos + 8 + n
+
+    def _val(self, t, pos):
+        if t == 8:
+            return self._str(pos)
+        if t == 9:
+            et, n = struct.unpack_from("<IQ", self._d, pos)
+            pos += 12
+            out = []
+            for _ in range(n):
+                v, pos = self._val(et, pos)
+                out.append(v)
+            return out, pos
+        f = _SCALAR[t]
+        (v,) = struct.unpack_from(f, self._d, pos)
+        return (bool(v) if t == 7 else v), pos + struct.calcsize(f)
+
+    def array(self, name: str) -> np.ndarray:
+        """A tensor as float32 in PyTorch layout (..., out, in): what llama.cpp computes with."""
+        t, ne, raw = self.tensors[name]
+        shape = tuple(reversed(ne))
+        if t == "F32":
+            return np.frombuffer(raw, dtype="<f4").reshape(shape).copy()
+        if t == "F16":
+            return np.frombuffer(raw, dtype="<f2").astype(np.float32).reshape(shape)
+        blocks = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 34)
+        d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+        q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)
+        return (q * d).reshape(shape)
+
+
 class Writer:
     def __init__(self):
         self.kv = bytearray()
         self.n_kv = 0
         self.tensors = []  # (name, ggml_type, ne, bytes)
+
+    def raw_kv(self, entry: bytes):
+        """An entry as Reader.raw_kv holds it, copied verbatim."""
+        self.kv += entry
+        self.n_kv += 1
 
     def _s(self, s: str) -> bytes:
         b = s.encode("utf-8")
@@ -92,6 +166,10 @@ class Writer:
         else:
             data = quantize_q8_0(arr).tobytes()
         self.tensors.append((name, GGML[kind], ne, data))
+
+    def raw_tensor(self, name, kind, ne, data: bytes):
+        """A tensor as Reader.tensors holds it (type name, ne, bytes), copied bit for bit."""
+        self.tensors.append((name, GGML[kind], list(ne), data))
 
     def write(self, path, alignment=32):
         info = bytearray()

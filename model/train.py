@@ -59,81 +59,96 @@ def rope(x, pos, base):
     return torch.cat([a * c - b * s, a * s + b * c], dim=-1)
 
 
+def new_layer(c: dict, n_layer: int) -> torch.nn.Module:
+    """One decoder block's parameters (attention, router, experts), randomly initialised."""
+    E, H, HKV, D, X, FF = c["n_embd"], c["n_head"], c["n_head_kv"], c["head_dim"], c["n_expert"], c["n_ff_exp"]
+    p = lambda *shape, s: torch.nn.Parameter(torch.randn(*shape) * s)
+    m = torch.nn.Module()
+    m.attn_norm = torch.nn.Parameter(torch.ones(E))
+    m.wq, m.wk, m.wv = p(H * D, E, s=E ** -0.5), p(HKV * D, E, s=E ** -0.5), p(HKV * D, E, s=E ** -0.5)
+    m.q_norm, m.k_norm = torch.nn.Parameter(torch.ones(D)), torch.nn.Parameter(torch.ones(D))
+    m.wo = p(E, H * D, s=(H * D) ** -0.5 / math.sqrt(2 * n_layer))
+    m.ffn_norm = torch.nn.Parameter(torch.ones(E))
+    m.router = p(X, E, s=E ** -0.5)
+    m.gate, m.up = p(X, FF, E, s=E ** -0.5), p(X, FF, E, s=E ** -0.5)
+    m.down = p(X, E, FF, s=FF ** -0.5 / math.sqrt(2 * n_layer))
+    return m
+
+
+def moe(c, m, h):
+    """h: (N, E) -> (N, E), aux balance loss. Tokens are grouped per expert into one padded
+    batch, so each projection is a single batched matmul over all experts."""
+    X, K = c["n_expert"], c["n_expert_used"]
+    N, E = h.shape
+    probs = F.softmax(h @ m.router.t(), dim=-1)
+    w, idx = probs.topk(K, dim=-1)
+    w = w / w.sum(-1, keepdim=True).clamp_min(6.103515625e-5)
+    flat_e = idx.reshape(-1)
+    flat_t = torch.arange(N).repeat_interleave(K)
+    flat_w = w.reshape(-1)
+    order = torch.argsort(flat_e, stable=True)
+    counts = torch.bincount(flat_e, minlength=X)
+    cap = int(counts.max())
+    se = flat_e[order]
+    slot = torch.arange(order.numel()) - (torch.cumsum(counts, 0) - counts)[se]
+    xin = h.new_zeros(X, cap, E)
+    xin[se, slot] = h[flat_t[order]]
+    y = torch.bmm(F.silu(torch.bmm(xin, m.gate.transpose(1, 2))) * torch.bmm(xin, m.up.transpose(1, 2)),
+                  m.down.transpose(1, 2))
+    out = torch.zeros_like(h)
+    out.index_add_(0, flat_t[order], y[se, slot] * flat_w[order, None])
+    frac = counts.float() / flat_e.numel()
+    aux = X * (frac * probs.mean(0)).sum()
+    return out, aux
+
+
+def block(c, m, x):
+    """One decoder block over x: (B, T, E) at positions 0..T-1, causal. Returns (x, aux)."""
+    B, T, _ = x.shape
+    H, HKV, D, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["eps"]
+    pos = torch.arange(T)
+    h = rms_norm(x, m.attn_norm, eps)
+    q = (h @ m.wq.t()).view(B, T, H, D)
+    k = (h @ m.wk.t()).view(B, T, HKV, D)
+    v = (h @ m.wv.t()).view(B, T, HKV, D)
+    q, k = rms_norm(q, m.q_norm, eps), rms_norm(k, m.k_norm, eps)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    q, k = rope(q, pos, c["rope_base"]), rope(k, pos, c["rope_base"])
+    k = k.repeat_interleave(H // HKV, dim=1)
+    v = v.repeat_interleave(H // HKV, dim=1)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    att = F.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+    x = x + att.transpose(1, 2).reshape(B, T, H * D) @ m.wo.t()
+    h = rms_norm(x, m.ffn_norm, eps)
+    y, aux = moe(c, m, h.reshape(B * T, -1))
+    return x + y.view(B, T, -1), aux
+
+
 class MoeLM(torch.nn.Module):
     def __init__(self, c: dict):
         super().__init__()
         self.c = c
-        E, L, H, HKV, D, X, FF = c["n_embd"], c["n_layer"], c["n_head"], c["n_head_kv"], c["head_dim"], c["n_expert"], c["n_ff_exp"]
-        p = lambda *shape, s: torch.nn.Parameter(torch.randn(*shape) * s)
-        self.tok = p(c["n_vocab"], E, s=0.02)
-        self.layers = torch.nn.ModuleList()
-        for _ in range(L):
-            m = torch.nn.Module()
-            m.attn_norm = torch.nn.Parameter(torch.ones(E))
-            m.wq, m.wk, m.wv = p(H * D, E, s=E ** -0.5), p(HKV * D, E, s=E ** -0.5), p(HKV * D, E, s=E ** -0.5)
-            m.q_norm, m.k_norm = torch.nn.Parameter(torch.ones(D)), torch.nn.Parameter(torch.ones(D))
-            m.wo = p(E, H * D, s=(H * D) ** -0.5 / math.sqrt(2 * L))
-            m.ffn_norm = torch.nn.Parameter(torch.ones(E))
-            m.router = p(X, E, s=E ** -0.5)
-            m.gate, m.up = p(X, FF, E, s=E ** -0.5), p(X, FF, E, s=E ** -0.5)
-            m.down = p(X, E, FF, s=FF ** -0.5 / math.sqrt(2 * L))
-            self.layers.append(m)
+        E, L = c["n_embd"], c["n_layer"]
+        self.tok = torch.nn.Parameter(torch.randn(c["n_vocab"], E) * 0.02)
+        self.layers = torch.nn.ModuleList([new_layer(c, L) for _ in range(L)])
         self.out_norm = torch.nn.Parameter(torch.ones(E))
 
     def moe(self, m, h):
-        """h: (N, E) -> (N, E), aux balance loss. Tokens are grouped per expert into one padded
-        batch, so each projection is a single batched matmul over all experts."""
-        c = self.c
-        X, K = c["n_expert"], c["n_expert_used"]
-        N, E = h.shape
-        probs = F.softmax(h @ m.router.t(), dim=-1)
-        w, idx = probs.topk(K, dim=-1)
-        w = w / w.sum(-1, keepdim=True).clamp_min(6.103515625e-5)
-        flat_e = idx.reshape(-1)
-        flat_t = torch.arange(N).repeat_interleave(K)
-        flat_w = w.reshape(-1)
-        order = torch.argsort(flat_e, stable=True)
-        counts = torch.bincount(flat_e, minlength=X)
-        cap = int(counts.max())
-        se = flat_e[order]
-        slot = torch.arange(order.numel()) - (torch.cumsum(counts, 0) - counts)[se]
-        xin = h.new_zeros(X, cap, E)
-        xin[se, slot] = h[flat_t[order]]
-        y = torch.bmm(F.silu(torch.bmm(xin, m.gate.transpose(1, 2))) * torch.bmm(xin, m.up.transpose(1, 2)),
-                      m.down.transpose(1, 2))
-        out = torch.zeros_like(h)
-        out.index_add_(0, flat_t[order], y[se, slot] * flat_w[order, None])
-        frac = counts.float() / flat_e.numel()
-        aux = X * (frac * probs.mean(0)).sum()
-        return out, aux
+        return moe(self.c, m, h)
 
-    def forward(self, tokens):
-        c = self.c
-        B, T = tokens.shape
-        H, HKV, D, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["eps"]
+    def hidden(self, tokens):
+        """The final hidden state after output_norm, (B, T, E), and the mean balance loss."""
         x = self.tok[tokens]
-        pos = torch.arange(T)
         aux_total = 0.0
         for m in self.layers:
-            h = rms_norm(x, m.attn_norm, eps)
-            q = (h @ m.wq.t()).view(B, T, H, D)
-            k = (h @ m.wk.t()).view(B, T, HKV, D)
-            v = (h @ m.wv.t()).view(B, T, HKV, D)
-            q, k = rms_norm(q, m.q_norm, eps), rms_norm(k, m.k_norm, eps)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            q, k = rope(q, pos, c["rope_base"]), rope(k, pos, c["rope_base"])
-            k = k.repeat_interleave(H // HKV, dim=1)
-            v = v.repeat_interleave(H // HKV, dim=1)
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
-            mask = torch.ones(T, T, dtype=torch.bool).triu(1)
-            att = F.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
-            x = x + att.transpose(1, 2).reshape(B, T, H * D) @ m.wo.t()
-            h = rms_norm(x, m.ffn_norm, eps)
-            y, aux = self.moe(m, h.reshape(B * T, -1))
-            x = x + y.view(B, T, -1)
+            x, aux = block(self.c, m, x)
             aux_total = aux_total + aux
-        x = rms_norm(x, self.out_norm, eps)
-        return x @ self.tok.t(), aux_total / len(self.layers)
+        return rms_norm(x, self.out_norm, self.c["eps"]), aux_total / len(self.layers)
+
+    def forward(self, tokens):
+        x, aux = self.hidden(tokens)
+        return x @ self.tok.t(), aux
 
 
 def evaluate(model, data, seq, batches=20):
