@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "engine/speculative.h"
+#include "engine/tokenizer.h"
 #include "golden_util.h"
 #include "speculative_util.h"
 #include "test_util.h"
@@ -164,6 +165,30 @@ TEST(Nextn, GreedyIsIdenticalWithMtpDrafts) {
                                                  engine::Drafter{engine::DraftKind::Mtp, {}});
     std::printf("%s: %llu NextN drafts kept\n", id, static_cast<unsigned long long>(kept));
   }
+}
+
+// The bundled model's trained head (model/kjv-moe-mtp-q8_0.gguf): its drafts are kept, often
+// several a step, and the text and every token's logits are plain decoding's.
+TEST(Nextn, TrainedHeadsDraftsAreKeptAndChangeNothing) {
+  auto f = gguf::Model::open(std::string(EXPERTD_SOURCE_DIR) + "/model/kjv-moe-mtp-q8_0.gguf");
+  ASSERT_TRUE(f) << f.error().message;
+  auto m = engine::Model::load(*f, /*nextn=*/true);
+  ASSERT_TRUE(m) << m.error().message;
+  auto tok = engine::Tokenizer::load(*f);
+  ASSERT_TRUE(tok) << tok.error().message;
+  const auto prompt = tok->encode("And God said unto Moses, Go in unto Pharaoh", false, true);
+  auto src = std::shared_ptr<engine::ExpertSource>(engine::make_local_source(*m));
+  const engine::Model& model = *m;
+  auto make = [&model, src] {
+    auto e = std::make_unique<engine::Engine>(model, *src, 2, 512);
+    EXPECT_TRUE(e->set_nextn(true));
+    return e;
+  };
+  const uint64_t kept = check_greedy_identical(make, model, prompt, 120, 4,
+                                               engine::Drafter{engine::DraftKind::Mtp, {}});
+  std::printf("bundled model's NextN head: %llu drafts kept over 120 tokens\n",
+              static_cast<unsigned long long>(kept));
+  EXPECT_GT(kept, 30u);
 }
 
 // A rejected draft's rows leave the block as they leave the trunk: after a verify of 4 tokens cut
