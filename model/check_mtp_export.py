@@ -9,22 +9,17 @@ logits (--dump keeps them, to compare with PyTorch's head and the engine's draft
         --mtp model/kjv-moe-mtp-q8_0.gguf [--dump model/build/mtp-oracle.npz]
 """
 import argparse
-import ctypes
+import os
 import sys
 
 import numpy as np
 import llama_cpp
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from synth_cases import new_context, process  # noqa: E402
+
 PROMPTS = ["In the beginning God created", "And the LORD said unto Moses,", "Blessed are the",
            "For God so loved the world", "The LORD is my shepherd; I shall not want."]
-
-_lib = llama_cpp.llama_cpp._lib
-set_nextn = _lib._Z26llama_set_embeddings_nextnP13llama_contextbb
-set_nextn.argtypes, set_nextn.restype = [ctypes.c_void_p, ctypes.c_bool, ctypes.c_bool], None
-get_nextn_ith = _lib._Z30llama_get_embeddings_nextn_ithP13llama_contexti
-get_nextn_ith.argtypes = [ctypes.c_void_p, ctypes.c_int32]
-get_nextn_ith.restype = ctypes.POINTER(ctypes.c_float)
-
 
 def load(path, mtp):
     mp = llama_cpp.llama_model_default_params()
@@ -36,19 +31,6 @@ def load(path, mtp):
     return m
 
 
-def context(m, ctx_type=llama_cpp.LLAMA_CONTEXT_TYPE_DEFAULT, nextn=False):
-    cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx = cp.n_batch = cp.n_ubatch = 256
-    cp.n_threads = cp.n_threads_batch = 1
-    cp.type_k = cp.type_v = 0  # F32 KV cache
-    cp.flash_attn_type = 0
-    cp.ctx_type = ctx_type
-    ctx = llama_cpp.llama_init_from_model(m, cp)
-    if nextn:
-        set_nextn(ctx, True, ctx_type == llama_cpp.LLAMA_CONTEXT_TYPE_MTP)
-    return ctx
-
-
 def tokenize(m, text):
     vocab = llama_cpp.llama_model_get_vocab(m)
     buf = (llama_cpp.llama_token * 512)()
@@ -56,31 +38,9 @@ def tokenize(m, text):
     return list(buf[:n])
 
 
-def process(ctx, toks, pos0, states, V, E):
-    """One llama_process over toks at pos0.. (every row an output), with per-row states (the MTP
-    context's h input) when given: (logits, h_nextn) rows."""
-    b = llama_cpp.llama_batch_ext_init(ctx)
-    for i, t in enumerate(toks):
-        j = llama_cpp.llama_batch_ext_add_token(b, 0, t)
-        llama_cpp.llama_batch_ext_set_pos(b, j, ctypes.byref(llama_cpp.llama_pos(pos0 + i)))
-        if states is not None:
-            h = np.ascontiguousarray(states[i], dtype=np.float32)
-            e = llama_cpp.llama_embd(h.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, E)
-            assert llama_cpp.llama_batch_ext_set_embd_token(b, j, e)
-        llama_cpp.llama_batch_ext_set_output_logits(b, j, True)
-    if llama_cpp.llama_process(ctx, llama_cpp.LLAMA_PROCESS_TYPE_DECODE, b) != 0:
-        sys.exit("llama_process failed")
-    llama_cpp.llama_batch_ext_free(b)
-    logits = np.array([np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(V,))
-                       for i in range(len(toks))], dtype=np.float32)
-    h = np.array([np.ctypeslib.as_array(get_nextn_ith(ctx, i), shape=(E,))
-                  for i in range(len(toks))], dtype=np.float32)
-    return logits, h
-
-
 def trunk_logits(m, toks):
     V = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(m))
-    ctx = context(m)
+    ctx = new_context(m, llama_cpp.LLAMA_CONTEXT_TYPE_DEFAULT)
     b = llama_cpp.llama_batch_init(len(toks), 0, 1)
     b.n_tokens = len(toks)
     for i, t in enumerate(toks):
@@ -117,9 +77,9 @@ def main():
         # llama.cpp's MTP: the trunk's h (after output_norm) for every row, the catch-up over the
         # prompt (row k: x_k with h_{k-1}, zeros for k = 0), then the first draft: the trunk's
         # greedy token at N with h_{N-1}
-        tgt = context(with_mtp, nextn=True)
+        tgt = new_context(with_mtp, llama_cpp.LLAMA_CONTEXT_TYPE_DEFAULT)
         tl, th = process(tgt, toks, 0, None, V, E)
-        dft = context(with_mtp, llama_cpp.LLAMA_CONTEXT_TYPE_MTP, nextn=True)
+        dft = new_context(with_mtp, llama_cpp.LLAMA_CONTEXT_TYPE_MTP)
         states = np.vstack([np.zeros((1, E), np.float32), th[:-1]])
         ml, _ = process(dft, toks, 0, states, V, E)
         pending = int(tl[-1].argmax())

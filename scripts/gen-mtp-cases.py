@@ -26,13 +26,13 @@ Needs llama-cpp-python 0.3.36 (its libllama has glm4moe's and deepseek4's MTP gr
 llama_batch_ext API):
     python3 scripts/gen-mtp-cases.py --pack build/pack/expert-pack --out tests/data/mtp
 """
-import argparse, ctypes, json, os, struct, subprocess, sys, tempfile, zlib
+import argparse, json, os, struct, subprocess, sys, tempfile, zlib
 
 import numpy as np
 import llama_cpp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synth_cases import teacher_forced  # noqa: E402
+from synth_cases import new_context, process, teacher_forced  # noqa: E402
 
 CASES = {  # name -> synth arguments
     "glm45air-f32": ["synth", "--preset", "glm-4.5-air", "--dims", "128,3,8,2,64,4,2,512",
@@ -76,53 +76,6 @@ DSV4_MTP_ATTENTION = (
     "8, attention.sliding_window), with the sinks (attn_sinks), scale 1/sqrt(head_dim). RoPE is "
     "the uncompressed layers': rope.freq_base, no YaRN, on the last rope.dimension_count "
     "dimensions of each head, undone on the output at the query's position before wo_a/wo_b.")
-
-# libllama exports these only C++-mangled; bind them on llama_cpp's own handle
-_lib = llama_cpp.llama_cpp._lib
-set_nextn = _lib._Z26llama_set_embeddings_nextnP13llama_contextbb
-set_nextn.argtypes, set_nextn.restype = [ctypes.c_void_p, ctypes.c_bool, ctypes.c_bool], None
-get_nextn_ith = _lib._Z30llama_get_embeddings_nextn_ithP13llama_contexti
-get_nextn_ith.argtypes = [ctypes.c_void_p, ctypes.c_int32]
-get_nextn_ith.restype = ctypes.POINTER(ctypes.c_float)
-
-
-def new_context(m, ctx_type):
-    cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx = cp.n_batch = cp.n_ubatch = 256
-    cp.n_threads = cp.n_threads_batch = 1
-    cp.type_k = cp.type_v = 0  # F32 KV cache
-    cp.flash_attn_type = 0
-    cp.ctx_type = ctx_type
-    ctx = llama_cpp.llama_init_from_model(m, cp)
-    # the target keeps h for every row (unmasked), the MTP context for its output rows (masked),
-    # as common_speculative_impl_draft_mtp sets them
-    set_nextn(ctx, True, ctx_type == llama_cpp.LLAMA_CONTEXT_TYPE_MTP)
-    return ctx
-
-
-def process(ctx, toks, pos0, states, V, E):
-    """One llama_process over toks at pos0.. (every row an output), each row with its state
-    (the MTP context's h input) when states is given; its logits and h_nextn rows."""
-    b = llama_cpp.llama_batch_ext_init(ctx)
-    for i, t in enumerate(toks):
-        j = llama_cpp.llama_batch_ext_add_token(b, 0, t)
-        llama_cpp.llama_batch_ext_set_pos(b, j, ctypes.byref(llama_cpp.llama_pos(pos0 + i)))
-        # the state goes in as the row's embd, as common_batch::set_embd does it
-        # (llama_batch_ext_set_embd_state is a stub that returns false in this llama.cpp)
-        if states is not None:
-            h = np.ascontiguousarray(states[i], dtype=np.float32)
-            e = llama_cpp.llama_embd(h.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, E)
-            assert llama_cpp.llama_batch_ext_set_embd_token(b, j, e)
-        llama_cpp.llama_batch_ext_set_output_logits(b, j, True)
-    if llama_cpp.llama_process(ctx, llama_cpp.LLAMA_PROCESS_TYPE_DECODE, b) != 0:
-        sys.exit("llama_process failed")
-    llama_cpp.llama_batch_ext_free(b)
-    logits = np.array([np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(V,))
-                       for i in range(len(toks))], dtype=np.float32)
-    h = np.array([np.ctypeslib.as_array(get_nextn_ith(ctx, i), shape=(E,))
-                  for i in range(len(toks))], dtype=np.float32)
-    return logits, h
-
 
 WINDOW_OUT = "MTP last row, row N-1-window changed"  # before the last row's window: 0
 WINDOW_IN = "MTP last row, row N-window changed"  # the window's first row: a change

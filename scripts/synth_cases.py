@@ -6,7 +6,7 @@ llama.cpp's greedy tokens one at a time. The tests regenerate the model from the
 case.json (synth is deterministic) and compare, so CI needs no llama.cpp.
 Needs llama-cpp-python 0.3.36.
 """
-import json, os, subprocess, sys, tempfile, zlib
+import ctypes, json, os, subprocess, sys, tempfile, zlib
 
 import numpy as np
 import llama_cpp
@@ -53,6 +53,54 @@ def teacher_forced(model, prompt, n_gen, flash_attn=False):
     llama_cpp.llama_model_free(m)
     return np.array(rows, dtype=np.float32), toks, greedy, V
 
+
+
+# llama.cpp's MTP drafting (scripts/gen-mtp-cases.py, model/check_mtp_export.py).
+# libllama exports these only C++-mangled; bind them on llama_cpp's own handle
+_lib = llama_cpp.llama_cpp._lib
+set_nextn = _lib._Z26llama_set_embeddings_nextnP13llama_contextbb
+set_nextn.argtypes, set_nextn.restype = [ctypes.c_void_p, ctypes.c_bool, ctypes.c_bool], None
+get_nextn_ith = _lib._Z30llama_get_embeddings_nextn_ithP13llama_contexti
+get_nextn_ith.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+get_nextn_ith.restype = ctypes.POINTER(ctypes.c_float)
+
+
+def new_context(m, ctx_type):
+    cp = llama_cpp.llama_context_default_params()
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = 256
+    cp.n_threads = cp.n_threads_batch = 1
+    cp.type_k = cp.type_v = 0  # F32 KV cache
+    cp.flash_attn_type = 0
+    cp.ctx_type = ctx_type
+    ctx = llama_cpp.llama_init_from_model(m, cp)
+    # the target keeps h for every row (unmasked), the MTP context for its output rows (masked),
+    # as common_speculative_impl_draft_mtp sets them
+    set_nextn(ctx, True, ctx_type == llama_cpp.LLAMA_CONTEXT_TYPE_MTP)
+    return ctx
+
+
+def process(ctx, toks, pos0, states, V, E):
+    """One llama_process over toks at pos0.. (every row an output), each row with its state
+    (the MTP context's h input) when states is given; its logits and h_nextn rows."""
+    b = llama_cpp.llama_batch_ext_init(ctx)
+    for i, t in enumerate(toks):
+        j = llama_cpp.llama_batch_ext_add_token(b, 0, t)
+        llama_cpp.llama_batch_ext_set_pos(b, j, ctypes.byref(llama_cpp.llama_pos(pos0 + i)))
+        # the state goes in as the row's embd, as common_batch::set_embd does it
+        # (llama_batch_ext_set_embd_state is a stub that returns false in this llama.cpp)
+        if states is not None:
+            h = np.ascontiguousarray(states[i], dtype=np.float32)
+            e = llama_cpp.llama_embd(h.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, E)
+            assert llama_cpp.llama_batch_ext_set_embd_token(b, j, e)
+        llama_cpp.llama_batch_ext_set_output_logits(b, j, True)
+    if llama_cpp.llama_process(ctx, llama_cpp.LLAMA_PROCESS_TYPE_DECODE, b) != 0:
+        sys.exit("llama_process failed")
+    llama_cpp.llama_batch_ext_free(b)
+    logits = np.array([np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(V,))
+                       for i in range(len(toks))], dtype=np.float32)
+    h = np.array([np.ctypeslib.as_array(get_nextn_ith(ctx, i), shape=(E,))
+                  for i in range(len(toks))], dtype=np.float32)
+    return logits, h
 
 
 def write_cases(pack, out_dir, cases, n_prompt, n_gen, preset=None, only=(), seed=None,
