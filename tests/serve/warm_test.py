@@ -72,8 +72,12 @@ def hit_rate(before, after):
     return h / max(1.0, h + m), int(h), int(m)
 
 
-def chat(u, messages, n=24):
-    c = openai.OpenAI(base_url=u + "/v1", api_key="none", max_retries=0, timeout=300)
+def client(u):
+    return openai.OpenAI(base_url=u + "/v1", api_key="none", max_retries=0, timeout=300)
+
+
+def chat(u, messages, n=24, c=None):
+    c = c or client(u)
     return c.chat.completions.create(model="kjv", messages=messages, max_tokens=n, temperature=0, logprobs=True,
                                      top_logprobs=5)
 
@@ -175,9 +179,13 @@ try:
     check(serve_util.wait_for(lambda: metrics(u).get("expert_serve_engines_ready") == 2, 60),
           "--workers 2: both engine processes ready")
     got = [None, None]
+    # Both clients made first and the two requests sent together: the second must arrive while the
+    # first runs (the dispatcher gives it the idle process), not after a slow client's set-up.
+    clients, start = [client(u), client(u)], threading.Barrier(2)
 
     def one(i):
-        got[i] = chat(u, conv2)
+        start.wait()
+        got[i] = chat(u, conv2, c=clients[i])
     ts = [threading.Thread(target=one, args=(i,)) for i in range(2)]
     for t in ts:
         t.start()
