@@ -77,7 +77,8 @@ def export(trunk: str, checkpoint: str, out: str):
     zero = lambda name, kind, *shape: w.tensor(name, kind, np.zeros(shape, dtype=np.float32))
     copy("token_embd.weight", "token_embd.weight")
     copy("output_norm.weight", "output_norm.weight")
-    copy("output.weight", "output.weight")
+    # output.weight is token_embd's bytes (tied): left out, llama.cpp and the engine use
+    # token_embd in its place (and the file stays under 20 MB)
 
     def glm_only(p):  # what glm4moe adds to a qwen3moe block, all zero
         zero(p + "attn_q.bias", "F32", H * D)
