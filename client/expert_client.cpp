@@ -66,11 +66,11 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
   uint64_t rid = c->next_request_++;
   // A daemon that refuses us (too many clients) writes its Error and closes at once; our Hello
   // may then fail, but the Error is still there to read and names the cause.
-  Status sent = c->send(
-      proto::make_frame(fbb, rid,
-                        wire::CreateHelloDirect(
-                            fbb, proto::kProtocolVersion, opts.name.c_str(),
-                            opts.monitor ? wire::ClientKind::Monitor : wire::ClientKind::Engine)));
+  Status sent = c->send(proto::make_frame(
+      fbb, rid,
+      wire::CreateHelloDirect(fbb, proto::kProtocolVersion, opts.name.c_str(),
+                              opts.monitor ? wire::ClientKind::Monitor : wire::ClientKind::Engine,
+                              opts.reads_rows8)));
   pollfd p{c->fd_, POLLIN, 0};
   if (!sent) {
     std::vector<uint8_t> body;
@@ -114,7 +114,7 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
       if (l->roles())
         for (const auto* r : *l->roles())
           lv.roles.push_back({r->role() ? r->role()->str() : "", r->ggml_type(), r->ne0(), r->ne1(),
-                              r->offset(), r->bytes()});
+                              r->offset(), r->bytes(), r->layout() ? r->layout()->str() : "rows"});
       i.layers.push_back(std::move(lv));
     }
   if (opts.monitor) return c;

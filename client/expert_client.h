@@ -20,6 +20,9 @@ struct RoleView {
   std::string role;  // gate, up, gate_up, down, gate_bias, up_bias, gate_up_bias, down_bias
   uint32_t ggml_type = 0;
   uint64_t ne0 = 0, ne1 = 0, offset = 0, bytes = 0;
+  // "rows" (as the GGUF stores them) or "rows8" (interleaved eight rows at a time, kernels'
+  // rows8_pack: only for a client connected with Options::reads_rows8)
+  std::string layout = "rows";
 };
 
 struct LayerView {
@@ -78,6 +81,9 @@ class Client {
     // Pin experts the residency board shows ready without a round trip (proto/board.h); false
     // sends every acquire through the socket (to measure one against the other).
     bool use_board = true;
+    // This engine reads roles stored interleaved (RoleView::layout "rows8"); without it, a
+    // daemon whose pack has such roles refuses the connection, naming the cause.
+    bool reads_rows8 = false;
   };
   static Result<std::unique_ptr<Client>> connect(const std::string& socket_path, Options opts);
   static Result<std::unique_ptr<Client>> connect(const std::string& socket_path) {

@@ -71,6 +71,11 @@ int run(const Config& cfg) {
   max_per_request = std::min(max_per_request, m.n_experts);
 
   std::unique_ptr<SlotArena> arena;
+  if (cfg.backend == "cuda" && m.has_rows8())
+    throw std::runtime_error(
+        cfg.manifest +
+        " stores experts as interleaved rows (expert-pack build --layout rows8), which only "
+        "engines on the CPU read: --backend cuda needs a pack built with --layout rows");
   if (cfg.backend == "cuda") {
 #ifdef EXPERTD_HAVE_CUDA_ARENA
     CudaArenaOptions o;

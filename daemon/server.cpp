@@ -325,6 +325,12 @@ void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const
     return;
   }
   const bool monitor = h->kind() == wire::ClientKind::Monitor;
+  if (!monitor && !h->reads_rows8() && m_.has_rows8())
+    return refuse(s, ErrorCode::BadRequest,
+                  "expertd's pack stores experts as interleaved rows (expert-pack build --layout "
+                  "rows8), which this client does not read (" +
+                      (h->client_name() ? h->client_name()->str() : std::string("?")) +
+                      "): serve a pack built with --layout rows");
   if (!monitor && engines_ >= cfg_.clients_max)
     return refuse(s, ErrorCode::TooManyClients,
                   "expertd serves at most " + std::to_string(cfg_.clients_max) + " clients");
@@ -346,8 +352,9 @@ void Server::handle_hello(const std::shared_ptr<Session>& s, uint64_t rid, const
   for (const auto& l : m_.layers) {
     std::vector<flatbuffers::Offset<wire::RoleInfo>> roles;
     for (const auto& r : l.roles)
-      roles.push_back(wire::CreateRoleInfoDirect(fbb, std::string(pack::role_name(r.role)).c_str(),
-                                                 r.ggml_type, r.ne[0], r.ne[1], r.offset, r.bytes));
+      roles.push_back(wire::CreateRoleInfoDirect(
+          fbb, std::string(pack::role_name(r.role)).c_str(), r.ggml_type, r.ne[0], r.ne[1],
+          r.offset, r.bytes, r.layout == pack::Layout::Rows ? nullptr : "rows8"));
     layers.push_back(wire::CreateLayerInfoDirect(fbb, l.model_layer, l.stride, &roles));
   }
   const std::vector<uint8_t> mem_handle = arena_.ipc_memory_handle(),

@@ -628,6 +628,11 @@ class CpuOps final : public Ops {
                     h.cols);  // every (token, k) row is written by the experts
   }
 
+  // An expert matrix's rows and interleaved copy for a matmul job: a slot of a pack built with
+  // --layout rows8 holds only the interleaved layout (the kernels unpack it where they need rows).
+  static const void* rows_of(const Tensor& t) { return t.rows8 ? nullptr : t.data; }
+  const void* rows8_of(const Tensor& t) const { return t.rows8 ? t.data : rows8_.find(t); }
+
   // Each batch of available experts: gate and up of all of them in one parallel loop, the
   // activation, then all their down projections in another (two fork-joins per batch, not
   // three per expert). The inputs are quantized once per layer for each activation type.
@@ -648,10 +653,10 @@ class CpuOps final : public Ops {
       g[b].resize(n * F), u[b].resize(n * F);
       const auto& qg = quantized_h(ws[b].gate.type);
       const auto& qu = quantized_h(ws[b].up.type);
-      jobs.push_back({ws[b].gate.type, ws[b].gate.data, F, E, qg.buf.data(), qg.row, tk.data(), n,
-                      g[b].data(), rows8_.find(ws[b].gate)});
-      jobs.push_back({ws[b].up.type, ws[b].up.data, F, E, qu.buf.data(), qu.row, tk.data(), n,
-                      u[b].data(), rows8_.find(ws[b].up)});
+      jobs.push_back({ws[b].gate.type, rows_of(ws[b].gate), F, E, qg.buf.data(), qg.row, tk.data(),
+                      n, g[b].data(), rows8_of(ws[b].gate)});
+      jobs.push_back({ws[b].up.type, rows_of(ws[b].up), F, E, qu.buf.data(), qu.row, tk.data(), n,
+                      u[b].data(), rows8_of(ws[b].up)});
     }
     kernels::matmul_batch(jobs.data(), jobs.size(), &pool_, be_);
     jobs.clear();
@@ -668,8 +673,8 @@ class CpuOps final : public Ops {
       for (int64_t i = 0; i < n; ++i)
         kernels::quantize_activations(ew.down.type, &g[b][i * F], aq[b].data() + i * arow, F, be_);
       ys[b].resize(size_t(n) * E);
-      jobs.push_back({ew.down.type, ew.down.data, E, F, aq[b].data(), arow, nullptr, n,
-                      ys[b].data(), rows8_.find(ew.down)});
+      jobs.push_back({ew.down.type, rows_of(ew.down), E, F, aq[b].data(), arow, nullptr, n,
+                      ys[b].data(), rows8_of(ew.down)});
     }
     kernels::matmul_batch(jobs.data(), jobs.size(), &pool_, be_);
     for (size_t b = 0; b < nb; ++b) {

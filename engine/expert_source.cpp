@@ -14,6 +14,13 @@ using expertd::make_error;
 
 namespace {
 
+// The engine reads roles stored interleaved on the CPU (kernels' rows8 bodies), not on the GPU.
+expertd::client::Client::Options engine_options(const std::string& arena_kind) {
+  expertd::client::Client::Options o{"expert-run", 120000};
+  o.reads_rows8 = arena_kind == "host";
+  return o;
+}
+
 class LocalSource final : public ExpertSource {
  public:
   explicit LocalSource(const Model& m) : m_(m) {}
@@ -109,7 +116,7 @@ class DaemonSource final : public ExpertSource {
     std::string last = why.message;
     while (std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      auto c = expertd::client::Client::connect(o_.socket, {"expert-run", 120000});
+      auto c = expertd::client::Client::connect(o_.socket, engine_options(o_.arena_kind));
       if (!c) {
         last = c.error().message;
         continue;  // not back yet
@@ -134,6 +141,7 @@ class DaemonSource final : public ExpertSource {
     t.ne = {static_cast<int64_t>(r->ne0), static_cast<int64_t>(r->ne1), 1};
     t.data = slots_->slot(l, i) + r->offset;
     t.on_device = slots_->on_device();
+    t.rows8 = r->layout == "rows8";
     return t;
   }
 
@@ -251,7 +259,7 @@ std::unique_ptr<ExpertSource> make_daemon_source(const Model& m,
 
 expertd::Result<std::unique_ptr<expertd::client::Client>> connect_daemon(
     const Model& m, const std::string& socket, const std::string& arena_kind) {
-  auto c = expertd::client::Client::connect(socket, {"expert-run", 120000});
+  auto c = expertd::client::Client::connect(socket, engine_options(arena_kind));
   if (!c) return c.error();
   EXPERTD_TRY(check_daemon(m, **c, arena_kind));
   return std::move(*c);
@@ -297,6 +305,18 @@ expertd::Status check_daemon(const Model& m, const expertd::client::Client& c,
       if (!shape_ok)
         return make_error(std::string("expertd's ") + r + " projection of layer " +
                           std::to_string(il) + " has another shape than the model's");
+      if (role->layout == "rows8" &&
+          (arena_kind != "host" || !kernels::rows8_supported(role->ggml_type) || role->ne1 % 8 ||
+           role->ne0 % 256 ||
+           role->bytes !=
+               kernels::rows8_bytes(role->ggml_type, int64_t(role->ne1), int64_t(role->ne0))))
+        return make_error(std::string("expertd's ") + r + " projection of layer " +
+                          std::to_string(il) + " stores interleaved rows this engine cannot read" +
+                          (arena_kind != "host" ? " on the GPU (build the pack with --layout rows)"
+                                                : " (a corrupt manifest?)"));
+      if (role->layout != "rows" && role->layout != "rows8")
+        return make_error(std::string("expertd's ") + r + " projection of layer " +
+                          std::to_string(il) + " has an unknown layout \"" + role->layout + "\"");
       if (!kernels::weight_type_supported(role->ggml_type))
         return make_error(
             std::string("expertd's ") + r + " projection of layer " + std::to_string(il) +

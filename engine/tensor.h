@@ -15,6 +15,10 @@ struct Tensor {
   std::array<int64_t, 3> ne{0, 0, 0};  // {in, out, n}
   const uint8_t* data = nullptr;  // host memory (the mapped GGUF, a host slot), or device memory
   bool on_device = false;         // data is a device pointer (an expert in a cuda expertd's slot)
+  // data holds the matrix interleaved eight rows at a time (kernels' rows8_pack), not its rows:
+  // an expert in a host slot of a pack built with --layout rows8. Such a tensor is used whole
+  // (no row views); the CPU backend runs it as a matmul job's w8.
+  bool rows8 = false;
   // Its place in Model::weights (set by the loader; views keep it), -1 for any other tensor: a
   // backend that copies the weights finds the copy by it without a search.
   int32_t weight = -1;

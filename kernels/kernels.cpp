@@ -15,6 +15,7 @@
 #include "kernels/attend.h"
 #include "kernels/fp16.h"
 #include "kernels/isa.h"
+#include "kernels/rows8.h"
 
 namespace kernels {
 
@@ -225,6 +226,43 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
       panel_bytes += gemm->act_bytes(jobs[j].wtype, jobs[j].cols, jobs[j].n_tokens);
     }
   if (panel_bytes > panels.size()) panels.resize(panel_bytes);
+  // Jobs with only the interleaved layout whose loop reads rows: their rows unpacked first.
+  thread_local std::vector<MatmulJob> own;
+  thread_local std::vector<uint8_t> unpacked;
+  std::vector<std::pair<size_t, size_t>> unpack;  // (job, offset in `unpacked`)
+  size_t unpack_bytes = 0;
+  for (size_t j = 0; j < n_jobs; ++j)
+    if (!jobs[j].w && (panel_at[j] != SIZE_MAX || be == Isa::Scalar)) {
+      unpack.push_back({j, unpack_bytes});
+      unpack_bytes += size_t(jobs[j].rows) * row_size(jobs[j].wtype, jobs[j].cols);
+    }
+  if (!unpack.empty()) {
+    own.assign(jobs, jobs + n_jobs);
+    if (unpack_bytes > unpacked.size()) unpacked.resize(unpack_bytes);
+    std::vector<int64_t> groups_first(unpack.size() + 1, 0);
+    for (size_t u = 0; u < unpack.size(); ++u) {
+      MatmulJob& m = own[unpack[u].first];
+      assert(m.w8 && m.rows % 8 == 0);
+      m.w = unpacked.data() + unpack[u].second;
+      groups_first[u + 1] = groups_first[u] + m.rows / 8;
+    }
+    // The pool's threads see their own thread_locals: the loop reads this thread's by pointer.
+    const MatmulJob* own_jobs = own.data();
+    auto groups = [&](int64_t b, int64_t e) {
+      for (size_t u = 0; u < unpack.size(); ++u) {
+        const int64_t g0 = std::max(b, groups_first[u]), g1 = std::min(e, groups_first[u + 1]);
+        if (g0 >= g1) continue;
+        const MatmulJob& m = own_jobs[unpack[u].first];
+        rows8_unpack_groups(m.wtype, m.w8, m.cols, const_cast<void*>(m.w), g0 - groups_first[u],
+                            g1 - groups_first[u]);
+      }
+    };
+    if (pool)
+      pool->parallel_for(groups_first.back(), 8, groups);
+    else
+      groups(0, groups_first.back());
+    jobs = own.data();
+  }
   for (size_t j = 0; j < n_jobs; ++j)
     if (panel_at[j] != SIZE_MAX)
       gemm->lay_out(jobs[j].wtype, jobs[j].xq, jobs[j].xq_row, jobs[j].tok, jobs[j].n_tokens,

@@ -54,6 +54,9 @@ bool rows8_supported(uint32_t wtype);
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols);  // rows % 8 == 0, cols % 256 == 0
 void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void* out,
                 ThreadPool* pool = nullptr);
+// The inverse: the rows, byte for byte, from their interleaved copy (out: rows x row_size bytes).
+void rows8_unpack(uint32_t wtype, const void* w8, int64_t rows, int64_t cols, void* out,
+                  ThreadPool* pool = nullptr);
 // Group g (rows 8g .. 8g + 7) of w8 against n_tok (1..kMaxTile) quantized activation rows: out[t
 // * 8 + r] is bit for bit dot(wtype, row 8g + r, xs[t], cols) on the SIMD instruction sets (b:
 // AVX2 or AVX-512 VNNI, whose bodies give the same bits).
@@ -73,6 +76,9 @@ struct MatmulJob {
   float* y;
   const void* w8 = nullptr;  // the same matrix interleaved (rows8_pack; rows % 8 == 0), or null
 };
+// A job may have w8 alone (w null: an expert from a pack that stores the interleaved layout,
+// expert-pack build --layout rows8): where the loop needs the rows (a matrix-matrix panel, the
+// scalar reference) it unpacks them first, into scratch of its own.
 // Runs every job in one parallel loop over all their rows (one fork-join however many matrices:
 // a decode step's experts are many small matrices). Each y value is exactly what matmul() gives.
 void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa b = best_isa());

@@ -62,6 +62,68 @@ void pack_q8_0(const BlockQ8_0* const* rows, BlockQ8_0x8& out) {
   }
 }
 
+// The inverses: the rows' blocks b from eight rows' block b (every byte of the rows comes back,
+// the 6-bit scales packed again as the rows hold them).
+void unpack_q4_k(const BlockQ4Kx8& in, BlockQ4K* const* rows) {
+  for (int r = 0; r < 8; ++r) {
+    BlockQ4K& b = *rows[r];
+    b.d = in.d[r], b.dmin = in.dmin[r];
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) sc[j] = in.scales[j][r], m[j] = in.mins[j / 2][r][j % 2];
+    for (int j = 0; j < 4; ++j) {  // k4_scale_min's bits, put back
+      b.scales[j] = uint8_t((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+      b.scales[j + 4] = uint8_t((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+      b.scales[j + 8] = uint8_t((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+    }
+    for (int p = 0; p < 4; ++p)
+      for (int s = 0; s < 8; ++s) std::memcpy(b.qs + 32 * p + 4 * s, in.qs[p][s][r], 4);
+  }
+}
+
+void unpack_q2_k(const BlockQ2Kx8& in, BlockQ2K* const* rows) {
+  for (int r = 0; r < 8; ++r) {
+    BlockQ2K& b = *rows[r];
+    b.d = in.d[r], b.dmin = in.dmin[r];
+    for (int k = 0; k < 16; ++k) b.scales[k] = in.scales[k][r];
+    for (int h = 0; h < 2; ++h)
+      for (int s = 0; s < 8; ++s) std::memcpy(b.qs + 32 * h + 4 * s, in.qs[h][s][r], 4);
+  }
+}
+
+void unpack_q3_k(const BlockQ3Kx8& in, BlockQ3K* const* rows) {
+  for (int r = 0; r < 8; ++r) {
+    BlockQ3K& b = *rows[r];
+    b.d = in.d[r];
+    uint8_t sc[16];
+    for (int k = 0; k < 16; ++k) sc[k] = uint8_t(in.scales[k][r] + 32);
+    // q3k_scales's bits, put back: scale j's low nibble in byte j % 8 (high half from j = 8 on),
+    // its two high bits in byte 8 + j % 4 at bit 2 * (j / 4).
+    for (int j = 0; j < 8; ++j) b.scales[j] = uint8_t((sc[j] & 0xF) | ((sc[j + 8] & 0xF) << 4));
+    for (int i = 0; i < 4; ++i) {
+      uint8_t hi = 0;
+      for (int k = 0; k < 4; ++k) hi |= uint8_t(((sc[i + 4 * k] >> 4) & 3) << (2 * k));
+      b.scales[8 + i] = hi;
+    }
+    for (int s = 0; s < 8; ++s) std::memcpy(b.hmask + 4 * s, in.hmask[s][r], 4);
+    for (int h = 0; h < 2; ++h)
+      for (int s = 0; s < 8; ++s) std::memcpy(b.qs + 32 * h + 4 * s, in.qs[h][s][r], 4);
+  }
+}
+
+void unpack_mxfp4(const BlockMxfp4x8& in, BlockMxfp4* const* rows) {
+  for (int r = 0; r < 8; ++r) {
+    rows[r]->e = in.e[r];
+    for (int s = 0; s < 4; ++s) std::memcpy(rows[r]->qs + 4 * s, in.qs[s][r], 4);
+  }
+}
+
+void unpack_q8_0(const BlockQ8_0x8& in, BlockQ8_0* const* rows) {
+  for (int r = 0; r < 8; ++r) {
+    rows[r]->d = in.d[r];
+    for (int s = 0; s < 8; ++s) std::memcpy(rows[r]->qs + 4 * s, in.qs[s][r], 4);
+  }
+}
+
 // Eight rows' block b (rows8.h's layout of the type) from the rows' blocks b.
 template <class Block, class Block8, void (*kPack)(const Block* const*, Block8&)>
 void pack_groups(const void* w, size_t row, int64_t nb, void* out, int64_t g0, int64_t g1) {
@@ -73,6 +135,18 @@ void pack_groups(const void* w, size_t row, int64_t nb, void* out, int64_t g0, i
                                                 size_t(8 * g + r) * row) +
                  b;
       kPack(src, static_cast<Block8*>(out)[g * nb + b]);
+    }
+}
+
+// The rows' blocks b from eight rows' block b, for groups g0 .. g1.
+template <class Block, class Block8, void (*kUnpack)(const Block8&, Block* const*)>
+void unpack_groups(const void* w8, size_t row, int64_t nb, void* out, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      Block* dst[8];
+      for (int r = 0; r < 8; ++r)
+        dst[r] = reinterpret_cast<Block*>(static_cast<uint8_t*>(out) + size_t(8 * g + r) * row) + b;
+      kUnpack(static_cast<const Block8*>(w8)[g * nb + b], dst);
     }
 }
 
@@ -104,6 +178,30 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
     else
       pack_groups<BlockQ8_0, BlockQ8_0x8, pack_q8_0>(w, row, cols / kQK8_0, out, g0, g1);
   };
+  if (pool)
+    pool->parallel_for(rows / 8, 16, groups);
+  else
+    groups(0, rows / 8);
+}
+
+void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out, int64_t g0,
+                         int64_t g1) {
+  const size_t row = row_size(wtype, cols);
+  if (wtype == Q4_K)
+    unpack_groups<BlockQ4K, BlockQ4Kx8, unpack_q4_k>(w8, row, cols / kQK_K, out, g0, g1);
+  else if (wtype == Q2_K)
+    unpack_groups<BlockQ2K, BlockQ2Kx8, unpack_q2_k>(w8, row, cols / kQK_K, out, g0, g1);
+  else if (wtype == Q3_K)
+    unpack_groups<BlockQ3K, BlockQ3Kx8, unpack_q3_k>(w8, row, cols / kQK_K, out, g0, g1);
+  else if (wtype == MXFP4)
+    unpack_groups<BlockMxfp4, BlockMxfp4x8, unpack_mxfp4>(w8, row, cols / kQK8_0, out, g0, g1);
+  else
+    unpack_groups<BlockQ8_0, BlockQ8_0x8, unpack_q8_0>(w8, row, cols / kQK8_0, out, g0, g1);
+}
+
+void rows8_unpack(uint32_t wtype, const void* w8, int64_t rows, int64_t cols, void* out,
+                  ThreadPool* pool) {
+  auto groups = [&](int64_t g0, int64_t g1) { rows8_unpack_groups(wtype, w8, cols, out, g0, g1); };
   if (pool)
     pool->parallel_for(rows / 8, 16, groups);
   else

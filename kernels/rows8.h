@@ -61,6 +61,11 @@ struct BlockQ3Kx8 {
 };
 static_assert(sizeof(BlockQ3Kx8) == 912);
 
+// Groups g0 .. g1 of an interleaved matrix back into its rows (rows 8 g0 .. 8 g1 of `out`, a
+// matrix of rows in wtype): rows8_unpack's loop, for callers that split it themselves.
+void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out, int64_t g0,
+                         int64_t g1);
+
 namespace avx2 {
 // One group of eight rows (its blocks from `group`, cols / 256 of them) against n_tok (1..4)
 // Q8_K activation rows: out[t * 8 + r] is row r's dot with token t.

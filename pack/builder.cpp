@@ -15,6 +15,7 @@
 
 #include "common/fd.h"
 #include "gguf/gguf_writer.h"
+#include "kernels/kernels.h"
 #include "pack/progress.h"
 
 namespace expertd::pack {
@@ -79,7 +80,11 @@ uint64_t source_identity(const gguf::Model& model) {
   return h;
 }
 
-Result<Manifest> plan_layout(const gguf::Model& model) {
+uint64_t source_role_bytes(const RoleLayout& r) {
+  return kernels::row_size(r.ggml_type, static_cast<int64_t>(r.ne[0])) * r.ne[1];
+}
+
+Result<Manifest> plan_layout(const gguf::Model& model, Layout layout) {
   const std::string& path = model.path();
   std::map<uint32_t, std::vector<RoleLayout>> by_layer;
   uint64_t n_experts = 0;
@@ -103,6 +108,12 @@ Result<Manifest> plan_layout(const gguf::Model& model) {
     r.ne = {t.ne[0], bias ? 1 : t.ne[1]};
     r.bytes = t.nbytes / e;
     r.tensor = t.name;
+    if (layout == Layout::Rows8 && !bias && kernels::rows8_supported(r.ggml_type) &&
+        r.ne[1] % 8 == 0 && r.ne[0] % 256 == 0 && r.bytes == source_role_bytes(r)) {
+      r.layout = Layout::Rows8;
+      r.bytes = kernels::rows8_bytes(r.ggml_type, static_cast<int64_t>(r.ne[1]),
+                                     static_cast<int64_t>(r.ne[0]));
+    }
     by_layer[layer].push_back(std::move(r));
   }
   if (by_layer.empty())
@@ -146,17 +157,26 @@ namespace {
 Status fill_batch(const gguf::Model& model, const Manifest& m, Batch& b) {
   const LayerLayout& l = m.layers[b.layer];
   std::memset(b.buf.data(), 0, b.bytes);
+  std::vector<uint8_t> rows;  // a Rows8 role's source rows
   for (const auto& r : l.roles) {
     const gguf::TensorInfo* t = model.tensor(r.tensor);
     const gguf::Shard& s = model.shards()[t->shard];
+    const uint64_t src_bytes = source_role_bytes(r);
     for (uint32_t i = 0; i < b.count; ++i) {
-      uint64_t src = t->file_offset + uint64_t{b.first + i} * r.bytes;
-      EXPERTD_TRY(
-          pread_full(s.fd, b.buf.data() + uint64_t{i} * l.stride + r.offset, r.bytes, src, s.path));
+      uint64_t src = t->file_offset + uint64_t{b.first + i} * src_bytes;
+      uint8_t* dst = b.buf.data() + uint64_t{i} * l.stride + r.offset;
+      if (r.layout == Layout::Rows) {
+        EXPERTD_TRY(pread_full(s.fd, dst, r.bytes, src, s.path));
+        continue;
+      }
+      rows.resize(src_bytes);
+      EXPERTD_TRY(pread_full(s.fd, rows.data(), src_bytes, src, s.path));
+      kernels::rows8_pack(r.ggml_type, rows.data(), static_cast<int64_t>(r.ne[1]),
+                          static_cast<int64_t>(r.ne[0]), dst);
     }
     // The source is read once: keep it out of the page cache.
-    ::posix_fadvise(s.fd, static_cast<off_t>(t->file_offset + uint64_t{b.first} * r.bytes),
-                    static_cast<off_t>(uint64_t{b.count} * r.bytes), POSIX_FADV_DONTNEED);
+    ::posix_fadvise(s.fd, static_cast<off_t>(t->file_offset + uint64_t{b.first} * src_bytes),
+                    static_cast<off_t>(uint64_t{b.count} * src_bytes), POSIX_FADV_DONTNEED);
   }
   return {};
 }
@@ -301,7 +321,7 @@ namespace {
 Result<BuildReport> build(const BuildOptions& opts, std::vector<std::string>& sources) {
   auto model = gguf::Model::open(opts.model_path);
   if (!model) return model.error();
-  auto planned = plan_layout(*model);
+  auto planned = plan_layout(*model, opts.layout);
   if (!planned) return planned.error();
   Manifest& m = *planned;
 

@@ -15,6 +15,9 @@ struct BuildOptions {
   std::string out_dir;  // "" = the model's directory
   bool progress = true;
   uint64_t batch_bytes = 32ull << 20;  // bytes per write; two batches are in memory at once
+  // Layout::Rows8: every expert matrix whose type has interleaved rows (kernels' rows8: Q4_K,
+  // Q2_K, Q3_K, MXFP4, Q8_0) stored that way, for engines on the CPU; the others as rows.
+  Layout layout = Layout::Rows;
 };
 
 struct BuildReport {
@@ -26,7 +29,9 @@ struct BuildReport {
 
 // The layout of the routed experts of `model` (checksums not yet filled). Fails with a clear
 // message for a model with no routed experts or inconsistent expert tensors.
-Result<Manifest> plan_layout(const gguf::Model& model);
+Result<Manifest> plan_layout(const gguf::Model& model, Layout layout = Layout::Rows);
+// The bytes of one expert's role in the source GGUF (the pack's are its layout's).
+uint64_t source_role_bytes(const RoleLayout& r);
 
 // The identity of a source model: xxh3-64 over every shard's metadata and tensor infos.
 uint64_t source_identity(const gguf::Model& model);

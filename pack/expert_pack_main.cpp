@@ -34,6 +34,16 @@ int main(int argc, char** argv) {
   build->add_option("--out", bopt.out_dir, "output directory (default: the model's directory)");
   build->add_flag("--verify", verify_after,
                   "re-read the pack (O_DIRECT) and compare it with the source");
+  std::string layout = "rows";
+  build
+      ->add_option("--layout", layout,
+                   "how experts are stored: rows (as the GGUF; every engine and expertd "
+                   "--backend cuda), or rows8 (Q4_K, Q2_K, Q3_K, MXFP4 and Q8_0 matrices "
+                   "interleaved eight rows at a time: expert-run on the CPU decodes them as fast "
+                   "as --local's copies, with the same logits; a cuda expertd refuses such a "
+                   "pack)")
+      ->check(CLI::IsMember({"rows", "rows8"}))
+      ->capture_default_str();
 
   auto* verify = app.add_subcommand(
       "verify",
@@ -89,6 +99,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   bopt.progress = vopt.progress = sopt.progress = !quiet;
+  bopt.layout = layout == "rows8" ? pack::Layout::Rows8 : pack::Layout::Rows;
 
   if (build->parsed()) {
     auto rep = pack::build_pack(bopt);

@@ -7,6 +7,8 @@
 
 #include "common/fd.h"
 #include "gguf/gguf_reader.h"
+#include "kernels/kernels.h"
+#include "pack/builder.h"
 #include "pack/progress.h"
 
 namespace expertd::pack {
@@ -61,6 +63,7 @@ Result<VerifyReport> verify_pack(const VerifyOptions& opts) {
 
   Progress progress("verifying", m->pack_bytes - m->data_start, opts.progress);
   AlignedBuffer buf(m->slot_bytes());
+  std::vector<uint8_t> rows8;
   for (uint32_t l = 0; l < m->layers.size(); ++l) {
     const LayerLayout& layer = m->layers[l];
     for (uint32_t e = 0; e < m->n_experts; ++e) {
@@ -73,9 +76,17 @@ Result<VerifyReport> verify_pack(const VerifyOptions& opts) {
       if (src) {
         for (const auto& r : layer.roles) {
           const gguf::TensorInfo* t = src->tensor(r.tensor);
-          if (!t || t->nbytes != r.bytes * m->n_experts)
+          const uint64_t src_bytes = source_role_bytes(r);
+          if (!t || t->nbytes != src_bytes * m->n_experts)
             return make_error(where + ": source tensor " + r.tensor + " is missing or resized");
-          if (std::memcmp(buf.data() + r.offset, t->data + uint64_t{e} * r.bytes, r.bytes) != 0)
+          const uint8_t* want = t->data + uint64_t{e} * src_bytes;
+          if (r.layout == Layout::Rows8) {  // the source's rows, interleaved as the builder does
+            rows8.resize(r.bytes);
+            kernels::rows8_pack(r.ggml_type, want, static_cast<int64_t>(r.ne[1]),
+                                static_cast<int64_t>(r.ne[0]), rows8.data());
+            want = rows8.data();
+          }
+          if (std::memcmp(buf.data() + r.offset, want, r.bytes) != 0)
             return make_error(where + ": role " + std::string(role_name(r.role)) +
                               " differs from the source GGUF");
         }
@@ -98,10 +109,13 @@ std::string inspect(const Manifest& m) {
     << "experts         " << m.n_experts << " per layer, " << m.n_experts_used
     << " used per token\n"
     << "moe layers      " << m.layers.size() << "\n"
-    << "slot_bytes      " << m.slot_bytes() << "\n";
+    << "slot_bytes      " << m.slot_bytes() << "\n"
+    << "format          version " << m.version
+    << (m.has_rows8() ? " (rows8: interleaved rows, for engines on the CPU)" : " (rows)") << "\n";
   for (size_t i = 0; i < m.source_files.size(); ++i)
     o << "source          " << m.source_files[i] << " (" << m.source_bytes[i] << " bytes)\n";
-  o << "\npack_layer model_layer          base     stride  roles (type ne0xne1 @offset +bytes)\n";
+  o << "\npack_layer model_layer          base     stride  roles (type ne0xne1 [rows8] @offset "
+       "+bytes)\n";
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const auto& L = m.layers[l];
     char line[128];
@@ -112,7 +126,8 @@ std::string inspect(const Manifest& m) {
     for (const auto& r : L.roles) {
       const auto* tr = gguf::type_traits(r.ggml_type);
       o << " " << role_name(r.role) << ":" << (tr ? tr->name : "?") << " " << r.ne[0] << "x"
-        << r.ne[1] << " @" << r.offset << " +" << r.bytes;
+        << r.ne[1] << (r.layout == Layout::Rows8 ? " rows8" : "") << " @" << r.offset << " +"
+        << r.bytes;
     }
     o << "\n";
   }

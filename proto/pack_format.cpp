@@ -43,6 +43,17 @@ std::optional<Role> role_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view layout_name(Layout l) {
+  return l == Layout::Rows8 ? "rows8" : "rows";
+}
+
+bool Manifest::has_rows8() const {
+  for (const auto& l : layers)
+    for (const auto& r : l.roles)
+      if (r.layout == Layout::Rows8) return true;
+  return false;
+}
+
 const RoleLayout* LayerLayout::find(Role r) const {
   for (const auto& role : roles)
     if (role.role == r) return &role;
@@ -68,6 +79,7 @@ std::string hex64(uint64_t v) {
 }
 
 void lay_out(Manifest& m) {
+  m.version = m.has_rows8() ? kFormatVersion : kFormatVersionRows;
   m.data_start = header_bytes_for(m.layers.size());
   uint64_t at = m.data_start;
   for (auto& l : m.layers) {
@@ -108,10 +120,10 @@ std::vector<uint8_t> encode_header(const Manifest& m) {
 Status check_header(std::span<const uint8_t> h, const Manifest& m) {
   if (h.size() < kHeaderFixedBytes || std::memcmp(h.data(), kMagic, 8) != 0)
     return make_error("not an expert pack (bad magic)");
-  if (get<uint32_t>(h, 8) != kFormatVersion)
+  if (get<uint32_t>(h, 8) < kFormatVersionRows || get<uint32_t>(h, 8) > kFormatVersion)
     return make_error("pack format version " + std::to_string(get<uint32_t>(h, 8)) +
-                      " is not supported (this build reads " + std::to_string(kFormatVersion) +
-                      ")");
+                      " is not supported (this build reads " + std::to_string(kFormatVersionRows) +
+                      " to " + std::to_string(kFormatVersion) + ")");
   uint64_t data_start = get<uint64_t>(h, 16);
   if (data_start > h.size()) return make_error("pack header is truncated");
   // Found by fuzzing: a data_start below the fixed header made the checksum step write past
@@ -165,13 +177,15 @@ std::string to_json(const Manifest& m) {
     jl["base"] = l.base;
     jl["stride"] = l.stride;
     auto& roles = jl["roles"] = nlohmann::ordered_json::array();
-    for (const auto& r : l.roles)
+    for (const auto& r : l.roles) {
       roles.push_back({{"role", role_name(r.role)},
                        {"tensor", r.tensor},
                        {"ggml_type", r.ggml_type},
                        {"ne", r.ne},
                        {"offset", r.offset},
                        {"bytes", r.bytes}});
+      if (r.layout != Layout::Rows) roles.back()["layout"] = layout_name(r.layout);
+    }
     auto& sums = jl["xxh3"] = nlohmann::ordered_json::array();
     for (uint64_t s : l.checksums) sums.push_back(hex64(s));
     layers.push_back(std::move(jl));
@@ -186,9 +200,11 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string& what) 
     if (j.value("format", "") != "expertpack")
       return make_error(what + ": not an expert pack manifest");
     m.version = j.at("version").get<uint32_t>();
-    if (m.version != kFormatVersion)
+    if (m.version < kFormatVersionRows || m.version > kFormatVersion)
       return make_error(what + ": manifest version " + std::to_string(m.version) +
-                        " is not supported");
+                        " is not supported (this build reads " +
+                        std::to_string(kFormatVersionRows) + " to " +
+                        std::to_string(kFormatVersion) + ")");
     m.pack_file = j.at("pack_file").get<std::string>();
     m.core_file = j.value("core_file", "");
     m.pack_bytes = j.at("pack_bytes").get<uint64_t>();
@@ -217,6 +233,12 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string& what) 
         r.ne = jr.at("ne").get<std::array<uint64_t, 2>>();
         r.offset = jr.at("offset").get<uint64_t>();
         r.bytes = jr.at("bytes").get<uint64_t>();
+        const std::string layout = jr.value("layout", "rows");
+        if (layout == "rows8")
+          r.layout = Layout::Rows8;
+        else if (layout != "rows")
+          return make_error(what + ": unknown layout \"" + layout + "\" of role " +
+                            std::string(role_name(r.role)));
         l.roles.push_back(std::move(r));
       }
       for (const auto& s : jl.at("xxh3"))
@@ -251,6 +273,16 @@ Status validate(const Manifest& m) {
         return make_error(where + std::string(role_name(r.role)) + " offset is not 4096-aligned");
       if (r.offset + r.bytes > l.stride)
         return make_error(where + std::string(role_name(r.role)) + " overruns the block");
+      if (r.layout == Layout::Rows8) {
+        if (m.version < kFormatVersion)
+          return make_error(where + std::string(role_name(r.role)) +
+                            " stores interleaved rows, which format version " +
+                            std::to_string(m.version) + " does not have");
+        if (r.role >= Role::GateBias || r.ne[1] % 8 || r.ne[0] % 256)
+          return make_error(where + std::string(role_name(r.role)) +
+                            " cannot store interleaved rows (a matrix of whole groups of 8 rows "
+                            "of whole 256-value blocks)");
+      }
     }
     if (l.checksums.size() != m.n_experts)
       return make_error(where + std::to_string(l.checksums.size()) + " checksums for " +

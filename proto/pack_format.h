@@ -17,7 +17,11 @@
 namespace expertd::pack {
 
 inline constexpr char kMagic[8] = {'X', 'P', 'R', 'T', 'P', 'A', 'C', 'K'};
-inline constexpr uint32_t kFormatVersion = 1;
+// Version 1: every role stores its rows as the source GGUF does. Version 2 adds roles stored
+// interleaved eight rows at a time (Layout::Rows8): a build older than it must not read such a
+// pack as rows, so only packs that have one say 2.
+inline constexpr uint32_t kFormatVersionRows = 1;
+inline constexpr uint32_t kFormatVersion = 2;  // the newest this build reads and writes
 inline constexpr uint64_t kAlign = 4096;
 inline constexpr uint64_t kHeaderFixedBytes = 64;
 inline constexpr uint64_t kHeaderLayerBytes = 24;
@@ -28,6 +32,12 @@ inline constexpr size_t kRoleCount = 8;
 std::string_view role_name(Role r);
 std::optional<Role> role_from_name(std::string_view name);
 
+// How a role's bytes are laid out: the source's rows, or interleaved eight rows at a time
+// (kernels/rows8.h: the same quantized values, the rows' bits in every dot; expert-pack build
+// --layout rows8 for engines on the CPU, which read it without a copy).
+enum class Layout : uint8_t { Rows, Rows8 };
+std::string_view layout_name(Layout l);
+
 struct RoleLayout {
   Role role;
   uint32_t ggml_type = 0;
@@ -35,6 +45,7 @@ struct RoleLayout {
   uint64_t offset = 0;               // inside the block, multiple of kAlign
   uint64_t bytes = 0;                // payload of this role for one expert
   std::string tensor;                // source tensor name
+  Layout layout = Layout::Rows;
 };
 
 struct LayerLayout {
@@ -47,8 +58,8 @@ struct LayerLayout {
 };
 
 struct Manifest {
-  uint32_t version = kFormatVersion;
-  std::string pack_file;  // file name, relative to the manifest's directory
+  uint32_t version = kFormatVersionRows;  // lay_out sets it: 2 where a role is Rows8
+  std::string pack_file;                  // file name, relative to the manifest's directory
   std::string core_file;
   uint64_t pack_bytes = 0;
   uint64_t data_start = 0;
@@ -65,10 +76,12 @@ struct Manifest {
     return layers[layer].base + uint64_t{expert} * layers[layer].stride;
   }
   uint64_t slot_bytes() const;  // the largest stride: every block fits one slot
+  bool has_rows8() const;       // a role stores interleaved rows
   std::vector<uint32_t> moe_layers() const;
 };
 
-// Fills base/stride/data_start/pack_bytes from the roles (bytes set, offsets computed here).
+// Fills base/stride/data_start/pack_bytes from the roles (bytes set, offsets computed here), and
+// the version their layouts need.
 void lay_out(Manifest& m);
 
 std::vector<uint8_t> encode_header(const Manifest& m);  // exactly data_start bytes

@@ -91,59 +91,77 @@ TEST(Golden, EveryLlamaCppWeightTypeMatchesLlamaCpp) {
 // layer's unique experts (so prefill's layers come in waves): bit-identical to the local path.
 // The local engine runs as expert-run builds it, its Q4_K, Q2_K, Q3_K, MXFP4 and Q8_0 matrices
 // (core and experts) read from interleaved copies (kernels/rows8.h); the daemon's experts come in
-// their rows.
+// the pack's layout: their rows, or (rows8) those types interleaved in the pack itself, which the
+// engine reads in the slot with no copy.
+static void expect_daemon_path_bit_identical(const char* id, expertd::pack::Layout layout) {
+  SCOPED_TRACE(id);
+  Case c = load_case(id);
+  TempDir d;
+  expertd::pack::BuildOptions bo;
+  bo.model_path = golden_model(id);
+  bo.out_dir = d.path();
+  bo.progress = false;
+  bo.layout = layout;
+  auto rep = expertd::pack::build_pack(bo);
+  ASSERT_TRUE(rep) << rep.error().message;
+  auto manifest = expertd::pack::load_manifest(rep->manifest_path);
+  ASSERT_TRUE(manifest) << manifest.error().message;
+  EXPECT_EQ(manifest->has_rows8(), layout == expertd::pack::Layout::Rows8);
+  Daemon daemon(rep->manifest_path, d / "s.sock",
+                {"--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4",
+                 "--policy", "lru"});
+  std::string log;
+  ASSERT_TRUE(daemon.start(&log)) << log;
+
+  auto full = gguf::Model::open(golden_model(id));
+  auto core = gguf::Model::open(rep->core_path);
+  ASSERT_TRUE(full && core);
+  auto mfull = engine::Model::load(*full);
+  auto mcore = engine::Model::load(*core);
+  ASSERT_TRUE(mfull) << mfull.error().message;
+  ASSERT_TRUE(mcore) << mcore.error().message;
+  EXPECT_FALSE(mcore->has_local_experts);
+  auto local = engine::make_local_source(*mfull);
+  auto remote = engine::make_daemon_source(*mcore, d / "s.sock");
+  ASSERT_TRUE(remote) << remote.error().message;
+  if (std::string(id).find("q4_k") != std::string::npos ||
+      std::string(id).find("q2_k") != std::string::npos) {  // it has matrices to interleave
+    EXPECT_GT(engine::interleaved_bytes(*mfull, true), engine::interleaved_bytes(*mfull, false));
+  }
+  engine::Engine e_local(*mfull, engine::make_cpu_ops(2, &*mfull, true), *local, 256),
+      e_remote(*mcore, **remote, 2, 256);
+  auto a = teacher_forced(e_local, c, nullptr);
+  auto b = teacher_forced(e_remote, c, nullptr);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "daemon and local logits differ";
+  EXPECT_EQ(greedy(e_local, c, 16), greedy(e_remote, c, 16));
+  // Prefill's layers needed more than the pin budget: granted in waves, used ones handed back.
+  EXPECT_GT((*remote)->stats().dones, 0u);
+  auto ctl = run(bin("client/expertctl") + " --socket " + d / "s.sock" + " stats --json");
+  auto s = nlohmann::json::parse(ctl.second);
+  EXPECT_GT(s["cache_misses"].get<int>(), 0);
+  EXPECT_GT(s["cache_evictions"].get<int>(), 0);  // the cache is smaller than the model
+  EXPECT_EQ(s["io_errors"].get<int>(), 0);
+}
+
 TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
   REQUIRE_GOLDEN();
-  for (const char* id :
-       {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16", "olmoe-A-s1-f32",
-        "deepseek2-B-s11-q4_k_m", "gpt-oss-B-s11-mxfp4_moe", "quant/qwen3moe-q2_k",
-        "quant/qwen3moe-q4_1", "quant/qwen3moe-iq1_m", "quant/qwen3moe-iq2_xxs",
-        "quant/qwen3moe-iq3_s", "quant/qwen3moe-iq4_xs"}) {
-    SCOPED_TRACE(id);
-    Case c = load_case(id);
-    TempDir d;
-    expertd::pack::BuildOptions bo;
-    bo.model_path = golden_model(id);
-    bo.out_dir = d.path();
-    bo.progress = false;
-    auto rep = expertd::pack::build_pack(bo);
-    ASSERT_TRUE(rep) << rep.error().message;
-    Daemon daemon(rep->manifest_path, d / "s.sock",
-                  {"--cache-slots", "8", "--clients-max", "2", "--max-experts-per-request", "4",
-                   "--policy", "lru"});
-    std::string log;
-    ASSERT_TRUE(daemon.start(&log)) << log;
+  for (const char* id : {"qwen3moe-B-s11-q4_k_m", "qwen2moe-A-s1-q8_0", "llama-A-s1-f16",
+                         "olmoe-A-s1-f32", "deepseek2-B-s11-q4_k_m", "gpt-oss-B-s11-mxfp4_moe",
+                         "quant/qwen3moe-q2_k", "quant/qwen3moe-q4_1", "quant/qwen3moe-iq1_m",
+                         "quant/qwen3moe-iq2_xxs", "quant/qwen3moe-iq3_s", "quant/qwen3moe-iq4_xs"})
+    expect_daemon_path_bit_identical(id, expertd::pack::Layout::Rows);
+}
 
-    auto full = gguf::Model::open(golden_model(id));
-    auto core = gguf::Model::open(rep->core_path);
-    ASSERT_TRUE(full && core);
-    auto mfull = engine::Model::load(*full);
-    auto mcore = engine::Model::load(*core);
-    ASSERT_TRUE(mfull) << mfull.error().message;
-    ASSERT_TRUE(mcore) << mcore.error().message;
-    EXPECT_FALSE(mcore->has_local_experts);
-    auto local = engine::make_local_source(*mfull);
-    auto remote = engine::make_daemon_source(*mcore, d / "s.sock");
-    ASSERT_TRUE(remote) << remote.error().message;
-    if (std::string(id).find("q4_k") != std::string::npos ||
-        std::string(id).find("q2_k") != std::string::npos) {  // it has matrices to interleave
-      EXPECT_GT(engine::interleaved_bytes(*mfull, true), engine::interleaved_bytes(*mfull, false));
-    }
-    engine::Engine e_local(*mfull, engine::make_cpu_ops(2, &*mfull, true), *local, 256),
-        e_remote(*mcore, **remote, 2, 256);
-    auto a = teacher_forced(e_local, c, nullptr);
-    auto b = teacher_forced(e_remote, c, nullptr);
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "daemon and local logits differ";
-    EXPECT_EQ(greedy(e_local, c, 16), greedy(e_remote, c, 16));
-    // Prefill's layers needed more than the pin budget: granted in waves, used ones handed back.
-    EXPECT_GT((*remote)->stats().dones, 0u);
-    auto ctl = run(bin("client/expertctl") + " --socket " + d / "s.sock" + " stats --json");
-    auto s = nlohmann::json::parse(ctl.second);
-    EXPECT_GT(s["cache_misses"].get<int>(), 0);
-    EXPECT_GT(s["cache_evictions"].get<int>(), 0);  // the cache is smaller than the model
-    EXPECT_EQ(s["io_errors"].get<int>(), 0);
-  }
+// A pack built with --layout rows8 (each model has experts of a type with interleaved rows:
+// Q4_K with Q6_K's rows beside them in the Q4_K_M mixes, Q2_K with Q3_K, Q3_K, MXFP4 with F32
+// biases, Q8_0): the same logits, prefill's panels reading rows the kernels unpack from the slot.
+TEST(Golden, InterleavedPackIsBitIdenticalToLocal) {
+  REQUIRE_GOLDEN();
+  for (const char* id :
+       {"qwen3moe-B-s11-q4_k_m", "deepseek2-B-s11-q4_k_m", "gpt-oss-B-s11-mxfp4_moe",
+        "quant/qwen3moe-q2_k", "quant/qwen3moe-q3_k_s", "qwen3moe-A-s1-q8_0"})
+    expect_daemon_path_bit_identical(id, expertd::pack::Layout::Rows8);
 }
 
 TEST(Golden, CoreGgufRefusesADaemonServingAnotherModel) {

@@ -196,7 +196,8 @@ TEST(Kernels, MatmulIsTheSameOnOneOrManyThreads) {
 // tokens are) against the rows x cols weights w (and w8, their interleaved copy, or null) in one
 // matmul_batch on every instruction set this CPU runs: each value bit for bit the single dot's.
 void expect_each_tokens_dot(uint32_t t, const std::vector<uint8_t>& w, const void* w8, int64_t rows,
-                            int64_t cols, int64_t n_tok, std::mt19937_64& rng, ThreadPool& pool) {
+                            int64_t cols, int64_t n_tok, std::mt19937_64& rng, ThreadPool& pool,
+                            bool w8_only = false) {
   SCOPED_TRACE(n_tok);
   std::normal_distribution<float> g(0.f, 1.f);
   const size_t xq_row = row_size(vec_dot_type(t), cols), w_row = row_size(t, cols);
@@ -210,8 +211,9 @@ void expect_each_tokens_dot(uint32_t t, const std::vector<uint8_t>& w, const voi
   for (Isa be : runnable_backends()) {
     SCOPED_TRACE(isa_name(be));
     std::vector<float> y(n_tok * rows, NAN);
-    const MatmulJob job{t,      w.data(),   rows,  cols,     xq.data(),
-                        xq_row, tok.data(), n_tok, y.data(), w8};
+    const MatmulJob job{
+        t, w8_only ? nullptr : w.data(), rows, cols, xq.data(), xq_row, tok.data(), n_tok, y.data(),
+        w8};
     matmul_batch(&job, 1, &pool, be);
     for (int64_t i = 0; i < n_tok; ++i)
       for (int64_t r = 0; r < rows; ++r)
@@ -258,6 +260,58 @@ TEST(Kernels, InterleavedRowsGiveTheDotsBits) {
       rows8_pack(t, w.data(), rows, cols, w8.data(), &pool);
       for (int64_t n_tok : {1, 2, 3, 4, 5, 9})
         expect_each_tokens_dot(t, w, w8.data(), rows, cols, n_tok, rng, pool);
+    }
+}
+
+// A matrix with only its interleaved layout (an expert from a pack built with --layout rows8):
+// unpacking gives back the rows byte for byte, and a job with w8 alone gives every row the dot's
+// bits on every instruction set, through the interleaved bodies (few tokens) and through the
+// panels and the scalar reference, which read the rows it unpacks (many tokens), in jobs batched
+// with others of either kind.
+TEST(Kernels, InterleavedOnlyMatricesGiveTheRowsBits) {
+  std::mt19937_64 rng(29);
+  const int64_t rows = 200;  // 25 groups: the unpacking loop runs on several threads
+  ThreadPool pool(3);
+  for (int64_t cols : {256, 2816})
+    for (uint32_t t : kTypes) {
+      if (!rows8_supported(t)) continue;
+      SCOPED_TRACE(t);
+      SCOPED_TRACE(cols);
+      auto w = random_weights(t, rows * cols, rng);
+      std::vector<uint8_t> w8(rows8_bytes(t, rows, cols)), back(w.size(), 0xAB);
+      rows8_pack(t, w.data(), rows, cols, w8.data(), &pool);
+      rows8_unpack(t, w8.data(), rows, cols, back.data(), &pool);
+      ASSERT_EQ(back, w);
+      for (int64_t n_tok : {1, 3, 8, 21, 40})
+        expect_each_tokens_dot(t, w, w8.data(), rows, cols, n_tok, rng, pool, /*w8_only=*/true);
+      // Two jobs in one loop: the interleaved-only one between one with rows.
+      const size_t xq_row = row_size(vec_dot_type(t), cols), w_row = row_size(t, cols);
+      const int64_t n_tok = 24;
+      std::vector<float> x(cols);
+      std::normal_distribution<float> g(0.f, 1.f);
+      std::vector<uint8_t> xq(n_tok * xq_row);
+      for (int64_t i = 0; i < n_tok; ++i) {
+        for (auto& v : x) v = g(rng);
+        quantize_activations(t, x.data(), xq.data() + i * xq_row, cols);
+      }
+      for (Isa be : runnable_backends()) {
+        SCOPED_TRACE(isa_name(be));
+        std::vector<float> y0(n_tok * rows), y1(n_tok * rows), y2(n_tok * rows);
+        const MatmulJob jobs[3] = {
+            {t, w.data(), rows, cols, xq.data(), xq_row, nullptr, n_tok, y0.data()},
+            {t, nullptr, rows, cols, xq.data(), xq_row, nullptr, n_tok, y1.data(), w8.data()},
+            {t, nullptr, rows, cols, xq.data(), xq_row, nullptr, 1, y2.data(), w8.data()}};
+        matmul_batch(jobs, 3, &pool, be);
+        for (int64_t i = 0; i < n_tok; ++i)
+          for (int64_t r = 0; r < rows; ++r) {
+            const float want = dot(t, w.data() + r * w_row, xq.data() + i * xq_row, cols, be);
+            ASSERT_EQ(y0[i * rows + r], want);
+            ASSERT_EQ(y1[i * rows + r], want);
+            if (i == 0) {
+              ASSERT_EQ(y2[r], want);
+            }
+          }
+      }
     }
 }
 

@@ -10,6 +10,7 @@
 #include "engine/model.h"
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
+#include "kernels/kernels.h"
 #include "pack/builder.h"
 #include "pack/verify.h"
 #include "test_util.h"
@@ -314,6 +315,81 @@ TEST(ExpertPack, WriteFailureLeavesNoPack) {
   std::string out = read_file(d / "out.txt");
   EXPECT_NE(out.find("File too large"), std::string::npos) << out;
   for (const auto& e : fs::directory_iterator(d.path())) EXPECT_EQ(e.path().filename(), "out.txt");
+}
+
+// --layout rows8: every expert matrix of a type with interleaved rows is stored interleaved (its
+// bytes rows8_pack's of the source's, which unpack back to them), the others as rows; the manifest
+// says so per role and is format version 2, which a version-1 reader refuses; verify compares
+// with the source interleaved the same way; inspect shows it.
+TEST(ExpertPack, Rows8LayoutInterleavesTheTypesThatHaveIt) {
+  REQUIRE_GOLDEN();
+  for (const char* id :
+       {"qwen3moe-B-s11-q4_k_m", "quant/qwen3moe-q3_k_s", "gpt-oss-B-s11-mxfp4_moe"}) {
+    SCOPED_TRACE(id);
+    TempDir d;
+    auto r = run(bin("pack/expert-pack") + " -q build --layout rows8 --verify --out " + d.path() +
+                 " " + golden_model(id));
+    ASSERT_EQ(r.first, 0) << r.second;
+    EXPECT_NE(r.second.find("verified"), std::string::npos) << r.second;
+    const std::string mf = d / (pack::model_stem(golden_model(id)) + ".manifest.json");
+    auto m = pack::load_manifest(mf);
+    ASSERT_TRUE(m) << m.error().message;
+    EXPECT_EQ(m->version, pack::kFormatVersion);
+    auto src = gguf::Model::open(golden_model(id));
+    ASSERT_TRUE(src);
+    const std::string pack_bytes = read_file(d / m->pack_file);
+    int interleaved = 0;
+    for (uint32_t l = 0; l < m->layers.size(); ++l)
+      for (const auto& role : m->layers[l].roles) {
+        SCOPED_TRACE(role.tensor);
+        const bool want = role.role < pack::Role::GateBias &&
+                          kernels::rows8_supported(role.ggml_type) && role.ne[1] % 8 == 0 &&
+                          role.ne[0] % 256 == 0;
+        EXPECT_EQ(role.layout == pack::Layout::Rows8, want);
+        const auto* t = src->tensor(role.tensor);
+        ASSERT_NE(t, nullptr);
+        const uint64_t rows_bytes = pack::source_role_bytes(role);
+        EXPECT_EQ(t->nbytes, rows_bytes * m->n_experts);
+        for (uint32_t e : {0u, m->n_experts - 1}) {
+          const uint8_t* got =
+              reinterpret_cast<const uint8_t*>(pack_bytes.data()) + m->offset(l, e) + role.offset;
+          const uint8_t* rows = t->data + e * rows_bytes;
+          if (role.layout == pack::Layout::Rows) {
+            EXPECT_EQ(role.bytes, rows_bytes);
+            EXPECT_EQ(0, std::memcmp(got, rows, rows_bytes));
+            continue;
+          }
+          ++interleaved;
+          const auto R = int64_t(role.ne[1]), C = int64_t(role.ne[0]);
+          EXPECT_EQ(role.bytes, kernels::rows8_bytes(role.ggml_type, R, C));
+          std::vector<uint8_t> w8(role.bytes), back(rows_bytes);
+          kernels::rows8_pack(role.ggml_type, rows, R, C, w8.data());
+          EXPECT_EQ(0, std::memcmp(got, w8.data(), role.bytes));
+          kernels::rows8_unpack(role.ggml_type, got, R, C, back.data());
+          EXPECT_EQ(0, std::memcmp(back.data(), rows, rows_bytes));
+        }
+      }
+    EXPECT_GT(interleaved, 0);
+    r = run(bin("pack/expert-pack") + " inspect " + mf);
+    EXPECT_EQ(r.first, 0);
+    EXPECT_NE(r.second.find(" rows8 @"), std::string::npos) << r.second;
+    EXPECT_NE(r.second.find("version 2"), std::string::npos) << r.second;
+    // A manifest that claims version 1 with an interleaved role is refused: a reader of version 1
+    // would take the bytes for rows.
+    std::string json = read_file(mf);
+    const auto at = json.find("\"version\": 2");
+    ASSERT_NE(at, std::string::npos);
+    json.replace(at, 12, "\"version\": 1");
+    write_file(mf, json);
+    auto bad = pack::load_manifest(mf);
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().message.find("format version 1 does not have"), std::string::npos)
+        << bad.error().message;
+  }
+  auto r = run(bin("pack/expert-pack") + " -q build --layout rows4 " +
+               golden_model("qwen2moe-A-s1-q8_0"));
+  EXPECT_NE(r.first, 0);
+  EXPECT_NE(r.second.find("--layout"), std::string::npos) << r.second;
 }
 
 TEST(ExpertPack, VerifyDetectsCorruptionAndTruncation) {

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Decode with every expert in memory: expert-run --local (the experts read from the engine's own
+# interleaved copies) against expert-run through expertd, its cache holding the whole model, from
+# a pack in rows (as the GGUF stores them) and from one built with --layout rows8 (the types with
+# interleaved rows stored that way). A Qwen3-30B-A3B-shaped synthetic model (4 layers) in Q4_K,
+# Q2_K with Q3_K down (Kimi-K3's mix), MXFP4 experts (DeepSeek-V4-Flash's) and Q8_0; each run
+# decodes after a warm-up run has filled the daemon's cache (no read is left); the three runs
+# alternate, ROUNDS rounds, medians and the ratios to --local. On the AVX2 kernels and, where the
+# CPU has AVX-512 VNNI, the AVX-512 ones; the CPU and the ISA are printed with every figure.
+#   bash bench/layout.sh [rounds] [types...]     (types: q4_k q2_k mxfp4 q8_0)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${B:-build}
+ROUNDS=${1:-5}
+shift $(($# < 1 ? $# : 1))
+DIR=${LAYOUT_DIR:-/tmp/layout-bench}
+N_GEN=${N_GEN:-64}
+mkdir -p "$DIR"
+declare -A MIX=(
+  [q4_k]="--type Q4_K"
+  [q2_k]="--type Q2_K --down-type Q3_K"
+  [mxfp4]="--type Q8_0 --gate-type MXFP4 --up-type MXFP4 --down-type MXFP4"
+  [q8_0]="--type Q8_0"
+)
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(q4_k q2_k mxfp4 q8_0)
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+passes=avx2
+grep -q avx512_vnni /proc/cpuinfo && passes="avx2 avx512"
+passes=${PASSES:-$passes}
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+tok_s() { sed -n 's/.*"decode_tok_s": *\([0-9.e+-]*\).*/\1/p'; }
+for name in "${names[@]}"; do
+  m="$DIR/q30b-4l-$name"
+  [ -f "$m.gguf" ] || "$B/pack/expert-pack" -q synth --preset qwen3-30b-a3b --layers 4 ${MIX[$name]} --out "$m.gguf" >/dev/null
+  for layout in rows rows8; do
+    mkdir -p "$m-$layout"
+    [ -f "$m-$layout/q30b-4l-$name.manifest.json" ] ||
+      "$B/pack/expert-pack" -q build --layout "$layout" --out "$m-$layout" "$m.gguf" >/dev/null
+  done
+  slots=$(python3 -c "import json; m = json.load(open('$m-rows/q30b-4l-$name.manifest.json')); print(len(m['layers']) * m['n_experts'] + 64)")
+  for kernels in $passes; do
+    export EXPERTD_KERNELS=$kernels
+    declare -A socks=()
+    for layout in rows rows8; do
+      sock="$DIR/$name-$layout.sock"
+      "$B/daemon/expertd" --manifest "$m-$layout/q30b-4l-$name.manifest.json" --socket "$sock" \
+        --config /dev/null --cache-slots "$slots" --clients-max 2 --reserve-mib 256 \
+        --lock-memory false --log-level warn &
+      pids+=($!)
+      for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+      socks[$layout]=$sock
+      # warm-up: every expert read once, so the timed runs read nothing
+      "$B/engine/expert-run" bench --model "$m-$layout/q30b-4l-$name.core.gguf" --socket "$sock" \
+        --threads "$(nproc)" -p 512 -n 256 --json >/dev/null
+    done
+    : > "$DIR/runs"
+    for r in $(seq "$ROUNDS"); do
+      for what in local rows rows8; do
+        if [ "$what" = local ]; then
+          j=$("$B/engine/expert-run" bench --model "$m.gguf" --local --threads "$(nproc)" -p 16 -n "$N_GEN" --json)
+        else
+          j=$("$B/engine/expert-run" bench --model "$m-$what/q30b-4l-$name.core.gguf" \
+            --socket "${socks[$what]}" --threads "$(nproc)" -p 16 -n "$N_GEN" --json)
+        fi
+        echo "$r $what $(tok_s <<<"$j")" >> "$DIR/runs"
+      done
+    done
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    pids=()
+    loc=$(awk '$2 == "local" {print $3}' "$DIR/runs" | median)
+    rows=$(awk '$2 == "rows" {print $3}' "$DIR/runs" | median)
+    rows8=$(awk '$2 == "rows8" {print $3}' "$DIR/runs" | median)
+    # ratios per round, then their median
+    rr=$(awk '{v[$1" "$2]=$3} END {for (k in v) {split(k, a, " "); if (a[2] == "rows") print v[k] / v[a[1]" local"]}}' "$DIR/runs" | median)
+    r8=$(awk '{v[$1" "$2]=$3} END {for (k in v) {split(k, a, " "); if (a[2] == "rows8") print v[k] / v[a[1]" local"]}}' "$DIR/runs" | median)
+    printf '%-6s %-6s decode tok/s: --local %.1f, expertd rows %.1f (%.2fx), expertd rows8 %.1f (%.2fx)  [%s rounds, %s]\n' \
+      "$name" "$kernels" "$loc" "$rows" "$rr" "$rows8" "$r8" "$ROUNDS" "$cpu"
+  done
+done
