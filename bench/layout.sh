@@ -4,9 +4,10 @@
 # a pack in rows (as the GGUF stores them) and from one built with --layout rows8 (the types with
 # interleaved rows stored that way). A Qwen3-30B-A3B-shaped synthetic model (4 layers) in Q4_K,
 # Q2_K with Q3_K down (Kimi-K3's mix), MXFP4 experts (DeepSeek-V4-Flash's) and Q8_0; each run
-# decodes after a warm-up run has filled the daemon's cache (no read is left); the three runs
-# alternate, ROUNDS rounds, medians and the ratios to --local. On the AVX2 kernels and, where the
-# CPU has AVX-512 VNNI, the AVX-512 ones; the CPU and the ISA are printed with every figure.
+# decodes (and prefills 256 tokens) after a warm-up run has filled the daemon's cache (no read is
+# left); the three runs alternate, ROUNDS rounds, medians and the ratios to --local (prefill: rows8
+# to rows). On the AVX2 kernels and, where the CPU has AVX-512 VNNI, the AVX-512 ones; the CPU and
+# the ISA are printed with every figure.
 #   bash bench/layout.sh [rounds] [types...]     (types: q4_k q2_k mxfp4 q8_0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +33,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
-tok_s() { sed -n 's/.*"decode_tok_s": *\([0-9.e+-]*\).*/\1/p'; }
+tok_s() { python3 -c 'import json, sys; j = json.load(sys.stdin); print(j["decode_tok_s"], j["prefill_tok_s"])'; }
 for name in "${names[@]}"; do
   m="$DIR/q30b-4l-$name"
   [ -f "$m.gguf" ] || "$B/pack/expert-pack" -q synth --preset qwen3-30b-a3b --layers 4 ${MIX[$name]} --out "$m.gguf" >/dev/null
@@ -61,10 +62,10 @@ for name in "${names[@]}"; do
     for r in $(seq "$ROUNDS"); do
       for what in local rows rows8; do
         if [ "$what" = local ]; then
-          j=$("$B/engine/expert-run" bench --model "$m.gguf" --local --threads "$(nproc)" -p 16 -n "$N_GEN" --json)
+          j=$("$B/engine/expert-run" bench --model "$m.gguf" --local --threads "$(nproc)" -p 256 -n "$N_GEN" --json)
         else
           j=$("$B/engine/expert-run" bench --model "$m-$what/q30b-4l-$name.core.gguf" \
-            --socket "${socks[$what]}" --threads "$(nproc)" -p 16 -n "$N_GEN" --json)
+            --socket "${socks[$what]}" --threads "$(nproc)" -p 256 -n "$N_GEN" --json)
         fi
         echo "$r $what $(tok_s <<<"$j")" >> "$DIR/runs"
       done
@@ -75,9 +76,13 @@ for name in "${names[@]}"; do
     rows=$(awk '$2 == "rows" {print $3}' "$DIR/runs" | median)
     rows8=$(awk '$2 == "rows8" {print $3}' "$DIR/runs" | median)
     # ratios per round, then their median
-    rr=$(awk '{v[$1" "$2]=$3} END {for (k in v) {split(k, a, " "); if (a[2] == "rows") print v[k] / v[a[1]" local"]}}' "$DIR/runs" | median)
-    r8=$(awk '{v[$1" "$2]=$3} END {for (k in v) {split(k, a, " "); if (a[2] == "rows8") print v[k] / v[a[1]" local"]}}' "$DIR/runs" | median)
-    printf '%-6s %-6s decode tok/s: --local %.1f, expertd rows %.1f (%.2fx), expertd rows8 %.1f (%.2fx)  [%s rounds, %s]\n' \
-      "$name" "$kernels" "$loc" "$rows" "$rr" "$rows8" "$r8" "$ROUNDS" "$cpu"
+    ratio() {  # per round, column $2 of $1 over --local's, then their median
+      awk -v w="$1" -v c="$2" '{v[$1" "$2]=$c} END {for (k in v) {split(k, a, " "); if (a[2] == w) print v[k] / v[a[1]" local"]}}' "$DIR/runs" | median
+    }
+    p_rows=$(awk '$2 == "rows" {print $4}' "$DIR/runs" | median)
+    p_rows8=$(awk '$2 == "rows8" {print $4}' "$DIR/runs" | median)
+    printf '%-6s %-6s decode tok/s: --local %.1f, expertd rows %.1f (%.2fx), expertd rows8 %.1f (%.2fx); prefill-256: rows %.0f, rows8 %.0f (%.2fx rows)  [%s rounds, %s]\n' \
+      "$name" "$kernels" "$loc" "$rows" "$(ratio rows 3)" "$rows8" "$(ratio rows8 3)" "$p_rows" "$p_rows8" \
+      "$(awk '{v[$1" "$2]=$4} END {for (k in v) {split(k, a, " "); if (a[2] == "rows8") print v[k] / v[a[1]" rows"]}}' "$DIR/runs" | median)" "$ROUNDS" "$cpu"
   done
 done

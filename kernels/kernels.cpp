@@ -204,6 +204,22 @@ static void rows8_job(const MatmulJob& m, int64_t r0, int64_t r1, Isa be) {
   }
 }
 
+// Rows r0 .. r1 of a job with only its interleaved layout, through the matrix-matrix panels:
+// eight groups at a time unpacked into rows (in L2) and run there; the groups that start in the
+// range, as rows8_job's.
+static void rows8_panels(const MatmulJob& m, const Gemm* gemm, int64_t r0, int64_t r1,
+                         const uint8_t* panel) {
+  thread_local std::vector<uint8_t> rows;
+  const size_t row = row_size(m.wtype, m.cols), group = rows8_bytes(m.wtype, 8, m.cols);
+  rows.resize(64 * row);
+  for (int64_t g = (r0 + 7) / 8; g < (r1 + 7) / 8; g += 8) {
+    const int64_t n = std::min<int64_t>(8, (r1 + 7) / 8 - g);
+    rows8_unpack_groups(m.wtype, static_cast<const uint8_t*>(m.w8) + size_t(g) * group, m.cols,
+                        rows.data(), 0, n);
+    gemm->rows(m.wtype, rows.data(), m.rows, m.cols, 0, 8 * n, panel, m.n_tokens, m.y + 8 * g);
+  }
+}
+
 void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be) {
   // Rows of all jobs laid end to end; a chunk of the loop may span jobs.
   std::vector<int64_t> first(n_jobs + 1, 0);
@@ -220,19 +236,22 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
   size_t panel_bytes = 0;
   const Gemm* gemm = be == Isa::Avx512 ? &kGemmAvx512 : be == Isa::Avx2 ? &kGemmAvx2 : nullptr;
   for (size_t j = 0; j < n_jobs; ++j)
-    if (gemm && jobs[j].n_tokens >= gemm_min_tokens(jobs[j].wtype, be) &&
+    if (gemm &&
+        jobs[j].n_tokens >= (jobs[j].w ? gemm_min_tokens(jobs[j].wtype, be)
+                                       : std::atoi(getenv("XW8") ? getenv("XW8") : "5")) &&
         gemm->supported(jobs[j].wtype) && jobs[j].cols % 256 == 0) {
       panel_at[j] = panel_bytes;
       panel_bytes += gemm->act_bytes(jobs[j].wtype, jobs[j].cols, jobs[j].n_tokens);
     }
   if (panel_bytes > panels.size()) panels.resize(panel_bytes);
-  // Jobs with only the interleaved layout whose loop reads rows: their rows unpacked first.
+  // Jobs with only the interleaved layout on the scalar reference: their rows unpacked first (the
+  // panels unpack theirs a few groups at a time, rows8_panels).
   thread_local std::vector<MatmulJob> own;
   thread_local std::vector<uint8_t> unpacked;
   std::vector<std::pair<size_t, size_t>> unpack;  // (job, offset in `unpacked`)
   size_t unpack_bytes = 0;
   for (size_t j = 0; j < n_jobs; ++j)
-    if (!jobs[j].w && (panel_at[j] != SIZE_MAX || be == Isa::Scalar)) {
+    if (!jobs[j].w && be == Isa::Scalar) {
       unpack.push_back({j, unpack_bytes});
       unpack_bytes += size_t(jobs[j].rows) * row_size(jobs[j].wtype, jobs[j].cols);
     }
@@ -280,6 +299,10 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
       while (g >= first[j + 1]) ++j;
       const MatmulJob& m = jobs[j];
       const int64_t r_end = std::min(e, first[j + 1]) - first[j];
+      if (panel_at[j] != SIZE_MAX && !m.w) {
+        rows8_panels(m, gemm, g - first[j], r_end, panel_base + panel_at[j]);
+        continue;
+      }
       if (panel_at[j] != SIZE_MAX) {
         gemm->rows(m.wtype, m.w, m.rows, m.cols, g - first[j], r_end, panel_base + panel_at[j],
                    m.n_tokens, m.y);

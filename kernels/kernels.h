@@ -78,7 +78,8 @@ struct MatmulJob {
 };
 // A job may have w8 alone (w null: an expert from a pack that stores the interleaved layout,
 // expert-pack build --layout rows8): where the loop needs the rows (a matrix-matrix panel, the
-// scalar reference) it unpacks them first, into scratch of its own.
+// scalar reference) it unpacks them into scratch of its own (the panels' eight groups at a time,
+// kept in L2).
 // Runs every job in one parallel loop over all their rows (one fork-join however many matrices:
 // a decode step's experts are many small matrices). Each y value is exactly what matmul() gives.
 void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa b = best_isa());

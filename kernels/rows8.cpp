@@ -62,6 +62,19 @@ void pack_q8_0(const BlockQ8_0* const* rows, BlockQ8_0x8& out) {
   }
 }
 
+// Eight steps of eight rows' four bytes back into the rows (row r's 32 bytes to rows[r]): the AVX2
+// transpose where the CPU has it.
+void transpose8_scalar(const void* in, uint8_t* const* rows) {
+  for (int s = 0; s < 8; ++s)
+    for (int r = 0; r < 8; ++r)
+      std::memcpy(rows[r] + 4 * s, static_cast<const uint8_t*>(in) + 32 * s + 4 * r, 4);
+}
+using Transpose8 = void (*)(const void*, uint8_t* const*);
+const Transpose8 transpose8 = [] {
+  __builtin_cpu_init();  // a static initializer may run before libgcc's
+  return __builtin_cpu_supports("avx2") ? avx2::transpose8_u32 : transpose8_scalar;
+}();
+
 // The inverses: the rows' blocks b from eight rows' block b (every byte of the rows comes back,
 // the 6-bit scales packed again as the rows hold them).
 void unpack_q4_k(const BlockQ4Kx8& in, BlockQ4K* const* rows) {
@@ -75,8 +88,11 @@ void unpack_q4_k(const BlockQ4Kx8& in, BlockQ4K* const* rows) {
       b.scales[j + 4] = uint8_t((m[j] & 63) | ((m[j + 4] >> 4) << 6));
       b.scales[j + 8] = uint8_t((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
     }
-    for (int p = 0; p < 4; ++p)
-      for (int s = 0; s < 8; ++s) std::memcpy(b.qs + 32 * p + 4 * s, in.qs[p][s][r], 4);
+  }
+  for (int p = 0; p < 4; ++p) {
+    uint8_t* dst[8];
+    for (int r = 0; r < 8; ++r) dst[r] = rows[r]->qs + 32 * p;
+    transpose8(in.qs[p], dst);
   }
 }
 
@@ -85,8 +101,11 @@ void unpack_q2_k(const BlockQ2Kx8& in, BlockQ2K* const* rows) {
     BlockQ2K& b = *rows[r];
     b.d = in.d[r], b.dmin = in.dmin[r];
     for (int k = 0; k < 16; ++k) b.scales[k] = in.scales[k][r];
-    for (int h = 0; h < 2; ++h)
-      for (int s = 0; s < 8; ++s) std::memcpy(b.qs + 32 * h + 4 * s, in.qs[h][s][r], 4);
+  }
+  for (int h = 0; h < 2; ++h) {
+    uint8_t* dst[8];
+    for (int r = 0; r < 8; ++r) dst[r] = rows[r]->qs + 32 * h;
+    transpose8(in.qs[h], dst);
   }
 }
 
@@ -104,9 +123,13 @@ void unpack_q3_k(const BlockQ3Kx8& in, BlockQ3K* const* rows) {
       for (int k = 0; k < 4; ++k) hi |= uint8_t(((sc[i + 4 * k] >> 4) & 3) << (2 * k));
       b.scales[8 + i] = hi;
     }
-    for (int s = 0; s < 8; ++s) std::memcpy(b.hmask + 4 * s, in.hmask[s][r], 4);
-    for (int h = 0; h < 2; ++h)
-      for (int s = 0; s < 8; ++s) std::memcpy(b.qs + 32 * h + 4 * s, in.qs[h][s][r], 4);
+  }
+  uint8_t* dst[8];
+  for (int r = 0; r < 8; ++r) dst[r] = rows[r]->hmask;
+  transpose8(in.hmask, dst);
+  for (int h = 0; h < 2; ++h) {
+    for (int r = 0; r < 8; ++r) dst[r] = rows[r]->qs + 32 * h;
+    transpose8(in.qs[h], dst);
   }
 }
 
@@ -118,10 +141,10 @@ void unpack_mxfp4(const BlockMxfp4x8& in, BlockMxfp4* const* rows) {
 }
 
 void unpack_q8_0(const BlockQ8_0x8& in, BlockQ8_0* const* rows) {
-  for (int r = 0; r < 8; ++r) {
-    rows[r]->d = in.d[r];
-    for (int s = 0; s < 8; ++s) std::memcpy(rows[r]->qs + 4 * s, in.qs[s][r], 4);
-  }
+  uint8_t* dst[8];
+  for (int r = 0; r < 8; ++r)
+    rows[r]->d = in.d[r], dst[r] = reinterpret_cast<uint8_t*>(rows[r]->qs);
+  transpose8(in.qs, dst);
 }
 
 // Eight rows' block b (rows8.h's layout of the type) from the rows' blocks b.

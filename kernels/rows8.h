@@ -67,6 +67,9 @@ void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out
                          int64_t g1);
 
 namespace avx2 {
+// Eight steps of eight rows' four bytes (in: [step][row][4]) back into the rows: row r's 32 bytes
+// (steps 0..7) to rows[r]. An 8 x 8 transpose of 32-bit words.
+void transpose8_u32(const void* in, uint8_t* const* rows);
 // One group of eight rows (its blocks from `group`, cols / 256 of them) against n_tok (1..4)
 // Q8_K activation rows: out[t * 8 + r] is row r's dot with token t.
 void rows8_q4_k(const BlockQ4Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,

@@ -241,6 +241,26 @@ void rows8_q3_k(const BlockQ3Kx8* group, int64_t cols, const BlockQ8K* const* ys
   x86::with_n(n_tok, [&](auto N) { q3_k_group<N>(group, cols / kQK_K, ys, out); });
 }
 
+void transpose8_u32(const void* in, uint8_t* const* rows) {
+  const auto* v = static_cast<const __m256*>(in);
+  __m256 r[8], t[8];
+  for (int s = 0; s < 8; ++s) r[s] = _mm256_loadu_ps(reinterpret_cast<const float*>(v + s));
+  for (int s = 0; s < 8; s += 2)
+    t[s] = _mm256_unpacklo_ps(r[s], r[s + 1]), t[s + 1] = _mm256_unpackhi_ps(r[s], r[s + 1]);
+  for (int s = 0; s < 8; s += 4)
+    for (int k = 0; k < 2; ++k) {
+      r[s + 2 * k] = _mm256_shuffle_ps(t[s + k], t[s + 2 + k], 0x44);
+      r[s + 2 * k + 1] = _mm256_shuffle_ps(t[s + k], t[s + 2 + k], 0xEE);
+    }
+  // r[0..3]: rows 0, 1, 2, 3 (low half) and 4, 5, 6, 7 (high half) of steps 0-3; r[4..7] of 4-7
+  for (int k = 0; k < 4; ++k) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(rows[k]),
+                     _mm256_permute2f128_ps(r[k], r[4 + k], 0x20));
+    _mm256_storeu_ps(reinterpret_cast<float*>(rows[4 + k]),
+                     _mm256_permute2f128_ps(r[k], r[4 + k], 0x31));
+  }
+}
+
 void rows8_q4_k(const BlockQ4Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                 float* out) {
   x86::with_n(n_tok, [&](auto N) { q4_k_group<N>(group, cols / kQK_K, ys, out); });
