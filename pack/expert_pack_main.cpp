@@ -39,9 +39,9 @@ int main(int argc, char** argv) {
       ->add_option("--layout", layout,
                    "how experts are stored: rows (as the GGUF; every engine and expertd "
                    "--backend cuda), or rows8 (Q4_K, Q2_K, Q3_K, MXFP4 and Q8_0 matrices "
-                   "interleaved eight rows at a time: expert-run on the CPU decodes them as fast "
-                   "as --local's copies, with the same logits; a cuda expertd refuses such a "
-                   "pack)")
+                   "interleaved eight rows at a time: expert-run on the CPU decodes them with no "
+                   "copy, near --local's speed and with the same logits; a cuda expertd and "
+                   "clients that read rows refuse such a pack)")
       ->check(CLI::IsMember({"rows", "rows8"}))
       ->capture_default_str();
 

@@ -15,8 +15,9 @@ step build "building ($(nproc) jobs; about 10 min on 2 cores, 25 with the CUDA t
 
 mkdir -p demo
 cp -f model/kjv-moe-q8_0.gguf demo/kjv.gguf
-echo "== expert-pack build: the bundled model into a core GGUF and an expert pack"
-build/pack/expert-pack build demo/kjv.gguf --verify
+echo "== expert-pack build: the bundled model into a core GGUF and an expert pack (in the layout of"
+echo "   expert-run's CPU kernels: --layout rows8)"
+build/pack/expert-pack build demo/kjv.gguf --layout rows8 --verify
 
 sock=demo/expertd.sock
 echo "== expertd: 48 expert slots for a model of 4 layers x 32 experts (the cache holds 3/8 of it)"
