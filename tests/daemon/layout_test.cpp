@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/expert_client.h"
+#include "client/expert_client_c.h"
 #include "gguf/gguf_reader.h"
 #include "kernels/kernels.h"
 #include "pack/builder.h"
@@ -44,6 +45,11 @@ TEST(Layout, InterleavedPackServesOnlyEnginesThatReadIt) {
   EXPECT_NE(plain.error().message.find("interleaved rows"), std::string::npos)
       << plain.error().message;
   EXPECT_NE(plain.error().message.find("--layout rows"), std::string::npos);
+  char err[512] = "";
+  expertd_client* capi = expertd_connect((d / "s.sock").c_str(), err, sizeof err);
+  EXPECT_EQ(capi, nullptr);
+  if (capi) expertd_close(capi);
+  EXPECT_NE(std::string(err).find("interleaved rows"), std::string::npos) << err;
 
   // One that does is served, and sees each role's layout: the interleaved bytes in its slot.
   client::Client::Options o{"rows8-engine", 5000};
@@ -83,7 +89,7 @@ TEST(Layout, InterleavedPackServesOnlyEnginesThatReadIt) {
   auto r = run(bin("client/expertctl") + " --socket " + d / "s.sock" + " stats --json");
   ASSERT_EQ(r.first, 0) << r.second;
   auto s = nlohmann::json::parse(r.second);
-  EXPECT_EQ(s["clients_refused"].get<int>(), 1);
+  EXPECT_EQ(s["clients_refused"].get<int>(), 2);
   EXPECT_EQ(s["io_errors"].get<int>(), 0);
   EXPECT_TRUE(daemon.alive());
 }
