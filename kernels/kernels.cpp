@@ -236,9 +236,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
   size_t panel_bytes = 0;
   const Gemm* gemm = be == Isa::Avx512 ? &kGemmAvx512 : be == Isa::Avx2 ? &kGemmAvx2 : nullptr;
   for (size_t j = 0; j < n_jobs; ++j)
-    if (gemm &&
-        jobs[j].n_tokens >= (jobs[j].w ? gemm_min_tokens(jobs[j].wtype, be)
-                                       : std::atoi(getenv("XW8") ? getenv("XW8") : "5")) &&
+    if (gemm && jobs[j].n_tokens >= gemm_min_tokens(jobs[j].wtype, be) &&
         gemm->supported(jobs[j].wtype) && jobs[j].cols % 256 == 0) {
       panel_at[j] = panel_bytes;
       panel_bytes += gemm->act_bytes(jobs[j].wtype, jobs[j].cols, jobs[j].n_tokens);
