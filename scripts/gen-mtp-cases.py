@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""llama.cpp's NextN/MTP (multi-token prediction) head on GLM-4.5, Qwen3.5, DeepSeek-V3.2, GLM-5 and
-DeepSeek-V4 synth models.
+"""llama.cpp's NextN/MTP (multi-token prediction) head on GLM-4.5, Qwen3.5, DeepSeek-V3.2, GLM-5,
+GLM-4.7-Flash, Hy3, Ling 3.0 and DeepSeek-V4 synth models.
 
 The glm45air-* cases are a test-size synthetic GLM-4.5-Air (`expert-pack synth --preset
 glm-4.5-air --dims 128,3,8,2,64,4,2,512`: 3 trunk layers and one NextN block, blk.3) and what
@@ -11,7 +11,8 @@ the trunk's h of row k-1, zeros for k = 0); and a 4-step greedy draft chain from
 greedy token after the prompt. q35-f32 is the same on a synthetic Qwen3.5 (its NextN block a
 full-attention one, after three delta-net layers and one full-attention layer); ds32-f32 and
 glm5-f32 on the synthetic DeepSeek-V3.2 and GLM-5 of tests/data/dsa (their NextN blocks run
-dense latent attention: no indexer); hy3-f32 and ling3-f32 on tests/data/hy3's Hy3 and tests/data/ling3's Ling 3.0.
+dense latent attention: no indexer); glm47flash-f32 on a synthetic GLM-4.7-Flash (deepseek2,
+llama.cpp's deepseek2 graph_mtp); hy3-f32 and ling3-f32 on tests/data/hy3's Hy3 and tests/data/ling3's Ling 3.0.
 The dsv4-* cases do the same on the synthetic DeepSeek-V4-Flash models of tests/data/deepseek4
 (v4-f32, v4-q8_0: 4 trunk layers and one NextN block, blk.4) with the first 40 tokens of those
 cases' prompts, past the 8-position window. There h is the hyper-connection state, 4 streams of
@@ -49,6 +50,9 @@ CASES = {  # name -> synth arguments
                  "--type", "F32", "--seed", "1"],
     "glm5-f32": ["synth", "--preset", "glm-5", "--dims", "128,4,8,2,64,4,1,512",
                  "--type", "F32", "--seed", "4"],
+    # GLM-4.7-Flash: deepseek2 (dense latent attention) with its MTP layer after the trunk
+    "glm47flash-f32": ["synth", "--preset", "glm-4.7-flash", "--dims", "128,4,8,2,64,4,1,512",
+                       "--type", "F32", "--seed", "1"],
     # Hy3 (the model of tests/data/hy3/hy3-f32)
     "hy3-f32": ["synth", "--preset", "hy3", "--dims", "128,4,8,2,64,4,2,512", "--type", "F32",
                 "--seed", "1"],

@@ -1,18 +1,43 @@
 // DeepSeek-V2/V3 (and Kimi-K2, same GGUF arch; deepseek2): multi-head latent attention (q_lora
 // and kv_lora, split attn_k_b / attn_v_b, RoPE on the last qk_rope dims, adjacent pairs),
 // leading dense layers, sigmoid or softmax gating with the exp_probs_b selection bias and expert
-// groups, routed weights renormalised and scaled, an ungated shared expert.
+// groups, routed weights renormalised and scaled, an ungated shared expert. GLM-4.7-Flash is one
+// too: its trailing MTP block drafts (Engine::set_nextn; llama.cpp's deepseek2 graph_mtp: the
+// decoder block of layer n_layer, GLM-4.5's head).
 #include "engine/archs/deepseek2.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace engine {
 namespace archs {
 
 void Deepseek2::read_hparams(Meta& m, Hparams& hp) {
+  int nextn = 0;
+  m.u("nextn_predict_layers", nextn, 0);
   m.u("leading_dense_block_count", n_dense_lead_, 0);
   read_base(m, hp, n_dense_lead_);
-  route_ = read_routing(m, hp, /*norm_default=*/false, sigmoid_default_);
+  if (!m.error().empty()) return;
+  // The trailing multi-token-prediction blocks (GLM-4.7-Flash's converter keeps its one, as
+  // llama.cpp's Glm4MoeLiteModel): drafts only, never trunk layers.
+  if (nextn >= hp.n_layer) return m.fail("nextn_predict_layers leaves no layer to run");
+  hp.n_layer -= nextn;
+  if (nextn > 0 &&
+      m.tensor_dim("blk." + std::to_string(hp.n_layer) + ".nextn.eh_proj.weight", 0) != kAnyDim)
+    hp.n_nextn = nextn;
+  // llama.cpp's default gating where the file names none: sigmoid for GLM-4.7-Flash (47 or 48
+  // trunk layers and its vocabulary of 154,880; its converter writes no expert_gating_func),
+  // softmax for the DeepSeek-V2 and V2.5 GGUFs written before the key existed.
+  bool sigmoid_default = sigmoid_default_;
+  if (glm_lite_default_ && (hp.n_layer == 47 || hp.n_layer == 48)) {
+    int n_vocab = 0;
+    m.u("vocab_size", n_vocab, 0);
+    if (n_vocab == 0)
+      if (auto tokens = m.file().get_string_array("tokenizer.ggml.tokens"))
+        n_vocab = int(tokens->size());
+    sigmoid_default = sigmoid_default || n_vocab == 154880;
+  }
+  route_ = read_routing(m, hp, /*norm_default=*/false, sigmoid_default);
   m.u("attention.q_lora_rank", q_lora_, 0);
   m.u("attention.kv_lora_rank", kv_lora_);
   m.u("attention.key_length_mla", k_mla_);
@@ -119,6 +144,7 @@ void Deepseek2::ffn_part(Engine& e, int il, Act x, Act h) const {
 }
 
 expertd::Result<SynthModel> Deepseek2::synth(const std::string& preset, const SynthDims& d) const {
+  if (preset == "glm-4.7-flash") return synth_glm_lite(d);
   const bool mistral = preset == "mistral-large-3";
   SynthSizes s = mistral ? SynthSizes{7168, 61, 128, 4, 4096, 128, 128, 192, 131072}
                          : SynthSizes{2048, 27, 64, 6, 1408, 16, 16, 192, 102400};
@@ -164,6 +190,48 @@ expertd::Result<SynthModel> Deepseek2::synth(const std::string& preset, const Sy
                    "[SYSTEM_PROMPT]",
                    "[/SYSTEM_PROMPT]"};
   }
+  return m;
+}
+
+// GLM-4.7-Flash (30B, 3B active; zai-org/GLM-4.7-Flash's config.json, Glm4MoeLiteForCausalLM,
+// which llama.cpp's converter writes as deepseek2): n_embd 2,048, 47 layers (the first dense, of
+// 10,240), 20 heads, q/kv LoRA 768/512, nope/rope/v 192/64/256, 64 routed experts of 1,536
+// (top-4, sigmoid with the selection bias, renormalised, scale 1.8, one group), one shared
+// expert, rope base 1,000,000, RMS epsilon 1e-5, a 202,752 context, the glm4 pre-tokenizer over
+// 154,880 tokens, and its one MTP layer after the trunk (block_count 48, nextn_predict_layers 1).
+// Like the converter it writes no expert_gating_func: llama.cpp's loader takes sigmoid from the
+// depth and the vocabulary. A test size that is not 47 or 48 layers of that vocabulary says
+// sigmoid (2), which the rule would not give it. --dims scales it as DeepSeek-V2's, keeping the
+// query LoRA (llama.cpp's MTP graph needs it).
+expertd::Result<SynthModel> Deepseek2::synth_glm_lite(const SynthDims& d) const {
+  SynthSizes s{2048, 47, 64, 4, 1536, 20, 20, 256, 154880};
+  s.rope_base = 1000000.0f, s.eps = 1e-5f;
+  int q_lora = 768, kv_lora = 512, qk_nope = 192, rope = 64, v_head = 256, n_ff = 10240;
+  EXPERTD_TRY(apply_dims(s, d));
+  if (d.given())
+    q_lora = s.n_embd / 2, kv_lora = s.n_embd, qk_nope = s.head_dim, rope = s.head_dim / 2,
+    v_head = s.head_dim, n_ff = 2 * s.n_ff_exp;
+  const int trunk = d.layers > 0 ? std::min<int>(s.n_layer, int(d.layers)) : s.n_layer;
+  auto m = synth_base(s, "glm4");
+  if (!m) return m;
+  m->u32["attention.head_count_kv"] = 1;
+  m->u32["leading_dense_block_count"] = 1;
+  m->u32["expert_shared_count"] = 1;
+  m->u32["feed_forward_length"] = n_ff;
+  synth_mla(*m, {q_lora, kv_lora, qk_nope, rope, v_head});
+  if (!((trunk == 47 || trunk == 48) && s.n_vocab == 154880)) m->u32["expert_gating_func"] = 2;
+  m->flags["expert_weights_norm"] = true;
+  m->f32["expert_weights_scale"] = 1.8f;
+  m->u32["expert_group_count"] = 1;
+  m->u32["expert_group_used_count"] = 1;
+  m->u32["context_length"] = 202752;
+  m->u32["block_count"] += 1;  // the MTP layer
+  m->u32["nextn_predict_layers"] = 1;
+  m->specials = {
+      "[gMASK]",         "<sop>",      "<|system|>",  "<|user|>",    "<|assistant|>",
+      "<|observation|>", "<think>",    "</think>",    "<tool_call>", "</tool_call>",
+      "<arg_key>",       "</arg_key>", "<arg_value>", "</arg_value>"};  // and <|endoftext|>, which
+                                                                        // every synth has
   return m;
 }
 

@@ -26,7 +26,7 @@ class Deepseek2 : public Arch {
   void block(Engine& e, int il, Act x) const override;
 
   std::vector<std::string> synth_presets() const override {
-    return {"deepseek-v2-lite", "mistral-large-3"};
+    return {"deepseek-v2-lite", "mistral-large-3", "glm-4.7-flash"};
   }
   // DeepSeek-V2-Lite: its published config.json. Mistral Large 3 (675B, 41B active, a 262,144
   // context: Mistral's announcement as vercel.com/ai-gateway/models/mistral-large-3 gives it),
@@ -41,6 +41,7 @@ class Deepseek2 : public Arch {
   expertd::Result<SynthModel> synth(const std::string& preset, const SynthDims& d) const override;
 
  protected:
+  expertd::Result<SynthModel> synth_glm_lite(const SynthDims& d) const;
   // The attention output (after attn_output) of layer il for the projections qkv (rotated here),
   // over the selected positions only where `sel` is given (Ops::attention_mla).
   Act attend(Ops& ops, int il, const MlaQkv& qkv, Act sel) const;
@@ -53,7 +54,9 @@ class Deepseek2 : public Arch {
     FfnWeights ffn;
     MoeWeights moe;
   };
-  bool sigmoid_default_ = false, yarn_ok_ = true;  // what the subclasses change
+  // what the subclasses change; glm_lite_default_: llama.cpp's GLM-4.7-Flash gating rule
+  // (deepseek2's loader only)
+  bool sigmoid_default_ = false, yarn_ok_ = true, glm_lite_default_ = true;
   Hparams hp_;
   RouteOpts route_;
   int n_dense_lead_ = 0, q_lora_ = 0, kv_lora_ = 0, k_mla_ = 0, v_mla_ = 0;

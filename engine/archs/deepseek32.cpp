@@ -21,13 +21,14 @@ class Dsa final : public archs::Deepseek2 {
  public:
   explicit Dsa(bool glm) : glm_(glm) {
     // llama.cpp: glm-dsa defaults to sigmoid gating and never reads YaRN's log multiplier
-    sigmoid_default_ = glm, yarn_ok_ = !glm;
+    sigmoid_default_ = glm, yarn_ok_ = !glm, glm_lite_default_ = false;
   }
 
+  // Deepseek2's, which leaves the trailing multi-token-prediction blocks out of the trunk, and
+  // the indexer's.
   void read_hparams(Meta& m, Hparams& hp) override {
-    int n_all = 0, nextn = 0;
+    int n_all = 0;
     m.u("block_count", n_all);
-    m.u("nextn_predict_layers", nextn, 0);
     Deepseek2::read_hparams(m, hp);
     m.u("attention.indexer.head_count", idx_.heads);
     int dim = 0;
@@ -35,11 +36,6 @@ class Dsa final : public archs::Deepseek2 {
     idx_.dim = dim;
     m.u("attention.indexer.top_k", top_k_);
     if (!m.error().empty()) return;
-    if (nextn >= n_all) return m.fail("nextn_predict_layers leaves no layer to run");
-    hp.n_layer = n_all - nextn;  // the trailing multi-token-prediction blocks: drafts only
-    if (nextn > 0 &&
-        m.tensor_dim("blk." + std::to_string(hp.n_layer) + ".nextn.eh_proj.weight", 0) != kAnyDim)
-      hp.n_nextn = nextn;
     if (q_lora_ <= 0)
       return m.fail(std::string("the lightning indexer needs ") +
                     (glm_ ? "glm-dsa" : "deepseek32") + ".attention.q_lora_rank");
