@@ -109,6 +109,7 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan, bool nextn) 
         (n == 0 ? std::string(" (no " + hp.arch + ".nextn_predict_layers)")
                 : " that this engine runs (" + hp.arch + " declares " + std::to_string(n) +
                       "; NextN drafting runs GLM-4.5's, GLM-4.7-Flash's, GLM-5's, Qwen3.5's, "
+                      "Qwen3-Next's, "
                       "DeepSeek-V3.2's, Hy3's, Ling 3.0's and DeepSeek-V4's, the latter of "
                       "compress ratio 0)"));
   }

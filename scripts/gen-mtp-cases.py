@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""llama.cpp's NextN/MTP (multi-token prediction) head on GLM-4.5, Qwen3.5, DeepSeek-V3.2, GLM-5,
-GLM-4.7-Flash, Hy3, Ling 3.0 and DeepSeek-V4 synth models.
+"""llama.cpp's NextN/MTP (multi-token prediction) head on GLM-4.5, Qwen3.5, Qwen3-Next,
+DeepSeek-V3.2, GLM-5, GLM-4.7-Flash, Hy3, Ling 3.0 and DeepSeek-V4 synth models.
 
 The glm45air-* cases are a test-size synthetic GLM-4.5-Air (`expert-pack synth --preset
 glm-4.5-air --dims 128,3,8,2,64,4,2,512`: 3 trunk layers and one NextN block, blk.3) and what
@@ -9,7 +9,8 @@ computes on it: the trunk's logits and h (its final hidden state after output_no
 24-token prompt; the MTP context's catch-up over the prompt (row k: token x_k at position k with
 the trunk's h of row k-1, zeros for k = 0); and a 4-step greedy draft chain from the trunk's
 greedy token after the prompt. q35-f32 is the same on a synthetic Qwen3.5 (its NextN block a
-full-attention one, after three delta-net layers and one full-attention layer); ds32-f32 and
+full-attention one, after three delta-net layers and one full-attention layer), q3next-f32 the same
+on a synthetic Qwen3-Next; ds32-f32 and
 glm5-f32 on the synthetic DeepSeek-V3.2 and GLM-5 of tests/data/dsa (their NextN blocks run
 dense latent attention: no indexer); glm47flash-f32 on a synthetic GLM-4.7-Flash (deepseek2,
 llama.cpp's deepseek2 graph_mtp); hy3-f32 and ling3-f32 on tests/data/hy3's Hy3 and tests/data/ling3's Ling 3.0.
@@ -44,6 +45,9 @@ CASES = {  # name -> synth arguments
     # full-attention one
     "q35-f32": ["synth", "--preset", "qwen3.5-397b-a17b", "--dims", "128,4,8,2,64,2,1,512",
                 "--type", "F32", "--seed", "3"],
+    # Qwen3-Next: the same hybrid, its delta-net heads grouped, plain RoPE
+    "q3next-f32": ["synth", "--preset", "qwen3-next-80b-a3b", "--dims", "128,4,8,2,64,2,1,512",
+                   "--type", "F32", "--seed", "3"],
     # DeepSeek-V3.2 and GLM-5 (the models of tests/data/dsa/ds32-f32 and glm5-f32): their NextN
     # blocks run dense latent attention (no indexer)
     "ds32-f32": ["synth", "--preset", "deepseek-v3.2", "--dims", "128,4,8,2,64,4,1,512",

@@ -45,9 +45,9 @@ class Qwen35Moe final : public Arch {
     if (!m.error().empty()) return;
     if (nextn >= n_all) return m.fail("nextn_predict_layers leaves no layer to run");
     hp.n_layer = n_all - nextn;  // the trailing multi-token-prediction blocks: drafts only
-    // Qwen3.5's NextN block drafts (llama.cpp's qwen35moe graph_mtp: a full-attention block),
-    // where the file has it.
-    if (nextn > 0 && !next_ &&
+    // The NextN block drafts (llama.cpp's qwen35moe and qwen3next graph_mtp: a full-attention
+    // block with the trunk's gated shared expert, GLM-4.5's head), where the file has it.
+    if (nextn > 0 &&
         m.tensor_dim("blk." + std::to_string(hp.n_layer) + ".nextn.eh_proj.weight", 0) != kAnyDim)
       hp.n_nextn = nextn;
     if (d_conv_ < 1 || d_conv_ > 64) return m.fail("implausible ssm.conv_kernel");

@@ -1,9 +1,9 @@
 // NextN (multi-token prediction) drafting (Engine::set_nextn, Engine::draft_nextn) against
 // llama.cpp's draft-mtp: tests/data/mtp/<case> holds, for a synthetic GLM-4.5-Air, Qwen3.5,
-// DeepSeek-V3.2, GLM-5, GLM-4.7-Flash, Hy3, Ling 3.0 and DeepSeek-V4-Flash with one NextN block
-// each, llama.cpp's trunk logits, its MTP context's logits for every prompt row after the catch-up,
-// and a chain of 4 drafts from the pending token (scripts/gen-mtp-cases.py). DeepSeek-V4's prompt
-// passes its 8-position window.
+// Qwen3-Next, DeepSeek-V3.2, GLM-5, GLM-4.7-Flash, Hy3, Ling 3.0 and DeepSeek-V4-Flash with one
+// NextN block each, llama.cpp's trunk logits, its MTP context's logits for every prompt row after
+// the catch-up, and a chain of 4 drafts from the pending token (scripts/gen-mtp-cases.py).
+// DeepSeek-V4's prompt passes its 8-position window.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,8 +80,9 @@ double row_max(const float* a, const float* b, size_t n) {
 // and the chain of 4 drafts from the pending token: within 1e-4 of llama.cpp on F32 (measured
 // below 2e-6) and 0.25 on Q8_0, whose activations the kernels quantize as llama.cpp's do.
 TEST(Nextn, DraftsMatchLlamaCpp) {
-  for (const char* id : {"glm45air-f32", "glm45air-q8_0", "q35-f32", "ds32-f32", "glm5-f32",
-                         "glm47flash-f32", "hy3-f32", "ling3-f32", "dsv4-f32", "dsv4-q8_0"}) {
+  for (const char* id :
+       {"glm45air-f32", "glm45air-q8_0", "q35-f32", "q3next-f32", "ds32-f32", "glm5-f32",
+        "glm47flash-f32", "hy3-f32", "ling3-f32", "dsv4-f32", "dsv4-q8_0"}) {
     SCOPED_TRACE(id);
     MtpCase m = load_mtp_case(id);
     const bool f32 = std::string(id).ends_with("f32");
@@ -148,8 +149,8 @@ TEST(Nextn, CatchUpLeavesTheTrunksLogits) {
 // Greedy decoding with the NextN block's drafts is plain decoding, token for token and logit for
 // logit; the catch-up's hidden rows follow each cut (a rejected draft's rows are dropped).
 TEST(Nextn, GreedyIsIdenticalWithMtpDrafts) {
-  for (const char* id : {"glm45air-f32", "glm45air-q8_0", "q35-f32", "ds32-f32", "glm47flash-f32",
-                         "ling3-f32", "dsv4-f32"}) {
+  for (const char* id : {"glm45air-f32", "glm45air-q8_0", "q35-f32", "q3next-f32", "ds32-f32",
+                         "glm47flash-f32", "ling3-f32", "dsv4-f32"}) {
     SCOPED_TRACE(id);
     MtpCase m = load_mtp_case(id);
     auto l = load_with_nextn(m.c);
