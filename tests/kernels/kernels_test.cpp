@@ -414,6 +414,41 @@ TEST(Kernels, SuperBlockBodiesGiveTheSameBitsOnBothIsas) {
     }
 }
 
+// IQ2_XXS's signs (a 7-bit index per 8 weights, the eighth sign its parity), decoded for a whole
+// block at once by the SIMD bodies: every index at every one of a group's four places, in every
+// group of a block, gives each backend the scalar reference's dot (one block: the same exact
+// integer sums, then a few float products; a wrong sign moves the dot by far more).
+TEST(Kernels, Iq2XxsEverySignIndexInEveryPlace) {
+  std::mt19937_64 rng(23);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<float> x(256);
+  for (auto& v : x) v = g(rng);
+  std::vector<uint8_t> xq(row_size(Q8_K, 256));
+  quantize_activations(IQ2_XXS, x.data(), xq.data(), 256, Isa::Scalar);
+  int checked = 0;
+  for (int place = 0; place < 4; ++place)
+    for (uint32_t i = 0; i < 128; ++i) {
+      BlockIq2Xxs b{};
+      b.d = 0x3C00;  // 1.0
+      uint8_t* q = reinterpret_cast<uint8_t*>(b.qs);
+      for (int ib = 0; ib < 8; ++ib) {
+        for (int l = 0; l < 4; ++l) q[8 * ib + l] = uint8_t(rng());
+        uint32_t aux = uint32_t(rng()) & 0xF0000000u;  // the scale
+        for (int l = 0; l < 4; ++l)
+          aux |= (l == place ? (i + 37 * uint32_t(ib)) % 128 : uint32_t(rng()) % 128) << (7 * l);
+        std::memcpy(q + 8 * ib + 4, &aux, 4);
+      }
+      const float want = dot(IQ2_XXS, &b, xq.data(), 256, Isa::Scalar);
+      for (Isa be : runnable_backends()) {
+        const float got = dot(IQ2_XXS, &b, xq.data(), 256, be);
+        ASSERT_NEAR(got, want, 1e-5f * (1.0f + std::fabs(want)))
+            << "index " << i << " at place " << place << ", backend " << int(be);
+      }
+      ++checked;
+    }
+  EXPECT_EQ(checked, 512);
+}
+
 // ggml's order of the f32 dot and mad (the KDA recurrence): the 32-float steps through four FMA
 // accumulators, then ggml's pairwise reduction; leftovers one at a time. Checked here against
 // the same arithmetic written out in scalar code (std::fma per lane), on a length with leftovers.
