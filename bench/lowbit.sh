@@ -10,7 +10,12 @@
 #   LLAMA_PY=/tmp/venv/bin/python bash bench/lowbit.sh [build-dir] [rounds] [types...]
 #
 # LLAMA_PY is a Python with llama-cpp-python (CMAKE_ARGS=-DGGML_NATIVE=ON pip install
-# llama-cpp-python==0.3.36 builds llama.cpp for this CPU); llama.cpp is the baseline only. Models
+# llama-cpp-python==0.3.36 builds llama.cpp for this CPU); llama.cpp is the baseline only. On a
+# Xeon with AMX in a VM whose kernel does not grant the AMX tiles, that build's first eval dies
+# (a general protection fault in libggml-cpu): build it with -DGGML_NATIVE=OFF, the CPU's ISA
+# flags (-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON
+# -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON) and
+# -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF. Models
 # go to ${LOWBIT_DIR:-/tmp/lowbit} (1-2 GB each). NO_REPACK=1 compares with llama.cpp's
 # --no-repack instead. LLAMA_PY_AVX2: a Python whose llama-cpp-python was built for AVX2 alone
 # (CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
