@@ -11,10 +11,18 @@
 #include "engine/activation.h"
 #include "engine/arena.h"
 #include "engine/delta_rule.h"
+#include "engine/dsv4_cpu.h"
 #include "engine/interleaved.h"
 
 namespace engine {
 namespace {
+
+using dsv4::compress;
+using dsv4::hc_weights;
+using dsv4::narrow;
+using dsv4::Pool;
+using dsv4::row_of;
+using dsv4::widen;
 
 class CpuOps final : public Ops {
  public:
@@ -421,24 +429,6 @@ class CpuOps final : public Ops {
     }
   }
 
-  // A compressor's place in a layer's cache: its pending rows (kv, then scores, `width` floats
-  // each) in the state, its entries (`dim` values each) in the kv_state.
-  template <typename E>
-  struct Pool {
-    float *kv = nullptr, *score = nullptr;
-    E* entries = nullptr;
-    int64_t slots = 0, width = 0, dim = 0;
-  };
-  static void widen(const float* x, float* y, int64_t n) { std::copy_n(x, n, y); }
-  static void widen(const uint16_t* x, float* y, int64_t n) { kernels::from_f16(x, y, n); }
-  static void narrow(const float* x, float* y, int64_t n) { std::copy_n(x, n, y); }
-  static void narrow(const float* x, uint16_t* y, int64_t n) { kernels::to_f16(x, y, n); }
-  // A row of the cache as floats: itself, or widened into tmp.
-  static const float* row_of(const float* x, float*, int64_t) { return x; }
-  static const float* row_of(const uint16_t* x, float* tmp, int64_t n) {
-    kernels::from_f16(x, tmp, n);
-    return tmp;
-  }
   // DeepSeek-V4: the compressors token by token (their pending rows are a ring of o.pending()
   // positions), the indexer's scores, then each token's keys: the window's rows (this eval's
   // from kv, older ones from the ring) and its compressed entries, attended per head with the
@@ -729,84 +719,6 @@ class CpuOps final : public Ops {
     size_t row = 0;
     std::vector<uint8_t> buf;
   };
-
-  // Post weights and the Sinkhorn-normalised combination of one token's mixes (ggml's fused
-  // dsv4_hc_comb: a softmax over dst per src plus eps, columns then rows and columns again).
-  static void hc_weights(const float* m, const HcOpts& o, float* pc) {
-    const int hc = o.hc;
-    const float *sc = o.scale.f32(), *b = o.base.f32();
-    for (int h = 0; h < hc; ++h) pc[h] = sigmoid(m[hc + h] * sc[1] + b[hc + h]) * 2.0f;
-    float* comb = pc + hc;
-    for (int src = 0; src < hc; ++src) {
-      float mx = -INFINITY;
-      for (int dst = 0; dst < hc; ++dst) {
-        const int i = dst + hc * src;
-        comb[i] = m[2 * hc + i] * sc[2] + b[2 * hc + i];
-        mx = std::max(mx, comb[i]);
-      }
-      float sum = 0.0f;
-      for (int dst = 0; dst < hc; ++dst) {
-        const int i = dst + hc * src;
-        comb[i] = std::exp(comb[i] - mx);
-        sum += comb[i];
-      }
-      const float inv = 1.0f / sum;
-      for (int dst = 0; dst < hc; ++dst) comb[dst + hc * src] = comb[dst + hc * src] * inv + o.eps;
-    }
-    auto norm_cols = [&] {  // per dst, over src
-      for (int dst = 0; dst < hc; ++dst) {
-        float sum = o.eps;
-        for (int src = 0; src < hc; ++src) sum += comb[dst + hc * src];
-        const float inv = 1.0f / sum;
-        for (int src = 0; src < hc; ++src) comb[dst + hc * src] *= inv;
-      }
-    };
-    auto norm_rows = [&] {  // per src, over dst
-      for (int src = 0; src < hc; ++src) {
-        float sum = o.eps;
-        for (int dst = 0; dst < hc; ++dst) sum += comb[dst + hc * src];
-        const float inv = 1.0f / sum;
-        for (int dst = 0; dst < hc; ++dst) comb[dst + hc * src] *= inv;
-      }
-    };
-    norm_cols();
-    for (int i = 1; i < o.sinkhorn_iters; ++i) norm_rows(), norm_cols();
-  }
-
-  template <typename E>
-  void compress(Pool<E>& c, const Dsv4AttnOpts& o, const Tensor& ape, const Tensor& norm,
-                const float* kv, const float* score, int64_t p) {
-    const int64_t r = o.ratio, d = c.dim, w = c.width;
-    const int64_t slot = p % c.slots;
-    std::copy_n(kv, w, c.kv + slot * w);
-    const float* bias = ape.f32() + (p % r) * w;
-    for (int64_t i = 0; i < w; ++i) c.score[slot * w + i] = score[i] + bias[i];
-    if ((p + 1) % r != 0) return;
-    const int64_t blk = p / r, start = blk * r;
-    const bool overlap = w == 2 * d;
-    const int64_t n = overlap ? 2 * r : r;
-    std::vector<float> v(n), s(n), ent(d), e(d);
-    for (int64_t ch = 0; ch < d; ++ch) {
-      for (int64_t j = 0; j < n; ++j) {
-        int64_t pos = start + j, off = ch;
-        if (overlap) pos = j < r ? start - r + j : start + j - r, off = j < r ? ch : d + ch;
-        if (pos < 0) {
-          v[j] = 0.0f, s[j] = -INFINITY;
-          continue;
-        }
-        const int64_t sl = pos % c.slots;
-        v[j] = c.kv[sl * w + off], s[j] = c.score[sl * w + off];
-      }
-      kernels::softmax(s.data(), n);
-      double acc = 0;
-      for (int64_t j = 0; j < n; ++j) acc += double(v[j] * s[j]);
-      ent[ch] = static_cast<float>(acc);
-    }
-    kernels::rms_norm(ent.data(), norm.f32(), e.data(), d, o.eps);
-    kernels::rope(e.data() + d - o.n_rot, o.n_rot, o.n_rot, start, o.rope.base, o.rope.neox,
-                  o.rope.yarn);
-    narrow(e.data(), c.entries + blk * d, d);
-  }
 
   const Quantized& quantized_h(uint32_t wtype) {
     const uint32_t vt = kernels::vec_dot_type(wtype);
