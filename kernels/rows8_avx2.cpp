@@ -19,7 +19,7 @@ inline __m256i dup_words(const uint8_t* v) {
 template <int N>
 void q4_k_group(const BlockQ4Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
   const __m256i low4 = _mm256_set1_epi8(0xF);
-  blocks<N, 4>(x, nb, out, [&](int64_t b, const BlockQ4Kx8& w, __m256(*acc)[8]) {
+  blocks<N, 16>(x, nb, out, [&](int64_t b, const BlockQ4Kx8& w, __m256(*acc)[8]) {
     __m256i I[N], M[N];
     alignas(16) int32_t bs[N][4];  // the activations' 32-element sums as i16 pairs (2p, 2p + 1)
     for (int t = 0; t < N; ++t) {
@@ -107,7 +107,7 @@ template <int N>
 void q2_k_group(const BlockQ2Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
   const __m256i low4 = _mm256_set1_epi8(0xF);
   const PairShuffles& sh = kPairShuffles;
-  blocks<N, 8>(x, nb, out, [&](int64_t b, const BlockQ2Kx8& w, __m256(*acc)[8]) {
+  blocks<N, 32>(x, nb, out, [&](int64_t b, const BlockQ2Kx8& w, __m256(*acc)[8]) {
     __m256i I[N], M[N];
     for (int t = 0; t < N; ++t) I[t] = M[t] = _mm256_setzero_si256();
     each_pair([&]<int P>() {
@@ -127,7 +127,7 @@ void q2_k_group(const BlockQ2Kx8* x, int64_t nb, const BlockQ8K* const* ys, floa
 template <int N>
 void q3_k_group(const BlockQ3Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
   const PairShuffles& sh = kPairShuffles;
-  blocks<N, 6>(x, nb, out, [&](int64_t b, const BlockQ3Kx8& w, __m256(*acc)[8]) {
+  blocks<N, 24>(x, nb, out, [&](int64_t b, const BlockQ3Kx8& w, __m256(*acc)[8]) {
     __m256i I[N], B[N];
     for (int t = 0; t < N; ++t) I[t] = B[t] = _mm256_setzero_si256();
     each_pair([&]<int P>() {
@@ -153,7 +153,7 @@ void mxfp4_group(const BlockMxfp4x8* x, int64_t nb, const BlockQ8_0* const* ys, 
   const __m256i table = _mm256_add_epi8(
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled))),
       _mm256_set1_epi8(12));
-  blocks<N, 32>(x, nb, out, [&](int64_t b, const BlockMxfp4x8& w, __m256(*acc)[8]) {
+  blocks<N, 128>(x, nb, out, [&](int64_t b, const BlockMxfp4x8& w, __m256(*acc)[8]) {
     __m256i lo_sum[N], hi_sum[N];
     for (int t = 0; t < N; ++t) lo_sum[t] = hi_sum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -197,7 +197,7 @@ void mxfp4_group(const BlockMxfp4x8* x, int64_t nb, const BlockQ8_0* const* ys, 
 template <int N>
 void q8_0_group(const BlockQ8_0x8* x, int64_t nb, const BlockQ8_0* const* ys, float* out) {
   const __m256i ones16 = _mm256_set1_epi16(1);
-  blocks<N, 16>(x, nb, out, [&](int64_t b, const BlockQ8_0x8& w, __m256(*acc)[8]) {
+  blocks<N, 64>(x, nb, out, [&](int64_t b, const BlockQ8_0x8& w, __m256(*acc)[8]) {
     __m256i I[N];
     for (int t = 0; t < N; ++t) I[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8

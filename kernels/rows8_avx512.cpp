@@ -60,7 +60,7 @@ template <int N>
 void q2_k_group(const BlockQ2Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
   const __m256i low4 = _mm256_set1_epi8(0xF);
   const PairShuffles& sh = kPairShuffles;
-  blocks<N, 8>(x, nb, out, [&](int64_t b, const BlockQ2Kx8& w, __m256(*acc)[8]) {
+  blocks<N, 32>(x, nb, out, [&](int64_t b, const BlockQ2Kx8& w, __m256(*acc)[8]) {
     __m256i I[N], M[N];
     for (int t = 0; t < N; ++t) I[t] = M[t] = _mm256_setzero_si256();
     each_pair([&]<int P>() {
@@ -80,7 +80,7 @@ void q2_k_group(const BlockQ2Kx8* x, int64_t nb, const BlockQ8K* const* ys, floa
 template <int N>
 void q3_k_group(const BlockQ3Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
   const PairShuffles& sh = kPairShuffles;
-  blocks<N, 6>(x, nb, out, [&](int64_t b, const BlockQ3Kx8& w, __m256(*acc)[8]) {
+  blocks<N, 24>(x, nb, out, [&](int64_t b, const BlockQ3Kx8& w, __m256(*acc)[8]) {
     __m256i I[N], B[N];
     for (int t = 0; t < N; ++t) I[t] = B[t] = _mm256_setzero_si256();
     each_pair([&]<int P>() {
