@@ -29,13 +29,13 @@ void Deepseek2::read_hparams(Meta& m, Hparams& hp) {
   // trunk layers and its vocabulary of 154,880; its converter writes no expert_gating_func),
   // softmax for the DeepSeek-V2 and V2.5 GGUFs written before the key existed.
   bool sigmoid_default = sigmoid_default_;
-  if (glm_lite_default_ && (hp.n_layer == 47 || hp.n_layer == 48)) {
+  if (glm_lite_default_ && glm_lite_shape(hp.n_layer, 154880)) {  // the depth first: no vocab read
     int n_vocab = 0;
     m.u("vocab_size", n_vocab, 0);
     if (n_vocab == 0)
       if (auto tokens = m.file().get_string_array("tokenizer.ggml.tokens"))
         n_vocab = int(tokens->size());
-    sigmoid_default = sigmoid_default || n_vocab == 154880;
+    sigmoid_default = sigmoid_default || glm_lite_shape(hp.n_layer, n_vocab);
   }
   route_ = read_routing(m, hp, /*norm_default=*/false, sigmoid_default);
   m.u("attention.q_lora_rank", q_lora_, 0);
@@ -219,7 +219,7 @@ expertd::Result<SynthModel> Deepseek2::synth_glm_lite(const SynthDims& d) const 
   m->u32["expert_shared_count"] = 1;
   m->u32["feed_forward_length"] = n_ff;
   synth_mla(*m, {q_lora, kv_lora, qk_nope, rope, v_head});
-  if (!((trunk == 47 || trunk == 48) && s.n_vocab == 154880)) m->u32["expert_gating_func"] = 2;
+  if (!glm_lite_shape(trunk, s.n_vocab)) m->u32["expert_gating_func"] = 2;
   m->flags["expert_weights_norm"] = true;
   m->f32["expert_weights_scale"] = 1.8f;
   m->u32["expert_group_count"] = 1;
@@ -227,11 +227,7 @@ expertd::Result<SynthModel> Deepseek2::synth_glm_lite(const SynthDims& d) const 
   m->u32["context_length"] = 202752;
   m->u32["block_count"] += 1;  // the MTP layer
   m->u32["nextn_predict_layers"] = 1;
-  m->specials = {
-      "[gMASK]",         "<sop>",      "<|system|>",  "<|user|>",    "<|assistant|>",
-      "<|observation|>", "<think>",    "</think>",    "<tool_call>", "</tool_call>",
-      "<arg_key>",       "</arg_key>", "<arg_value>", "</arg_value>"};  // and <|endoftext|>, which
-                                                                        // every synth has
+  m->specials = glm_specials();
   return m;
 }
 

@@ -42,6 +42,17 @@ class Deepseek2 : public Arch {
 
  protected:
   expertd::Result<SynthModel> synth_glm_lite(const SynthDims& d) const;
+  // llama.cpp's deepseek2 loader: a file without expert_gating_func gates by sigmoid where it is
+  // GLM-4.7-Flash's (47 or 48 trunk layers of its 154,880-token vocabulary), else by softmax.
+  static bool glm_lite_shape(int n_layer, int64_t n_vocab) {
+    return (n_layer == 47 || n_layer == 48) && n_vocab == 154880;
+  }
+  // The GLM-4.x/GLM-5 chat tokens synth writes (and <|endoftext|>, which every synth has).
+  static std::vector<std::string> glm_specials() {
+    return {"[gMASK]",         "<sop>",      "<|system|>",  "<|user|>",    "<|assistant|>",
+            "<|observation|>", "<think>",    "</think>",    "<tool_call>", "</tool_call>",
+            "<arg_key>",       "</arg_key>", "<arg_value>", "</arg_value>"};
+  }
   // The attention output (after attn_output) of layer il for the projections qkv (rotated here),
   // over the selected positions only where `sel` is given (Ops::attention_mla).
   Act attend(Ops& ops, int il, const MlaQkv& qkv, Act sel) const;

@@ -196,11 +196,7 @@ expertd::Result<SynthModel> Dsa::synth(const std::string&, const SynthDims& d) c
                    "<think>",
                    "</think>"};
   } else {
-    m
-        ->specials = {"[gMASK]",       "<sop>",           "<|system|>", "<|user|>",
-                      "<|assistant|>", "<|observation|>", "<think>",    "</think>",
-                      "<tool_call>",   "</tool_call>",    "<arg_key>",  "</arg_key>",
-                      "<arg_value>",   "</arg_value>"};  // and <|endoftext|>, which every synth has
+    m->specials = glm_specials();
   }
   return m;
 }
