@@ -118,6 +118,10 @@ struct SynthModel {
   std::string nextn_out_norm = "nextn.shared_head_norm.weight";  // their final norm's name
   // Names (after blk.N.) that start the trunk block's tensors the NextN blocks leave out.
   std::vector<std::string> nextn_drop;
+  // The NextN blocks' q, k and v projections as one attn_qkv (MiMo-V2's), and the trunk block
+  // whose FFN (its ffn_* tensors) they take instead of nextn_like's (-1: nextn_like's).
+  bool nextn_fused_qkv = false;
+  int nextn_ffn_like = -1;
 };
 // --dims: n_embd, n_layer, n_expert, n_expert_used, n_ff_exp[, n_head, n_head_kv[, n_vocab]].
 struct SynthDims {
@@ -161,9 +165,17 @@ class Arch {
   virtual int64_t nextn_cols(const Hparams& hp) const { return hp.n_embd; }
   // The head's norm (after blk.N.; optional: output_norm where the file lacks it).
   virtual std::string nextn_head_norm() const { return "nextn.shared_head_norm.weight"; }
+  // Where that is absent, this one (empty: none); output_norm where both are.
+  virtual std::string nextn_alt_head_norm() const { return ""; }
+  // Whether the NextN blocks chain (llama.cpp's chain_heads, MiMo-V2 and Step-3.5): every block
+  // is caught up on each eval, draft i comes from block i run over the pending token and the
+  // drafts before it (each with the hidden row the step before produced), and there are at most
+  // as many drafts as blocks. Otherwise only the first block drafts, one token a step.
+  virtual bool nextn_chain() const { return false; }
   virtual Act nextn_hidden(Engine& e, const Model& m, Act x, Act out) const;
-  virtual Act nextn_input(Engine& e, const Model& m, Act emb, Act h) const;
-  virtual Act nextn_head(Engine& e, const Model& m, Act x, Act* next_hidden) const;
+  virtual Act nextn_input(Engine& e, const Model& m, const NextnWeights& w, Act emb, Act h) const;
+  virtual Act nextn_head(Engine& e, const Model& m, const NextnWeights& w, Act x,
+                         Act* next_hidden) const;
   // The residual stream as the next layers' routers would read it before their norms (what the
   // prefetcher predicts from): the stream itself, or a reduction of a wide one.
   virtual Act router_stream(Engine& e, Act x) const {
@@ -179,6 +191,10 @@ class Arch {
     return expertd::make_error("no synthetic presets");
   }
 };
+
+// A NextN block's head norm: shared_head_norm, the architecture's other name for it, or
+// output_norm.
+const Tensor& head_norm(const Model& m, const NextnWeights& w);
 
 // The registered architectures (engine/archs/list.h): nullptr for an unknown name.
 std::unique_ptr<Arch> make_arch(const std::string& name);

@@ -106,9 +106,10 @@ class Engine {
   bool nextn_on() const { return nextn_on_; }
   // Up to `max` drafts to follow `pending` (sequence `slot`'s next token, not evaluated yet): the
   // block's argmax from (pending, the trunk's hidden row before it), then from each draft and the
-  // block's own hidden row, one position further each. The trunk's caches are untouched; the
-  // block's rows at those positions are rewritten by the next eval's catch-up. logits: each
-  // draft's row (max x n_vocab), when given.
+  // block's own hidden row, one position further each; chained blocks (Arch::nextn_chain): at
+  // most one draft per block, block i's from the pending token and the drafts before it. The
+  // trunk's caches are untouched; the blocks' rows at those positions are rewritten by the next
+  // eval's catch-up. logits: each draft's row (drafts x n_vocab), when given.
   expertd::Status draft_nextn(int slot, int32_t pending, int max, std::vector<int32_t>& out,
                               std::vector<float>* logits = nullptr);
   KvType kv_type() const { return kv_; }
@@ -196,7 +197,8 @@ class Engine {
   void forget_hidden(int slot);
   void hidden_at(int slot, int n);  // the pending row after a cut to n positions
   expertd::Status nextn_catch_up(Act x, Act out);
-  Act nextn_block(Act h);  // the block over the eval's tokens_ (rows_), h its hidden rows
+  // NextN block `head` over the eval's tokens_ (rows_), h their hidden rows.
+  Act nextn_block(Act h, int head);
   expertd::Status chain(int slot, int32_t pending, int max, std::vector<float>& h,
                         std::vector<float>& row, std::vector<int32_t>& out,
                         std::vector<float>* logits);  // draft_nextn's drafts

@@ -618,7 +618,8 @@ int main(int argc, char** argv) {
                   "draft tokens verified in one batched eval (greedy output unchanged): none, "
                   "ngram (prompt lookup: what followed the text's latest repeat), or mtp (the "
                   "model's own NextN block, as llama.cpp's draft-mtp: GLM-4.5/4.6/4.7, "
-                  "GLM-5, Qwen3.5, DeepSeek-V3.2, Hy3, Ling 3.0 and DeepSeek-V4 files that carry "
+                  "GLM-5, Qwen3.5, Qwen3-Next, DeepSeek-V3.2, Hy3, Ling 3.0, MiMo-V2, Step 3.5 "
+                  "(their three blocks chained: up to 3 drafts) and DeepSeek-V4 files that carry "
                   "it; through "
                   "expertd its pack must hold the "
                   "block's experts)")

@@ -110,10 +110,11 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan, bool nextn) 
                 : " that this engine runs (" + hp.arch + " declares " + std::to_string(n) +
                       "; NextN drafting runs GLM-4.5's, GLM-4.7-Flash's, GLM-5's, Qwen3.5's, "
                       "Qwen3-Next's, "
-                      "DeepSeek-V3.2's, Hy3's, Ling 3.0's and DeepSeek-V4's, the latter of "
-                      "compress ratio 0)"));
+                      "DeepSeek-V3.2's, Hy3's, Ling 3.0's, MiMo-V2's, Step-3.5's and "
+                      "DeepSeek-V4's, the latter of compress ratio 0)"));
   }
-  hp.n_nextn = nextn ? 1 : 0;  // llama.cpp drafts with the first
+  // llama.cpp drafts with the first NextN block, or chains them all (MiMo-V2, Step-3.5)
+  if (!nextn || !m.arch->nextn_chain()) hp.n_nextn = nextn ? 1 : 0;
   if (hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv || hp.head_dim <= 0 ||
       hp.n_rot > hp.head_dim || hp.n_rot % 2 || hp.n_expert <= 0 || hp.n_expert_used <= 0 ||
       hp.n_expert_used > hp.n_expert || hp.n_layer <= 0 || hp.n_embd <= 0)
@@ -126,13 +127,17 @@ expertd::Status prepare(const gguf::Model& f, Model& m, Plan& plan, bool nextn) 
   plan.add(m.output_norm, "output_norm.weight", {hp.n_embd}, Role::Norm);
   plan.optional(m.output, "output.weight", {hp.n_embd, hp.n_vocab}, Role::Weight, /*synth=*/true);
   m.arch->plan(hp, plan);
-  if (hp.n_nextn > 0) {  // the block's own tensors; the architecture planned its decoder block
-    NextnWeights& w = m.nextn;
-    plan.blk(hp.n_layer);
+  // The blocks' own tensors; the architecture planned their decoder blocks.
+  m.nextn.resize(size_t(hp.n_nextn));  // before the plan takes their addresses
+  for (int j = 0; j < hp.n_nextn; ++j) {
+    NextnWeights& w = m.nextn[size_t(j)];
+    plan.blk(hp.n_layer + j);
     plan.add(w.eh_proj, "nextn.eh_proj.weight", {2 * int64_t{hp.n_embd}, hp.n_embd});
     plan.add(w.enorm, "nextn.enorm.weight", {hp.n_embd}, Role::Norm);
     plan.add(w.hnorm, "nextn.hnorm.weight", {hp.n_embd}, Role::Norm);
     plan.optional(w.head_norm, m.arch->nextn_head_norm(), {hp.n_embd}, Role::Norm);
+    if (!m.arch->nextn_alt_head_norm().empty())
+      plan.optional(w.alt_head_norm, m.arch->nextn_alt_head_norm(), {hp.n_embd}, Role::Norm);
     plan.optional(w.head, "nextn.shared_head_head.weight", {hp.n_embd, hp.n_vocab});
     plan.optional(w.embed, "nextn.embed_tokens.weight", {hp.n_embd, hp.n_vocab}, Role::Embedding);
     plan.blk(-1);

@@ -91,20 +91,23 @@ struct FfnWeights {
 // drafts the token after next from the next token's embedding and the trunk's hidden row,
 // eh_proj([enorm(embedding), hnorm(hidden)]) into the block, then its head.
 struct NextnWeights {
-  Tensor eh_proj;       // (2 n_embd) -> (n_embd)
-  Tensor enorm, hnorm;  // (n_embd)
-  Tensor head_norm;     // shared_head_norm, optional: output_norm otherwise
-  Tensor head;          // shared_head_head, optional: the output otherwise
-  Tensor embed;         // embed_tokens, optional: token_embd otherwise
+  Tensor eh_proj;        // (2 n_embd) -> (n_embd)
+  Tensor enorm, hnorm;   // (n_embd)
+  Tensor head_norm;      // shared_head_norm, optional: output_norm otherwise
+  Tensor alt_head_norm;  // the architecture's other name for it (Arch::nextn_alt_head_norm)
+  Tensor head;           // shared_head_head, optional: the output otherwise
+  Tensor embed;          // embed_tokens, optional: token_embd otherwise
 };
 
 struct Model {
   Hparams hp;
   std::unique_ptr<Arch> arch;
-  Tensor tok_embd;                 // (n_embd) x n_vocab
-  Tensor output_norm;              // (n_embd)
-  Tensor output;                   // (n_embd) -> (n_vocab); token_embd when tied
-  NextnWeights nextn;              // the first NextN block's, where hp.n_nextn > 0
+  Tensor tok_embd;     // (n_embd) x n_vocab
+  Tensor output_norm;  // (n_embd)
+  Tensor output;       // (n_embd) -> (n_vocab); token_embd when tied
+  // The NextN blocks run (hp.n_nextn of them): the first, or every one where the architecture
+  // chains them (Arch::nextn_chain).
+  std::vector<NextnWeights> nextn;
   std::vector<Tensor> weights;     // every loaded tensor (the CUDA backend uploads these)
   bool has_local_experts = false;  // false for a core GGUF: experts come from expertd
   std::string pack_model_id;       // expertpack.model_id of a core GGUF

@@ -247,26 +247,41 @@ Result<uint64_t> write_synth(const SynthOptions& o) {
   if (nextn > 0) {
     const int trunk = int(sm->u32["block_count"] - nextn);
     const int last = sm->nextn_like >= 0 && sm->nextn_like < trunk ? sm->nextn_like : trunk - 1;
+    const int ffn =
+        sm->nextn_ffn_like >= 0 && sm->nextn_ffn_like < trunk ? sm->nextn_ffn_like : last;
     const int64_t n_embd = sm->u32["embedding_length"];
-    const std::string from = "blk." + std::to_string(last) + ".";
     const size_t n_plan = plan.size();
+    auto starts = [](const std::string& name, size_t at, const std::string& p) {
+      return name.compare(at, p.size(), p) == 0;
+    };
     for (uint32_t j = 0; j < nextn; ++j) {
       const int il = trunk + int(j);
       const std::string to = "blk." + std::to_string(il) + ".";
-      for (size_t i = 0; i < n_plan; ++i)
-        if (plan[i].layer == last &&
-            std::none_of(sm->nextn_drop.begin(), sm->nextn_drop.end(), [&](const std::string& d) {
-              return plan[i].name.compare(from.size(), d.size(), d) == 0;
-            })) {
-          TensorSpec c = plan[i];
-          c.name = to + c.name.substr(from.size()), c.layer = il, c.dst = nullptr;
-          plan.push_back(std::move(c));
+      int64_t qkv = 0;  // the fused projection's width
+      for (size_t i = 0; i < n_plan; ++i) {
+        const int from = plan[i].layer;
+        if (from < 0 || from >= trunk) continue;
+        const size_t at = ("blk." + std::to_string(from) + ".").size();
+        const std::string& name = plan[i].name;
+        if (from != (starts(name, at, "ffn_") ? ffn : last)) continue;
+        if (std::any_of(sm->nextn_drop.begin(), sm->nextn_drop.end(),
+                        [&](const std::string& d) { return starts(name, at, d); }))
+          continue;
+        if (sm->nextn_fused_qkv && (starts(name, at, "attn_q.") || starts(name, at, "attn_k.") ||
+                                    starts(name, at, "attn_v."))) {
+          qkv += plan[i].ne[1];
+          continue;
         }
+        TensorSpec c = plan[i];
+        c.name = to + name.substr(at), c.layer = il, c.dst = nullptr;
+        plan.push_back(std::move(c));
+      }
       auto add = [&](const std::string& n, std::vector<int64_t> ne, Role role) {
         TensorSpec c;
         c.name = to + n, c.ne = std::move(ne), c.role = role, c.layer = il;
         plan.push_back(std::move(c));
       };
+      if (qkv > 0) add("attn_qkv.weight", {n_embd, qkv}, Role::Weight);
       add("nextn.eh_proj.weight", {2 * n_embd, n_embd}, Role::Weight);
       add("nextn.enorm.weight", {n_embd}, Role::Norm);
       add("nextn.hnorm.weight", {n_embd}, Role::Norm);

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """llama.cpp's NextN/MTP (multi-token prediction) head on GLM-4.5, Qwen3.5, Qwen3-Next,
-DeepSeek-V3.2, GLM-5, GLM-4.7-Flash, Hy3, Ling 3.0 and DeepSeek-V4 synth models.
+DeepSeek-V3.2, GLM-5, GLM-4.7-Flash, Hy3, Ling 3.0, MiMo-V2, Step 3.5 and DeepSeek-V4 synth
+models.
 
 The glm45air-* cases are a test-size synthetic GLM-4.5-Air (`expert-pack synth --preset
 glm-4.5-air --dims 128,3,8,2,64,4,2,512`: 3 trunk layers and one NextN block, blk.3) and what
@@ -14,6 +15,12 @@ on a synthetic Qwen3-Next; ds32-f32 and
 glm5-f32 on the synthetic DeepSeek-V3.2 and GLM-5 of tests/data/dsa (their NextN blocks run
 dense latent attention: no indexer); glm47flash-f32 on a synthetic GLM-4.7-Flash (deepseek2,
 llama.cpp's deepseek2 graph_mtp); hy3-f32 and ling3-f32 on tests/data/hy3's Hy3 and tests/data/ling3's Ling 3.0.
+mimo2-f32 and step35-f32 are synthetic MiMo-V2 and Step 3.5 models with three NextN blocks, which
+llama.cpp chains (common_speculative_impl_draft_mtp, chain_heads): the catch-up runs every block
+over the prompt, and draft step i runs block i (llama_set_nextn_layer_offset) over the pending
+token and the i drafts before it, from position N, each row with the hidden row the step before
+produced; three drafts, one per block (chain_oracle). Their h is the final residual row before
+the output norm, and a block's output before its head norm.
 The dsv4-* cases do the same on the synthetic DeepSeek-V4-Flash models of tests/data/deepseek4
 (v4-f32, v4-q8_0: 4 trunk layers and one NextN block, blk.4) with the first 40 tokens of those
 cases' prompts, past the 8-position window. There h is the hyper-connection state, 4 streams of
@@ -28,7 +35,7 @@ Needs llama-cpp-python 0.3.36 (its libllama has glm4moe's and deepseek4's MTP gr
 llama_batch_ext API):
     python3 scripts/gen-mtp-cases.py --pack build/pack/expert-pack --out tests/data/mtp
 """
-import argparse, json, os, struct, subprocess, sys, tempfile, zlib
+import argparse, ctypes, json, os, struct, subprocess, sys, tempfile, zlib
 
 import numpy as np
 import llama_cpp
@@ -64,6 +71,14 @@ CASES = {  # name -> synth arguments
     # the KDA and latent-attention trunk
     "ling3-f32": ["synth", "--preset", "ling-3.0-flash", "--dims", "64,5,8,2,32,4,1,512",
                   "--type", "F32", "--seed", "1"],
+    # MiMo-V2 and Step-3.5: three NextN blocks, chained (llama.cpp's chain_heads: the catch-up runs
+    # every block over the batch; draft i runs block i over the pending token and the drafts
+    # before it). MiMo's blocks slide (window 8, sinks), their q, k and v fused, a dense FFN;
+    # Step's are MoE blocks with a shared expert, q/k norms and a head gate
+    "mimo2-f32": ["synth", "--preset", "mimo-v2", "--dims", "128,4,8,2,64,4,2,512", "--type",
+                  "F32", "--seed", "1"],
+    "step35-f32": ["synth", "--preset", "step-3.7-flash", "--dims", "128,4,8,2,64,4,2,512",
+                   "--type", "F32", "--seed", "1"],
     # the models of tests/data/deepseek4/v4-f32 and v4-q8_0
     "dsv4-f32": ["synth", "--preset", "deepseek-v4-flash", "--dims", "128,4,8,2,64,4,1,512",
                  "--type", "F32", "--seed", "1"],
@@ -89,13 +104,73 @@ WINDOW_OUT = "MTP last row, row N-1-window changed"  # before the last row's win
 WINDOW_IN = "MTP last row, row N-window changed"  # the window's first row: a change
 
 
+_set_offset = llama_cpp.llama_cpp._lib._Z28llama_set_nextn_layer_offsetP13llama_contexti
+_set_offset.argtypes, _set_offset.restype = [ctypes.c_void_p, ctypes.c_int32], None
+
+
+def seq_rm(ctx, p0):
+    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, p0, -1)
+
+
+def chain_oracle(m, prompt, V, E, H):
+    """common_speculative_impl_draft_mtp with chain_heads (n_layer_nextn = H > 1), in one MTP
+    context as llama.cpp's driver runs it: the catch-up once per head (seq_rm from the batch's
+    start, nextn_layer_offset = head), then draft step i under head i over [pending, drafts so
+    far] from position N (seq_rm from N), each row with the state the step before produced."""
+    tgt = new_context(m, llama_cpp.LLAMA_CONTEXT_TYPE_DEFAULT)
+    N = len(prompt)
+    trunk_logits, trunk_h = process(tgt, prompt, 0, None, V, E)
+    pending = int(np.argmax(trunk_logits[-1]))
+    states = np.vstack([np.zeros((1, E), np.float32), trunk_h[:-1]])
+    dft = new_context(m, llama_cpp.LLAMA_CONTEXT_TYPE_MTP)
+    catch = []
+    for head in range(H):
+        seq_rm(dft, 0)
+        _set_offset(dft, head)
+        catch.append(process(dft, prompt, 0, states, V, E))
+    toks, hs, draft, draft_logits, draft_h = [pending], [trunk_h[-1]], [], [], []
+    for i in range(H):
+        seq_rm(dft, N)
+        _set_offset(dft, i)
+        lg, hh = process(dft, toks, N, np.array(hs), V, E)
+        draft.append(int(np.argmax(lg[-1])))
+        draft_logits.append(lg[-1])
+        draft_h.append(hh[-1])
+        toks.append(draft[-1])
+        hs.append(hh[-1])
+    draft_logits, draft_h = np.array(draft_logits), np.array(draft_h)
+    # checks: each head alone in a fresh MTP context, the prompt and its draft rows in one batch,
+    # gives the catch-up rows and the step's last row (the driver's per-head rows are its own)
+    checks = {}
+    for i in range(H):
+        c = new_context(m, llama_cpp.LLAMA_CONTEXT_TYPE_MTP)
+        _set_offset(c, i)
+        lg, hh = process(c, prompt + toks[:i + 1], 0, np.vstack([states, np.array(hs[:i + 1])]),
+                         V, E)
+        llama_cpp.llama_free(c)
+        checks["head %d alone: catch-up rows" % i] = np.abs(lg[:N] - catch[i][0]).max()
+        checks["head %d alone: draft step %d" % (i, i)] = np.abs(lg[-1] - draft_logits[i]).max()
+        checks["head %d alone: draft h" % i] = np.abs(hh[-1] - draft_h[i]).max()
+    for c in (dft, tgt):
+        llama_cpp.llama_free(c)
+    return dict(trunk_logits=trunk_logits, trunk_h=trunk_h, mtp_logits=catch[0][0],
+                mtp_h=catch[0][1], draft_logits=draft_logits, draft_h=draft_h), pending, draft, checks
+
+
 def mtp_oracle(model, prompt, window=0):
     mp = llama_cpp.llama_model_default_params()
     mp.n_gpu_layers, mp.use_extra_bufts, mp.load_mtp = 0, False, True
     m = llama_cpp.llama_model_load_from_file(model.encode(), mp)
     if not m:
         sys.exit(f"llama.cpp cannot load {model}")
-    assert llama_cpp.llama_model_n_layer_nextn(m) == 1
+    H = llama_cpp.llama_model_n_layer_nextn(m)
+    if H > 1:
+        V = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(m))
+        E = llama_cpp.llama_model_n_embd_out(m)
+        out = chain_oracle(m, prompt, V, E, H)
+        llama_cpp.llama_model_free(m)
+        return out
+    assert H == 1
     V = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(m))
     E = llama_cpp.llama_model_n_embd_out(m)  # the MTP state's width (n_embd * hc for deepseek4)
     tgt = new_context(m, llama_cpp.LLAMA_CONTEXT_TYPE_DEFAULT)
@@ -217,7 +292,7 @@ def write_case(pack, out_dir, name, synth):
     window_in = checks.pop(WINDOW_IN, None)
     if max(checks.values()) > 1e-5 or (window and window_in < 1e-3):
         sys.exit(f"{name}: llama.cpp disagrees with itself: {checks}, {WINDOW_IN}: {window_in}")
-    N, D = len(prompt), N_DRAFT
+    N, D = len(prompt), len(draft)
     V, E = arrays["trunk_logits"].shape[1], arrays["trunk_h"].shape[1]
     if golden:
         h_what = ("the hyper-connection state before hc_head, its " + str(E // 4) + "-wide "
@@ -239,6 +314,25 @@ def write_case(pack, out_dir, name, synth):
                                      "trunk_h[N-1], s_i = draft_h[i-1]); draft_tokens[i] = its "
                                      "argmax"),
             "draft_h": ([D, E], "MTP context, same steps: step i's h output, as mtp_h"),
+        }
+    elif D != N_DRAFT:  # chained blocks
+        rows = {
+            "trunk_logits": ([N, V], "target context, the prompt in one batch: row k = logits "
+                                     "after x_k at position k (predicts x_{k+1})"),
+            "trunk_h": ([N, E], "target context, same batch: row k = h_k, the final residual row "
+                                "before output_norm (llama_get_embeddings_nextn_ith)"),
+            "mtp_logits": ([N, V], "MTP context, the prompt in one batch under head 0 (the "
+                                   "catch-up; every head is caught up on the same rows): row k = "
+                                   "token x_k at position k with state h_{k-1} (zeros for k = 0)"),
+            "mtp_h": ([N, E], "MTP context, same batch: row k = head 0's output before its head "
+                              "norm"),
+            "draft_logits": ([D, V], "MTP context after the catch-up: step i = head i (blk.n_layer"
+                                     "+i) over tokens t_0..t_i at positions N..N+i (t_0 = "
+                                     "pending_token, t_j = draft_tokens[j-1]) with states s_0..s_i "
+                                     "(s_0 = trunk_h[N-1], s_j = draft_h[j-1]), its last row; "
+                                     "draft_tokens[i] = its argmax. One step per head"),
+            "draft_h": ([D, E], "MTP context, same steps: step i's last row's output before the "
+                                "head norm"),
         }
     else:
         rows = {

@@ -106,6 +106,18 @@ int read_trunk_by_router(Meta& m, Hparams& hp, std::vector<char>& moe, int* firs
   return m.error().empty() ? n_all : 0;
 }
 
+int nextn_blocks(Meta& m, int n_layer, int n_all) {
+  return n_all > n_layer && m.tensor_dim("blk." + std::to_string(n_layer) + ".nextn.eh_proj.weight",
+                                         0) != kAnyDim
+             ? n_all - n_layer
+             : 0;
+}
+
+Act nextn_prenorm_head(Engine& e, const Model& m, const NextnWeights& w, Act x, Act* next_hidden) {
+  if (next_hidden) *next_hidden = x;
+  return e.ops().rms_norm(x, head_norm(m, w), m.hp.eps);
+}
+
 std::vector<float> per_layer_floats(Meta& m, const std::string& key, int n) {
   std::vector<float> v(size_t(std::max(n, 0)), 0.0f);
   if (auto x = m.file().get_number_array(m.prefix() + key))

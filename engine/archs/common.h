@@ -58,6 +58,15 @@ struct RopeFreqs {
 std::vector<char> read_swa_pattern(Meta& m, int n_layer, int default_period,
                                    bool global_first = false);
 
+// The NextN blocks trailing a trunk of n_layer blocks (n_all in all), counted where the file has
+// the first one's nextn.eh_proj (llama.cpp's trunk-only GGUFs declare them and leave them out):
+// n_all - n_layer, else 0.
+int nextn_blocks(Meta& m, int n_layer, int n_all);
+// The head of llama.cpp's MiMo-V2 and Step-3.5 graph_mtp: the head reads the block's output after
+// its norm (head_norm), the next step the output itself (their trunk's hidden row is its final
+// residual row before output_norm too: Arch::nextn_hidden returns it).
+Act nextn_prenorm_head(Engine& e, const Model& m, const NextnWeights& w, Act x, Act* next_hidden);
+
 // A float per layer where the file has the array (missing values and a missing key: 0), the
 // first n of them: the SwiGLU clamps (swiglu_clamp_exp, swiglu_clamp_shexp).
 std::vector<float> per_layer_floats(Meta& m, const std::string& key, int n);

@@ -189,21 +189,21 @@ class Deepseek4 final : public Arch {
   // hnorm(stream)]); the head is the output's hyper-connection head, then shared_head_norm.
   int64_t nextn_cols(const Hparams& hp) const override { return residual_cols(hp); }
   Act nextn_hidden(Engine&, const Model&, Act x, Act) const override { return x; }
-  Act nextn_input(Engine& e, const Model& m, Act emb, Act h) const override {
+  Act nextn_input(Engine& e, const Model&, const NextnWeights& w, Act emb, Act h) const override {
     Ops& ops = e.ops();
     const int64_t T = emb.rows, n = hp_.n_embd, hc = hc_.hc;
-    Act en = ops.rms_norm(emb, m.nextn.enorm, hp_.eps), rep = ops.alloc(T, hc * n);
+    Act en = ops.rms_norm(emb, w.enorm, hp_.eps), rep = ops.alloc(T, hc * n);
     ops.repeat(en, int(hc), rep);
     Act cat = ops.alloc(T * hc, 2 * n);  // a row per (token, stream)
     ops.copy(columns(cat, 0, n), Act{rep.data, T * hc, n});
-    ops.rms_norm(Act{h.data, T * hc, n}, m.nextn.hnorm, columns(cat, n, n), hp_.eps);
-    Act x = ops.matmul(m.nextn.eh_proj, cat);
+    ops.rms_norm(Act{h.data, T * hc, n}, w.hnorm, columns(cat, n, n), hp_.eps);
+    Act x = ops.matmul(w.eh_proj, cat);
     return Act{x.data, T, hc * n};
   }
-  Act nextn_head(Engine& e, const Model& m, Act x, Act* next_hidden) const override {
+  Act nextn_head(Engine& e, const Model& m, const NextnWeights& w, Act x,
+                 Act* next_hidden) const override {
     if (next_hidden) *next_hidden = x;
-    return e.ops().rms_norm(end_eval(e, x), m.nextn.head_norm ? m.nextn.head_norm : m.output_norm,
-                            hp_.eps);
+    return e.ops().rms_norm(end_eval(e, x), head_norm(m, w), hp_.eps);
   }
   // The prefetcher's view: the mean of the streams.
   Act router_stream(Engine& e, Act x) const override {

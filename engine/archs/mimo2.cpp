@@ -5,7 +5,9 @@
 // sinks where a layer has them; the attention's output times attention.value_scale where the file
 // gives one; a layer dense or MoE by its router's presence; sigmoid routing with the selection
 // bias, always renormalised, scaled as the file says; no shared expert. The q, k and v
-// projections separate or fused (attn_qkv). Trailing NextN blocks are skipped.
+// projections separate or fused (attn_qkv). The trailing NextN blocks draft, chained (llama.cpp's
+// mimo2 graph_mtp and chain_heads): each a sliding or global attention layer by the pattern, its
+// q, k and v fused, a dense FFN, its head norm shared_head_norm or layer_output_norm.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -22,6 +24,8 @@ class Mimo2 final : public Arch {
     int first_moe = 0;
     const int n_all = archs::read_trunk_by_router(m, hp, moe_, &first_moe), n = hp.n_layer;
     if (!n_all) return;
+    hp.n_nextn = archs::nextn_blocks(m, n, n_all);
+    moe_.resize(size_t(n_all), 0);  // llama.cpp's MiMo-V2 MTP blocks are dense
     m.per_layer("attention.head_count_kv", n_all, kv_heads_);
     m.u("attention.value_length", dv_, hp.head_dim);
     m.u("attention.sliding_window", window_);
@@ -32,7 +36,7 @@ class Mimo2 final : public Arch {
     if (!m.error().empty()) return;
     // llama.cpp routes MiMo-V2 by sigmoid, renormalised, whatever the file says
     route_.sigmoid = true, route_.norm_topk = true;
-    sliding_ = archs::read_swa_pattern(m, n, /*default_period=*/-1);  // the array, required
+    sliding_ = archs::read_swa_pattern(m, n + hp.n_nextn, /*default_period=*/-1);  // required
     if (!m.error().empty()) return;
     for (int il = 0; il < n; ++il) {
       const int kv = kv_heads_[size_t(il)];
@@ -49,18 +53,21 @@ class Mimo2 final : public Arch {
                              "feed_forward_length");
         break;
       }
+    if (hp.n_nextn > 0)
+      n_ff_nextn_ = archs::width(m, "blk." + std::to_string(n) + ".ffn_gate.weight", 1,
+                                 "feed_forward_length");
   }
 
   void plan(const Hparams& hp, Plan& p) override {
     hp_ = hp;
     const int64_t n_embd = hp.n_embd, n_q = archs::q_width(hp);
-    layers_.resize(size_t(hp.n_layer));
-    for (int il = 0; il < hp.n_layer; ++il) {
+    layers_.resize(size_t(hp.n_blocks()));
+    for (int il = 0; il < hp.n_blocks(); ++il) {
       Layer& w = layers_[size_t(il)];
       const int64_t n_k = kv(il) * hp.head_dim, n_v = kv(il) * dv_;
       p.blk(il);
       p.add(w.attn_norm, "attn_norm.weight", {n_embd}, Role::Norm);
-      if (fused_) {
+      if (fused(il)) {
         p.add(w.wqkv, "attn_qkv.weight", {n_embd, n_q + n_k + n_v});
       } else {
         p.add(w.wq, "attn_q.weight", {n_embd, n_q});
@@ -73,7 +80,7 @@ class Mimo2 final : public Arch {
                  /*synth=*/sliding_[size_t(il)] != 0);
       if (!moe_[size_t(il)]) {
         p.add(w.ffn_norm, "ffn_norm.weight", {n_embd}, Role::Norm);
-        archs::plan_ffn(p, w.ffn, hp, n_ff_);
+        archs::plan_ffn(p, w.ffn, hp, il < hp.n_layer ? n_ff_ : n_ff_nextn_);
         continue;
       }
       p.add(w.moe.norm, "ffn_norm.weight", {n_embd}, Role::Norm);
@@ -97,7 +104,7 @@ class Mimo2 final : public Arch {
     const int64_t n_q = archs::q_width(hp), n_k = kv(il) * hp.head_dim, n_v = kv(il) * dv_;
     Act h = ops.rms_norm(x, w.attn_norm, hp.eps);
     Act q = ops.alloc(x.rows, n_q), k = ops.alloc(x.rows, n_k), v = ops.alloc(x.rows, n_v);
-    if (fused_) {
+    if (fused(il)) {
       Act qkv = ops.matmul(w.wqkv, h);  // [q | k | v] per row
       ops.copy(q, columns(qkv, 0, n_q));
       ops.copy(k, columns(qkv, n_q, n_k));
@@ -123,11 +130,20 @@ class Mimo2 final : public Arch {
     archs::ffn_half(e, il, x, h, moe(il), w.ffn_norm, w.ffn, hp.eps);
   }
 
+  bool nextn_chain() const override { return true; }
+  std::string nextn_alt_head_norm() const override { return "layer_output_norm.weight"; }
+  Act nextn_hidden(Engine&, const Model&, Act x, Act) const override { return x; }
+  Act nextn_head(Engine& e, const Model& m, const NextnWeights& w, Act x,
+                 Act* next_hidden) const override {
+    return archs::nextn_prenorm_head(e, m, w, x, next_hidden);
+  }
+
   std::vector<std::string> synth_presets() const override { return {"mimo-v2"}; }
   expertd::Result<SynthModel> synth(const std::string& preset, const SynthDims& d) const override;
 
  private:
   int64_t kv(int il) const { return kv_heads_[size_t(il)]; }
+  bool fused(int il) const { return fused_ || il >= hp_.n_layer; }  // llama.cpp: MTP fused
   struct Layer {
     Tensor attn_norm, wq, wk, wv, wqkv, wo, sinks;
     Tensor ffn_norm;  // dense layers
@@ -139,7 +155,7 @@ class Mimo2 final : public Arch {
   int window_ = 0, dv_ = 0;
   float rope_base_swa_ = 10000.0f, value_scale_ = 1.0f;
   bool fused_ = false;
-  int64_t n_ff_ = 0;
+  int64_t n_ff_ = 0, n_ff_nextn_ = 0;
   std::vector<int> kv_heads_;  // per block (the NextN ones included)
   std::vector<char> moe_, sliding_;
   std::vector<Layer> layers_;
@@ -181,7 +197,9 @@ expertd::Result<SynthModel> Mimo2::synth(const std::string&, const SynthDims& d)
   m->u32["context_length"] = 262144;
   m->u32["block_count"] = n_all;
   m->u32["nextn_predict_layers"] = nextn;
-  m->nextn_like = 1;  // a sliding MoE layer, as the MTP blocks' head counts say
+  // The MTP blocks as llama.cpp's mimo2 graph_mtp reads them: a sliding layer's attention (as
+  // their head counts say), its q, k and v fused, and the dense first layer's FFN.
+  m->nextn_like = 1, m->nextn_fused_qkv = true, m->nextn_ffn_like = 0;
   m->u32.erase("attention.head_count_kv");
   m->arrays["attention.head_count_kv"] = kv;
   m->arrays["attention.sliding_window_pattern"] = pattern;

@@ -8,7 +8,8 @@
 // (swiglu_clamp_exp, swiglu_clamp_shexp: min(silu(g), limit) * clamp(u, -limit, limit)).
 // rope_freqs (llama3-style rope frequency factors, one table of max rotated dims / 2 whose first
 // entries a layer reads) divide the global layers' angles where the file has them, as llama.cpp
-// applies them (the sliding layers take none). Trailing NextN blocks are skipped.
+// applies them (the sliding layers take none). The trailing NextN blocks draft, chained
+// (llama.cpp's step35 graph_mtp and chain_heads): each a decoder block as the trunk's.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -25,6 +26,9 @@ class Step35 final : public Arch {
     int first_moe = 0;
     const int n_all = archs::read_trunk_by_router(m, hp, moe_, &first_moe), n = hp.n_layer;
     if (!n_all) return;
+    hp.n_nextn = archs::nextn_blocks(m, n, n_all);
+    if (hp.n_nextn > 0) moe_ = archs::moe_by_router(m, n_all);  // dense or MoE by its router too
+    const int n_run = n + hp.n_nextn;
     m.per_layer("attention.head_count", n_all, heads_);
     m.per_layer("attention.head_count_kv", n_all, kv_heads_);
     m.u("attention.sliding_window", window_);
@@ -36,9 +40,9 @@ class Step35 final : public Arch {
     archs::read_yarn(m, hp, /*yarn_ok=*/false);
     if (!m.error().empty()) return;
     rope_freqs_.read(m);  // llama3-style rope scaling, on the global layers
-    sliding_ = archs::read_swa_pattern(m, n, /*default_period=*/-1);  // the array, required
+    sliding_ = archs::read_swa_pattern(m, n_run, /*default_period=*/-1);  // the array, required
     if (!m.error().empty()) return;
-    for (int il = 0; il < n; ++il)
+    for (int il = 0; il < n_run; ++il)
       if (kv_heads_[size_t(il)] <= 0 || heads_[size_t(il)] % kv_heads_[size_t(il)])
         return m.fail("attention.head_count[" + std::to_string(il) +
                       "] is not a multiple of its KV head count");
@@ -46,8 +50,8 @@ class Step35 final : public Arch {
     if (window_ < 1) return m.fail("implausible step35.attention.sliding_window");
     if (n_rot_swa_ > hp.head_dim || n_rot_swa_ % 2 || hp.n_rot % 4)
       return m.fail("implausible rope dimension counts (global layers rotate half of them)");
-    clamp_exp_ = archs::per_layer_floats(m, "swiglu_clamp_exp", n);
-    clamp_shexp_ = archs::per_layer_floats(m, "swiglu_clamp_shexp", n);
+    clamp_exp_ = archs::per_layer_floats(m, "swiglu_clamp_exp", n_run);
+    clamp_shexp_ = archs::per_layer_floats(m, "swiglu_clamp_shexp", n_run);
     n_ff_shexp_ = m.tensor_dim("blk." + std::to_string(first_moe) + ".ffn_gate_shexp.weight", 1);
     if (n_ff_shexp_ == kAnyDim) n_ff_shexp_ = w;
     if (n_ff_shexp_ <= 0)
@@ -64,8 +68,8 @@ class Step35 final : public Arch {
     hp_ = hp;
     const int64_t n_embd = hp.n_embd;
     rope_freqs_.plan(p, std::max(hp.n_rot / 2, n_rot_swa_));  // llama.cpp's n_rot_max / 2 entries
-    layers_.resize(size_t(hp.n_layer));
-    for (int il = 0; il < hp.n_layer; ++il) {
+    layers_.resize(size_t(hp.n_blocks()));
+    for (int il = 0; il < hp.n_blocks(); ++il) {
       Layer& w = layers_[size_t(il)];
       const int64_t n_q = heads(il) * hp.head_dim, n_kv = kv(il) * hp.head_dim;
       p.blk(il);
@@ -123,6 +127,13 @@ class Step35 final : public Arch {
     if (w.gate) ops.mul_act(att, ops.matmul(w.gate, h), Unary::Sigmoid);  // one per head
     ops.add(x, ops.matmul(w.wo, att));
     archs::ffn_half(e, il, x, h, moe(il), w.ffn_norm, w.ffn, hp.eps);
+  }
+
+  bool nextn_chain() const override { return true; }
+  Act nextn_hidden(Engine&, const Model&, Act x, Act) const override { return x; }
+  Act nextn_head(Engine& e, const Model& m, const NextnWeights& w, Act x,
+                 Act* next_hidden) const override {
+    return archs::nextn_prenorm_head(e, m, w, x, next_hidden);
   }
 
   std::vector<std::string> synth_presets() const override { return {"step-3.7-flash"}; }

@@ -2,7 +2,9 @@
 // llama.cpp's draft-mtp: tests/data/mtp/<case> holds, for a synthetic GLM-4.5-Air, Qwen3.5,
 // Qwen3-Next, DeepSeek-V3.2, GLM-5, GLM-4.7-Flash, Hy3, Ling 3.0 and DeepSeek-V4-Flash with one
 // NextN block each, llama.cpp's trunk logits, its MTP context's logits for every prompt row after
-// the catch-up, and a chain of 4 drafts from the pending token (scripts/gen-mtp-cases.py).
+// the catch-up, and a chain of 4 drafts from the pending token (scripts/gen-mtp-cases.py); for
+// MiMo-V2 and Step-3.5 with three blocks, chained as llama.cpp chains them (block i drafts the
+// i-th token over the pending token and the drafts before it), their 3 drafts.
 // DeepSeek-V4's prompt passes its 8-position window.
 #include <gtest/gtest.h>
 
@@ -80,16 +82,19 @@ double row_max(const float* a, const float* b, size_t n) {
 // and the chain of 4 drafts from the pending token: within 1e-4 of llama.cpp on F32 (measured
 // below 2e-6) and 0.25 on Q8_0, whose activations the kernels quantize as llama.cpp's do.
 TEST(Nextn, DraftsMatchLlamaCpp) {
-  for (const char* id :
-       {"glm45air-f32", "glm45air-q8_0", "q35-f32", "q3next-f32", "ds32-f32", "glm5-f32",
-        "glm47flash-f32", "hy3-f32", "ling3-f32", "dsv4-f32", "dsv4-q8_0"}) {
+  for (const char* id : {"glm45air-f32", "glm45air-q8_0", "q35-f32", "q3next-f32", "ds32-f32",
+                         "glm5-f32", "glm47flash-f32", "hy3-f32", "ling3-f32", "dsv4-f32",
+                         "dsv4-q8_0", "mimo2-f32", "step35-f32"}) {
     SCOPED_TRACE(id);
     MtpCase m = load_mtp_case(id);
     const bool f32 = std::string(id).ends_with("f32");
     const double tol = f32 ? 1e-4 : 0.25;
     auto l = load_with_nextn(m.c);
     ASSERT_TRUE(l);
-    ASSERT_EQ(l->model.hp.n_nextn, 1);
+    // llama.cpp chains MiMo-V2's and Step-3.5's three blocks (one draft each), the others draft
+    // with their one block
+    const size_t n_drafts = m.drafts.size();
+    ASSERT_EQ(size_t(l->model.hp.n_nextn), n_drafts == 4 ? 1 : n_drafts);
     const size_t V = size_t(m.c.n_vocab), N = m.c.prompt.size();
     auto src = engine::make_local_source(l->model);
     engine::Engine e(l->model, *src, 2, 256);
@@ -114,9 +119,9 @@ TEST(Nextn, DraftsMatchLlamaCpp) {
     ASSERT_TRUE(e.eval(m.c.prompt, false, lg));
     ASSERT_EQ(int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin()), m.pending);
     ASSERT_TRUE(e.draft_nextn(0, m.pending, 4, out, &lg));
-    ASSERT_EQ(out.size(), 4u);
+    ASSERT_EQ(out.size(), n_drafts);
     ASSERT_EQ(e.n_past(), int(N));  // the trunk untouched
-    for (size_t i = 0; i < 4; ++i) {
+    for (size_t i = 0; i < n_drafts; ++i) {
       const double d = row_max(lg.data() + i * V, m.draft.data() + i * V, V);
       EXPECT_LE(d, tol) << "draft step " << i;
       worst = std::max(worst, d);
@@ -150,7 +155,7 @@ TEST(Nextn, CatchUpLeavesTheTrunksLogits) {
 // logit; the catch-up's hidden rows follow each cut (a rejected draft's rows are dropped).
 TEST(Nextn, GreedyIsIdenticalWithMtpDrafts) {
   for (const char* id : {"glm45air-f32", "glm45air-q8_0", "q35-f32", "q3next-f32", "ds32-f32",
-                         "glm47flash-f32", "ling3-f32", "dsv4-f32"}) {
+                         "glm47flash-f32", "ling3-f32", "dsv4-f32", "mimo2-f32", "step35-f32"}) {
     SCOPED_TRACE(id);
     MtpCase m = load_mtp_case(id);
     auto l = load_with_nextn(m.c);
@@ -195,9 +200,10 @@ TEST(Nextn, TrainedHeadsDraftsAreKeptAndChangeNothing) {
 // A rejected draft's rows leave the block as they leave the trunk: after a verify of 4 tokens cut
 // back to 2 (a position reset on GLM-4.5; on DeepSeek-V4 the recurrent state restored and the 2
 // evaluated again), the next drafts are bit for bit those of an engine that evaluated only the 2.
-// Drafting leaves no trace either (DeepSeek-V4's window ring is put back after the chain).
+// Drafting leaves no trace either (DeepSeek-V4's window ring is put back after the chain; MiMo-V2's
+// chained blocks each rewrite their rows from the pending position).
 TEST(Nextn, CutsAndDraftsKeepTheBlocksState) {
-  for (const char* id : {"glm45air-f32", "dsv4-f32"}) {
+  for (const char* id : {"glm45air-f32", "dsv4-f32", "mimo2-f32"}) {
     SCOPED_TRACE(id);
     MtpCase m = load_mtp_case(id);
     auto l = load_with_nextn(m.c);

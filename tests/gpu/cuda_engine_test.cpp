@@ -481,46 +481,53 @@ TEST(CudaEngine, SpeculativeGreedyIsIdentical) {
   EXPECT_GT(check_greedy_identical(gpu(l->model), l->model, doubled(c.prompt), 64, 5), 0u);
 }
 
-// NextN drafting on the device (the catch-up's hidden rows uploaded, the block's own cache):
+// NextN drafting on the device (the catch-up's hidden rows uploaded, the block's own cache; the
+// chained blocks' steps over several rows):
 // greedy decoding with its drafts is plain decoding bit for bit, and its drafts' logits are the
 // CPU engine's within the F32 limit (llama.cpp's, tests/engine/nextn_test.cpp).
 TEST(CudaEngine, NextnDraftsMatchTheCpu) {
   EXPERTD_REQUIRE_GPU();
-  Case c;
-  c.j = nlohmann::json::parse(read_file(golden_case_dir("mtp/glm45air-f32") + "/case.json"));
-  c.prompt = c.j["prompt_tokens"].get<std::vector<int32_t>>();
-  const int32_t pending = c.j["pending_token"].get<int32_t>();
-  auto l = std::make_unique<Loaded>();
-  l->path = synth_case(c, l->d);
-  auto f = gguf::Model::open(l->path);
-  ASSERT_TRUE(f) << f.error().message;
-  l->file.emplace(std::move(*f));
-  auto m = engine::Model::load(*l->file, /*nextn=*/true);
-  ASSERT_TRUE(m) << m.error().message;
-  const engine::Model& model = *m;
-  auto gpu = [&model]() -> std::unique_ptr<engine::Engine> {
-    auto e = engine::make_cuda_forward(model, "", 512);
-    EXPECT_TRUE(e) << (e ? "" : e.error().message);
-    if (!e) return nullptr;
-    EXPECT_TRUE((*e)->set_nextn(true));
-    return std::move(*e);
-  };
-  auto src = engine::make_local_source(model);
-  engine::Engine cpu(model, *src, 2, 512);
-  ASSERT_TRUE(cpu.set_nextn(true));
-  auto dev = gpu();
-  ASSERT_TRUE(dev);
-  std::vector<float> lg, a, b;
-  std::vector<int32_t> da, db;
-  ASSERT_TRUE(cpu.eval(c.prompt, false, lg));
-  ASSERT_TRUE(dev->eval(c.prompt, false, lg));
-  ASSERT_TRUE(cpu.draft_nextn(0, pending, 4, da, &a));
-  ASSERT_TRUE(dev->draft_nextn(0, pending, 4, db, &b));
-  EXPECT_EQ(da, db);
-  ASSERT_EQ(a.size(), b.size());
-  double mx = 0;
-  for (size_t i = 0; i < a.size(); ++i) mx = std::max(mx, std::fabs(double(a[i]) - b[i]));
-  EXPECT_LE(mx, 1e-4);
-  check_greedy_identical(gpu, model, doubled(c.prompt), 24, 4,
-                         engine::Drafter{engine::DraftKind::Mtp, {}});
+  // GLM-4.5's block, and MiMo-V2's three chained ones (sliding attention with sinks)
+  for (const char* id : {"glm45air-f32", "mimo2-f32"}) {
+    SCOPED_TRACE(id);
+    Case c;
+    c.j =
+        nlohmann::json::parse(read_file(golden_case_dir(std::string("mtp/") + id) + "/case.json"));
+    c.prompt = c.j["prompt_tokens"].get<std::vector<int32_t>>();
+    const int32_t pending = c.j["pending_token"].get<int32_t>();
+    auto l = std::make_unique<Loaded>();
+    l->path = synth_case(c, l->d);
+    auto f = gguf::Model::open(l->path);
+    ASSERT_TRUE(f) << f.error().message;
+    l->file.emplace(std::move(*f));
+    auto m = engine::Model::load(*l->file, /*nextn=*/true);
+    ASSERT_TRUE(m) << m.error().message;
+    const engine::Model& model = *m;
+    auto gpu = [&model]() -> std::unique_ptr<engine::Engine> {
+      auto e = engine::make_cuda_forward(model, "", 512);
+      EXPECT_TRUE(e) << (e ? "" : e.error().message);
+      if (!e) return nullptr;
+      EXPECT_TRUE((*e)->set_nextn(true));
+      return std::move(*e);
+    };
+    auto src = engine::make_local_source(model);
+    engine::Engine cpu(model, *src, 2, 512);
+    ASSERT_TRUE(cpu.set_nextn(true));
+    auto dev = gpu();
+    ASSERT_TRUE(dev);
+    std::vector<float> lg, a, b;
+    std::vector<int32_t> da, db;
+    ASSERT_TRUE(cpu.eval(c.prompt, false, lg));
+    ASSERT_TRUE(dev->eval(c.prompt, false, lg));
+    ASSERT_TRUE(cpu.draft_nextn(0, pending, 4, da, &a));
+    ASSERT_TRUE(dev->draft_nextn(0, pending, 4, db, &b));
+    EXPECT_EQ(da, db);
+    EXPECT_EQ(da, c.j["draft_tokens"].get<std::vector<int32_t>>());
+    ASSERT_EQ(a.size(), b.size());
+    double mx = 0;
+    for (size_t i = 0; i < a.size(); ++i) mx = std::max(mx, std::fabs(double(a[i]) - b[i]));
+    EXPECT_LE(mx, 1e-4);
+    check_greedy_identical(gpu, model, doubled(c.prompt), 24, 4,
+                           engine::Drafter{engine::DraftKind::Mtp, {}});
+  }
 }
