@@ -62,6 +62,19 @@ void pack_q8_0(const BlockQ8_0* const* rows, BlockQ8_0x8& out) {
   }
 }
 
+void pack_iq4_xs(const BlockIq4Xs* const* rows, BlockIq4Xsx8& out) {
+  for (int r = 0; r < 8; ++r) {
+    const BlockIq4Xs& b = *rows[r];
+    out.d[r] = b.d;
+    for (int ib = 0; ib < 8; ++ib) {
+      const int lo = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF,
+                hi = (b.scales_h >> (2 * ib)) & 3;
+      out.scales[ib][r] = static_cast<int8_t>((lo | hi << 4) - 32);
+      for (int s = 0; s < 4; ++s) std::memcpy(out.qs[ib][s][r], b.qs + 16 * ib + 4 * s, 4);
+    }
+  }
+}
+
 // Eight steps of eight rows' four bytes back into the rows (row r's 32 bytes to rows[r]): the AVX2
 // transpose where the CPU has it.
 void transpose8_scalar(const void* in, uint8_t* const* rows) {
@@ -147,6 +160,21 @@ void unpack_q8_0(const BlockQ8_0x8& in, BlockQ8_0* const* rows) {
   transpose8(in.qs, dst);
 }
 
+void unpack_iq4_xs(const BlockIq4Xsx8& in, BlockIq4Xs* const* rows) {
+  for (int r = 0; r < 8; ++r) {
+    BlockIq4Xs& b = *rows[r];
+    b.d = in.d[r];
+    b.scales_h = 0;
+    for (int ib = 0; ib < 8; ++ib) {
+      const int sc = in.scales[ib][r] + 32;
+      if (ib % 2 == 0) b.scales_l[ib / 2] = 0;
+      b.scales_l[ib / 2] = uint8_t(b.scales_l[ib / 2] | (sc & 0xF) << (4 * (ib % 2)));
+      b.scales_h = uint16_t(b.scales_h | (sc >> 4) << (2 * ib));
+      for (int s = 0; s < 4; ++s) std::memcpy(b.qs + 16 * ib + 4 * s, in.qs[ib][s][r], 4);
+    }
+  }
+}
+
 // Eight rows' block b (rows8.h's layout of the type) from the rows' blocks b.
 template <class Block, class Block8, void (*kPack)(const Block* const*, Block8&)>
 void pack_groups(const void* w, size_t row, int64_t nb, void* out, int64_t g0, int64_t g1) {
@@ -176,13 +204,15 @@ void unpack_groups(const void* w8, size_t row, int64_t nb, void* out, int64_t g0
 }  // namespace
 
 bool rows8_supported(uint32_t wtype) {
-  return wtype == Q4_K || wtype == Q2_K || wtype == Q3_K || wtype == MXFP4 || wtype == Q8_0;
+  return wtype == Q4_K || wtype == Q2_K || wtype == Q3_K || wtype == MXFP4 || wtype == Q8_0 ||
+         wtype == IQ4_XS;
 }
 
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
   assert(rows8_supported(wtype) && rows % 8 == 0 && cols % kQK_K == 0);
   if (wtype == Q4_K) return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockQ4Kx8);
   if (wtype == Q3_K) return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockQ3Kx8);
+  if (wtype == IQ4_XS) return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockIq4Xsx8);
   return size_t(rows) * row_size(wtype, cols);  // the rows' bytes, rearranged
 }
 
@@ -196,6 +226,8 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
       pack_groups<BlockQ2K, BlockQ2Kx8, pack_q2_k>(w, row, cols / kQK_K, out, g0, g1);
     else if (wtype == Q3_K)
       pack_groups<BlockQ3K, BlockQ3Kx8, pack_q3_k>(w, row, cols / kQK_K, out, g0, g1);
+    else if (wtype == IQ4_XS)
+      pack_groups<BlockIq4Xs, BlockIq4Xsx8, pack_iq4_xs>(w, row, cols / kQK_K, out, g0, g1);
     else if (wtype == MXFP4)
       pack_groups<BlockMxfp4, BlockMxfp4x8, pack_mxfp4>(w, row, cols / kQK8_0, out, g0, g1);
     else
@@ -216,6 +248,8 @@ void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out
     unpack_groups<BlockQ2K, BlockQ2Kx8, unpack_q2_k>(w8, row, cols / kQK_K, out, g0, g1);
   else if (wtype == Q3_K)
     unpack_groups<BlockQ3K, BlockQ3Kx8, unpack_q3_k>(w8, row, cols / kQK_K, out, g0, g1);
+  else if (wtype == IQ4_XS)
+    unpack_groups<BlockIq4Xs, BlockIq4Xsx8, unpack_iq4_xs>(w8, row, cols / kQK_K, out, g0, g1);
   else if (wtype == MXFP4)
     unpack_groups<BlockMxfp4, BlockMxfp4x8, unpack_mxfp4>(w8, row, cols / kQK8_0, out, g0, g1);
   else
@@ -247,6 +281,9 @@ void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const 
     const auto* ys = reinterpret_cast<const BlockQ8K* const*>(xs);
     vnni ? avx512::rows8_q3_k(group, cols, ys, n_tok, out)
          : avx2::rows8_q3_k(group, cols, ys, n_tok, out);
+  } else if (wtype == IQ4_XS) {
+    const auto* group = static_cast<const BlockIq4Xsx8*>(w8) + g * (cols / kQK_K);
+    avx2::rows8_iq4_xs(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
   } else if (wtype == MXFP4) {
     const auto* group = static_cast<const BlockMxfp4x8*>(w8) + g * (cols / kQK8_0);
     avx2::rows8_mxfp4(group, cols, reinterpret_cast<const BlockQ8_0* const*>(xs), n_tok, out);

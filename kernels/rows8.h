@@ -61,6 +61,16 @@ struct BlockQ3Kx8 {
 };
 static_assert(sizeof(BlockQ3Kx8) == 912);
 
+// Eight rows' super-block b of IQ4_XS (1104 bytes against the rows' 8 x 136): d, the 6-bit
+// sub-block scales unpacked (less 32), the 4-bit indices into kvalues_iq4nl interleaved in 4-byte
+// steps.
+struct BlockIq4Xsx8 {
+  uint16_t d[8];           // fp16, row r in [r]
+  int8_t scales[8][8];     // [sub-block][row]: the scale less 32
+  uint8_t qs[8][4][8][4];  // [sub-block][step s][row][4 bytes]: the row's qs[16 ib + 4s ..]
+};
+static_assert(sizeof(BlockIq4Xsx8) == 1104);
+
 // Groups g0 .. g1 of an interleaved matrix back into its rows (rows 8 g0 .. 8 g1 of `out`, a
 // matrix of rows in wtype): rows8_unpack's loop, for callers that split it themselves.
 void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out, int64_t g0,
@@ -82,6 +92,8 @@ void rows8_q3_k(const BlockQ3Kx8* group, int64_t cols, const BlockQ8K* const* ys
                 float* out);
 void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out);
+void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                  float* out);
 }  // namespace avx2
 
 namespace avx512 {  // AVX-512 VNNI (256-bit registers); the other types run the AVX2 bodies

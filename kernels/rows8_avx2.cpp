@@ -219,6 +219,42 @@ void q8_0_group(const BlockQ8_0x8* x, int64_t nb, const BlockQ8_0* const* ys, fl
   });
 }
 
+// IQ4_XS: 4-bit indices into kvalues_iq4nl (signed), a signed 6-bit scale per 32 weights. A
+// step's low nibbles are weights 4s.. of the sub-block, its high ones 16 + 4s..; each row's |w|
+// against the activations with w's signs, the pairs' i16 sums (at most 2 x 127 x 127) times the
+// row's scale into its i32 lane.
+template <int N>
+void iq4_xs_group(const BlockIq4Xsx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl)));
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  blocks<N, 16>(x, nb, out, [&](int64_t b, const BlockIq4Xsx8& w, __m256(*acc)[8]) {
+    __m256i I[N];
+    for (int t = 0; t < N; ++t) I[t] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+    for (int ib = 0; ib < 8; ++ib) {
+      const __m128i sb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales[ib]));
+      const __m256i sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sb, sb));  // (v_r, v_r) words
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[ib][s]));
+        const __m256i wl = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
+        const __m256i wh =
+            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+        const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
+        for (int t = 0; t < N; ++t) {
+          const int8_t* a = ys[t][b].qs + 32 * ib + 4 * s;
+          const __m256i pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast32(a), wl));
+          const __m256i ph = _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast32(a + 16), wh));
+          I[t] = _mm256_add_epi32(
+              I[t], _mm256_add_epi32(_mm256_madd_epi16(pl, sc), _mm256_madd_epi16(ph, sc)));
+        }
+      }
+    }
+    sb_lane<N, false>(w.d, nullptr, ys, b, I, nullptr, acc);
+  });
+}
+
 }  // namespace
 
 void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
@@ -264,6 +300,11 @@ void transpose8_u32(const void* in, uint8_t* const* rows) {
 void rows8_q4_k(const BlockQ4Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                 float* out) {
   x86::with_n(n_tok, [&](auto N) { q4_k_group<N>(group, cols / kQK_K, ys, out); });
+}
+
+void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                  float* out) {
+  x86::with_n(n_tok, [&](auto N) { iq4_xs_group<N>(group, cols / kQK_K, ys, out); });
 }
 
 }  // namespace kernels::avx2

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   build
       ->add_option("--layout", layout,
                    "how experts are stored: rows (as the GGUF; every engine and expertd "
-                   "--backend cuda), or rows8 (Q4_K, Q2_K, Q3_K, MXFP4 and Q8_0 matrices "
+                   "--backend cuda), or rows8 (Q4_K, Q2_K, Q3_K, MXFP4, Q8_0 and IQ4_XS matrices "
                    "interleaved eight rows at a time: expert-run on the CPU decodes them with no "
                    "copy, near --local's speed and with the same logits; a cuda expertd and "
                    "clients that read rows refuse such a pack)")

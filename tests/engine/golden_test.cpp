@@ -89,10 +89,10 @@ TEST(Golden, EveryLlamaCppWeightTypeMatchesLlamaCpp) {
 
 // Through a real expertd with a cache smaller than the model and acquires smaller than a
 // layer's unique experts (so prefill's layers come in waves): bit-identical to the local path.
-// The local engine runs as expert-run builds it, its Q4_K, Q2_K, Q3_K, MXFP4 and Q8_0 matrices
-// (core and experts) read from interleaved copies (kernels/rows8.h); the daemon's experts come in
-// the pack's layout: their rows, or (rows8) those types interleaved in the pack itself, which the
-// engine reads in the slot with no copy.
+// The local engine runs as expert-run builds it, its Q4_K, Q2_K, Q3_K, MXFP4, Q8_0 and IQ4_XS
+// matrices (core and experts) read from interleaved copies (kernels/rows8.h); the daemon's experts
+// come in the pack's layout: their rows, or (rows8) those types interleaved in the pack itself,
+// which the engine reads in the slot with no copy.
 static void expect_daemon_path_bit_identical(const char* id, expertd::pack::Layout layout) {
   SCOPED_TRACE(id);
   Case c = load_case(id);
