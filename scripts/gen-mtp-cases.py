@@ -315,25 +315,6 @@ def write_case(pack, out_dir, name, synth):
                                      "argmax"),
             "draft_h": ([D, E], "MTP context, same steps: step i's h output, as mtp_h"),
         }
-    elif D != N_DRAFT:  # chained blocks
-        rows = {
-            "trunk_logits": ([N, V], "target context, the prompt in one batch: row k = logits "
-                                     "after x_k at position k (predicts x_{k+1})"),
-            "trunk_h": ([N, E], "target context, same batch: row k = h_k, the final residual row "
-                                "before output_norm (llama_get_embeddings_nextn_ith)"),
-            "mtp_logits": ([N, V], "MTP context, the prompt in one batch under head 0 (the "
-                                   "catch-up; every head is caught up on the same rows): row k = "
-                                   "token x_k at position k with state h_{k-1} (zeros for k = 0)"),
-            "mtp_h": ([N, E], "MTP context, same batch: row k = head 0's output before its head "
-                              "norm"),
-            "draft_logits": ([D, V], "MTP context after the catch-up: step i = head i (blk.n_layer"
-                                     "+i) over tokens t_0..t_i at positions N..N+i (t_0 = "
-                                     "pending_token, t_j = draft_tokens[j-1]) with states s_0..s_i "
-                                     "(s_0 = trunk_h[N-1], s_j = draft_h[j-1]), its last row; "
-                                     "draft_tokens[i] = its argmax. One step per head"),
-            "draft_h": ([D, E], "MTP context, same steps: step i's last row's output before the "
-                                "head norm"),
-        }
     else:
         rows = {
             "trunk_logits": ([N, V], "target context, the prompt in one batch: row k = logits "
@@ -353,6 +334,23 @@ def write_case(pack, out_dir, name, synth):
             "draft_h": ([D, E], "MTP context, same steps: step i's h output, after "
                                 "shared_head_norm"),
         }
+    if D != N_DRAFT:  # chained blocks: their h is the row before the norm
+        rows.update({
+            "trunk_h": ([N, E], "target context, same batch: row k = h_k, the final residual row "
+                                "before output_norm (llama_get_embeddings_nextn_ith)"),
+            "mtp_logits": ([N, V], "MTP context, the prompt in one batch under head 0 (the "
+                                   "catch-up; every head is caught up on the same rows): row k = "
+                                   "token x_k at position k with state h_{k-1} (zeros for k = 0)"),
+            "mtp_h": ([N, E], "MTP context, same batch: row k = head 0's output before its head "
+                              "norm"),
+            "draft_logits": ([D, V], "MTP context after the catch-up: step i = head i (blk.n_layer"
+                                     "+i) over tokens t_0..t_i at positions N..N+i (t_0 = "
+                                     "pending_token, t_j = draft_tokens[j-1]) with states s_0..s_i "
+                                     "(s_0 = trunk_h[N-1], s_j = draft_h[j-1]), its last row; "
+                                     "draft_tokens[i] = its argmax. One step per head"),
+            "draft_h": ([D, E], "MTP context, same steps: step i's last row's output before the "
+                                "head norm"),
+        })
     case = {
         "synth": synth,
         "prompt_tokens": prompt,
