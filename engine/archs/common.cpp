@@ -106,11 +106,14 @@ int read_trunk_by_router(Meta& m, Hparams& hp, std::vector<char>& moe, int* firs
   return m.error().empty() ? n_all : 0;
 }
 
-int nextn_blocks(Meta& m, int n_layer, int n_all) {
-  return n_all > n_layer && m.tensor_dim("blk." + std::to_string(n_layer) + ".nextn.eh_proj.weight",
-                                         0) != kAnyDim
-             ? n_all - n_layer
-             : 0;
+int nextn_blocks(Meta& m, int n_layer, int n_all, const std::string& per_block) {
+  if (n_all <= n_layer ||
+      m.tensor_dim("blk." + std::to_string(n_layer) + ".nextn.eh_proj.weight", 0) == kAnyDim)
+    return 0;
+  if (!per_block.empty())
+    if (auto a = m.file().get_number_array(m.prefix() + per_block); a && a->size() < size_t(n_all))
+      return 0;
+  return n_all - n_layer;
 }
 
 Act nextn_prenorm_head(Engine& e, const Model& m, const NextnWeights& w, Act x, Act* next_hidden) {

@@ -60,8 +60,10 @@ std::vector<char> read_swa_pattern(Meta& m, int n_layer, int default_period,
 
 // The NextN blocks trailing a trunk of n_layer blocks (n_all in all), counted where the file has
 // the first one's nextn.eh_proj (llama.cpp's trunk-only GGUFs declare them and leave them out):
-// n_all - n_layer, else 0.
-int nextn_blocks(Meta& m, int n_layer, int n_all);
+// n_all - n_layer, else 0; 0 too where the per-block array `per_block` (a key without the
+// architecture's prefix) stops at the trunk: without their values the blocks cannot run, and
+// the trunk runs as before (--speculative mtp then says there is no block it runs).
+int nextn_blocks(Meta& m, int n_layer, int n_all, const std::string& per_block = "");
 // The head of llama.cpp's MiMo-V2 and Step-3.5 graph_mtp: the head reads the block's output after
 // its norm (head_norm), the next step the output itself (their trunk's hidden row is its final
 // residual row before output_norm too: Arch::nextn_hidden returns it).

@@ -24,7 +24,7 @@ class Mimo2 final : public Arch {
     int first_moe = 0;
     const int n_all = archs::read_trunk_by_router(m, hp, moe_, &first_moe), n = hp.n_layer;
     if (!n_all) return;
-    hp.n_nextn = archs::nextn_blocks(m, n, n_all);
+    hp.n_nextn = archs::nextn_blocks(m, n, n_all, "attention.sliding_window_pattern");
     moe_.resize(size_t(n_all), 0);  // llama.cpp's MiMo-V2 MTP blocks are dense
     m.per_layer("attention.head_count_kv", n_all, kv_heads_);
     m.u("attention.value_length", dv_, hp.head_dim);

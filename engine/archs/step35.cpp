@@ -26,7 +26,7 @@ class Step35 final : public Arch {
     int first_moe = 0;
     const int n_all = archs::read_trunk_by_router(m, hp, moe_, &first_moe), n = hp.n_layer;
     if (!n_all) return;
-    hp.n_nextn = archs::nextn_blocks(m, n, n_all);
+    hp.n_nextn = archs::nextn_blocks(m, n, n_all, "attention.sliding_window_pattern");
     if (hp.n_nextn > 0) moe_ = archs::moe_by_router(m, n_all);  // dense or MoE by its router too
     const int n_run = n + hp.n_nextn;
     m.per_layer("attention.head_count", n_all, heads_);

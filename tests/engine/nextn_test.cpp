@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "engine/speculative.h"
 #include "engine/tokenizer.h"
+#include "gguf/gguf_writer.h"
 #include "golden_util.h"
 #include "speculative_util.h"
 #include "test_util.h"
@@ -237,6 +238,48 @@ TEST(Nextn, CutsAndDraftsKeepTheBlocksState) {
     ASSERT_TRUE(b.draft_nextn(0, 42, 1, ob, &db));
     EXPECT_EQ(0, std::memcmp(da.data(), db.data(), da.size() * 4));
   }
+}
+
+// MiMo-V2's chained blocks need their entries of the per-layer sliding-window pattern: a file
+// whose pattern stops at the trunk runs its trunk as before (the same logits) and has no NextN
+// block to draft with (the error says so) instead of guessing the blocks' attention.
+TEST(Nextn, ChainedBlocksWithoutTheirPatternAreNotRun) {
+  MtpCase m = load_mtp_case("mimo2-f32");
+  auto full = load_with_nextn(m.c);
+  ASSERT_TRUE(full);
+  const int n_layer = full->model.hp.n_layer;
+  const std::string key = "mimo2.attention.sliding_window_pattern";
+  auto pattern = full->file->get_number_array(key);
+  ASSERT_TRUE(pattern);
+  ASSERT_EQ(pattern->size(), size_t(n_layer + 3));
+  std::vector<int32_t> trunk(pattern->begin(), pattern->begin() + n_layer);
+  gguf::Writer w(full->file->alignment());
+  for (const auto& kv : full->file->kvs())
+    if (kv.key != key) w.add_raw_kv(kv.raw);
+  w.add_i32_array(key, trunk);
+  for (const auto& t : full->file->tensors())
+    w.add_tensor(t.name, t.type, std::vector<uint64_t>(t.ne.begin(), t.ne.begin() + t.n_dims));
+  std::string data(w.file_bytes(), '\0');
+  auto h = w.header();
+  std::memcpy(data.data(), h.data(), h.size());
+  size_t i = 0;
+  for (const auto& t : full->file->tensors())
+    std::memcpy(data.data() + w.tensor_offset(i++), t.data, t.nbytes);
+  const std::string path = full->d / "short-pattern.gguf";
+  write_file(path, data);
+  auto f = gguf::Model::open(path);
+  ASSERT_TRUE(f) << f.error().message;
+  auto with = engine::Model::load(*f, /*nextn=*/true);
+  ASSERT_FALSE(with);
+  EXPECT_NE(with.error().message.find("no NextN"), std::string::npos) << with.error().message;
+  auto plain = engine::Model::load(*f, /*nextn=*/false);
+  ASSERT_TRUE(plain) << plain.error().message;
+  auto src = engine::make_local_source(*plain);
+  engine::Engine e(*plain, *src, 2, 64);
+  std::vector<float> lg;
+  ASSERT_TRUE(e.eval(m.c.prompt, /*all_logits=*/true, lg));
+  ASSERT_EQ(lg.size(), m.c.logits.size());
+  EXPECT_LE(row_max(lg.data(), m.c.logits.data(), lg.size()), 1e-4);
 }
 
 // A model without a NextN block, or one loaded without it, says so.
