@@ -167,13 +167,15 @@ int main(int argc, char** argv) {
   app.add_option("--kv-events-topic", kv_events_topic, "the topic frame of each event batch");
   std::string speculative = "none";
   int draft_max = 8;
-  app.add_option("--speculative", speculative,
-                 "draft tokens verified in one batched eval (greedy output unchanged): none, "
-                 "ngram (prompt lookup), or mtp (the model's own NextN block, where the GGUF "
-                 "has one: GLM-4.5/4.6/4.7, GLM-5, Qwen3.5, DeepSeek-V3.2 and -V4, Hy3, Ling 3.0); "
-                 "a request may say "
-                 "\"speculative\": \"ngram\", "
-                 "\"mtp\" (with mtp here) or \"none\" itself")
+  app.add_option(
+         "--speculative", speculative,
+         "draft tokens verified in one batched eval (greedy output unchanged): none, "
+         "ngram (prompt lookup), or mtp (the model's own NextN block, where the GGUF "
+         "has one: GLM-4.5/4.6/4.7, GLM-5, Qwen3.5, Qwen3-Next, DeepSeek-V3.2 and -V4, Hy3, "
+         "Ling 3.0, MiMo-V2 and Step 3.5); "
+         "a request may say "
+         "\"speculative\": \"ngram\", "
+         "\"mtp\" (with mtp here) or \"none\" itself")
       ->check(CLI::IsMember({"none", "ngram", "mtp"}))
       ->capture_default_str();
   app.add_option("--draft-max", draft_max,
