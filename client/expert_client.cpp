@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/fd.h"
+#include "common/shared_map.h"
 #include "proto/board.h"
 #include "proto/frame.h"
 
@@ -156,9 +157,9 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& socket_path, 
     if (fds.size() <= next_fd) return make_error("expertd did not pass the arena descriptor");
     const int arena_fd = fds[next_fd].get();
     EXPERTD_TRY(sized(arena_fd, i.arena_bytes, "arena"));
-    void* m = ::mmap(nullptr, i.arena_bytes, PROT_READ, MAP_SHARED, arena_fd, 0);
-    if (m == MAP_FAILED) return errno_error("map the expertd arena");
-    c->arena_ = static_cast<const uint8_t*>(m);
+    auto m = map_shared_aligned(arena_fd, i.arena_bytes, PROT_READ, true);
+    if (!m) return make_error("map the expertd arena: " + m.error().message);
+    c->arena_ = static_cast<const uint8_t*>(*m);
   }
   return c;
 }

@@ -82,6 +82,10 @@ int cmd_status(client::Client& c, const Args& a) {
               ar["backend"].get<std::string>().c_str(), ar["slot_count"].get<uint32_t>(),
               (unsigned long long)(ar["slot_bytes"].get<uint64_t>() >> 10),
               (unsigned long long)(ar["arena_bytes"].get<uint64_t>() >> 20));
+  if (ar["backend"] == "host" && ar.contains("huge_page_bytes"))
+    std::printf("pages     %llu of %llu MiB in 2 MiB pages\n",
+                (unsigned long long)(ar["huge_page_bytes"].get<uint64_t>() >> 20),
+                (unsigned long long)(ar["arena_bytes"].get<uint64_t>() >> 20));
   std::printf("occupancy %llu used, %llu pinned\n",
               (unsigned long long)ar["slots_used"].get<uint64_t>(),
               (unsigned long long)ar["slots_pinned"].get<uint64_t>());

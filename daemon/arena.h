@@ -31,6 +31,8 @@ class SlotArena {
   virtual void abandon(uint32_t slot) { (void)slot; }
   // The descriptor passed to clients with SCM_RIGHTS (host memfd), or -1.
   virtual int share_fd() const { return -1; }
+  // host: the arena's bytes backed by 2 MiB pages (--huge-pages; the host's shmem_enabled).
+  virtual uint64_t huge_page_bytes() const { return 0; }
   // cuda: cudaIpcMemHandle_t of the arena and one cudaIpcEventHandle_t per slot, for HelloReply.
   virtual std::vector<uint8_t> ipc_memory_handle() const { return {}; }
   virtual std::vector<uint8_t> ipc_event_handles() const { return {}; }
@@ -60,9 +62,12 @@ class SlotArena {
 using expertd::host_available_bytes;  // common/meminfo.h: the slot budget
 
 // Shared host memory: a sealed memfd mapped read-write here, read-only in clients
-// (F_SEAL_FUTURE_WRITE forbids any new writable mapping). O_DIRECT reads land in the slots.
+// (F_SEAL_FUTURE_WRITE forbids any new writable mapping). O_DIRECT reads land in the slots. With
+// `huge_pages` it is mapped 2 MiB-aligned and advised to transparent huge pages before it is
+// faulted in; `warning` says so where the host left it in 4 KiB pages.
 Result<std::unique_ptr<SlotArena>> create_host_arena(uint32_t slot_count, uint64_t slot_bytes,
-                                                     bool lock_memory, std::string* warning);
+                                                     bool lock_memory, bool huge_pages,
+                                                     std::string* warning);
 
 struct CudaArenaOptions {
   int device = 0;

@@ -747,6 +747,7 @@ Gauges Cache::gauges() const {
   Gauges g;
   g.leases = leases_.size();
   g.slot_count = slots_.size();
+  g.arena_huge_bytes = arena_.huge_page_bytes();
   mark_board_pins();
   for (uint32_t s = 0; s < slots_.size(); ++s) {
     g.slots_used += slots_[s].state != State::Free;

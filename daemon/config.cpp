@@ -67,6 +67,7 @@ std::string Config::to_json() const {
                               {"residency_board", residency_board},
                               {"prefetch_admit", prefetch_admit},
                               {"lock_memory", lock_memory},
+                              {"huge_pages", huge_pages},
                               {"stats_path", stats_path},
                               {"stats_interval_s", stats_interval_s},
                               {"trace_path", trace_path},
@@ -144,6 +145,11 @@ Result<Config> parse_config(int argc, char** argv, int* exit_code) {
                  "check every read against the manifest's xxh3")
       ->capture_default_str();
   app.add_option("--lock-memory", c.lock_memory, "mlock the arena")->capture_default_str();
+  app.add_option("--huge-pages", c.huge_pages,
+                 "host arena in 2 MiB transparent huge pages where the host allows them "
+                 "(/sys/kernel/mm/transparent_hugepage/shmem_enabled advise or always; a warning "
+                 "at start says when it does not)")
+      ->capture_default_str();
   app.add_option("--residency-board", c.residency_board,
                  "share which experts are ready so engines pin hits without a round trip "
                  "(false: every acquire through the socket)")

@@ -41,6 +41,7 @@ struct Config {
   bool residency_board = true;            // proto/board.h
   std::string prefetch_admit = "colder";  // colder | always | spare
   bool lock_memory = true;
+  bool huge_pages = true;    // host arena: 2 MiB-aligned, advised to transparent huge pages
   std::string socket_group;  // chown the socket to this group (0660)
   std::string stats_path;
   uint32_t stats_interval_s = 10;

@@ -104,7 +104,7 @@ int run(const Config& cfg) {
     auto slots = plan_slots(cfg, m, max_per_request);
     if (!slots) throw std::runtime_error(slots.error().message);
     std::string warning;
-    auto a = create_host_arena(*slots, m.slot_bytes(), cfg.lock_memory, &warning);
+    auto a = create_host_arena(*slots, m.slot_bytes(), cfg.lock_memory, cfg.huge_pages, &warning);
     if (!a) throw std::runtime_error(a.error().message);
     arena = std::move(*a);
     if (!warning.empty()) spdlog::warn("{}", warning);

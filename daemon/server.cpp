@@ -671,6 +671,7 @@ std::string Server::status_json() const {
                 {"slot_bytes", arena_.slot_bytes()},
                 {"slot_count", arena_.slot_count()},
                 {"arena_bytes", arena_.arena_bytes()},
+                {"huge_page_bytes", arena_.huge_page_bytes()},
                 {"slots_used", g.slots_used},
                 {"slots_pinned", g.slots_pinned},
                 {"max_experts_per_request", cache_.max_experts_per_request()}};

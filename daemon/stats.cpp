@@ -87,6 +87,8 @@ std::vector<proto::Metric> Stats::to_metrics(const Gauges& g) const {
   gauge("pending", static_cast<double>(g.pending), "", "connections that have not said Hello yet");
   gauge("leases", static_cast<double>(g.leases), "", "leases held");
   gauge("slot_count", static_cast<double>(g.slot_count), "", "slots in the arena");
+  gauge("arena_huge_bytes", static_cast<double>(g.arena_huge_bytes), "bytes",
+        "host arena bytes in 2 MiB pages (--huge-pages, the host's shmem_enabled)");
   gauge("slots_used", static_cast<double>(g.slots_used), "", "slots holding or loading an expert");
   gauge("slots_loading", static_cast<double>(g.slots_loading), "", "slots being read");
   gauge("host_slot_count", static_cast<double>(g.host_slot_count), "",

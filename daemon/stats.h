@@ -56,6 +56,7 @@ struct Gauges {
   uint64_t pending = 0;   // connections that have not said Hello yet
   uint64_t leases = 0;
   uint64_t slot_count = 0;
+  uint64_t arena_huge_bytes = 0;  // host arena bytes in 2 MiB pages
   uint64_t slots_used = 0;
   uint64_t slots_loading = 0;
   uint64_t slots_pinned = 0;
