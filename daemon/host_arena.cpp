@@ -57,15 +57,15 @@ Result<std::unique_ptr<SlotArena>> create_host_arena(uint32_t slot_count, uint64
   if (lock_memory && ::mlock(p, bytes) != 0)
     warn("mlock of the arena failed (" + std::string(std::strerror(errno)) +
          "); raise LimitMEMLOCK to keep slots out of swap");
-  // Decode reading experts from 4 KiB pages ran at 0.85x of the same experts in the engine's own
-  // huge-page copies, 0.99x from 2 MiB pages (docs/performance.md): say so where the host refuses.
+  // Decode reading experts from 2 MiB pages ran 0-5% faster than from 4 KiB pages (0.99x of the
+  // engine's own huge-page copies against 0.95x; docs/performance.md): say so where it cannot.
   const uint64_t huge = huge_pages ? huge_mapped_bytes(p) : 0;
   if (huge_pages && bytes >= 2 * kHugePage && huge < bytes / 2) {
     const std::string policy = shmem_thp_policy();
     warn("the arena is in 4 KiB pages (" + std::to_string(huge >> 20) + " of " +
          std::to_string(bytes >> 20) + " MiB in 2 MiB pages; shmem_enabled is " +
          (policy.empty() ? "absent" : "'" + policy + "'") +
-         "): engines read experts up to 15% slower. Run 'echo advise > "
+         "): decode from its slots measured 0-5% slower than from 2 MiB pages. Run 'echo advise > "
          "/sys/kernel/mm/transparent_hugepage/shmem_enabled' before expertd starts (systemd: "
          "expertd-thp.conf in /etc/tmpfiles.d), or --huge-pages false to silence this");
   }
