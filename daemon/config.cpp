@@ -148,7 +148,7 @@ Result<Config> parse_config(int argc, char** argv, int* exit_code) {
   app.add_option("--huge-pages", c.huge_pages,
                  "host arena in 2 MiB transparent huge pages where the host allows them "
                  "(/sys/kernel/mm/transparent_hugepage/shmem_enabled advise or always; a warning "
-                 "at start says when it does not)")
+                 "at start says when it does not, for an arena of 32 MiB or more)")
       ->capture_default_str();
   app.add_option("--residency-board", c.residency_board,
                  "share which experts are ready so engines pin hits without a round trip "

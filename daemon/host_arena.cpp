@@ -59,8 +59,9 @@ Result<std::unique_ptr<SlotArena>> create_host_arena(uint32_t slot_count, uint64
          "); raise LimitMEMLOCK to keep slots out of swap");
   // Decode reading experts from 2 MiB pages ran 0-5% faster than from 4 KiB pages (0.99x of the
   // engine's own huge-page copies against 0.95x; docs/performance.md): say so where it cannot.
+  // Below 32 MiB, four times what a TLB's few thousand 4 KiB entries cover, no warning.
   const uint64_t huge = huge_pages ? huge_mapped_bytes(p) : 0;
-  if (huge_pages && bytes >= 2 * kHugePage && huge < bytes / 2) {
+  if (huge_pages && bytes >= (uint64_t{32} << 20) && huge < bytes / 2) {
     const std::string policy = shmem_thp_policy();
     warn("the arena is in 4 KiB pages (" + std::to_string(huge >> 20) + " of " +
          std::to_string(bytes >> 20) + " MiB in 2 MiB pages; shmem_enabled is " +
