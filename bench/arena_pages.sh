@@ -6,7 +6,7 @@
 # medians of the per-round ratios to --local. Huge pages in shared memory need the host's leave:
 # /sys/kernel/mm/transparent_hugepage/shmem_enabled "advise" (systemd/expertd-thp.conf); the
 # script prints the setting and each daemon's arena_huge_bytes.
-#   bash bench/arena_pages.sh [rounds] [types...]     (types: q4_k q2_k mxfp4 q8_0 iq4_xs)
+#   bash bench/arena_pages.sh [rounds] [types...]     (types: q4_k q2_k mxfp4 q8_0 iq4_xs q5_k)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${B:-build}

@@ -25,6 +25,22 @@ void pack_q4_k(const BlockQ4K* const* rows, BlockQ4Kx8& out) {
   }
 }
 
+void pack_q5_k(const BlockQ5K* const* rows, BlockQ5Kx8& out) {
+  for (int r = 0; r < 8; ++r) {
+    const BlockQ5K& b = *rows[r];
+    out.d[r] = b.d, out.dmin[r] = b.dmin;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      k4_scale_min(j, b.scales, &sc, &m);
+      out.scales[j][r] = sc;
+      out.mins[j / 2][r][j % 2] = m;
+    }
+    for (int s = 0; s < 8; ++s) std::memcpy(out.qh[s][r], b.qh + 4 * s, 4);
+    for (int p = 0; p < 4; ++p)
+      for (int s = 0; s < 8; ++s) std::memcpy(out.qs[p][s][r], b.qs + 32 * p + 4 * s, 4);
+  }
+}
+
 void pack_q2_k(const BlockQ2K* const* rows, BlockQ2Kx8& out) {
   for (int r = 0; r < 8; ++r) {
     const BlockQ2K& b = *rows[r];
@@ -90,9 +106,11 @@ const Transpose8 transpose8 = [] {
 
 // The inverses: the rows' blocks b from eight rows' block b (every byte of the rows comes back,
 // the 6-bit scales packed again as the rows hold them).
-void unpack_q4_k(const BlockQ4Kx8& in, BlockQ4K* const* rows) {
+// Q4_K's and Q5_K's d, dmin and 6-bit scales and mins, packed again as the rows hold them.
+template <class Block, class Block8>
+void unpack_k45_scales(const Block8& in, Block* const* rows) {
   for (int r = 0; r < 8; ++r) {
-    BlockQ4K& b = *rows[r];
+    Block& b = *rows[r];
     b.d = in.d[r], b.dmin = in.dmin[r];
     uint8_t sc[8], m[8];
     for (int j = 0; j < 8; ++j) sc[j] = in.scales[j][r], m[j] = in.mins[j / 2][r][j % 2];
@@ -107,6 +125,17 @@ void unpack_q4_k(const BlockQ4Kx8& in, BlockQ4K* const* rows) {
     for (int r = 0; r < 8; ++r) dst[r] = rows[r]->qs + 32 * p;
     transpose8(in.qs[p], dst);
   }
+}
+
+void unpack_q4_k(const BlockQ4Kx8& in, BlockQ4K* const* rows) {
+  unpack_k45_scales(in, rows);
+}
+
+void unpack_q5_k(const BlockQ5Kx8& in, BlockQ5K* const* rows) {
+  unpack_k45_scales(in, rows);
+  uint8_t* dst[8];
+  for (int r = 0; r < 8; ++r) dst[r] = rows[r]->qh;
+  transpose8(in.qh, dst);
 }
 
 void unpack_q2_k(const BlockQ2Kx8& in, BlockQ2K* const* rows) {
@@ -204,13 +233,14 @@ void unpack_groups(const void* w8, size_t row, int64_t nb, void* out, int64_t g0
 }  // namespace
 
 bool rows8_supported(uint32_t wtype) {
-  return wtype == Q4_K || wtype == Q2_K || wtype == Q3_K || wtype == MXFP4 || wtype == Q8_0 ||
-         wtype == IQ4_XS;
+  return wtype == Q4_K || wtype == Q5_K || wtype == Q2_K || wtype == Q3_K || wtype == MXFP4 ||
+         wtype == Q8_0 || wtype == IQ4_XS;
 }
 
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
   assert(rows8_supported(wtype) && rows % 8 == 0 && cols % kQK_K == 0);
   if (wtype == Q4_K) return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockQ4Kx8);
+  if (wtype == Q5_K) return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockQ5Kx8);
   if (wtype == Q3_K) return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockQ3Kx8);
   if (wtype == IQ4_XS) return size_t(rows / 8) * size_t(cols / kQK_K) * sizeof(BlockIq4Xsx8);
   return size_t(rows) * row_size(wtype, cols);  // the rows' bytes, rearranged
@@ -228,6 +258,8 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
       pack_groups<BlockQ3K, BlockQ3Kx8, pack_q3_k>(w, row, cols / kQK_K, out, g0, g1);
     else if (wtype == IQ4_XS)
       pack_groups<BlockIq4Xs, BlockIq4Xsx8, pack_iq4_xs>(w, row, cols / kQK_K, out, g0, g1);
+    else if (wtype == Q5_K)
+      pack_groups<BlockQ5K, BlockQ5Kx8, pack_q5_k>(w, row, cols / kQK_K, out, g0, g1);
     else if (wtype == MXFP4)
       pack_groups<BlockMxfp4, BlockMxfp4x8, pack_mxfp4>(w, row, cols / kQK8_0, out, g0, g1);
     else
@@ -250,6 +282,8 @@ void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out
     unpack_groups<BlockQ3K, BlockQ3Kx8, unpack_q3_k>(w8, row, cols / kQK_K, out, g0, g1);
   else if (wtype == IQ4_XS)
     unpack_groups<BlockIq4Xs, BlockIq4Xsx8, unpack_iq4_xs>(w8, row, cols / kQK_K, out, g0, g1);
+  else if (wtype == Q5_K)
+    unpack_groups<BlockQ5K, BlockQ5Kx8, unpack_q5_k>(w8, row, cols / kQK_K, out, g0, g1);
   else if (wtype == MXFP4)
     unpack_groups<BlockMxfp4, BlockMxfp4x8, unpack_mxfp4>(w8, row, cols / kQK8_0, out, g0, g1);
   else
@@ -284,6 +318,9 @@ void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const 
   } else if (wtype == IQ4_XS) {
     const auto* group = static_cast<const BlockIq4Xsx8*>(w8) + g * (cols / kQK_K);
     avx2::rows8_iq4_xs(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
+  } else if (wtype == Q5_K) {
+    const auto* group = static_cast<const BlockQ5Kx8*>(w8) + g * (cols / kQK_K);
+    avx2::rows8_q5_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
   } else if (wtype == MXFP4) {
     const auto* group = static_cast<const BlockMxfp4x8*>(w8) + g * (cols / kQK8_0);
     avx2::rows8_mxfp4(group, cols, reinterpret_cast<const BlockQ8_0* const*>(xs), n_tok, out);

@@ -27,6 +27,18 @@ struct BlockQ4Kx8 {
 };
 static_assert(sizeof(BlockQ4Kx8) == 1184);
 
+// Eight rows' super-block b of Q5_K (1440 bytes against the rows' 8 x 176): Q4_K's, and the high
+// bits' 32 bytes of every row interleaved in 4-byte steps (step s: the row's qh[4s ..], whose bits
+// 2p and 2p + 1 are the fifth bits of pair p's step s, low and high nibbles).
+struct BlockQ5Kx8 {
+  uint16_t d[8], dmin[8];  // fp16, row r in [r]
+  uint8_t scales[8][8];    // [sub-block][row]
+  uint8_t mins[4][8][2];   // [sub-block pair][row][sub-block 2p, 2p + 1]
+  uint8_t qh[8][8][4];     // [step s][row][4 bytes]: the row's qh[4s ..]
+  uint8_t qs[4][8][8][4];  // [sub-block pair p][step s][row][4 bytes]: the row's qs[32p + 4s ..]
+};
+static_assert(sizeof(BlockQ5Kx8) == 1440);
+
 // Eight rows' block b of MXFP4 (the rows' 8 x 17 bytes): the exponents, the codes interleaved in
 // 4-byte steps.
 struct BlockMxfp4x8 {
@@ -94,6 +106,8 @@ void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* 
                 float* out);
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                   float* out);
+void rows8_q5_k(const BlockQ5Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out);
 }  // namespace avx2
 
 namespace avx512 {  // AVX-512 VNNI (256-bit registers); the other types run the AVX2 bodies

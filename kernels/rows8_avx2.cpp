@@ -16,10 +16,13 @@ inline __m256i dup_words(const uint8_t* v) {
   return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(b, b));
 }
 
-template <int N>
-void q4_k_group(const BlockQ4Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
-  const __m256i low4 = _mm256_set1_epi8(0xF);
-  blocks<N, 16>(x, nb, out, [&](int64_t b, const BlockQ4Kx8& w, __m256(*acc)[8]) {
+// Q4_K and Q5_K (kFive: each code's fifth bit from qh, so codes up to 31, and the 16-bit sums
+// hold 4 steps of pairs, <= 2 * 31 * 128 * 4 < 2^15, before they go to I; Q4_K's hold all 8).
+template <int N, bool kFive, class Block8>
+void k45_group(const Block8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
+  const __m256i low4 = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
+  constexpr int kSteps = kFive ? 4 : 8;
+  blocks<N, 16>(x, nb, out, [&](int64_t b, const Block8& w, __m256(*acc)[8]) {
     __m256i I[N], M[N];
     alignas(16) int32_t bs[N][4];  // the activations' 32-element sums as i16 pairs (2p, 2p + 1)
     for (int t = 0; t < N; ++t) {
@@ -32,26 +35,34 @@ void q4_k_group(const BlockQ4Kx8* x, int64_t nb, const BlockQ8K* const* ys, floa
     for (int p = 0; p < 4; ++p) {
       const __m256i mins =
           _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.mins[p])));
-      __m256i lo_sum[N], hi_sum[N];  // i16: 8 steps of pairs <= 2 * 15 * 128 stay below 2^15
-      for (int t = 0; t < N; ++t) {
-        M[t] = _mm256_add_epi32(M[t], _mm256_madd_epi16(mins, _mm256_set1_epi32(bs[t][p])));
-        lo_sum[t] = hi_sum[t] = _mm256_setzero_si256();
-      }
-#pragma GCC unroll 8
-      for (int s = 0; s < 8; ++s) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[p][s]));
-        const __m256i lo = _mm256_and_si256(q, low4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        for (int t = 0; t < N; ++t) {
-          const int8_t* a = ys[t][b].qs + 64 * p + 4 * s;
-          lo_sum[t] = _mm256_add_epi16(lo_sum[t], _mm256_maddubs_epi16(lo, bcast32(a)));
-          hi_sum[t] = _mm256_add_epi16(hi_sum[t], _mm256_maddubs_epi16(hi, bcast32(a + 32)));
-        }
-      }
-      const __m256i sl = dup_words(w.scales[2 * p]), sh = dup_words(w.scales[2 * p + 1]);
       for (int t = 0; t < N; ++t)
-        I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_madd_epi16(lo_sum[t], sl),
-                                                       _mm256_madd_epi16(hi_sum[t], sh)));
+        M[t] = _mm256_add_epi32(M[t], _mm256_madd_epi16(mins, _mm256_set1_epi32(bs[t][p])));
+      const __m256i sl = dup_words(w.scales[2 * p]), sh = dup_words(w.scales[2 * p + 1]);
+      const __m128i hshift = _mm_cvtsi32_si128(2 * p);  // qh's bits 2p, 2p + 1 to bits 0, 1
+      for (int h = 0; h < 8; h += kSteps) {
+        __m256i lo_sum[N], hi_sum[N];  // i16: Q4_K's 8 steps of pairs <= 2 * 15 * 128 < 2^15
+        for (int t = 0; t < N; ++t) lo_sum[t] = hi_sum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int s = h; s < h + kSteps; ++s) {
+          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[p][s]));
+          __m256i lo = _mm256_and_si256(q, low4);
+          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+          if constexpr (kFive) {
+            const __m256i qh = _mm256_srl_epi16(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh[s])), hshift);
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
+          }
+          for (int t = 0; t < N; ++t) {
+            const int8_t* a = ys[t][b].qs + 64 * p + 4 * s;
+            lo_sum[t] = _mm256_add_epi16(lo_sum[t], _mm256_maddubs_epi16(lo, bcast32(a)));
+            hi_sum[t] = _mm256_add_epi16(hi_sum[t], _mm256_maddubs_epi16(hi, bcast32(a + 32)));
+          }
+        }
+        for (int t = 0; t < N; ++t)
+          I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_madd_epi16(lo_sum[t], sl),
+                                                         _mm256_madd_epi16(hi_sum[t], sh)));
+      }
     }
     const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
     const __m256 dmx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.dmin)));
@@ -299,7 +310,12 @@ void transpose8_u32(const void* in, uint8_t* const* rows) {
 
 void rows8_q4_k(const BlockQ4Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                 float* out) {
-  x86::with_n(n_tok, [&](auto N) { q4_k_group<N>(group, cols / kQK_K, ys, out); });
+  x86::with_n(n_tok, [&](auto N) { k45_group<N, false>(group, cols / kQK_K, ys, out); });
+}
+
+void rows8_q5_k(const BlockQ5Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out) {
+  x86::with_n(n_tok, [&](auto N) { k45_group<N, true>(group, cols / kQK_K, ys, out); });
 }
 
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,

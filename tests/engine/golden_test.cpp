@@ -89,7 +89,7 @@ TEST(Golden, EveryLlamaCppWeightTypeMatchesLlamaCpp) {
 
 // Through a real expertd with a cache smaller than the model and acquires smaller than a
 // layer's unique experts (so prefill's layers come in waves): bit-identical to the local path.
-// The local engine runs as expert-run builds it, its Q4_K, Q2_K, Q3_K, MXFP4, Q8_0 and IQ4_XS
+// The local engine runs as expert-run builds it, its Q4_K, Q5_K, Q2_K, Q3_K, MXFP4, Q8_0, IQ4_XS
 // matrices (core and experts) read from interleaved copies (kernels/rows8.h); the daemon's experts
 // come in the pack's layout: their rows, or (rows8) those types interleaved in the pack itself,
 // which the engine reads in the slot with no copy.
