@@ -10,9 +10,11 @@ namespace kernels {
 
 namespace {
 
-void pack_q4_k(const BlockQ4K* const* rows, BlockQ4Kx8& out) {
+// Q4_K's and Q5_K's d, dmin, 6-bit scales and mins unpacked, and 4-bit codes interleaved.
+template <class Block, class Block8>
+void pack_k45(const Block* const* rows, Block8& out) {
   for (int r = 0; r < 8; ++r) {
-    const BlockQ4K& b = *rows[r];
+    const Block& b = *rows[r];
     out.d[r] = b.d, out.dmin[r] = b.dmin;
     for (int j = 0; j < 8; ++j) {
       uint8_t sc, m;
@@ -25,20 +27,14 @@ void pack_q4_k(const BlockQ4K* const* rows, BlockQ4Kx8& out) {
   }
 }
 
+void pack_q4_k(const BlockQ4K* const* rows, BlockQ4Kx8& out) {
+  pack_k45(rows, out);
+}
+
 void pack_q5_k(const BlockQ5K* const* rows, BlockQ5Kx8& out) {
-  for (int r = 0; r < 8; ++r) {
-    const BlockQ5K& b = *rows[r];
-    out.d[r] = b.d, out.dmin[r] = b.dmin;
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      k4_scale_min(j, b.scales, &sc, &m);
-      out.scales[j][r] = sc;
-      out.mins[j / 2][r][j % 2] = m;
-    }
-    for (int s = 0; s < 8; ++s) std::memcpy(out.qh[s][r], b.qh + 4 * s, 4);
-    for (int p = 0; p < 4; ++p)
-      for (int s = 0; s < 8; ++s) std::memcpy(out.qs[p][s][r], b.qs + 32 * p + 4 * s, 4);
-  }
+  pack_k45(rows, out);
+  for (int r = 0; r < 8; ++r)
+    for (int s = 0; s < 8; ++s) std::memcpy(out.qh[s][r], rows[r]->qh + 4 * s, 4);
 }
 
 void pack_q2_k(const BlockQ2K* const* rows, BlockQ2Kx8& out) {
