@@ -30,33 +30,13 @@ std::string vm_flags(const void* start) {
   return "";
 }
 
-double metric(client::Client& c, const std::string& name) {
-  auto m = c.stats();
-  EXPECT_TRUE(m);
-  if (m)
-    for (const auto& x : *m)
-      if (x.name == name) return x.value;
-  ADD_FAILURE() << "no metric " << name;
-  return -1;
-}
-
 // The fixture's model with 4x wider experts (~0.8 MiB each): every expert in slots makes an
 // arena past the 32 MiB below which the daemon does not warn about its pages.
 class BigArena : public ::testing::Test {
  protected:
   void SetUp() override {
-    engine::SynthOptions o;
-    o.dims = {256, kLayers, kExperts, 4, 1024, 4, 2, 512};
-    o.type = gguf::GgmlType::Q8_0;
-    o.out_path = dir_ / "m.gguf";
-    o.progress = false;
-    ASSERT_TRUE(engine::write_synth(o));
-    pack::BuildOptions b;
-    b.model_path = o.out_path;
-    b.progress = false;
-    auto rep = pack::build_pack(b);
-    ASSERT_TRUE(rep) << rep.error().message;
-    manifest_ = rep->manifest_path;
+    manifest_ = write_packed_synth(dir_, 1024);
+    ASSERT_FALSE(manifest_.empty());
   }
   std::unique_ptr<Daemon> start(std::vector<std::string> flags) {
     auto d = std::make_unique<Daemon>(manifest_, socket(), flags);

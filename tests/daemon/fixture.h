@@ -15,23 +15,45 @@ namespace expertd::test {
 inline constexpr uint32_t kExperts = 32;
 inline constexpr uint32_t kLayers = 2;
 
+// The tests' synthetic model (kLayers x kExperts Q8_0 experts of n_ff rows) as DIR/m.gguf, and
+// packed beside it: the manifest's path, "" on failure (reported).
+inline std::string write_packed_synth(const TempDir& dir, uint64_t n_ff) {
+  engine::SynthOptions o;
+  o.dims = {256, kLayers, kExperts, 4, n_ff, 4, 2, 512};
+  o.type = gguf::GgmlType::Q8_0;
+  o.out_path = dir / "m.gguf";
+  o.progress = false;
+  if (auto st = engine::write_synth(o); !st) {
+    ADD_FAILURE() << st.error().message;
+    return "";
+  }
+  pack::BuildOptions b;
+  b.model_path = o.out_path;
+  b.progress = false;
+  auto rep = pack::build_pack(b);
+  EXPECT_TRUE(rep) << (rep ? "" : rep.error().message);
+  return rep ? rep->manifest_path : "";
+}
+
+// An expertd metric's value as the client's Stats request reports it.
+inline double metric(client::Client& c, const std::string& name) {
+  auto m = c.stats();
+  EXPECT_TRUE(m);
+  if (m)
+    for (const auto& x : *m)
+      if (x.name == name) return x.value;
+  ADD_FAILURE() << "no metric " << name;
+  return -1;
+}
+
 class DaemonTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    engine::SynthOptions o;
-    o.dims = {256, kLayers, kExperts, 4, 256, 4, 2, 512};
-    o.type = gguf::GgmlType::Q8_0;
-    o.out_path = *dir_ / "m.gguf";
-    o.progress = false;
-    ASSERT_TRUE(engine::write_synth(o));
-    pack::BuildOptions b;
-    b.model_path = o.out_path;
-    b.progress = false;
-    auto rep = pack::build_pack(b);
-    ASSERT_TRUE(rep) << rep.error().message;
-    manifest_ = new pack::Manifest(*pack::load_manifest(rep->manifest_path));
-    auto m = gguf::Model::open(o.out_path);
+    const std::string manifest = write_packed_synth(*dir_, 256);
+    ASSERT_FALSE(manifest.empty());
+    manifest_ = new pack::Manifest(*pack::load_manifest(manifest));
+    auto m = gguf::Model::open(*dir_ / "m.gguf");
     ASSERT_TRUE(m);
     source_ = new gguf::Model(std::move(*m));
   }
@@ -59,14 +81,7 @@ class DaemonTest : public ::testing::Test {
     return c ? std::move(*c) : nullptr;
   }
 
-  static double stat(client::Client& c, const std::string& name) {
-    auto m = c.stats();
-    EXPECT_TRUE(m);
-    for (const auto& x : *m)
-      if (x.name == name) return x.value;
-    ADD_FAILURE() << "no metric " << name;
-    return -1;
-  }
+  static double stat(client::Client& c, const std::string& name) { return metric(c, name); }
 
   // Every role of expert i of the lease equals the source GGUF's bytes.
   static bool slot_matches_source(const client::Client& c, const client::Lease& l, size_t i) {
