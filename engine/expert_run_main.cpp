@@ -21,6 +21,7 @@
 #include "engine/speculative.h"
 #include "engine/state_file.h"
 #include "engine/tokenizer.h"
+#include "kernels/kernels.h"
 
 using namespace engine;
 
@@ -58,13 +59,13 @@ void add_common(CLI::App* c, Common& o) {
   c->add_flag("--prefetch", o.prefetch,
               "hint the next layer's likely experts to expertd before they are needed (bench also "
               "reports how well the routers one and two layers ahead predicted each layer's)");
-  c->add_flag(
-      "--interleave,!--no-interleave", o.interleave,
-      "CPU: decode reads interleaved copies (eight rows side by side) of the Q4_K, Q2_K, "
-      "Q3_K, MXFP4, Q8_0, IQ4_XS and Q5_K matrices of the core and, with --local where they fit "
-      "in half the "
-      "available memory, of the "
-      "experts; the same logits, the copies' memory added (default: on)");
+  c->add_flag("--interleave,!--no-interleave", o.interleave,
+              "CPU: decode reads interleaved copies (eight rows side by side) of the " +
+                  kernels::rows8_type_names() +
+                  " matrices of the core and, with --local where they fit "
+                  "in half the "
+                  "available memory, of the "
+                  "experts; the same logits, the copies' memory added (default: on)");
   c->add_option("--device", o.device,
                 "cpu, or cuda: weights, KV cache and MoE kernels on the GPU, experts from a cuda "
                 "expertd's VRAM slots (or uploaded whole with --local)")

@@ -47,10 +47,11 @@ void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const flo
 
 // Weights interleaved eight rows at a time (kernels/rows8.h): a copy of a matrix whose
 // matrix-vector product (decode, and any job too small for a matrix-matrix panel) reads eight rows
-// in the lanes of one register, for the types with such a body (Q4_K, Q2_K, Q3_K, MXFP4, Q8_0,
-// IQ4_XS, Q5_K). It gives the rows' bits: a job's w8 is an addition to its w, which the panels and
-// the scalar reference still read.
+// in the lanes of one register, for the types with such a body (rows8_type_names()). It gives the
+// rows' bits: a job's w8 is an addition to its w, which the panels and the scalar reference still
+// read.
 bool rows8_supported(uint32_t wtype);
+std::string rows8_type_names();  // those types, for help texts ("Q4_0, Q4_1, ...")
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols);  // rows % 8 == 0, cols % 256 == 0
 void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void* out,
                 ThreadPool* pool = nullptr);

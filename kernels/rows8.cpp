@@ -87,6 +87,18 @@ void pack_iq4_xs(const BlockIq4Xs* const* rows, BlockIq4Xsx8& out) {
   }
 }
 
+// The legacy 32-element blocks and IQ4_NL: scales (and mins), fifth bits, codes in 4-byte steps.
+template <class Block, class Block8>
+void pack_b32(const Block* const* rows, Block8& out) {
+  for (int r = 0; r < 8; ++r) {
+    const Block& b = *rows[r];
+    out.d[r] = b.d;
+    if constexpr (requires { b.m; }) out.m[r] = b.m;
+    if constexpr (requires { b.qh; }) std::memcpy(&out.qh[r], b.qh, 4);
+    for (int s = 0; s < 4; ++s) std::memcpy(out.qs[s][r], b.qs + 4 * s, 4);
+  }
+}
+
 // Eight steps of eight rows' four bytes back into the rows (row r's 32 bytes to rows[r]): the AVX2
 // transpose where the CPU has it.
 void transpose8_scalar(const void* in, uint8_t* const* rows) {
@@ -200,6 +212,17 @@ void unpack_iq4_xs(const BlockIq4Xsx8& in, BlockIq4Xs* const* rows) {
   }
 }
 
+template <class Block, class Block8>
+void unpack_b32(const Block8& in, Block* const* rows) {
+  for (int r = 0; r < 8; ++r) {
+    Block& b = *rows[r];
+    b.d = in.d[r];
+    if constexpr (requires { b.m; }) b.m = in.m[r];
+    if constexpr (requires { b.qh; }) std::memcpy(b.qh, &in.qh[r], 4);
+    for (int s = 0; s < 4; ++s) std::memcpy(b.qs + 4 * s, in.qs[s][r], 4);
+  }
+}
+
 // Eight rows' block b (rows8.h's layout of the type) from the rows' blocks b.
 template <class Block, class Block8, void (*kPack)(const Block* const*, Block8&)>
 void pack_groups(const void* w, size_t row, int64_t nb, void* out, int64_t g0, int64_t g1) {
@@ -226,11 +249,40 @@ void unpack_groups(const void* w8, size_t row, int64_t nb, void* out, int64_t g0
     }
 }
 
+bool is_b32(uint32_t wtype) {  // the types of BlockB32x8
+  return wtype == Q4_0 || wtype == Q4_1 || wtype == Q5_0 || wtype == Q5_1 || wtype == IQ4_NL;
+}
+
+// The rows' blocks b of the legacy 32-element types and IQ4_NL from eight rows' blocks b (pack:
+// the other way), for groups g0 .. g1.
+void b32_groups(bool pack, uint32_t wtype, const void* in, size_t row, int64_t nb, void* out,
+                int64_t g0, int64_t g1) {
+  auto run = [&]<class Block, class Block8>() {
+    if (pack)
+      pack_groups<Block, Block8, pack_b32<Block, Block8>>(in, row, nb, out, g0, g1);
+    else
+      unpack_groups<Block, Block8, unpack_b32<Block, Block8>>(in, row, nb, out, g0, g1);
+  };
+  switch (wtype) {
+    case Q4_0:
+      return run.template operator()<BlockQ4_0, BlockQ4_0x8>();
+    case Q4_1:
+      return run.template operator()<BlockQ4_1, BlockQ4_1x8>();
+    case Q5_0:
+      return run.template operator()<BlockQ5_0, BlockQ5_0x8>();
+    case Q5_1:
+      return run.template operator()<BlockQ5_1, BlockQ5_1x8>();
+    default:
+      assert(wtype == IQ4_NL);
+      return run.template operator()<BlockIq4Nl, BlockIq4Nlx8>();
+  }
+}
+
 }  // namespace
 
 bool rows8_supported(uint32_t wtype) {
   return wtype == Q4_K || wtype == Q5_K || wtype == Q2_K || wtype == Q3_K || wtype == MXFP4 ||
-         wtype == Q8_0 || wtype == IQ4_XS;
+         wtype == Q8_0 || wtype == IQ4_XS || is_b32(wtype);
 }
 
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
@@ -258,6 +310,8 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
       pack_groups<BlockQ5K, BlockQ5Kx8, pack_q5_k>(w, row, cols / kQK_K, out, g0, g1);
     else if (wtype == MXFP4)
       pack_groups<BlockMxfp4, BlockMxfp4x8, pack_mxfp4>(w, row, cols / kQK8_0, out, g0, g1);
+    else if (is_b32(wtype))
+      b32_groups(true, wtype, w, row, cols / kQK8_0, out, g0, g1);
     else
       pack_groups<BlockQ8_0, BlockQ8_0x8, pack_q8_0>(w, row, cols / kQK8_0, out, g0, g1);
   };
@@ -282,6 +336,8 @@ void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out
     unpack_groups<BlockQ5K, BlockQ5Kx8, unpack_q5_k>(w8, row, cols / kQK_K, out, g0, g1);
   else if (wtype == MXFP4)
     unpack_groups<BlockMxfp4, BlockMxfp4x8, unpack_mxfp4>(w8, row, cols / kQK8_0, out, g0, g1);
+  else if (is_b32(wtype))
+    b32_groups(false, wtype, w8, row, cols / kQK8_0, out, g0, g1);
   else
     unpack_groups<BlockQ8_0, BlockQ8_0x8, unpack_q8_0>(w8, row, cols / kQK8_0, out, g0, g1);
 }
@@ -317,6 +373,9 @@ void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const 
   } else if (wtype == Q5_K) {
     const auto* group = static_cast<const BlockQ5Kx8*>(w8) + g * (cols / kQK_K);
     avx2::rows8_q5_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
+  } else if (is_b32(wtype)) {
+    const auto* group = static_cast<const uint8_t*>(w8) + size_t(g) * rows8_bytes(wtype, 8, cols);
+    avx2::rows8_b32(wtype, group, cols, xs, n_tok, out);
   } else if (wtype == MXFP4) {
     const auto* group = static_cast<const BlockMxfp4x8*>(w8) + g * (cols / kQK8_0);
     avx2::rows8_mxfp4(group, cols, reinterpret_cast<const BlockQ8_0* const*>(xs), n_tok, out);

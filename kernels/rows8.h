@@ -83,6 +83,45 @@ struct BlockIq4Xsx8 {
 };
 static_assert(sizeof(BlockIq4Xsx8) == 1104);
 
+// Eight rows' block b of the legacy 32-element types (Q4_0, Q4_1, Q5_0, Q5_1) and IQ4_NL (the
+// rows' 8 x 18 to 8 x 24 bytes): the scales (and mins), each row's 32 fifth bits as its u32, the
+// codes interleaved in 4-byte steps (step s: the row's qs[4s ..], elements 4s.. in the low
+// nibbles, 16 + 4s.. in the high). IQ4_NL's blocks are Q4_0's (an fp16 scale, 16 bytes of codes).
+template <bool kMin, bool kFifth>
+struct BlockB32x8;
+template <>
+struct BlockB32x8<false, false> {  // Q4_0, IQ4_NL
+  uint16_t d[8];
+  uint8_t qs[4][8][4];
+};
+template <>
+struct BlockB32x8<true, false> {  // Q4_1
+  uint16_t d[8], m[8];
+  uint8_t qs[4][8][4];
+};
+template <>
+struct BlockB32x8<false, true> {  // Q5_0
+  uint16_t d[8];
+  uint32_t qh[8];
+  uint8_t qs[4][8][4];
+};
+template <>
+struct BlockB32x8<true, true> {  // Q5_1
+  uint16_t d[8], m[8];
+  uint32_t qh[8];
+  uint8_t qs[4][8][4];
+};
+using BlockQ4_0x8 = BlockB32x8<false, false>;
+using BlockIq4Nlx8 = BlockB32x8<false, false>;
+using BlockQ4_1x8 = BlockB32x8<true, false>;
+using BlockQ5_0x8 = BlockB32x8<false, true>;
+using BlockQ5_1x8 = BlockB32x8<true, true>;
+static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0) &&
+              sizeof(BlockIq4Nlx8) == 8 * sizeof(BlockIq4Nl) &&
+              sizeof(BlockQ4_1x8) == 8 * sizeof(BlockQ4_1) &&
+              sizeof(BlockQ5_0x8) == 8 * sizeof(BlockQ5_0) &&
+              sizeof(BlockQ5_1x8) == 8 * sizeof(BlockQ5_1));
+
 // Groups g0 .. g1 of an interleaved matrix back into its rows (rows 8 g0 .. 8 g1 of `out`, a
 // matrix of rows in wtype): rows8_unpack's loop, for callers that split it themselves.
 void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out, int64_t g0,
@@ -108,6 +147,10 @@ void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const
                   float* out);
 void rows8_q5_k(const BlockQ5Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                 float* out);
+// Q4_0, Q5_0 and IQ4_NL against Q8_0 activations, Q4_1 and Q5_1 against Q8_1 ones: wtype says
+// which (group and ys of its block types).
+void rows8_b32(uint32_t wtype, const void* group, int64_t cols, const void* const* ys, int n_tok,
+               float* out);
 }  // namespace avx2
 
 namespace avx512 {  // AVX-512 VNNI (256-bit registers); the other types run the AVX2 bodies

@@ -5,6 +5,7 @@
 
 #include "kernels/dequant.h"
 #include "kernels/isa.h"
+#include "kernels/kernels.h"
 
 namespace kernels {
 namespace {
@@ -180,6 +181,10 @@ std::string supported_type_names() {
 
 std::string cuda_type_names() {
   return names([](const TypeTraits& t) { return t.cuda; });
+}
+
+std::string rows8_type_names() {
+  return names([](const TypeTraits& t) { return rows8_supported(t.id); });
 }
 
 }  // namespace kernels

@@ -15,8 +15,8 @@ struct BuildOptions {
   std::string out_dir;  // "" = the model's directory
   bool progress = true;
   uint64_t batch_bytes = 32ull << 20;  // bytes per write; two batches are in memory at once
-  // Layout::Rows8: every expert matrix whose type has interleaved rows (kernels' rows8: Q4_K,
-  // Q5_K, Q2_K, Q3_K, MXFP4, Q8_0, IQ4_XS) stored that way, for engines on the CPU; the others as
+  // Layout::Rows8: every expert matrix whose type has interleaved rows (kernels'
+  // rows8_supported) stored that way, for engines on the CPU; the others as
   // rows.
   Layout layout = Layout::Rows;
 };

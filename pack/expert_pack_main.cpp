@@ -36,13 +36,14 @@ int main(int argc, char** argv) {
                   "re-read the pack (O_DIRECT) and compare it with the source");
   std::string layout = "rows";
   build
-      ->add_option(
-          "--layout", layout,
-          "how experts are stored: rows (as the GGUF; every engine and expertd "
-          "--backend cuda), or rows8 (Q4_K, Q5_K, Q2_K, Q3_K, MXFP4, Q8_0 and IQ4_XS matrices "
-          "interleaved eight rows at a time: expert-run on the CPU decodes them with no "
-          "copy, near --local's speed and with the same logits; a cuda expertd and "
-          "clients that read rows refuse such a pack)")
+      ->add_option("--layout", layout,
+                   "how experts are stored: rows (as the GGUF; every engine and expertd "
+                   "--backend cuda), or rows8 (" +
+                       kernels::rows8_type_names() +
+                       " matrices interleaved eight rows at a time: expert-run on the CPU decodes "
+                       "them with no "
+                       "copy, near --local's speed and with the same logits; a cuda expertd and "
+                       "clients that read rows refuse such a pack)")
       ->check(CLI::IsMember({"rows", "rows8"}))
       ->capture_default_str();
 

@@ -19,6 +19,7 @@
 #include "engine/state_file.h"
 #include "engine/tokenizer.h"
 #include "gguf/gguf_reader.h"
+#include "kernels/kernels.h"
 #include "serve/dashboard.h"
 #include "serve/kv_events.h"
 #include "serve/metrics.h"
@@ -137,9 +138,10 @@ int main(int argc, char** argv) {
                "they are needed");
   app.add_flag(
       "--interleave,!--no-interleave", interleave,
-      "CPU: decode reads interleaved copies (eight rows side by side) of the Q4_K, "
-      "MXFP4 and Q8_0 matrices of the core and, with --local where they fit in half the available "
-      "memory, of the experts; the same logits, the copies' memory added (default: on)");
+      "CPU: decode reads interleaved copies (eight rows side by side) of the " +
+          kernels::rows8_type_names() +
+          " matrices of the core and, with --local where they fit in half the available "
+          "memory, of the experts; the same logits, the copies' memory added (default: on)");
   app.add_option("--workers", workers,
                  "engine processes, each with its own --parallel sequences and KV caches, on one "
                  "expertd (1: the engine runs in this process)")

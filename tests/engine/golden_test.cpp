@@ -89,10 +89,10 @@ TEST(Golden, EveryLlamaCppWeightTypeMatchesLlamaCpp) {
 
 // Through a real expertd with a cache smaller than the model and acquires smaller than a
 // layer's unique experts (so prefill's layers come in waves): bit-identical to the local path.
-// The local engine runs as expert-run builds it, its Q4_K, Q5_K, Q2_K, Q3_K, MXFP4, Q8_0, IQ4_XS
-// matrices (core and experts) read from interleaved copies (kernels/rows8.h); the daemon's experts
-// come in the pack's layout: their rows, or (rows8) those types interleaved in the pack itself,
-// which the engine reads in the slot with no copy.
+// The local engine runs as expert-run builds it, the matrices of the types with interleaved rows
+// (kernels::rows8_supported; core and experts) read from interleaved copies (kernels/rows8.h); the
+// daemon's experts come in the pack's layout: their rows, or (rows8) those types interleaved in the
+// pack itself, which the engine reads in the slot with no copy.
 static void expect_daemon_path_bit_identical(const char* id, expertd::pack::Layout layout) {
   SCOPED_TRACE(id);
   Case c = load_case(id);
@@ -155,12 +155,14 @@ TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
 
 // A pack built with --layout rows8 (each model has experts of a type with interleaved rows:
 // Q4_K with Q6_K's rows beside them in the Q4_K_M mixes, Q2_K with Q3_K, Q3_K, MXFP4 with F32
-// biases, Q8_0): the same logits, prefill's panels reading rows the kernels unpack from the slot.
+// biases, Q8_0, and the legacy blocks and IQ4_NL: Q4_0, Q4_1, Q5_1, IQ4_NL): the same logits,
+// prefill's panels reading rows the kernels unpack from the slot.
 TEST(Golden, InterleavedPackIsBitIdenticalToLocal) {
   REQUIRE_GOLDEN();
   for (const char* id :
        {"qwen3moe-B-s11-q4_k_m", "deepseek2-B-s11-q4_k_m", "gpt-oss-B-s11-mxfp4_moe",
-        "quant/qwen3moe-q2_k", "quant/qwen3moe-q3_k_s", "qwen3moe-A-s1-q8_0"})
+        "quant/qwen3moe-q2_k", "quant/qwen3moe-q3_k_s", "qwen3moe-A-s1-q8_0", "quant/qwen3moe-q4_0",
+        "quant/qwen3moe-q4_1", "quant/qwen3moe-q5_1", "quant/qwen3moe-iq4_nl"})
     expect_daemon_path_bit_identical(id, expertd::pack::Layout::Rows8);
 }
 
