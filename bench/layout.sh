@@ -3,12 +3,14 @@
 # interleaved copies) against expert-run through expertd, its cache holding the whole model, from
 # a pack in rows (as the GGUF stores them) and from one built with --layout rows8 (the types with
 # interleaved rows stored that way). A Qwen3-30B-A3B-shaped synthetic model (4 layers) in Q4_K,
-# Q2_K with Q3_K down (Kimi-K3's mix), MXFP4 experts (DeepSeek-V4-Flash's), Q8_0, IQ4_XS, Q5_K, Q4_0
-# or IQ4_NL; each run decodes (and prefills 256 tokens) after a warm-up run has filled the daemon's
-# cache (no read is left); the three runs alternate, ROUNDS rounds, medians and the ratios to
-# --local (prefill: rows8 to rows). On the AVX2 kernels and, where the CPU has AVX-512 VNNI, the
+# Q2_K with Q3_K down (Kimi-K3's mix), MXFP4 experts (DeepSeek-V4-Flash's), Q8_0, IQ4_XS, Q5_K, Q4_0,
+# IQ4_NL, Q6_K or Q4_K with Q6_K down (as Q4_K_M files hold their down projections); each run
+# decodes (and prefills 256 tokens) after a warm-up run has filled the daemon's cache (no read is
+# left); the three runs alternate, ROUNDS rounds, medians and the ratios to --local (prefill: rows8
+# to rows). On the AVX2 kernels and, where the CPU has AVX-512 VNNI, the
 # AVX-512 ones; the CPU and the ISA are printed with every figure.
-#   bash bench/layout.sh [rounds] [types...]     (types: q4_k q2_k mxfp4 q8_0 iq4_xs q5_k q4_0 iq4_nl)
+#   bash bench/layout.sh [rounds] [types...]     (types: q4_k q2_k mxfp4 q8_0 iq4_xs q5_k q4_0 iq4_nl
+#                                                   q6_k q4_k_m)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${B:-build}
@@ -26,6 +28,8 @@ declare -A MIX=(
   [q5_k]="--type Q5_K"
   [q4_0]="--type Q4_0"
   [iq4_nl]="--type IQ4_NL"
+  [q6_k]="--type Q6_K"
+  [q4_k_m]="--type Q4_K --down-type Q6_K"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(q4_k q2_k mxfp4 q8_0)

@@ -60,6 +60,20 @@ void pack_q3_k(const BlockQ3K* const* rows, BlockQ3Kx8& out) {
   }
 }
 
+void pack_q6_k(const BlockQ6K* const* rows, BlockQ6Kx8& out) {
+  for (int r = 0; r < 8; ++r) {
+    const BlockQ6K& b = *rows[r];
+    out.d[r] = b.d;
+    for (int k = 0; k < 16; ++k) out.scales[k][r] = b.scales[k];
+    for (int h = 0; h < 2; ++h)
+      for (int s = 0; s < 8; ++s) {
+        for (int c = 0; c < 2; ++c)
+          std::memcpy(out.ql[h][c][s][r], b.ql + 64 * h + 32 * c + 4 * s, 4);
+        std::memcpy(out.qh[h][s][r], b.qh + 32 * h + 4 * s, 4);
+      }
+  }
+}
+
 void pack_mxfp4(const BlockMxfp4* const* rows, BlockMxfp4x8& out) {
   for (int r = 0; r < 8; ++r) {
     out.e[r] = rows[r]->e;
@@ -183,6 +197,22 @@ void unpack_q3_k(const BlockQ3Kx8& in, BlockQ3K* const* rows) {
   }
 }
 
+void unpack_q6_k(const BlockQ6Kx8& in, BlockQ6K* const* rows) {
+  for (int r = 0; r < 8; ++r) {
+    rows[r]->d = in.d[r];
+    for (int k = 0; k < 16; ++k) rows[r]->scales[k] = in.scales[k][r];
+  }
+  uint8_t* dst[8];
+  for (int h = 0; h < 2; ++h) {
+    for (int c = 0; c < 2; ++c) {
+      for (int r = 0; r < 8; ++r) dst[r] = rows[r]->ql + 64 * h + 32 * c;
+      transpose8(in.ql[h][c], dst);
+    }
+    for (int r = 0; r < 8; ++r) dst[r] = rows[r]->qh + 32 * h;
+    transpose8(in.qh[h], dst);
+  }
+}
+
 void unpack_mxfp4(const BlockMxfp4x8& in, BlockMxfp4* const* rows) {
   for (int r = 0; r < 8; ++r) {
     rows[r]->e = in.e[r];
@@ -282,7 +312,7 @@ void b32_groups(bool pack, uint32_t wtype, const void* in, size_t row, int64_t n
 
 bool rows8_supported(uint32_t wtype) {
   return wtype == Q4_K || wtype == Q5_K || wtype == Q2_K || wtype == Q3_K || wtype == MXFP4 ||
-         wtype == Q8_0 || wtype == IQ4_XS || is_b32(wtype);
+         wtype == Q8_0 || wtype == IQ4_XS || wtype == Q6_K || is_b32(wtype);
 }
 
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
@@ -308,6 +338,8 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
       pack_groups<BlockIq4Xs, BlockIq4Xsx8, pack_iq4_xs>(w, row, cols / kQK_K, out, g0, g1);
     else if (wtype == Q5_K)
       pack_groups<BlockQ5K, BlockQ5Kx8, pack_q5_k>(w, row, cols / kQK_K, out, g0, g1);
+    else if (wtype == Q6_K)
+      pack_groups<BlockQ6K, BlockQ6Kx8, pack_q6_k>(w, row, cols / kQK_K, out, g0, g1);
     else if (wtype == MXFP4)
       pack_groups<BlockMxfp4, BlockMxfp4x8, pack_mxfp4>(w, row, cols / kQK8_0, out, g0, g1);
     else if (is_b32(wtype))
@@ -334,6 +366,8 @@ void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out
     unpack_groups<BlockIq4Xs, BlockIq4Xsx8, unpack_iq4_xs>(w8, row, cols / kQK_K, out, g0, g1);
   else if (wtype == Q5_K)
     unpack_groups<BlockQ5K, BlockQ5Kx8, unpack_q5_k>(w8, row, cols / kQK_K, out, g0, g1);
+  else if (wtype == Q6_K)
+    unpack_groups<BlockQ6K, BlockQ6Kx8, unpack_q6_k>(w8, row, cols / kQK_K, out, g0, g1);
   else if (wtype == MXFP4)
     unpack_groups<BlockMxfp4, BlockMxfp4x8, unpack_mxfp4>(w8, row, cols / kQK8_0, out, g0, g1);
   else if (is_b32(wtype))
@@ -373,6 +407,9 @@ void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const 
   } else if (wtype == Q5_K) {
     const auto* group = static_cast<const BlockQ5Kx8*>(w8) + g * (cols / kQK_K);
     avx2::rows8_q5_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
+  } else if (wtype == Q6_K) {
+    const auto* group = static_cast<const BlockQ6Kx8*>(w8) + g * (cols / kQK_K);
+    avx2::rows8_q6_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
   } else if (is_b32(wtype)) {
     const auto* group = static_cast<const uint8_t*>(w8) + size_t(g) * rows8_bytes(wtype, 8, cols);
     avx2::rows8_b32(wtype, group, cols, xs, n_tok, out);

@@ -83,6 +83,17 @@ struct BlockIq4Xsx8 {
 };
 static_assert(sizeof(BlockIq4Xsx8) == 1104);
 
+// Eight rows' super-block b of Q6_K (the rows' 8 x 210 bytes): d, the int8 sub-block scales, the
+// low nibbles and the high bit pairs interleaved in 4-byte steps.
+struct BlockQ6Kx8 {
+  uint16_t d[8];         // fp16, row r in [r]
+  int8_t scales[16][8];  // [sub-block][row]
+  uint8_t ql[2][2][8][8]
+            [4];  // [half h][chunk c][step s][row][4 bytes]: the row's ql[64h + 32c + 4s ..]
+  uint8_t qh[2][8][8][4];  // [half h][step s][row][4 bytes]: the row's qh[32h + 4s ..]
+};
+static_assert(sizeof(BlockQ6Kx8) == 8 * sizeof(BlockQ6K));
+
 // Eight rows' block b of the legacy 32-element types (Q4_0, Q4_1, Q5_0, Q5_1) and IQ4_NL (the
 // rows' 8 x 18 to 8 x 24 bytes): the scales (and mins), each row's 32 fifth bits as its u32, the
 // codes interleaved in 4-byte steps (step s: the row's qs[4s ..], elements 4s.. in the low
@@ -146,6 +157,8 @@ void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* 
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                   float* out);
 void rows8_q5_k(const BlockQ5Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out);
+void rows8_q6_k(const BlockQ6Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                 float* out);
 // Q4_0, Q5_0 and IQ4_NL against Q8_0 activations, Q4_1 and Q5_1 against Q8_1 ones: wtype says
 // which (group and ys of its block types).

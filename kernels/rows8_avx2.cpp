@@ -269,6 +269,58 @@ void iq4_xs_group(const BlockIq4Xsx8* x, int64_t nb, const BlockQ8K* const* ys, 
   });
 }
 
+// Q6_K: step s of half h holds, per row, elements 128h + 32j + 4s.. for j = 0..3 (the low nibbles
+// of chunk 0 and 1, then their high nibbles, each with its pair of high bits from qh): codes 0..63
+// against the activations, times sub-block 8h + 2j + s / 4's scale into I, less 32 x the scales
+// against the activations' 16-element sums (the row dot's arithmetic, avx2_quants.cpp's q6k_rows).
+template <int N>
+void q6_k_group(const BlockQ6Kx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
+  const __m256i low4 = _mm256_set1_epi8(0xF), hi2 = _mm256_set1_epi8(0x30);
+  const PairShuffles& sh = kPairShuffles;
+  blocks<N, 11>(x, nb, out, [&](int64_t b, const BlockQ6Kx8& w, __m256(*acc)[8]) {
+    __m256i I[N], B[N];
+    for (int t = 0; t < N; ++t) I[t] = B[t] = _mm256_setzero_si256();
+    for (int p = 0; p < 8; ++p) {  // sub-blocks 2p, 2p + 1: the scales against the 16-element sums
+      const __m256i sc = sign_words(shuffle_pair(load_pair(w.scales[2 * p]), sh.pair));
+      for (int t = 0; t < N; ++t)
+        B[t] = _mm256_add_epi32(B[t], _mm256_madd_epi16(sc, bcast32(ys[t][b].bsums + 2 * p)));
+    }
+    for (int h = 0; h < 2; ++h)
+      for (int s4 = 0; s4 < 2; ++s4) {
+        __m256i sc[4];  // sub-block 8h + 2j + s4's scales as (v_r, v_r) words
+        for (int j = 0; j < 4; ++j) {
+          const __m128i v =
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales[8 * h + 2 * j + s4]));
+          sc[j] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, v));
+        }
+#pragma GCC unroll 4
+        for (int s = 4 * s4; s < 4 * s4 + 4; ++s) {
+          const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql[h][0][s]));
+          const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql[h][1][s]));
+          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh[h][s]));
+          // qh's bit pairs 0, 2, 4, 6 of each byte moved to bits 4-5 (16-bit shifts: the mask
+          // keeps only the byte's own bits)
+          const __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(l0, low4),
+                                                _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2)),
+                                _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                                _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2)),
+                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                                _mm256_and_si256(qh, hi2)),
+                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2))};
+          for (int t = 0; t < N; ++t) {
+            const int8_t* a = ys[t][b].qs + 128 * h + 4 * s;
+            for (int j = 0; j < 4; ++j)
+              I[t] = _mm256_add_epi32(
+                  I[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], bcast32(a + 32 * j)), sc[j]));
+          }
+        }
+      }
+    for (int t = 0; t < N; ++t) I[t] = _mm256_sub_epi32(I[t], _mm256_slli_epi32(B[t], 5));
+    sb_lane<N, false>(w.d, nullptr, ys, b, I, nullptr, acc);
+  });
+}
+
 // Where a step's fifth bits are (BlockB32x8's qh, a u32 per row, bit j element j's): step s's
 // low nibbles are elements 4s.., bits 4(s % 2).. of byte s / 2; its high ones byte 2 + s / 2.
 // kFifthBytes[k] puts byte k of each lane in all four of the lane's bytes; kFifthBits[n] picks bit
@@ -378,6 +430,11 @@ void b32_group(const void* group, int64_t nb, const void* const* yv, float* out)
 }
 
 }  // namespace
+
+void rows8_q6_k(const BlockQ6Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                float* out) {
+  x86::with_n(n_tok, [&](auto N) { q6_k_group<N>(group, cols / kQK_K, ys, out); });
+}
 
 void rows8_b32(uint32_t wtype, const void* group, int64_t cols, const void* const* ys, int n_tok,
                float* out) {

@@ -153,10 +153,9 @@ TEST(Golden, DaemonPathIsBitIdenticalToLocal) {
     expect_daemon_path_bit_identical(id, expertd::pack::Layout::Rows);
 }
 
-// A pack built with --layout rows8 (each model has experts of a type with interleaved rows:
-// Q4_K with Q6_K's rows beside them in the Q4_K_M mixes, Q2_K with Q3_K, Q3_K, MXFP4 with F32
-// biases, Q8_0, and the legacy blocks and IQ4_NL: Q4_0, Q4_1, Q5_1, IQ4_NL): the same logits,
-// prefill's panels reading rows the kernels unpack from the slot.
+// A pack built with --layout rows8 (each model has experts of a type with interleaved rows: Q4_K
+// and Q6_K in the Q4_K_M mixes, Q2_K with Q3_K, Q3_K, MXFP4 with F32 biases, Q8_0, Q4_0, Q4_1,
+// Q5_1, IQ4_NL): the same logits, prefill's panels reading rows the kernels unpack from the slot.
 TEST(Golden, InterleavedPackIsBitIdenticalToLocal) {
   REQUIRE_GOLDEN();
   for (const char* id :
