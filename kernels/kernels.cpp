@@ -105,7 +105,9 @@ void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n, 
 // streams (on an Intel Xeon with 2 threads, --local decode with the rows' dots: Q4_K 1.12x, Q2_K
 // 1.08x, MXFP4 experts 1.06x against the 2 KiB first tuned on an AMD EPYC; 32 KiB less), 2 KiB
 // for the types that decode a grid per 8 weights, bound by that work rather than by memory
-// (IQ2_XXS: 0.98x at 18 KiB; the other grid types assumed alike).
+// (IQ2_XXS: 0.98x at 18 KiB; the other grid types assumed alike). Into L2, as the interleaved
+// bodies' (rows8_body.h): --no-interleave decode of Q4_K 1.02-1.09x, Q6_K 1.09-1.14x against L1,
+// F16 1.15x in expert-bench gemv; the grid types the same within the noise.
 static size_t prefetch_bytes(uint32_t wtype) {
   switch (wtype) {
     case IQ1_S:
@@ -342,7 +344,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
             // decode step's matrix-vector products at ~2/3 of the memory's bandwidth.
             if (tb == 0 && r + ahead < r_end)
               for (size_t o = 0; o < w_row; o += 64)
-                _mm_prefetch(wr + ahead * w_row + o, _MM_HINT_T0);
+                _mm_prefetch(wr + ahead * w_row + o, _MM_HINT_T1);
             for (int64_t t = tb; t < std::min(tb + kTokenBlock, m.n_tokens); t += kMaxTile) {
               const int nt = static_cast<int>(std::min<int64_t>(kMaxTile, m.n_tokens - t));
               for (int i = 0; i < nt; ++i) xs[i] = m.xq + (m.tok ? m.tok[t + i] : t + i) * m.xq_row;

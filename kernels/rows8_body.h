@@ -32,7 +32,11 @@ inline __m256 sum_lanes(const __m256* a) {
 // of the memory's bandwidth), body(b, block, acc) adding block b's sums into the tokens' lane
 // accumulators acc[t][b % 8]; token t's row r into out[8t + r]. The distance: ~4.5 KiB as first
 // tuned on an AMD EPYC; on an Intel Xeon (AVX-512 VNNI, 2 vCPUs) 4x that decoded 1.2x (Q4_K),
-// 1.12x (MXFP4), 1.07-1.2x (Q2_K with Q3_K) on both instruction sets, and 8x no better.
+// 1.12x (MXFP4), 1.07-1.2x (Q2_K with Q3_K) on both instruction sets, and 8x no better. Into L2
+// (T1), not L1: an L1 prefetch holds one of the core's few line-fill buffers until its line
+// arrives, which capped a thread near 10 GB/s where the memory gave more; on the same Xeon, L2
+// decoded 1.09-1.17x (Q4_K, Q2_K with Q3_K, MXFP4 experts; both instruction sets), and twice the
+// distance then was no better.
 template <int N, int kAhead, class Block, class Body>
 __attribute__((always_inline)) inline void blocks(const Block* x, int64_t nb, float* out,
                                                   const Body& body) {
@@ -41,7 +45,7 @@ __attribute__((always_inline)) inline void blocks(const Block* x, int64_t nb, fl
     for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     for (size_t o = 0; o < sizeof(Block); o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(x + b + kAhead) + o, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(x + b + kAhead) + o, _MM_HINT_T1);
     body(b, x[b], acc);
   }
   for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + 8 * t, sum_lanes(acc[t]));
