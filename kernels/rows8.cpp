@@ -403,7 +403,9 @@ void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const 
          : avx2::rows8_q3_k(group, cols, ys, n_tok, out);
   } else if (wtype == IQ4_XS) {
     const auto* group = static_cast<const BlockIq4Xsx8*>(w8) + g * (cols / kQK_K);
-    avx2::rows8_iq4_xs(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
+    const auto* ys = reinterpret_cast<const BlockQ8K* const*>(xs);
+    vnni ? avx512::rows8_iq4_xs(group, cols, ys, n_tok, out)
+         : avx2::rows8_iq4_xs(group, cols, ys, n_tok, out);
   } else if (wtype == Q5_K) {
     const auto* group = static_cast<const BlockQ5Kx8*>(w8) + g * (cols / kQK_K);
     avx2::rows8_q5_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);

@@ -167,6 +167,8 @@ void rows8_b32(uint32_t wtype, const void* group, int64_t cols, const void* cons
 }  // namespace avx2
 
 namespace avx512 {  // AVX-512 VNNI (256-bit registers); the other types run the AVX2 bodies
+void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                  float* out);
 void rows8_q2_k(const BlockQ2Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                 float* out);
 void rows8_q3_k(const BlockQ3Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,

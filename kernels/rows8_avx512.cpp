@@ -1,4 +1,4 @@
-// The interleaved rows' bodies of Q2_K and Q3_K with AVX-512 VNNI's instructions on 256-bit
+// The interleaved rows' bodies of Q2_K, Q3_K and IQ4_XS with AVX-512 VNNI's instructions on 256-bit
 // registers (VL; flags in CMakeLists.txt). vpdpbusd sums four u8 x i8 products into an i32 with no
 // 16-bit step to overflow, so a 2-bit code needs no shift: the step's byte masked to code j's bits
 // (code x 4^j) goes straight into the sub-block's sum, which is divided by 4^j (exact) once per
@@ -96,7 +96,53 @@ void q3_k_group(const BlockQ3Kx8* x, int64_t nb, const BlockQ8K* const* ys, floa
   });
 }
 
+// IQ4_XS: the table's values + 128 (1..241) as unsigned bytes against the activations, by
+// vpdpbusd into each sub-block's i32 sum with no 16-bit step and no signs to move (the AVX2 body's
+// |w| against the activations with w's signs takes four more operations a step); less 128 x the
+// sub-block's activation sum, and times the row's scale (vpmulld: the sum needs more than 16 bits)
+// into I: the rows' exact integer sum.
+template <int N>
+void iq4_xs_group(const BlockIq4Xsx8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
+  const __m256i table = _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                            reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl))),
+                                        _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  blocks<N, 16>(x, nb, out, [&](int64_t b, const BlockIq4Xsx8& w, __m256(*acc)[8]) {
+    __m256i I[N];
+    for (int t = 0; t < N; ++t) I[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int ib = 0; ib < 8; ++ib) {
+      __m256i S[N];
+      for (int t = 0; t < N; ++t) {  // -128 x the sub-block's activations, in every lane
+        const int16_t* bs = ys[t][b].bsums + 2 * ib;
+        S[t] = _mm256_set1_epi32(-128 * (int32_t(bs[0]) + bs[1]));
+      }
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[ib][s]));
+        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
+        const __m256i hi =
+            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+        for (int t = 0; t < N; ++t) {
+          const int8_t* a = ys[t][b].qs + 32 * ib + 4 * s;
+          S[t] = _mm256_dpbusd_epi32(S[t], lo, bcast32(a));
+          S[t] = _mm256_dpbusd_epi32(S[t], hi, bcast32(a + 16));
+        }
+      }
+      const __m256i sc =
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales[ib])));
+      for (int t = 0; t < N; ++t) I[t] = _mm256_add_epi32(I[t], _mm256_mullo_epi32(S[t], sc));
+    }
+    sb_lane<N, false>(w.d, nullptr, ys, b, I, nullptr, acc);
+  });
+}
+
 }  // namespace
+
+void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                  float* out) {
+  x86::with_n(n_tok, [&](auto N) { iq4_xs_group<N>(group, cols / kQK_K, ys, out); });
+}
 
 void rows8_q2_k(const BlockQ2Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                 float* out) {
