@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Decode from expertd's slots in 2 MiB pages against 4 KiB pages: one rows8 pack (see
-# bench/layout.sh) served by two daemons, --huge-pages true and false, every expert cached after a
-# warm-up run, against expert-run --local (the engine's own interleaved copies, in huge pages);
+# bench/layout.sh) served by two daemons, --huge-pages true and false, every expert cached (a
+# warm-up run, then bench/fill-cache.sh), against expert-run --local (the engine's own interleaved copies, in huge pages);
 # 256-token prompt, 64 tokens, the three runs alternating (their order turning), ROUNDS rounds,
 # medians of the per-round ratios to --local. Huge pages in shared memory need the host's leave:
 # /sys/kernel/mm/transparent_hugepage/shmem_enabled "advise" (systemd/expertd-thp.conf); the
@@ -9,6 +9,7 @@
 #   bash bench/arena_pages.sh [rounds] [types...]     (types: q4_k q2_k mxfp4 q8_0 iq4_xs q5_k)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/fill-cache.sh
 B=${B:-build}
 ROUNDS=${1:-5}
 shift $(($# < 1 ? $# : 1))
@@ -45,6 +46,7 @@ for name in "${names[@]}"; do
       pids+=($!)
       for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
       "$B/engine/expert-run" bench --model "$core" --socket "$sock" --threads "$(nproc)" -p 512 -n 256 --json >/dev/null
+      fill_cache "$sock" "$man"  # every expert in memory: the timed runs read nothing
       hb=$("$B/client/expertctl" --socket "$sock" stats --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["arena_huge_bytes"] / 2**20)')
       echo "  $name $kernels --huge-pages $([ $pages = huge ] && echo true || echo false): ${hb} MiB of the arena in 2 MiB pages"
     done

@@ -5,14 +5,16 @@
 # interleaved rows stored that way). A Qwen3-30B-A3B-shaped synthetic model (4 layers) in Q4_K,
 # Q2_K with Q3_K down (Kimi-K3's mix), MXFP4 experts (DeepSeek-V4-Flash's), Q8_0, IQ4_XS, Q5_K, Q4_0,
 # IQ4_NL, Q6_K or Q4_K with Q6_K down (as Q4_K_M files hold their down projections); each run
-# decodes (and prefills 256 tokens) after a warm-up run has filled the daemon's cache (no read is
-# left); the three runs alternate, ROUNDS rounds, medians and the ratios to --local (prefill: rows8
-# to rows). On the AVX2 kernels and, where the CPU has AVX-512 VNNI, the
-# AVX-512 ones; the CPU and the ISA are printed with every figure.
+# decodes (and prefills 256 tokens) after a warm-up run and bench/fill-cache.sh have put every
+# expert in the daemon's cache (no read is left; a note says if a timed run missed); the three runs
+# alternate (their order turning each round), ROUNDS rounds, medians and the ratios to --local
+# (prefill: rows8 to rows). On the AVX2 kernels and, where the CPU has AVX-512 VNNI, the AVX-512
+# ones; the CPU and the ISA are printed with every figure.
 #   bash bench/layout.sh [rounds] [types...]     (types: q4_k q2_k mxfp4 q8_0 iq4_xs q5_k q4_0 iq4_nl
 #                                                   q6_k q4_k_m)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/fill-cache.sh
 B=${B:-build}
 ROUNDS=${1:-5}
 shift $(($# < 1 ? $# : 1))
@@ -62,13 +64,17 @@ for name in "${names[@]}"; do
       pids+=($!)
       for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
       socks[$layout]=$sock
-      # warm-up: every expert read once, so the timed runs read nothing
+      # warm-up: a run, then every expert read into the cache, so the timed runs read nothing
       "$B/engine/expert-run" bench --model "$m-$layout/q30b-4l-$name.core.gguf" --socket "$sock" \
         --threads "$(nproc)" -p 512 -n 256 --json >/dev/null
+      fill_cache "$sock" "$m-$layout/q30b-4l-$name.manifest.json"
     done
+    misses0="$(cache_misses "${socks[rows]}") $(cache_misses "${socks[rows8]}")"
     : > "$DIR/runs"
     for r in $(seq "$ROUNDS"); do
-      for what in local rows rows8; do
+      order=(local rows rows8)
+      for i in 0 1 2; do  # the order turns each round: no run always follows the same one
+        what=${order[$(((i + r) % 3))]}
         if [ "$what" = local ]; then
           j=$("$B/engine/expert-run" bench --model "$m.gguf" --local --threads "$(nproc)" -p 256 -n "$N_GEN" --json)
         else
@@ -78,6 +84,9 @@ for name in "${names[@]}"; do
         echo "$r $what $(tok_s <<<"$j")" >> "$DIR/runs"
       done
     done
+    misses1="$(cache_misses "${socks[rows]}") $(cache_misses "${socks[rows8]}")"
+    [ "$misses0" = "$misses1" ] ||
+      echo "  note: the timed runs missed the cache (misses rows, rows8: $misses0 -> $misses1)"
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
     pids=()
     loc=$(awk '$2 == "local" {print $3}' "$DIR/runs" | median)
