@@ -316,7 +316,7 @@ TEST(Kernels, InterleavedOnlyMatricesGiveTheRowsBits) {
 }
 
 // Each instruction set's interleaved bodies (rows8_avx2.cpp; rows8_avx512.cpp's VNNI ones for
-// Q2_K and Q3_K) called directly: every row within rounding of the scalar reference's dot of the
+// Q2_K, Q3_K and IQ4_XS) called directly: every row within rounding of the scalar reference's dot of the
 // row, and the instruction sets bit for bit the same.
 TEST(Kernels, InterleavedBodiesMatchTheReference) {
   std::mt19937_64 rng(23);
