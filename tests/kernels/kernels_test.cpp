@@ -316,8 +316,8 @@ TEST(Kernels, InterleavedOnlyMatricesGiveTheRowsBits) {
 }
 
 // Each instruction set's interleaved bodies (rows8_avx2.cpp; rows8_avx512.cpp's VNNI ones for
-// Q2_K, Q3_K and IQ4_XS) called directly: every row within rounding of the scalar reference's dot of the
-// row, and the instruction sets bit for bit the same.
+// Q2_K, Q3_K and IQ4_XS) called directly: every row within rounding of the scalar reference's dot
+// of the row, and the instruction sets bit for bit the same.
 TEST(Kernels, InterleavedBodiesMatchTheReference) {
   std::mt19937_64 rng(23);
   std::normal_distribution<float> g(0.f, 1.f);
