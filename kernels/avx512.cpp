@@ -367,6 +367,48 @@ EXPERTD_AVX512_KERNEL(iq2_xxs, BlockIq2Xxs)
 EXPERTD_AVX512_KERNEL(iq4_xs, BlockIq4Xs)
 #undef EXPERTD_AVX512_KERNEL
 
+// F16 and BF16 rows against their activations (the same type): avx2.cpp's four FMA chains of
+// eight lanes, two to a 512-bit register (lanes 0-7 chain k, 8-15 chain k + 1), each lane the same
+// products in the same order, and the same sum at the end: its bits, with half the instructions.
+template <class Widen>
+__attribute__((always_inline)) inline float dot_h16(const uint16_t* a, const uint16_t* b, int64_t n,
+                                                    const Widen& widen, float (*one)(uint16_t)) {
+  __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc01 = _mm512_fmadd_ps(widen(a + i), widen(b + i), acc01);
+    acc23 = _mm512_fmadd_ps(widen(a + i + 16), widen(b + i + 16), acc23);
+  }
+  const __m256 s01 =
+      _mm256_add_ps(_mm512_castps512_ps256(acc01),
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc01), 1)));
+  const __m256 s23 =
+      _mm256_add_ps(_mm512_castps512_ps256(acc23),
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc23), 1)));
+  float s = hsum(_mm256_add_ps(s01, s23));
+  for (; i < n; ++i) s += one(a[i]) * one(b[i]);
+  return s;
+}
+
+float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
+  return dot_h16(
+      a, b, n,
+      [](const uint16_t* p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      },
+      fp16_to_fp32);
+}
+
+float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n) {
+  return dot_h16(
+      a, b, n,
+      [](const uint16_t* p) {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+      },
+      bf16_to_fp32);
+}
+
 // The activations' quantizers, 16 floats a step: quantize_acts.h's arithmetic (the same products,
 // its rounding — nearbyint's and nearest_int's round-half-even — and its clamp), so the same bytes.
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {

@@ -159,6 +159,8 @@ void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_
 }  // namespace avx2
 
 namespace avx512 {
+float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
+float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n);
 // The activations' quantizers, quantize_acts.h's arithmetic 16 floats a step (the reference's
 // bytes).
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);

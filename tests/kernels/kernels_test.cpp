@@ -414,6 +414,28 @@ TEST(Kernels, SuperBlockBodiesGiveTheSameBitsOnBothIsas) {
     }
 }
 
+// The F16 and BF16 rows' dots: AVX-512's two chains to a register are AVX2's four chains of eight
+// lanes, the same products in the same order, so the same bits, leftovers included.
+TEST(Kernels, FloatRowDotsGiveTheSameBitsOnBothIsas) {
+  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937_64 rng(23);
+  std::normal_distribution<float> g(0.f, 1.f);
+  for (uint32_t type : {F16, BF16})
+    for (int64_t n : {32, 48, 2048, 2816 + 7}) {
+      SCOPED_TRACE(type);
+      SCOPED_TRACE(n);
+      std::vector<float> w(n), x(n);
+      for (auto& v : w) v = g(rng);
+      for (auto& v : x) v = g(rng) * 3.0f;
+      std::vector<uint16_t> wq(n), xq(n);
+      quantize_activations(type, w.data(), wq.data(), n);  // the weights' own type
+      quantize_activations(type, x.data(), xq.data(), n);
+      const float a = dot(type, wq.data(), xq.data(), n, Isa::Avx2);
+      ASSERT_EQ(a, dot(type, wq.data(), xq.data(), n, Isa::Avx512));
+      ASSERT_NEAR(a, dot(type, wq.data(), xq.data(), n, Isa::Scalar), 1e-3f * std::sqrt(float(n)));
+    }
+}
+
 // IQ2_XXS's signs (a 7-bit index per 8 weights, the eighth sign its parity), decoded for a whole
 // block at once by the SIMD bodies: every index at every one of a group's four places, in every
 // group of a block, gives each backend the scalar reference's dot (one block: the same exact
