@@ -9,6 +9,7 @@
 
 #include "kernels/avx2.h"
 #include "kernels/fp16.h"
+#include "kernels/iq_grids.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "kernels/x86.h"
@@ -16,7 +17,8 @@
 // --- The types of the weight-types issue ---
 // The 32-element blocks accumulate in eight float lanes as llama.cpp's AVX2 code does (its
 // rounding); the K and IQ types sum each super-block's integers exactly, then scale them in float
-// lanes (IQ2_XXS and IQ4_XS: sb_lanes' order, avx2.h, which their matrix-matrix panels share).
+// lanes (IQ4_XS and the grid IQ types: sb_lanes' order, avx2.h, which their matrix-matrix panels
+// share).
 
 #include "kernels/dequant.h"
 
@@ -59,34 +61,6 @@ inline __m256i mul_by(__m256i w, __m256i q, __m256i scale) {
                            scale);
 }
 using x86::hsum_i32;
-inline __m256i grid4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
-  return _mm256_set_epi64x(static_cast<int64_t>(d), static_cast<int64_t>(c),
-                           static_cast<int64_t>(b), static_cast<int64_t>(a));
-}
-// ksigns_iq2xs as bytes of +1 / -1 (llama.cpp's ksigns64): one u64 per 7-bit sign index.
-struct Signs64 {
-  uint64_t v[128];
-  Signs64() {
-    for (int i = 0; i < 128; ++i) {
-      v[i] = 0;
-      for (int j = 0; j < 8; ++j)
-        v[i] |= uint64_t(iq::ksigns_iq2xs[i] >> j & 1 ? 0xFF : 0x01) << (8 * j);
-    }
-  }
-};
-const Signs64 kSigns;
-// Four bytes of sign bits (bit j of byte l: element 8l + j negative) -> +1 / -1 bytes.
-inline __m256i signs32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
-                                          0x0202020202020202, 0x0303030303030303);
-  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  const __m256i set = _mm256_cmpeq_epi8(
-      _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(v)), shuf), bits),
-      bits);
-  return _mm256_or_si256(set, _mm256_set1_epi8(1));
-}
 }  // namespace
 
 float dot_q4_0(const BlockQ4_0* x, const BlockQ8_0* y, int64_t n) {
@@ -234,89 +208,78 @@ void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, flo
 }
 EXPERTD_ROWS_KERNEL(iq2_xxs, BlockIq2Xxs, BlockQ8K, iq2xxs_rows)
 
+// IQ1_S and IQ1_M (iq_grids.h): u = 8 x value + 9 against the activations, by vpmaddubsw (pairs
+// <= 2 x 18 x 127), times the scales, less 9 x the scales against the activations' 16-element
+// sums: the super-block's exact sum of scale x 8 value x activation (post 0.125). The grid rows
+// come from a copy of iq1s_grid holding 8 x (grid + 1) (0, 8, 16), so u is one addition away.
+struct Iq1Grid8 {
+  uint64_t v[2048];
+  Iq1Grid8() {
+    for (int i = 0; i < 2048; ++i) {
+      v[i] = 0;
+      for (int j = 0; j < 8; ++j)
+        v[i] |= uint64_t(8 * (int8_t(iq::iq1s_grid[i] >> (8 * j)) + 1)) << (8 * j);
+    }
+  }
+};
+const Iq1Grid8 kIq1Grid8;
+
+inline __m256i two_scales16(int s0, int s1) {
+  return _mm256_setr_m128i(_mm_set1_epi16(int16_t(s0)), _mm_set1_epi16(int16_t(s1)));
+}
+
+template <int N, class Block, class Group>
+__attribute__((always_inline)) inline void iq1_rows(const Block* x, const BlockQ8K* const* ys,
+                                                    int64_t n, float* out, const Group& group) {
+  sb_rows_dx<N, false>(
+      x, sizeof(Block), 0, n, ys, 0.125f, out,
+      [&](int64_t b, __m256i* I, __m256i*) {
+        alignas(32) int16_t off[16];  // each 16 elements' activation sum's factor
+#pragma GCC unroll 8
+        for (int ib = 0; ib < 8; ++ib) {
+          int s0, s1;
+          const __m256i u = group(x[b], ib, s0, s1, off + 2 * ib);
+          const __m256i scale =
+              Iq1<Block>::kSub == 32 ? _mm256_set1_epi16(int16_t(s0)) : two_scales16(s0, s1);
+          for (int t = 0; t < N; ++t)
+            I[t] = _mm256_add_epi32(
+                I[t],
+                _mm256_madd_epi16(_mm256_maddubs_epi16(u, load(ys[t][b].qs + 32 * ib)), scale));
+        }
+        const __m256i o16 = load(off);
+        for (int t = 0; t < N; ++t)
+          I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(o16, load(ys[t][b].bsums)));
+      },
+      [&](const uint8_t* first, int kb) {
+        alignas(32) float d[8] = {};
+        for (int k = 0; k < kb; ++k) d[k] = Iq1<Block>::d(reinterpret_cast<const Block*>(first)[k]);
+        return _mm256_load_ps(d);
+      });
+}
 template <int N>
 void iq1s_rows(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  __m256 acc[N];
-  float extra[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps(), extra[t] = 0;
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    __m256i isum[N];
-    int sumi1[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256(), sumi1[t] = 0;
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint16_t qh = x[b].qh[ib];
-      const uint8_t* qs = x[b].qs + 4 * ib;
-      const __m256i g = grid4(
-          iq::iq1s_grid[qs[0] | ((qh << 8) & 0x700)], iq::iq1s_grid[qs[1] | ((qh << 5) & 0x700)],
-          iq::iq1s_grid[qs[2] | ((qh << 2) & 0x700)], iq::iq1s_grid[qs[3] | ((qh >> 1) & 0x700)]);
-      const __m256i ag = _mm256_sign_epi8(g, g);
-      const int ls = 2 * ((qh >> 12) & 7) + 1;
-      const __m256i scale = _mm256_set1_epi16(int16_t(ls));
-      const int sd = ls * (qh & 0x8000 ? -1 : 1);
-      for (int t = 0; t < N; ++t) {
-        const BlockQ8K& y = ys[t][b];
-        isum[t] = _mm256_add_epi32(
-            isum[t],
-            _mm256_madd_epi16(_mm256_maddubs_epi16(ag, _mm256_sign_epi8(load(y.qs + 32 * ib), g)),
-                              scale));
-        sumi1[t] += sd * (y.bsums[2 * ib] + y.bsums[2 * ib + 1]);
-      }
-    }
-    const float fd = fp16_to_fp32(x[b].d);
-    for (int t = 0; t < N; ++t) {
-      const float d = fd * ys[t][b].d;
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
-      extra[t] += d * kIq1Delta * static_cast<float>(sumi1[t]);
-    }
-  }
-  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]) + extra[t];
+  // u = 8 (grid + 1); the delta's share (u + delta + 1 - 9 = 8 value) in the offsets
+  iq1_rows<N>(x, ys, n, out, [](const BlockIq1S& b, int ib, int& s0, int& s1, int16_t* off) {
+    const uint16_t qh = b.qh[ib];
+    const uint8_t* qs = b.qs + 4 * ib;
+    const uint64_t* g = kIq1Grid8.v;
+    s0 = s1 = 2 * ((qh >> 12) & 7) + 1;
+    off[0] = off[1] = int16_t(s0 * (qh & 0x8000 ? -9 : -7));
+    return grid4(g[qs[0] | ((qh << 8) & 0x700)], g[qs[1] | ((qh << 5) & 0x700)],
+                 g[qs[2] | ((qh << 2) & 0x700)], g[qs[3] | ((qh >> 1) & 0x700)]);
+  });
+}
+template <int N>
+void iq1m_rows(const BlockIq1M* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  iq1_rows<N>(x, ys, n, out, [](const BlockIq1M& b, int ib, int& s0, int& s1, int16_t* off) {
+    const Iq1Group q = Iq1<BlockIq1M>::group(b, ib);
+    s0 = q.s0, s1 = q.s1;
+    off[0] = int16_t(-9 * s0), off[1] = int16_t(-9 * s1);  // u's bias
+    return q.u;
+  });
 }
 EXPERTD_ROWS_KERNEL(iq1_s, BlockIq1S, BlockQ8K, iq1s_rows)
-
-float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n) {
-  // The delta terms: each group of 8's activations, signed by its delta bit (a table of the 16
-  // sign patterns of a group of 32), summed in i16 pairs and scaled as the grid part is, in a
-  // second accumulator.
-  struct DeltaSigns {
-    alignas(32) uint64_t v[16][4];
-    DeltaSigns() {
-      for (int m = 0; m < 16; ++m)
-        for (int l = 0; l < 4; ++l) v[m][l] = m >> l & 1 ? ~0ull : 0x0101010101010101ull;
-    }
-  };
-  static const DeltaSigns kDelta;
-  __m256 acc = _mm256_setzero_ps(), acc_delta = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi8(1);
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    int8_t ls[16];  // sub-block scales 2 * s + 1, two per group of 32
-    for (int k = 0; k < 16; ++k) {
-      const uint16_t sc = uint16_t(x[b].scales[2 * (k / 4)] | x[b].scales[2 * (k / 4) + 1] << 8);
-      ls[k] = static_cast<int8_t>(2 * ((sc >> (3 * (k % 4))) & 0x7) + 1);
-    }
-    const ScalePairs scales(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ls)));
-    __m256i isum = _mm256_setzero_si256(), dsum = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* qs = x[b].qs + 4 * ib;
-      const uint8_t* qh = x[b].qh + 2 * ib;
-      const __m256i g = grid4(iq::iq1s_grid[qs[0] | ((qh[0] << 8) & 0x700)],
-                              iq::iq1s_grid[qs[1] | ((qh[0] << 4) & 0x700)],
-                              iq::iq1s_grid[qs[2] | ((qh[1] << 8) & 0x700)],
-                              iq::iq1s_grid[qs[3] | ((qh[1] << 4) & 0x700)]);
-      const __m256i q8 = load(y[b].qs + 32 * ib);
-      const __m256i scale = scales(ib);
-      isum = _mm256_add_epi32(isum, mul_by(g, q8, scale));
-      const int m =
-          ((qh[0] >> 3) & 1) | ((qh[0] >> 6) & 2) | ((qh[1] >> 1) & 4) | ((qh[1] >> 4) & 8);
-      const __m256i delta = load(kDelta.v[m]);
-      dsum = _mm256_add_epi32(
-          dsum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, delta)), scale));
-    }
-    const float d = fp16_to_fp32(iq1m_scale_bits(x[b].scales)) * y[b].d;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
-    acc_delta = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(dsum), acc_delta);
-  }
-  return hsum(acc) + kIq1Delta * hsum(acc_delta);
-}
+EXPERTD_ROWS_KERNEL(iq1_m, BlockIq1M, BlockQ8K, iq1m_rows)
 
 template <int N>
 void iq4xs_rows(const BlockIq4Xs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
@@ -572,103 +535,40 @@ EXPERTD_ROWS_KERNEL(q6_k, BlockQ6K, BlockQ8K, q6k_rows)
 
 namespace kernels::avx2 {
 namespace {
-// The grid IQ types' common shape: per group of 32 a decoder gives the grid magnitudes g
-// (unsigned), the signs sg to put on the activations and the i16 scale multipliers; the blocks'
-// exact sums are scaled in eight float lanes (llama.cpp's order). N tokens share each decoded
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (iq_grids.h): per group of 32 the grid's magnitudes against the
+// activations given the weights' signs, times the scales, into the super-block's exact integer
+// sum (avx2.h's sb_rows, as the matrix-matrix panels compute it). N tokens share each decoded
 // group: N = 1 is the dot, 2..4 the tile.
-template <int N, class Decode, class Scale>
-void grid_rows(int64_t nb, const Decode& decode, const Scale& d_of, const BlockQ8K* const* ys,
-               float factor, float* out) {
-  __m256 acc[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i isum[N];
-    for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      __m256i g, sg, scale;
-      decode(b, ib, g, sg, scale);
-      for (int t = 0; t < N; ++t) {
-        const __m256i q8 = _mm256_sign_epi8(load(ys[t][b].qs + 32 * ib), sg);
-        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(g, q8), scale));
-      }
-    }
-    const float d = d_of(b);
-    for (int t = 0; t < N; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ys[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
-  }
-  for (int t = 0; t < N; ++t) out[t] = factor * hsum(acc[t]);
+template <int N, class Block>
+void grid_rows(const Block* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  sb_rows<N, false>(
+      x, sizeof(Block), 0, 0, n, ys, Grid<Block>::kPost, out, [&](int64_t b, __m256i* I, __m256i*) {
+        for (int ib = 0; ib < 8; ++ib) {
+          const GridGroup q = Grid<Block>::group(x[b], ib);
+          const __m256i scale = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(q.s0)),
+                                                  _mm_set1_epi16(static_cast<int16_t>(q.s1)));
+          for (int t = 0; t < N; ++t) {
+            const __m256i q8 = _mm256_sign_epi8(load(ys[t][b].qs + 32 * ib), q.sg);
+            I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q.g, q8), scale));
+          }
+        }
+      });
 }
-inline __m256i two_scales(int s0, int s1) {
-  return _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)),
-                           _mm_set1_epi16(static_cast<int16_t>(s1)));
-}
-
 template <int N>
 void iq2xs_rows(const BlockIq2Xs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
-    const uint16_t* q = x[b].qs + 4 * ib;
-    g = grid4(iq::iq2xs_grid[q[0] & 511], iq::iq2xs_grid[q[1] & 511], iq::iq2xs_grid[q[2] & 511],
-              iq::iq2xs_grid[q[3] & 511]);
-    sg = grid4(kSigns.v[q[0] >> 9], kSigns.v[q[1] >> 9], kSigns.v[q[2] >> 9], kSigns.v[q[3] >> 9]);
-    scale = two_scales(2 * (x[b].scales[ib] & 0xf) + 1, 2 * (x[b].scales[ib] >> 4) + 1);
-  };
-  grid_rows<N>(
-      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 0.125f, out);
+  grid_rows<N>(x, ys, n, out);
 }
-
 template <int N>
 void iq2s_rows(const BlockIq2S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
-    const uint8_t* qs = x[b].qs + 4 * ib;
-    const int qh = x[b].qh[ib];
-    g = grid4(
-        iq::iq2s_grid[qs[0] | ((qh << 8) & 0x300)], iq::iq2s_grid[qs[1] | ((qh << 6) & 0x300)],
-        iq::iq2s_grid[qs[2] | ((qh << 4) & 0x300)], iq::iq2s_grid[qs[3] | ((qh << 2) & 0x300)]);
-    sg = signs32(x[b].qs + 32 + 4 * ib);
-    scale = two_scales(2 * (x[b].scales[ib] & 0xf) + 1, 2 * (x[b].scales[ib] >> 4) + 1);
-  };
-  grid_rows<N>(
-      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 0.125f, out);
+  grid_rows<N>(x, ys, n, out);
 }
-
 template <int N>
 void iq3xxs_rows(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
-    const uint8_t* q3 = x[b].qs + 8 * ib;
-    uint32_t aux;
-    std::memcpy(&aux, x[b].qs + 64 + 4 * ib, 4);
-    g = _mm256_setr_epi32(int(iq::iq3xxs_grid[q3[0]]), int(iq::iq3xxs_grid[q3[1]]),
-                          int(iq::iq3xxs_grid[q3[2]]), int(iq::iq3xxs_grid[q3[3]]),
-                          int(iq::iq3xxs_grid[q3[4]]), int(iq::iq3xxs_grid[q3[5]]),
-                          int(iq::iq3xxs_grid[q3[6]]), int(iq::iq3xxs_grid[q3[7]]));
-    sg = grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127], kSigns.v[(aux >> 14) & 127],
-               kSigns.v[(aux >> 21) & 127]);
-    scale = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
-  };
-  grid_rows<N>(
-      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 0.25f, out);
+  grid_rows<N>(x, ys, n, out);
 }
-
 template <int N>
 void iq3s_rows(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  auto decode = [x](int64_t b, int ib, __m256i& g, __m256i& sg, __m256i& scale) {
-    const uint8_t* qs = x[b].qs + 8 * ib;
-    const int qh = x[b].qh[ib];
-    int idx[8];
-    for (int l = 0; l < 4; ++l) {
-      idx[2 * l] = qs[2 * l] | ((qh << (8 - 2 * l)) & 256);
-      idx[2 * l + 1] = qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
-    }
-    g = _mm256_setr_epi32(int(iq::iq3s_grid[idx[0]]), int(iq::iq3s_grid[idx[1]]),
-                          int(iq::iq3s_grid[idx[2]]), int(iq::iq3s_grid[idx[3]]),
-                          int(iq::iq3s_grid[idx[4]]), int(iq::iq3s_grid[idx[5]]),
-                          int(iq::iq3s_grid[idx[6]]), int(iq::iq3s_grid[idx[7]]));
-    sg = signs32(x[b].signs + 4 * ib);
-    const int ls = ib % 2 ? x[b].scales[ib / 2] >> 4 : x[b].scales[ib / 2] & 0xf;
-    scale = _mm256_set1_epi16(int16_t(2 * ls + 1));
-  };
-  grid_rows<N>(
-      n / kQK_K, decode, [x](int64_t b) { return fp16_to_fp32(x[b].d); }, ys, 1.0f, out);
+  grid_rows<N>(x, ys, n, out);
 }
 }  // namespace
 

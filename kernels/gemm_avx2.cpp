@@ -6,9 +6,11 @@
 //     the activations, summed in 16 bits over a sub-block (or a part of one, where 16 bits would
 //     overflow), then one vpmaddwd by the sub-block's scale; the mins (Q4_K, Q5_K, Q2_K) or the
 //     codes' bias (Q3_K, Q6_K) from the activations' sub-block sums;
-//   - IQ2_XXS (|w| <= 43): the activations biased to unsigned (q + 128) against the signed
-//     values, vpmaddubsw, vpmaddwd by the scale; the bias's share (128 times the scaled values'
-//     sum, known per row) taken off once per super-block;
+//   - IQ2_XXS (|w| <= 43) and the other grid types (IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: |w| <= 62;
+//     IQ1_S, IQ1_M: 8 w, |8 w| <= 9): the activations biased to unsigned (q + 128) against the
+//     signed values, vpmaddubsw, vpmaddwd by the scale (IQ1's after 4 steps summed in 16 bits);
+//     the bias's share (128 times the scaled values' sum, known per row) taken off once per
+//     super-block;
 //   - IQ4_XS (|w| <= 127): the activations' magnitudes against the values given the activations'
 //     signs (|q| <= 127 in Q8_K);
 //   - MXFP4 (|w| <= 12 doubled): the values + 12 as unsigned codes, summed in 16 bits over half
@@ -28,6 +30,7 @@
 #include "kernels/dequant.h"
 #include "kernels/fp16.h"
 #include "kernels/gemm_drive.h"
+#include "kernels/iq_grids.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "kernels/x86.h"
@@ -45,7 +48,7 @@ struct WUnit {
   int16_t sc[16];                // the sub-blocks' integer scales
   int32_t f2[8];  // factors of sub-blocks 2j and 2j + 1's activation sums (i16 pair):
                   // their mins, or the code's bias times their scales
-  int32_t corr;   // IQ2_XXS: 128 * sum over sub-blocks of scale * values' sum
+  int32_t corr;   // grid types: 128 * sum over sub-blocks of scale * values' sum
   float d, dmin;  // the super-block's scales
   float db[8];    // the 32-blocks' scales (Q8_0, MXFP4)
 };
@@ -166,6 +169,52 @@ void unpack_iq2_xxs(const uint8_t* row, int64_t u, WUnit& w) {
   w.corr = 128 * corr;
 }
 
+// The other grid IQ types (iq_grids.h) as IQ2_XXS: group ib's signed values (|v| <= 62, so the
+// biased activations' vpmaddubsw pairs stay below 2 x 255 x 62 < 2^15), the scales of its
+// sub-blocks (kSub elements), and 128 x the scaled values' sum into corr.
+template <int kSub>
+void store_group(WUnit& w, int ib, __m256i v, int s0, int s1, int32_t& corr) {
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w.w + 32 * ib), v);
+  const __m256i s =
+      _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
+  auto sum4 = [](__m128i h) {  // elements 0-15 or 16-31
+    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    return _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1)));
+  };
+  const int h0 = sum4(_mm256_castsi256_si128(s)), h1 = sum4(_mm256_extracti128_si256(s, 1));
+  if constexpr (kSub == 32) {
+    w.sc[ib] = int16_t(s0);
+  } else {
+    w.sc[2 * ib] = int16_t(s0), w.sc[2 * ib + 1] = int16_t(s1);
+  }
+  corr += s0 * h0 + s1 * h1;
+}
+
+template <class Block>
+void unpack_grid(const uint8_t* row, int64_t u, WUnit& w) {
+  const Block& b = reinterpret_cast<const Block*>(row)[u];
+  w.d = Grid<Block>::d(b);
+  int32_t corr = 0;
+  for (int ib = 0; ib < 8; ++ib) {
+    const GridGroup q = Grid<Block>::group(b, ib);
+    store_group<Grid<Block>::kSub>(w, ib, _mm256_sign_epi8(q.g, q.sg), q.s0, q.s1, corr);
+  }
+  w.corr = 128 * corr;
+}
+
+template <class Block>  // IQ1_S, IQ1_M: 8 x value, -9..9
+void unpack_iq1(const uint8_t* row, int64_t u, WUnit& w) {
+  const Block& b = reinterpret_cast<const Block*>(row)[u];
+  w.d = Iq1<Block>::d(b);
+  int32_t corr = 0;
+  for (int ib = 0; ib < 8; ++ib) {
+    const Iq1Group q = Iq1<Block>::group(b, ib);
+    store_group<Iq1<Block>::kSub>(w, ib, _mm256_sub_epi8(q.u, _mm256_set1_epi8(9)), q.s0, q.s1,
+                                  corr);
+  }
+  w.corr = 128 * corr;
+}
+
 void unpack_iq4_xs(const uint8_t* row, int64_t u, WUnit& w) {
   const BlockIq4Xs& b = reinterpret_cast<const BlockIq4Xs*>(row)[u];
   w.d = fp16_to_fp32(b.d);
@@ -260,7 +309,7 @@ void micro_sb(const WUnit* w, const AUnit& a, __m256i* isum) {
   for (int s = 0; s < kUnit / kSub; ++s) {
     __m256i sc[kR];
     for (int r = 0; r < kR; ++r) sc[r] = _mm256_set1_epi16(w[r].sc[s]);
-    if constexpr (kForm == Form::Codes) {
+    if constexpr (kForm == Form::Codes || (kForm == Form::Biased && kSteps > 1)) {
       for (int k0 = 0; k0 < kK; k0 += kSteps) {
         __m256i p[kR];
         for (int r = 0; r < kR; ++r) p[r] = _mm256_setzero_si256();
@@ -268,7 +317,9 @@ void micro_sb(const WUnit* w, const AUnit& a, __m256i* isum) {
           const int k4 = kK * s + k;
           const __m256i av = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.q[k4]));
           for (int r = 0; r < kR; ++r)
-            p[r] = _mm256_add_epi16(p[r], _mm256_maddubs_epi16(bcast4(w[r].w + 4 * k4), av));
+            p[r] = _mm256_add_epi16(p[r], kForm == Form::Codes
+                                              ? _mm256_maddubs_epi16(bcast4(w[r].w + 4 * k4), av)
+                                              : _mm256_maddubs_epi16(av, bcast4(w[r].w + 4 * k4)));
         }
         for (int r = 0; r < kR; ++r)
           isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p[r], sc[r]));
@@ -351,6 +402,19 @@ const GemmType kGemmTypes[] = {
     {IQ2_XXS, unpack_iq2_xxs, Form::Biased, micro_sb_lanes<Form::Biased, 32, 1, false, false>,
      0.125f},
     {IQ4_XS, unpack_iq4_xs, Form::Signs, micro_sb_lanes<Form::Signs, 32, 1, false, false>},
+    {IQ2_XS, unpack_grid<BlockIq2Xs>, Form::Biased,
+     micro_sb_lanes<Form::Biased, 16, 1, false, false>, Grid<BlockIq2Xs>::kPost},
+    {IQ2_S, unpack_grid<BlockIq2S>, Form::Biased, micro_sb_lanes<Form::Biased, 16, 1, false, false>,
+     Grid<BlockIq2S>::kPost},
+    {IQ3_XXS, unpack_grid<BlockIq3Xxs>, Form::Biased,
+     micro_sb_lanes<Form::Biased, 32, 1, false, false>, Grid<BlockIq3Xxs>::kPost},
+    {IQ3_S, unpack_grid<BlockIq3S>, Form::Biased, micro_sb_lanes<Form::Biased, 32, 1, false, false>,
+     Grid<BlockIq3S>::kPost},
+    // |v| <= 9: 4 steps of biased pairs, 4 x 2 x 255 x 9 < 2^15, in 16 bits
+    {IQ1_S, unpack_iq1<BlockIq1S>, Form::Biased, micro_sb_lanes<Form::Biased, 32, 4, false, false>,
+     0.125f},
+    {IQ1_M, unpack_iq1<BlockIq1M>, Form::Biased, micro_sb_lanes<Form::Biased, 16, 4, false, false>,
+     0.125f},
 };
 const GemmType* find(uint32_t wtype) {
   for (const GemmType& g : kGemmTypes)

@@ -19,6 +19,7 @@
 #include "kernels/dequant.h"
 #include "kernels/fp16.h"
 #include "kernels/gemm_drive.h"
+#include "kernels/iq_grids.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "kernels/x86.h"
@@ -115,6 +116,39 @@ void unpack_iq2_xxs(const uint8_t* row, int64_t u, WUnit& w) {
   }
 }
 
+// The other grid IQ types (iq_grids.h) as IQ2_XXS: group ib's signed values + 128, and the
+// scales of its sub-blocks (kSub elements).
+template <int kSub>
+void store_group(WUnit& w, int ib, __m256i v, int s0, int s1) {
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w.code + 32 * ib),
+                     _mm256_add_epi8(v, _mm256_set1_epi8(static_cast<char>(0x80))));
+  if constexpr (kSub == 32) {
+    w.sc[ib] = s0;
+  } else {
+    w.sc[2 * ib] = s0, w.sc[2 * ib + 1] = s1;
+  }
+}
+
+template <class Block>
+void unpack_grid(const uint8_t* row, int64_t u, WUnit& w) {
+  const Block& b = reinterpret_cast<const Block*>(row)[u];
+  w.d = Grid<Block>::d(b);
+  for (int ib = 0; ib < 8; ++ib) {
+    const GridGroup q = Grid<Block>::group(b, ib);
+    store_group<Grid<Block>::kSub>(w, ib, _mm256_sign_epi8(q.g, q.sg), q.s0, q.s1);
+  }
+}
+
+template <class Block>  // IQ1_S, IQ1_M: 8 x value, -9..9
+void unpack_iq1(const uint8_t* row, int64_t u, WUnit& w) {
+  const Block& b = reinterpret_cast<const Block*>(row)[u];
+  w.d = Iq1<Block>::d(b);
+  for (int ib = 0; ib < 8; ++ib) {
+    const Iq1Group q = Iq1<Block>::group(b, ib);
+    store_group<Iq1<Block>::kSub>(w, ib, _mm256_sub_epi8(q.u, _mm256_set1_epi8(9)), q.s0, q.s1);
+  }
+}
+
 void unpack_iq4_xs(const uint8_t* row, int64_t u, WUnit& w) {
   const BlockIq4Xs& b = reinterpret_cast<const BlockIq4Xs*>(row)[u];
   w.d = fp16_to_fp32(b.d);
@@ -177,6 +211,12 @@ const GemmType kGemmTypes[] = {
     {Q3_K, unpack_q3_k, {16, 4, false, false, 1.0f}},
     {IQ2_XXS, unpack_iq2_xxs, {32, 128, false, false, 0.125f}},
     {IQ4_XS, unpack_iq4_xs, {32, 128, false, false, 1.0f}},
+    {IQ2_XS, unpack_grid<BlockIq2Xs>, {16, 128, false, false, Grid<BlockIq2Xs>::kPost}},
+    {IQ2_S, unpack_grid<BlockIq2S>, {16, 128, false, false, Grid<BlockIq2S>::kPost}},
+    {IQ3_XXS, unpack_grid<BlockIq3Xxs>, {32, 128, false, false, Grid<BlockIq3Xxs>::kPost}},
+    {IQ3_S, unpack_grid<BlockIq3S>, {32, 128, false, false, Grid<BlockIq3S>::kPost}},
+    {IQ1_S, unpack_iq1<BlockIq1S>, {32, 128, false, false, 0.125f}},
+    {IQ1_M, unpack_iq1<BlockIq1M>, {16, 128, false, false, 0.125f}},
     {Q8_0, unpack_q8_0, {32, 128, false, true, 1.0f}},
     {MXFP4, unpack_mxfp4, {32, 128, false, true, 1.0f}},
 };
@@ -328,11 +368,12 @@ Micro<V> micro_for(const Shape& s) {
   if (s.block32) return micro<V, 32, 128, false, true>;
   if (s.sub == 32) {
     if (s.mins) return micro<V, 32, 0, true, false>;
-    return micro<V, 32, 128, false, false>;  // IQ2_XXS, IQ4_XS
+    return micro<V, 32, 128, false, false>;  // IQ2_XXS, IQ4_XS, IQ3_XXS, IQ3_S, IQ1_S
   }
-  if (s.mins) return micro<V, 16, 0, true, false>;          // Q2_K
-  if (s.bias == 32) return micro<V, 16, 32, false, false>;  // Q6_K
-  return micro<V, 16, 4, false, false>;                     // Q3_K
+  if (s.mins) return micro<V, 16, 0, true, false>;            // Q2_K
+  if (s.bias == 128) return micro<V, 16, 128, false, false>;  // IQ2_XS, IQ2_S, IQ1_M
+  if (s.bias == 32) return micro<V, 16, 32, false, false>;    // Q6_K
+  return micro<V, 16, 4, false, false>;                       // Q3_K
 }
 
 }  // namespace

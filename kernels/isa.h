@@ -147,6 +147,7 @@ void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, in
                   float* out);
 void tile_iq3_s(const BlockIq3S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 void tile_iq1_s(const BlockIq1S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_iq1_m(const BlockIq1M* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 void tile_q8_0(const BlockQ8_0* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
 void tile_mxfp4(const BlockMxfp4* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
 // Matrix-matrix (gemm_avx2.cpp) for Q8_0, MXFP4, Q2_K-Q6_K, IQ2_XXS, IQ4_XS: as avx512's below.

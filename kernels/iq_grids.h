@@ -1,0 +1,193 @@
+// The grid IQ types' groups of 32 weights decoded for the x86 kernels: the tiles
+// (avx2_quants.cpp) and both instruction sets' matrix-matrix panels (gemm_avx2.cpp,
+// gemm_avx512.cpp) read the same decoders, so the panels unpack what the tiles compute with.
+// Internal to kernels/; an unnamed namespace, so each file keeps its own copy, compiled with its
+// own flags (rows8_body.h).
+//
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (grid_group): a group's magnitudes from the grid (unsigned,
+// <= 62), their signs as +1 / -1 bytes, and the integer scales of elements 0-15 and 16-31 (the
+// same where the type scales 32). Value = sign x magnitude; the super-block's sum is
+// d x post x sum of scale x value x activation (post: 0.125 for IQ2_XS and IQ2_S, 0.25 for IQ3_XXS,
+// 1 for IQ3_S; ggml's dots).
+//
+// IQ1_S, IQ1_M (iq1_group): value = grid + delta with grid -1, 0 or 1 and delta +-1/8 (IQ1_S: one
+// delta per 32, IQ1_M one per 8), so 8 x value is an integer, -9..9, and the super-block's sum is
+// d x 0.125 x sum of scale x (8 value) x activation: one exact integer sum where ggml keeps the
+// delta's share apart (the same real number; the float steps after it are the other grid types').
+// The decoder gives u = 8 value + 9 (0..18, unsigned: vpmaddubsw's operand), whose bias the caller
+// takes off as 9 x the scaled activation sums.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/dequant.h"
+#include "kernels/fp16.h"
+#include "kernels/quant_blocks.h"
+
+namespace kernels {
+namespace {
+
+inline __m256i grid4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  return _mm256_set_epi64x(static_cast<int64_t>(d), static_cast<int64_t>(c),
+                           static_cast<int64_t>(b), static_cast<int64_t>(a));
+}
+// ksigns_iq2xs as bytes of +1 / -1 (llama.cpp's ksigns64): one u64 per 7-bit sign index.
+struct Signs64 {
+  uint64_t v[128];
+  Signs64() {
+    for (int i = 0; i < 128; ++i) {
+      v[i] = 0;
+      for (int j = 0; j < 8; ++j)
+        v[i] |= uint64_t(iq::ksigns_iq2xs[i] >> j & 1 ? 0xFF : 0x01) << (8 * j);
+    }
+  }
+};
+const Signs64 kSigns;
+// Four bytes of sign bits (bit j of byte l: element 8l + j negative) -> +1 / -1 bytes.
+inline __m256i signs32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(
+      _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(v)), shuf), bits),
+      bits);
+  return _mm256_or_si256(set, _mm256_set1_epi8(1));
+}
+
+struct GridGroup {
+  __m256i g, sg;  // magnitudes; +1 / -1
+  int s0, s1;     // scales of elements 0-15, 16-31
+};
+
+// The blocks of the grid types: their super-block scale and group decoder.
+template <class Block>
+struct Grid;
+
+template <>
+struct Grid<BlockIq2Xs> {
+  static constexpr int kSub = 16;
+  static constexpr float kPost = 0.125f;
+  static float d(const BlockIq2Xs& b) { return fp16_to_fp32(b.d); }
+  static GridGroup group(const BlockIq2Xs& b, int ib) {
+    const uint16_t* q = b.qs + 4 * ib;
+    return {
+        grid4(iq::iq2xs_grid[q[0] & 511], iq::iq2xs_grid[q[1] & 511], iq::iq2xs_grid[q[2] & 511],
+              iq::iq2xs_grid[q[3] & 511]),
+        grid4(kSigns.v[q[0] >> 9], kSigns.v[q[1] >> 9], kSigns.v[q[2] >> 9], kSigns.v[q[3] >> 9]),
+        2 * (b.scales[ib] & 0xf) + 1, 2 * (b.scales[ib] >> 4) + 1};
+  }
+};
+
+template <>
+struct Grid<BlockIq2S> {
+  static constexpr int kSub = 16;
+  static constexpr float kPost = 0.125f;
+  static float d(const BlockIq2S& b) { return fp16_to_fp32(b.d); }
+  static GridGroup group(const BlockIq2S& b, int ib) {
+    const uint8_t* qs = b.qs + 4 * ib;
+    const int qh = b.qh[ib];
+    return {grid4(iq::iq2s_grid[qs[0] | ((qh << 8) & 0x300)],
+                  iq::iq2s_grid[qs[1] | ((qh << 6) & 0x300)],
+                  iq::iq2s_grid[qs[2] | ((qh << 4) & 0x300)],
+                  iq::iq2s_grid[qs[3] | ((qh << 2) & 0x300)]),
+            signs32(b.qs + 32 + 4 * ib), 2 * (b.scales[ib] & 0xf) + 1, 2 * (b.scales[ib] >> 4) + 1};
+  }
+};
+
+template <>
+struct Grid<BlockIq3Xxs> {
+  static constexpr int kSub = 32;
+  static constexpr float kPost = 0.25f;
+  static float d(const BlockIq3Xxs& b) { return fp16_to_fp32(b.d); }
+  static GridGroup group(const BlockIq3Xxs& b, int ib) {
+    const uint8_t* q3 = b.qs + 8 * ib;
+    uint32_t aux;
+    std::memcpy(&aux, b.qs + 64 + 4 * ib, 4);
+    const int ls = int(2 * (aux >> 28) + 1);
+    return {_mm256_setr_epi32(int(iq::iq3xxs_grid[q3[0]]), int(iq::iq3xxs_grid[q3[1]]),
+                              int(iq::iq3xxs_grid[q3[2]]), int(iq::iq3xxs_grid[q3[3]]),
+                              int(iq::iq3xxs_grid[q3[4]]), int(iq::iq3xxs_grid[q3[5]]),
+                              int(iq::iq3xxs_grid[q3[6]]), int(iq::iq3xxs_grid[q3[7]])),
+            grid4(kSigns.v[aux & 127], kSigns.v[(aux >> 7) & 127], kSigns.v[(aux >> 14) & 127],
+                  kSigns.v[(aux >> 21) & 127]),
+            ls, ls};
+  }
+};
+
+template <>
+struct Grid<BlockIq3S> {
+  static constexpr int kSub = 32;
+  static constexpr float kPost = 1.0f;
+  static float d(const BlockIq3S& b) { return fp16_to_fp32(b.d); }
+  static GridGroup group(const BlockIq3S& b, int ib) {
+    const uint8_t* qs = b.qs + 8 * ib;
+    const int qh = b.qh[ib];
+    int idx[8];
+    for (int l = 0; l < 4; ++l) {
+      idx[2 * l] = qs[2 * l] | ((qh << (8 - 2 * l)) & 256);
+      idx[2 * l + 1] = qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
+    }
+    const int ls = 2 * (ib % 2 ? b.scales[ib / 2] >> 4 : b.scales[ib / 2] & 0xf) + 1;
+    return {_mm256_setr_epi32(int(iq::iq3s_grid[idx[0]]), int(iq::iq3s_grid[idx[1]]),
+                              int(iq::iq3s_grid[idx[2]]), int(iq::iq3s_grid[idx[3]]),
+                              int(iq::iq3s_grid[idx[4]]), int(iq::iq3s_grid[idx[5]]),
+                              int(iq::iq3s_grid[idx[6]]), int(iq::iq3s_grid[idx[7]])),
+            signs32(b.signs + 4 * ib), ls, ls};
+  }
+};
+
+struct Iq1Group {
+  __m256i u;   // 8 x value + 9, 0..18
+  int s0, s1;  // scales of elements 0-15, 16-31
+};
+// Grid rows -1 / 0 / 1 and (delta + 1/8) x 8 (0 or 2 per byte): 8 x (grid + delta) + 9.
+inline __m256i iq1_u(__m256i grid, __m256i delta8) {
+  return _mm256_add_epi8(_mm256_slli_epi16(_mm256_add_epi8(grid, _mm256_set1_epi8(1)), 3),
+                         delta8);  // (grid + 1) <= 2: the shift stays in its byte
+}
+
+template <class Block>
+struct Iq1;
+
+template <>
+struct Iq1<BlockIq1S> {
+  static constexpr int kSub = 32;
+  static float d(const BlockIq1S& b) { return fp16_to_fp32(b.d); }
+  static Iq1Group group(const BlockIq1S& b, int ib) {
+    const uint16_t qh = b.qh[ib];
+    const uint8_t* qs = b.qs + 4 * ib;
+    const __m256i g = grid4(
+        iq::iq1s_grid[qs[0] | ((qh << 8) & 0x700)], iq::iq1s_grid[qs[1] | ((qh << 5) & 0x700)],
+        iq::iq1s_grid[qs[2] | ((qh << 2) & 0x700)], iq::iq1s_grid[qs[3] | ((qh >> 1) & 0x700)]);
+    const int ls = 2 * ((qh >> 12) & 7) + 1;
+    return {iq1_u(g, _mm256_set1_epi8(qh & 0x8000 ? 0 : 2)), ls, ls};
+  }
+};
+
+template <>
+struct Iq1<BlockIq1M> {
+  static constexpr int kSub = 16;
+  static float d(const BlockIq1M& b) { return fp16_to_fp32(iq1m_scale_bits(b.scales)); }
+  static Iq1Group group(const BlockIq1M& b, int ib) {
+    const uint8_t* qs = b.qs + 4 * ib;
+    const uint8_t* qh = b.qh + 2 * ib;
+    const __m256i g = grid4(iq::iq1s_grid[qs[0] | ((qh[0] << 8) & 0x700)],
+                            iq::iq1s_grid[qs[1] | ((qh[0] << 4) & 0x700)],
+                            iq::iq1s_grid[qs[2] | ((qh[1] << 8) & 0x700)],
+                            iq::iq1s_grid[qs[3] | ((qh[1] << 4) & 0x700)]);
+    auto delta8 = [](int h) { return h ? 0ull : 0x0202020202020202ull; };  // delta -1/8 or +1/8
+    const __m256i dv = grid4(delta8(qh[0] & 0x08), delta8(qh[0] & 0x80), delta8(qh[1] & 0x08),
+                             delta8(qh[1] & 0x80));
+    const uint16_t sc = uint16_t(b.scales[2 * (ib / 2)] | b.scales[2 * (ib / 2) + 1] << 8);
+    const int sh = 6 * (ib % 2);
+    return {iq1_u(g, dv), 2 * ((sc >> sh) & 7) + 1, 2 * ((sc >> (sh + 3)) & 7) + 1};
+  }
+};
+
+}  // namespace
+}  // namespace kernels
