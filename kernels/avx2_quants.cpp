@@ -210,19 +210,7 @@ EXPERTD_ROWS_KERNEL(iq2_xxs, BlockIq2Xxs, BlockQ8K, iq2xxs_rows)
 
 // IQ1_S and IQ1_M (iq_grids.h): u = 8 x value + 9 against the activations, by vpmaddubsw (pairs
 // <= 2 x 18 x 127), times the scales, less 9 x the scales against the activations' 16-element
-// sums: the super-block's exact sum of scale x 8 value x activation (post 0.125). The grid rows
-// come from a copy of iq1s_grid holding 8 x (grid + 1) (0, 8, 16), so u is one addition away.
-struct Iq1Grid8 {
-  uint64_t v[2048];
-  Iq1Grid8() {
-    for (int i = 0; i < 2048; ++i) {
-      v[i] = 0;
-      for (int j = 0; j < 8; ++j)
-        v[i] |= uint64_t(8 * (int8_t(iq::iq1s_grid[i] >> (8 * j)) + 1)) << (8 * j);
-    }
-  }
-};
-const Iq1Grid8 kIq1Grid8;
+// sums: the super-block's exact sum of scale x 8 value x activation (post 0.125).
 
 inline __m256i two_scales16(int s0, int s1) {
   return _mm256_setr_m128i(_mm_set1_epi16(int16_t(s0)), _mm_set1_epi16(int16_t(s1)));
@@ -262,7 +250,7 @@ void iq1s_rows(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* 
   iq1_rows<N>(x, ys, n, out, [](const BlockIq1S& b, int ib, int& s0, int& s1, int16_t* off) {
     const uint16_t qh = b.qh[ib];
     const uint8_t* qs = b.qs + 4 * ib;
-    const uint64_t* g = kIq1Grid8.v;
+    const uint64_t* g = iq1_grid8();
     s0 = s1 = 2 * ((qh >> 12) & 7) + 1;
     off[0] = off[1] = int16_t(s0 * (qh & 0x8000 ? -9 : -7));
     return grid4(g[qs[0] | ((qh << 8) & 0x700)], g[qs[1] | ((qh << 5) & 0x700)],

@@ -151,6 +151,23 @@ inline __m256i iq1_u(__m256i grid, __m256i delta8) {
                          delta8);  // (grid + 1) <= 2: the shift stays in its byte
 }
 
+// iq1s_grid's rows as 8 x (grid + 1), bytes 0, 8, 16: with it IQ1_S's u is its row plus the
+// delta's share, which the tiles take as an offset of the activation sums.
+inline const uint64_t* iq1_grid8() {
+  struct Table {
+    uint64_t v[2048];
+    Table() {
+      for (int i = 0; i < 2048; ++i) {
+        v[i] = 0;
+        for (int j = 0; j < 8; ++j)
+          v[i] |= uint64_t(8 * (int8_t(iq::iq1s_grid[i] >> (8 * j)) + 1)) << (8 * j);
+      }
+    }
+  };
+  static const Table t;
+  return t.v;
+}
+
 template <class Block>
 struct Iq1;
 

@@ -14,6 +14,11 @@ namespace kernels {
 // AMD's family 19h (Zen 3, Zen 4): a 512-bit instruction runs as two 256-bit halves, so AVX-512
 // bodies gain nothing over AVX2's width and some run slower (types.cpp, kernels.cpp).
 bool halves_512();
+// Whether the AVX-512 bodies should look grid rows up one at a time instead of gathering them:
+// where the kernel reports a microcode mitigation of Gather Data Sampling (Intel's Skylake to Ice
+// Lake and Tiger Lake), which makes vpgather several times slower. EXPERTD_GATHER=0 or 1 decides
+// instead (tests run both paths).
+bool gathers_slow();
 
 namespace ref {
 void quantize_f32(const float* x, float* y, int64_t n);
@@ -195,6 +200,15 @@ void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_
                   int64_t n_tokens, int64_t cols, uint8_t* panel);
 void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                const uint8_t* panel, int64_t n_tokens, float* y);
+float dot_iq1_s(const BlockIq1S* x, const BlockQ8K* y, int64_t n);
+float dot_iq1_m(const BlockIq1M* x, const BlockQ8K* y, int64_t n);
+void tile_iq1_s(const BlockIq1S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_iq1_m(const BlockIq1M* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+float dot_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* y, int64_t n);
+void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                  float* out);
+float dot_iq3_s(const BlockIq3S* x, const BlockQ8K* y, int64_t n);
+void tile_iq3_s(const BlockIq3S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 }  // namespace avx512
 
 }  // namespace kernels

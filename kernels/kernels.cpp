@@ -7,6 +7,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -35,6 +36,20 @@ bool halves_512() {
     return base + (base == 0xF ? (a >> 20 & 0xFF) : 0) == 0x19;
   }();
   return h;
+}
+
+bool gathers_slow() {
+  static const bool slow = [] {
+    if (const char* e = std::getenv("EXPERTD_GATHER")) return std::strcmp(e, "0") == 0;
+    char buf[64] = {};
+    if (FILE* f = std::fopen("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling", "r")) {
+      const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+      std::fclose(f);
+      buf[n] = 0;
+    }
+    return std::strncmp(buf, "Mitigation", 10) == 0;
+  }();
+  return slow;
 }
 
 Isa best_isa() {

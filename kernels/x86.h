@@ -135,12 +135,9 @@ inline __m256i iq2xxs_grid(const uint8_t* q) {
 // group ib's l-th 7-bit index (the index, its parity as the eighth bit), so the dword at
 // out + 4 ib is iq2xxs_negative of group ib's aux. A few vector operations for the block's 32
 // indices instead of a lookup or a parity fold per index.
-inline void iq2xxs_block_signs(const uint8_t* qs, uint8_t* out) {
-  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
-  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32));
-  const __m256i odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);  // each group's aux dword
-  const __m256i a = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(lo, odd),
-                                       _mm256_permutevar8x32_epi32(hi, odd), 0xF0);
+// aux_signs: the same from the block's eight aux dwords in a register (IQ3_XXS keeps them side by
+// side after its grid indices).
+inline void aux_signs(__m256i a, uint8_t* out) {
   // the four 7-bit fields of each aux (bits 0, 7, 14, 21) into its four bytes
   __m256i t = _mm256_and_si256(a, _mm256_set1_epi32(0x7F));
   t = _mm256_or_si256(t, _mm256_and_si256(_mm256_slli_epi32(a, 1), _mm256_set1_epi32(0x7F00)));
@@ -156,6 +153,14 @@ inline void iq2xxs_block_signs(const uint8_t* qs, uint8_t* out) {
       _mm256_xor_si256(_mm256_shuffle_epi8(parity, _mm256_and_si256(t, m4)),
                        _mm256_shuffle_epi8(parity, _mm256_and_si256(_mm256_srli_epi16(t, 4), m4)));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_or_si256(t, p));
+}
+inline void iq2xxs_block_signs(const uint8_t* qs, uint8_t* out) {
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32));
+  const __m256i odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);  // each group's aux dword
+  aux_signs(_mm256_blend_epi32(_mm256_permutevar8x32_epi32(lo, odd),
+                               _mm256_permutevar8x32_epi32(hi, odd), 0xF0),
+            out);
 }
 inline uint32_t iq2xxs_negative(uint32_t aux) {
   return iq::ksigns_iq2xs[aux & 127] | iq::ksigns_iq2xs[(aux >> 7) & 127] << 8 |

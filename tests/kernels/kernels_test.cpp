@@ -386,7 +386,9 @@ TEST(Kernels, SuperBlockBodiesGiveTheSameBitsOnBothIsas) {
       EXPERTD_BODIES(Q4_K, BlockQ4K, q4_k),       EXPERTD_BODIES(Q5_K, BlockQ5K, q5_k),
       EXPERTD_BODIES(Q6_K, BlockQ6K, q6_k),       EXPERTD_BODIES(Q2_K, BlockQ2K, q2_k),
       EXPERTD_BODIES(Q3_K, BlockQ3K, q3_k),       EXPERTD_BODIES(IQ2_XXS, BlockIq2Xxs, iq2_xxs),
-      EXPERTD_BODIES(IQ4_XS, BlockIq4Xs, iq4_xs),
+      EXPERTD_BODIES(IQ4_XS, BlockIq4Xs, iq4_xs), EXPERTD_BODIES(IQ1_S, BlockIq1S, iq1_s),
+      EXPERTD_BODIES(IQ1_M, BlockIq1M, iq1_m),    EXPERTD_BODIES(IQ3_XXS, BlockIq3Xxs, iq3_xxs),
+      EXPERTD_BODIES(IQ3_S, BlockIq3S, iq3_s),
   };
 #undef EXPERTD_BODIES
   for (const Bodies& k : bodies)
