@@ -219,6 +219,7 @@ inline __m256i two_scales16(int s0, int s1) {
 template <int N, class Block, class Group>
 __attribute__((always_inline)) inline void iq1_rows(const Block* x, const BlockQ8K* const* ys,
                                                     int64_t n, float* out, const Group& group) {
+  const uint64_t* grid8 = iq1_grid8();
   sb_rows_dx<N, false>(
       x, sizeof(Block), 0, n, ys, 0.125f, out,
       [&](int64_t b, __m256i* I, __m256i*) {
@@ -226,7 +227,7 @@ __attribute__((always_inline)) inline void iq1_rows(const Block* x, const BlockQ
 #pragma GCC unroll 8
         for (int ib = 0; ib < 8; ++ib) {
           int s0, s1;
-          const __m256i u = group(x[b], ib, s0, s1, off + 2 * ib);
+          const __m256i u = group(x[b], ib, grid8, s0, s1, off + 2 * ib);
           const __m256i scale =
               Iq1<Block>::kSub == 32 ? _mm256_set1_epi16(int16_t(s0)) : two_scales16(s0, s1);
           for (int t = 0; t < N; ++t)
@@ -247,24 +248,36 @@ __attribute__((always_inline)) inline void iq1_rows(const Block* x, const BlockQ
 template <int N>
 void iq1s_rows(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   // u = 8 (grid + 1); the delta's share (u + delta + 1 - 9 = 8 value) in the offsets
-  iq1_rows<N>(x, ys, n, out, [](const BlockIq1S& b, int ib, int& s0, int& s1, int16_t* off) {
-    const uint16_t qh = b.qh[ib];
-    const uint8_t* qs = b.qs + 4 * ib;
-    const uint64_t* g = iq1_grid8();
-    s0 = s1 = 2 * ((qh >> 12) & 7) + 1;
-    off[0] = off[1] = int16_t(s0 * (qh & 0x8000 ? -9 : -7));
-    return grid4(g[qs[0] | ((qh << 8) & 0x700)], g[qs[1] | ((qh << 5) & 0x700)],
-                 g[qs[2] | ((qh << 2) & 0x700)], g[qs[3] | ((qh >> 1) & 0x700)]);
-  });
+  iq1_rows<N>(x, ys, n, out,
+              [](const BlockIq1S& b, int ib, const uint64_t* g, int& s0, int& s1, int16_t* off) {
+                const uint16_t qh = b.qh[ib];
+                const uint8_t* qs = b.qs + 4 * ib;
+                s0 = s1 = 2 * ((qh >> 12) & 7) + 1;
+                off[0] = off[1] = int16_t(s0 * (qh & 0x8000 ? -9 : -7));
+                return grid4(g[qs[0] | ((qh << 8) & 0x700)], g[qs[1] | ((qh << 5) & 0x700)],
+                             g[qs[2] | ((qh << 2) & 0x700)], g[qs[3] | ((qh >> 1) & 0x700)]);
+              });
 }
 template <int N>
 void iq1m_rows(const BlockIq1M* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  iq1_rows<N>(x, ys, n, out, [](const BlockIq1M& b, int ib, int& s0, int& s1, int16_t* off) {
-    const Iq1Group q = Iq1<BlockIq1M>::group(b, ib);
-    s0 = q.s0, s1 = q.s1;
-    off[0] = int16_t(-9 * s0), off[1] = int16_t(-9 * s1);  // u's bias
-    return q.u;
-  });
+  // u = 8 (grid + 1) + 8 (delta + 1/8), its bias 9 in the offsets
+  const DeltaRow* deltas = iq1m_deltas();
+  iq1_rows<N>(
+      x, ys, n, out,
+      [deltas](const BlockIq1M& b, int ib, const uint64_t* g, int& s0, int& s1, int16_t* off) {
+        const uint8_t* qs = b.qs + 4 * ib;
+        const uint32_t h = b.qh[2 * ib] | uint32_t(b.qh[2 * ib + 1]) << 8;
+        const uint16_t sc = uint16_t(b.scales[2 * (ib / 2)] | b.scales[2 * (ib / 2) + 1] << 8);
+        const int sh = 6 * (ib % 2);
+        s0 = 2 * ((sc >> sh) & 7) + 1, s1 = 2 * ((sc >> (sh + 3)) & 7) + 1;
+        off[0] = int16_t(-9 * s0), off[1] = int16_t(-9 * s1);
+        const __m256i grid = grid4(g[qs[0] | ((h << 8) & 0x700)], g[qs[1] | ((h << 4) & 0x700)],
+                                   g[qs[2] | (h & 0x700)], g[qs[3] | ((h >> 4) & 0x700)]);
+        // bits 3, 7, 11, 15 of h (no pext: microcoded on AMD's Zen 1 and 2)
+        const unsigned m = (h >> 3 & 1) | (h >> 6 & 2) | (h >> 9 & 4) | (h >> 12 & 8);
+        return _mm256_add_epi8(grid,
+                               _mm256_load_si256(reinterpret_cast<const __m256i*>(deltas[m])));
+      });
 }
 EXPERTD_ROWS_KERNEL(iq1_s, BlockIq1S, BlockQ8K, iq1s_rows)
 EXPERTD_ROWS_KERNEL(iq1_m, BlockIq1M, BlockQ8K, iq1m_rows)

@@ -396,22 +396,12 @@ void tile_iq1_s_avx512(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n,
                 });
 }
 
-// IQ1_M's delta bits (bits 3 and 7 of a group's two qh bytes, by pext) -> (delta + 1/8) x 8 per
-// element: 0 or 2.
-struct Iq1mDeltas {
-  alignas(32) uint8_t v[16][32];
-  Iq1mDeltas() {
-    for (int m = 0; m < 16; ++m)
-      for (int i = 0; i < 32; ++i) v[m][i] = m >> (i / 8) & 1 ? 0 : 2;
-  }
-};
-const Iq1mDeltas kIq1mDeltas;
-
 template <int N>
 void tile_iq1_m_avx512(const BlockIq1M* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  const DeltaRow* deltas = iq1m_deltas();
   iq1_avx512<N>(
       x, ys, n, out,
-      [](const BlockIq1M& b, int ib, const uint64_t* g, __m256i& scale, int16_t* off) {
+      [deltas](const BlockIq1M& b, int ib, const uint64_t* g, __m256i& scale, int16_t* off) {
         const uint8_t* qs = b.qs + 4 * ib;
         const uint32_t h = b.qh[2 * ib] | uint32_t(b.qh[2 * ib + 1]) << 8;
         const uint16_t sc = uint16_t(b.scales[2 * (ib / 2)] | b.scales[2 * (ib / 2) + 1] << 8);
@@ -421,8 +411,9 @@ void tile_iq1_m_avx512(const BlockIq1M* x, const BlockQ8K* const* ys, int64_t n,
         off[0] = int16_t(-9 * s0), off[1] = int16_t(-9 * s1);
         const __m256i grid = grid4(g[qs[0] | ((h << 8) & 0x700)], g[qs[1] | ((h << 4) & 0x700)],
                                    g[qs[2] | (h & 0x700)], g[qs[3] | ((h >> 4) & 0x700)]);
-        return _mm256_add_epi8(grid, _mm256_load_si256(reinterpret_cast<const __m256i*>(
-                                         kIq1mDeltas.v[_pext_u32(h, 0x8888)])));
+        return _mm256_add_epi8(
+            grid,
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(deltas[_pext_u32(h, 0x8888)])));
       });
 }
 

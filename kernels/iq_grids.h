@@ -168,6 +168,21 @@ inline const uint64_t* iq1_grid8() {
   return t.v;
 }
 
+// IQ1_M's four delta bits of a group (bits 3 and 7 of its two qh bytes, in order) m -> row m:
+// 8 x (delta + 1/8) per element, 0 where the bit is set (delta -1/8), else 2.
+using DeltaRow = uint8_t[32];
+inline const DeltaRow* iq1m_deltas() {
+  struct Table {
+    alignas(32) uint8_t v[16][32];
+    Table() {
+      for (int k = 0; k < 16; ++k)
+        for (int i = 0; i < 32; ++i) v[k][i] = k >> (i / 8) & 1 ? 0 : 2;
+    }
+  };
+  static const Table t;
+  return t.v;
+}
+
 template <class Block>
 struct Iq1;
 
