@@ -208,13 +208,16 @@ void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, flo
 }
 EXPERTD_ROWS_KERNEL(iq2_xxs, BlockIq2Xxs, BlockQ8K, iq2xxs_rows)
 
-// IQ1_S and IQ1_M (iq_grids.h): u = 8 x value + 9 against the activations, by vpmaddubsw (pairs
-// <= 2 x 18 x 127), times the scales, less 9 x the scales against the activations' 16-element
-// sums: the super-block's exact sum of scale x 8 value x activation (post 0.125).
-
 inline __m256i two_scales16(int s0, int s1) {
   return _mm256_setr_m128i(_mm_set1_epi16(int16_t(s0)), _mm_set1_epi16(int16_t(s1)));
 }
+
+// IQ1_S and IQ1_M (iq_grids.h): group(b, ib, grid8, s0, s1, off) gives group ib's u (unsigned,
+// <= 18), its scales, and off, the factors of its two 16-element activation sums, such that u
+// against the activations plus off against those sums is the exact sum of 8 x value x activation
+// (IQ1_S: u = 8 (grid + 1), its delta and the bias 8 in off; IQ1_M: u = 8 (grid + 1) + 8 (delta +
+// 1/8), the bias 9 in off). u by vpmaddubsw (pairs <= 2 x 18 x 127), times the scales: each
+// super-block's exact sum of scale x 8 value x activation (post 0.125).
 
 template <int N, class Block, class Group>
 __attribute__((always_inline)) inline void iq1_rows(const Block* x, const BlockQ8K* const* ys,
