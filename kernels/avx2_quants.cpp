@@ -543,12 +543,12 @@ namespace {
 // activations given the weights' signs, times the scales, into the super-block's exact integer
 // sum (avx2.h's sb_rows, as the matrix-matrix panels compute it). N tokens share each decoded
 // group: N = 1 is the dot, 2..4 the tile.
-template <int N, class Block>
+template <int N, class Block, bool kGather = false>
 void grid_rows(const Block* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   sb_rows<N, false>(
       x, sizeof(Block), 0, 0, n, ys, Grid<Block>::kPost, out, [&](int64_t b, __m256i* I, __m256i*) {
         for (int ib = 0; ib < 8; ++ib) {
-          const GridGroup q = Grid<Block>::group(x[b], ib);
+          const GridGroup q = Grid<Block>::template group<kGather>(x[b], ib);
           const __m256i scale = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(q.s0)),
                                                   _mm_set1_epi16(static_cast<int16_t>(q.s1)));
           for (int t = 0; t < N; ++t) {
@@ -566,13 +566,17 @@ template <int N>
 void iq2s_rows(const BlockIq2S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   grid_rows<N>(x, ys, n, out);
 }
+// IQ3_XXS and IQ3_S: their eight 4-byte grid rows a group gathered unless gathers are slow
+// (iq_grids.h: iq3xxs_rows8, iq3s_rows8).
 template <int N>
 void iq3xxs_rows(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  grid_rows<N>(x, ys, n, out);
+  gathers_slow() ? grid_rows<N, BlockIq3Xxs, false>(x, ys, n, out)
+                 : grid_rows<N, BlockIq3Xxs, true>(x, ys, n, out);
 }
 template <int N>
 void iq3s_rows(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  grid_rows<N>(x, ys, n, out);
+  gathers_slow() ? grid_rows<N, BlockIq3S, false>(x, ys, n, out)
+                 : grid_rows<N, BlockIq3S, true>(x, ys, n, out);
 }
 }  // namespace
 

@@ -265,28 +265,13 @@ void tile_iq2_xxs_avx512(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_
       });
 }
 
-// Eight 4-weight grid rows (IQ3_XXS, IQ3_S) by one gather, or where gathers are slow
-// (gathers_slow) by eight loads: on an Intel Xeon (AVX-512 VNNI, 2 threads, expert-bench gemv)
-// IQ3_XXS read 12.0 GB/s with the gather, 9.9 with the loads.
-template <bool kGather>
-__attribute__((always_inline)) inline __m256i grid_rows8(const int* grid, __m256i idx) {
-  if constexpr (kGather) {
-    return _mm256_i32gather_epi32(grid, idx, 4);
-  } else {
-    alignas(32) int i[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(i), idx);
-    return _mm256_setr_epi32(grid[i[0]], grid[i[1]], grid[i[2]], grid[i[3]], grid[i[4]], grid[i[5]],
-                             grid[i[6]], grid[i[7]]);
-  }
-}
-
-// IQ3_XXS: per 32 weights eight 4-weight grid rows (unsigned, <= 62), the signs (the block's eight
+// IQ3_XXS: per 32 weights eight 4-weight grid rows (unsigned, <= 62; iq_grids.h's iq3xxs_rows8:
+// gathered unless gathers are slow), the signs (the block's eight
 // aux dwords decoded at once, x86::aux_signs) a mask put onto the activations, as IQ2_XXS's: the
 // AVX2 tile's exact sums (magnitudes against the signed activations, times the scale), so its
 // bits.
 template <int N, bool kGather>
 void tile_iq3_xxs_avx512(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  const int* grid = reinterpret_cast<const int*>(iq::iq3xxs_grid);
   avx2::sb_rows<N, false>(
       x, sizeof(BlockIq3Xxs), 0, 0, n, ys, 0.25f, out, [&](int64_t b, __m256i* isum, __m256i*) {
         const uint8_t* q = x[b].qs;
@@ -296,9 +281,7 @@ void tile_iq3_xxs_avx512(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_
           uint32_t aux, neg;
           std::memcpy(&aux, q + 64 + 4 * ib, 4);
           std::memcpy(&neg, signs + 4 * ib, 4);
-          const __m256i idx =
-              _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * ib)));
-          const __m256i g = grid_rows8<kGather>(grid, idx);
+          const __m256i g = iq3xxs_rows8<kGather>(q + 8 * ib);
           const __mmask32 m = _cvtu32_mask32(neg);
           const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
           for (int t = 0; t < N; ++t) {
@@ -315,20 +298,10 @@ void tile_iq3_xxs_avx512(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_
 // (the mask itself), one scale per 32.
 template <int N, bool kGather>
 void tile_iq3_s_avx512(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  const int* grid = reinterpret_cast<const int*>(iq::iq3s_grid);
-  const __m256i bit = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   avx2::sb_rows<N, false>(
       x, sizeof(BlockIq3S), 0, 0, n, ys, 1.0f, out, [&](int64_t b, __m256i* isum, __m256i*) {
         for (int ib = 0; ib < 8; ++ib) {
-          const __m256i hi = _mm256_slli_epi32(
-              _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(x[b].qh[ib]), bit),
-                               _mm256_set1_epi32(1)),
-              8);  // element e's ninth index bit: bit e of qh
-          const __m256i idx = _mm256_or_si256(
-              _mm256_cvtepu8_epi32(
-                  _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x[b].qs + 8 * ib))),
-              hi);
-          const __m256i g = grid_rows8<kGather>(grid, idx);
+          const __m256i g = iq3s_rows8<kGather>(x[b].qs + 8 * ib, x[b].qh[ib]);
           uint32_t neg;
           std::memcpy(&neg, x[b].signs + 4 * ib, 4);
           const __mmask32 m = _cvtu32_mask32(neg);
