@@ -235,6 +235,20 @@ void tile_q3_k_avx512(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, f
       });
 }
 
+// A grid group's 32 magnitudes g against each token's activations given the weights' signs (the
+// mask m: the activations negated where set; Q8_K's are within +-127), times the i16 scales ls,
+// into the tokens' super-block sums: the AVX2 bodies' exact integer sums.
+template <int N>
+__attribute__((always_inline)) inline void signed_group(__m256i* isum, const BlockQ8K* const* ys,
+                                                        int64_t b, int ib, __m256i g, __mmask32 m,
+                                                        __m256i ls) {
+  for (int t = 0; t < N; ++t) {
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs + 32 * ib));
+    const __m256i q8 = _mm256_mask_sub_epi8(y, m, _mm256_setzero_si256(), y);
+    isum[t] = _mm256_dpwssd_epi32(isum[t], _mm256_maddubs_epi16(g, q8), ls);
+  }
+}
+
 // IQ2_XXS: per 32 weights four 8-weight grid rows (unsigned), four 7-bit sign indices and a 4-bit
 // scale; the signs become a mask put onto the activations (a sign index is the low 7 bits of its
 // 8 signs, the eighth their parity: ksigns_iq2xs, the block's 32 decoded at once: 7.6 -> 8.2
@@ -243,33 +257,27 @@ void tile_q3_k_avx512(const BlockQ3K* x, const BlockQ8K* const* ys, int64_t n, f
 // here than 4 loads.
 template <int N>
 void tile_iq2_xxs_avx512(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  avx2::sb_rows<N, false>(
-      x, sizeof(BlockIq2Xxs), 0, 0, n, ys, 0.125f, out, [&](int64_t b, __m256i* isum, __m256i*) {
-        const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
-        alignas(32) uint8_t signs[32];
-        x86::iq2xxs_block_signs(q, signs);
-        for (int ib = 0; ib < 8; ++ib, q += 8) {
-          uint32_t aux, neg;
-          std::memcpy(&aux, q + 4, 4);
-          std::memcpy(&neg, signs + 4 * ib, 4);
-          const __m256i g = x86::iq2xxs_grid(q);
-          const __mmask32 m = _cvtu32_mask32(neg);
-          const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
-          for (int t = 0; t < N; ++t) {
-            const __m256i y =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs + 32 * ib));
-            const __m256i q8 = _mm256_mask_sub_epi8(y, m, _mm256_setzero_si256(), y);
-            isum[t] = _mm256_dpwssd_epi32(isum[t], _mm256_maddubs_epi16(g, q8), ls);
-          }
-        }
-      });
+  avx2::sb_rows<N, false>(x, sizeof(BlockIq2Xxs), 0, 0, n, ys, 0.125f, out,
+                          [&](int64_t b, __m256i* isum, __m256i*) {
+                            const uint8_t* q = reinterpret_cast<const uint8_t*>(x[b].qs);
+                            alignas(32) uint8_t signs[32];
+                            x86::iq2xxs_block_signs(q, signs);
+                            for (int ib = 0; ib < 8; ++ib, q += 8) {
+                              uint32_t aux, neg;
+                              std::memcpy(&aux, q + 4, 4);
+                              std::memcpy(&neg, signs + 4 * ib, 4);
+                              const __m256i g = x86::iq2xxs_grid(q);
+                              const __mmask32 m = _cvtu32_mask32(neg);
+                              const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
+                              signed_group<N>(isum, ys, b, ib, g, m, ls);
+                            }
+                          });
 }
 
 // IQ3_XXS: per 32 weights eight 4-weight grid rows (unsigned, <= 62; iq_grids.h's iq3xxs_rows8:
-// gathered unless gathers are slow), the signs (the block's eight
-// aux dwords decoded at once, x86::aux_signs) a mask put onto the activations, as IQ2_XXS's: the
-// AVX2 tile's exact sums (magnitudes against the signed activations, times the scale), so its
-// bits.
+// gathered unless gathers are slow), the signs (the block's eight aux dwords decoded at once,
+// x86::aux_signs) a mask put onto the activations, as IQ2_XXS's: the AVX2 tile's exact sums, so
+// its bits.
 template <int N, bool kGather>
 void tile_iq3_xxs_avx512(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   avx2::sb_rows<N, false>(
@@ -284,12 +292,7 @@ void tile_iq3_xxs_avx512(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_
           const __m256i g = iq3xxs_rows8<kGather>(q + 8 * ib);
           const __mmask32 m = _cvtu32_mask32(neg);
           const __m256i ls = _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1));
-          for (int t = 0; t < N; ++t) {
-            const __m256i y =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs + 32 * ib));
-            const __m256i q8 = _mm256_mask_sub_epi8(y, m, _mm256_setzero_si256(), y);
-            isum[t] = _mm256_dpwssd_epi32(isum[t], _mm256_maddubs_epi16(g, q8), ls);
-          }
+          signed_group<N>(isum, ys, b, ib, g, m, ls);
         }
       });
 }
@@ -298,23 +301,18 @@ void tile_iq3_xxs_avx512(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_
 // (the mask itself), one scale per 32.
 template <int N, bool kGather>
 void tile_iq3_s_avx512(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  avx2::sb_rows<N, false>(
-      x, sizeof(BlockIq3S), 0, 0, n, ys, 1.0f, out, [&](int64_t b, __m256i* isum, __m256i*) {
-        for (int ib = 0; ib < 8; ++ib) {
-          const __m256i g = iq3s_rows8<kGather>(x[b].qs + 8 * ib, x[b].qh[ib]);
-          uint32_t neg;
-          std::memcpy(&neg, x[b].signs + 4 * ib, 4);
-          const __mmask32 m = _cvtu32_mask32(neg);
-          const int l = x[b].scales[ib / 2] >> (4 * (ib % 2)) & 0xf;
-          const __m256i ls = _mm256_set1_epi16(int16_t(2 * l + 1));
-          for (int t = 0; t < N; ++t) {
-            const __m256i y =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs + 32 * ib));
-            const __m256i q8 = _mm256_mask_sub_epi8(y, m, _mm256_setzero_si256(), y);
-            isum[t] = _mm256_dpwssd_epi32(isum[t], _mm256_maddubs_epi16(g, q8), ls);
-          }
-        }
-      });
+  avx2::sb_rows<N, false>(x, sizeof(BlockIq3S), 0, 0, n, ys, 1.0f, out,
+                          [&](int64_t b, __m256i* isum, __m256i*) {
+                            for (int ib = 0; ib < 8; ++ib) {
+                              const __m256i g = iq3s_rows8<kGather>(x[b].qs + 8 * ib, x[b].qh[ib]);
+                              uint32_t neg;
+                              std::memcpy(&neg, x[b].signs + 4 * ib, 4);
+                              const __mmask32 m = _cvtu32_mask32(neg);
+                              const int l = x[b].scales[ib / 2] >> (4 * (ib % 2)) & 0xf;
+                              const __m256i ls = _mm256_set1_epi16(int16_t(2 * l + 1));
+                              signed_group<N>(isum, ys, b, ib, g, m, ls);
+                            }
+                          });
 }
 
 // IQ1_S and IQ1_M (iq_grids.h; the AVX2 tiles' arithmetic, avx2_quants.cpp): u, 8 x (grid + 1)
