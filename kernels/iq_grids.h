@@ -4,18 +4,20 @@
 // Internal to kernels/; an unnamed namespace, so each file keeps its own copy, compiled with its
 // own flags (rows8_body.h).
 //
-// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (grid_group): a group's magnitudes from the grid (unsigned,
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (Grid<Block>::group): a group's magnitudes from the grid (unsigned,
 // <= 62), their signs as +1 / -1 bytes, and the integer scales of elements 0-15 and 16-31 (the
 // same where the type scales 32). Value = sign x magnitude; the super-block's sum is
 // d x post x sum of scale x value x activation (post: 0.125 for IQ2_XS and IQ2_S, 0.25 for IQ3_XXS,
 // 1 for IQ3_S; ggml's dots).
 //
-// IQ1_S, IQ1_M (iq1_group): value = grid + delta with grid -1, 0 or 1 and delta +-1/8 (IQ1_S: one
-// delta per 32, IQ1_M one per 8), so 8 x value is an integer, -9..9, and the super-block's sum is
-// d x 0.125 x sum of scale x (8 value) x activation: one exact integer sum where ggml keeps the
-// delta's share apart (the same real number; the float steps after it are the other grid types').
-// The decoder gives u = 8 value + 9 (0..18, unsigned: vpmaddubsw's operand), whose bias the caller
-// takes off as 9 x the scaled activation sums.
+// IQ1_S, IQ1_M (Iq1<Block>::group): value = grid + delta with grid -1, 0 or 1 and delta +-1/8
+// (IQ1_S: one delta per 32, IQ1_M one per 8), so 8 x value is an integer, -9..9, and the
+// super-block's sum is d x 0.125 x sum of scale x (8 value) x activation: one exact integer sum
+// where ggml keeps the delta's share apart (the same real number; the float steps after it are the
+// other grid types'). The decoder gives u = 8 value + 9 (0..18, unsigned: vpmaddubsw's operand),
+// whose bias the caller takes off as 9 x the scaled activation sums; the tiles build u from
+// iq1_grid8's pre-scaled rows and iq1m_deltas' table instead, their bias and IQ1_S's delta in
+// factors of those sums.
 #pragma once
 
 #include <immintrin.h>
