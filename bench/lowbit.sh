@@ -5,7 +5,9 @@
 # (DeepSeek-V4-Flash's), IQ4_XS and Q8_0. For each: decode and prefill of 128 tokens in one pass,
 # prefill of 512 in a second; the two engines alternate (bench/compare_llamacpp.py), medians of the
 # per-round ratios (>= 1: expert-run is as fast). Run on the AVX2 kernels and, where the CPU has
-# AVX-512 VNNI, on the AVX-512 ones; the CPU and the ISA are printed with every figure.
+# AVX-512 VNNI, on the AVX-512 ones; the CPU and the ISA are printed with every figure. Named
+# types only: the grid types of the giants' dynamic 1- to 3-bit quants, iq1_s, iq1_m, iq2_xs,
+# iq2_s, iq3_xxs, iq3_s (the whole model in the type).
 #
 #   LLAMA_PY=/tmp/venv/bin/python bash bench/lowbit.sh [build-dir] [rounds] [types...]
 #
@@ -35,9 +37,21 @@ declare -A MIX=(
   [mxfp4]="--type Q8_0 --gate-type MXFP4 --up-type MXFP4 --down-type MXFP4"
   [iq4_xs]="--type IQ4_XS"
   [q8_0]="--type Q8_0"
+  [iq1_s]="--type IQ1_S"
+  [iq1_m]="--type IQ1_M"
+  [iq2_xs]="--type IQ2_XS"
+  [iq2_s]="--type IQ2_S"
+  [iq3_xxs]="--type IQ3_XXS"
+  [iq3_s]="--type IQ3_S"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(q4_k q2_k iq2_xxs mxfp4 iq4_xs q8_0)
+for name in "${names[@]}"; do
+  if [ -z "${MIX[$name]:-}" ]; then
+    echo "bench/lowbit.sh: no model mix named '$name' (one of: ${!MIX[*]})" >&2
+    exit 2
+  fi
+done
 for name in "${names[@]}"; do
   m="$DIR/qwen3-30b-a3b-4l-$name.gguf"
   [ -f "$m" ] || "$B/pack/expert-pack" synth --preset qwen3-30b-a3b --layers 4 ${MIX[$name]} --out "$m" >/dev/null
