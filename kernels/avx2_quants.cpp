@@ -250,36 +250,18 @@ __attribute__((always_inline)) inline void iq1_rows(const Block* x, const BlockQ
 }
 template <int N>
 void iq1s_rows(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  // u = 8 (grid + 1); the delta's share (u + delta + 1 - 9 = 8 value) in the offsets
   iq1_rows<N>(x, ys, n, out,
               [](const BlockIq1S& b, int ib, const uint64_t* g, int& s0, int& s1, int16_t* off) {
-                const uint16_t qh = b.qh[ib];
-                const uint8_t* qs = b.qs + 4 * ib;
-                s0 = s1 = 2 * ((qh >> 12) & 7) + 1;
-                off[0] = off[1] = int16_t(s0 * (qh & 0x8000 ? -9 : -7));
-                return grid4(g[qs[0] | ((qh << 8) & 0x700)], g[qs[1] | ((qh << 5) & 0x700)],
-                             g[qs[2] | ((qh << 2) & 0x700)], g[qs[3] | ((qh >> 1) & 0x700)]);
+                return iq1s_tile_group(b, ib, g, s0, s1, off);
               });
 }
 template <int N>
 void iq1m_rows(const BlockIq1M* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  // u = 8 (grid + 1) + 8 (delta + 1/8), its bias 9 in the offsets
   const DeltaRow* deltas = iq1m_deltas();
   iq1_rows<N>(
       x, ys, n, out,
       [deltas](const BlockIq1M& b, int ib, const uint64_t* g, int& s0, int& s1, int16_t* off) {
-        const uint8_t* qs = b.qs + 4 * ib;
-        const uint32_t h = b.qh[2 * ib] | uint32_t(b.qh[2 * ib + 1]) << 8;
-        const uint16_t sc = uint16_t(b.scales[2 * (ib / 2)] | b.scales[2 * (ib / 2) + 1] << 8);
-        const int sh = 6 * (ib % 2);
-        s0 = 2 * ((sc >> sh) & 7) + 1, s1 = 2 * ((sc >> (sh + 3)) & 7) + 1;
-        off[0] = int16_t(-9 * s0), off[1] = int16_t(-9 * s1);
-        const __m256i grid = grid4(g[qs[0] | ((h << 8) & 0x700)], g[qs[1] | ((h << 4) & 0x700)],
-                                   g[qs[2] | (h & 0x700)], g[qs[3] | ((h >> 4) & 0x700)]);
-        // bits 3, 7, 11, 15 of h (no pext: microcoded on AMD's Zen 1 and 2)
-        const unsigned m = (h >> 3 & 1) | (h >> 6 & 2) | (h >> 9 & 4) | (h >> 12 & 8);
-        return _mm256_add_epi8(grid,
-                               _mm256_load_si256(reinterpret_cast<const __m256i*>(deltas[m])));
+        return iq1m_tile_group<false>(b, ib, g, deltas, s0, s1, off);
       });
 }
 EXPERTD_ROWS_KERNEL(iq1_s, BlockIq1S, BlockQ8K, iq1s_rows)

@@ -330,8 +330,11 @@ __attribute__((always_inline)) inline void iq1_avx512(const Block* x, const Bloc
         alignas(32) int16_t off[16];  // each 16 elements' activation sum's factor
 #pragma GCC unroll 8
         for (int ib = 0; ib < 8; ++ib) {
-          __m256i scale;  // i32 lanes: the scale in the low word
-          const __m256i u = group(x[b], ib, grid8, scale, off + 2 * ib);
+          int s0, s1;
+          const __m256i u = group(x[b], ib, grid8, s0, s1, off + 2 * ib);
+          const __m256i scale =  // i32 lanes: the scale in the low word
+              Iq1<Block>::kSub == 32 ? _mm256_set1_epi32(s0)
+                                     : _mm256_setr_m128i(_mm_set1_epi32(s0), _mm_set1_epi32(s1));
           for (int t = 0; t < N; ++t)
             I[t] = _mm256_dpwssd_epi32(
                 I[t],
@@ -356,14 +359,8 @@ __attribute__((always_inline)) inline void iq1_avx512(const Block* x, const Bloc
 template <int N>
 void tile_iq1_s_avx512(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   iq1_avx512<N>(x, ys, n, out,
-                [](const BlockIq1S& b, int ib, const uint64_t* g, __m256i& scale, int16_t* off) {
-                  const uint16_t qh = b.qh[ib];
-                  const uint8_t* qs = b.qs + 4 * ib;
-                  const int ls = 2 * ((qh >> 12) & 7) + 1;
-                  scale = _mm256_set1_epi32(ls);
-                  off[0] = off[1] = int16_t(ls * (qh & 0x8000 ? -9 : -7));
-                  return grid4(g[qs[0] | ((qh << 8) & 0x700)], g[qs[1] | ((qh << 5) & 0x700)],
-                               g[qs[2] | ((qh << 2) & 0x700)], g[qs[3] | ((qh >> 1) & 0x700)]);
+                [](const BlockIq1S& b, int ib, const uint64_t* g, int& s0, int& s1, int16_t* off) {
+                  return iq1s_tile_group(b, ib, g, s0, s1, off);
                 });
 }
 
@@ -372,19 +369,8 @@ void tile_iq1_m_avx512(const BlockIq1M* x, const BlockQ8K* const* ys, int64_t n,
   const DeltaRow* deltas = iq1m_deltas();
   iq1_avx512<N>(
       x, ys, n, out,
-      [deltas](const BlockIq1M& b, int ib, const uint64_t* g, __m256i& scale, int16_t* off) {
-        const uint8_t* qs = b.qs + 4 * ib;
-        const uint32_t h = b.qh[2 * ib] | uint32_t(b.qh[2 * ib + 1]) << 8;
-        const uint16_t sc = uint16_t(b.scales[2 * (ib / 2)] | b.scales[2 * (ib / 2) + 1] << 8);
-        const int sh = 6 * (ib % 2);
-        const int s0 = 2 * ((sc >> sh) & 7) + 1, s1 = 2 * ((sc >> (sh + 3)) & 7) + 1;
-        scale = _mm256_setr_m128i(_mm_set1_epi32(s0), _mm_set1_epi32(s1));
-        off[0] = int16_t(-9 * s0), off[1] = int16_t(-9 * s1);
-        const __m256i grid = grid4(g[qs[0] | ((h << 8) & 0x700)], g[qs[1] | ((h << 4) & 0x700)],
-                                   g[qs[2] | (h & 0x700)], g[qs[3] | ((h >> 4) & 0x700)]);
-        return _mm256_add_epi8(
-            grid,
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(deltas[_pext_u32(h, 0x8888)])));
+      [deltas](const BlockIq1M& b, int ib, const uint64_t* g, int& s0, int& s1, int16_t* off) {
+        return iq1m_tile_group<true>(b, ib, g, deltas, s0, s1, off);
       });
 }
 

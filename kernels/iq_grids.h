@@ -64,7 +64,7 @@ inline __m256i signs32(const uint8_t* p) {
 // The eight 4-byte grid rows of an IQ3_XXS or IQ3_S group: by one vpgatherdd, or by eight loads
 // where gathers are slow (isa.h's gathers_slow). On an Intel Xeon (2 threads, expert-bench gemv)
 // the gather read IQ3_XXS at 12.0 GB/s against 9.9 (AVX-512 body) and 10.2 against 8.2 (AVX2),
-// IQ3_S at 12.3 against 6.3 and 10.1 against 6.2.
+// IQ3_S at 12.3-13.0 against 5.0-6.0 and 9.8-10.5 against 5.3-6.3.
 template <bool kGather>
 __attribute__((always_inline)) inline __m256i iq3xxs_rows8(const uint8_t* q3) {
   if constexpr (kGather) {
@@ -215,6 +215,43 @@ inline const DeltaRow* iq1m_deltas() {
   };
   static const Table t;
   return t.v;
+}
+
+// The tiles' IQ1 groups: u from iq1_grid8's rows g (IQ1_S: 8 (grid + 1); IQ1_M: plus the group's
+// row of iq1m_deltas), the scales s0, s1 of elements 0-15 and 16-31, and off, the factors of the
+// group's two 16-element activation sums that make u's products the exact sum of 8 x value x
+// activation (IQ1_S: its delta and the bias 8; IQ1_M: the bias 9).
+__attribute__((always_inline)) inline __m256i iq1s_tile_group(const BlockIq1S& b, int ib,
+                                                              const uint64_t* g, int& s0, int& s1,
+                                                              int16_t* off) {
+  const uint16_t qh = b.qh[ib];
+  const uint8_t* qs = b.qs + 4 * ib;
+  s0 = s1 = 2 * ((qh >> 12) & 7) + 1;
+  off[0] = off[1] = int16_t(s0 * (qh & 0x8000 ? -9 : -7));
+  return grid4(g[qs[0] | ((qh << 8) & 0x700)], g[qs[1] | ((qh << 5) & 0x700)],
+               g[qs[2] | ((qh << 2) & 0x700)], g[qs[3] | ((qh >> 1) & 0x700)]);
+}
+// kPext: the delta bits (3, 7, 11, 15 of the group's two qh bytes) by one pext (the AVX-512 files,
+// built with BMI2) or by shifts (AVX2's: pext is microcoded on AMD's Zen 1 and 2).
+template <bool kPext>
+__attribute__((always_inline)) inline __m256i iq1m_tile_group(const BlockIq1M& b, int ib,
+                                                              const uint64_t* g,
+                                                              const DeltaRow* deltas, int& s0,
+                                                              int& s1, int16_t* off) {
+  const uint8_t* qs = b.qs + 4 * ib;
+  const uint32_t h = b.qh[2 * ib] | uint32_t(b.qh[2 * ib + 1]) << 8;
+  const uint16_t sc = uint16_t(b.scales[2 * (ib / 2)] | b.scales[2 * (ib / 2) + 1] << 8);
+  const int sh = 6 * (ib % 2);
+  s0 = 2 * ((sc >> sh) & 7) + 1, s1 = 2 * ((sc >> (sh + 3)) & 7) + 1;
+  off[0] = int16_t(-9 * s0), off[1] = int16_t(-9 * s1);
+  const __m256i grid = grid4(g[qs[0] | ((h << 8) & 0x700)], g[qs[1] | ((h << 4) & 0x700)],
+                             g[qs[2] | (h & 0x700)], g[qs[3] | ((h >> 4) & 0x700)]);
+  unsigned m;
+  if constexpr (kPext)
+    m = _pext_u32(h, 0x8888);
+  else
+    m = (h >> 3 & 1) | (h >> 6 & 2) | (h >> 9 & 4) | (h >> 12 & 8);
+  return _mm256_add_epi8(grid, _mm256_load_si256(reinterpret_cast<const __m256i*>(deltas[m])));
 }
 
 template <class Block>
