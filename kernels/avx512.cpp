@@ -496,15 +496,17 @@ EXPERTD_AVX512_GATHER_KERNEL(iq3_xxs, BlockIq3Xxs)
 EXPERTD_AVX512_GATHER_KERNEL(iq3_s, BlockIq3S)
 #undef EXPERTD_AVX512_GATHER_KERNEL
 
-// F16 and BF16 rows against their activations (the same type): avx2.cpp's four FMA chains of
-// eight lanes, two to a 512-bit register (lanes 0-7 chain k, 8-15 chain k + 1), each lane the same
-// products in the same order, and the same sum at the end: its bits, with half the instructions.
-template <class Widen>
-__attribute__((always_inline)) inline float dot_h16(const uint16_t* a, const uint16_t* b, int64_t n,
-                                                    const Widen& widen, float (*one)(uint16_t)) {
+// F16 rows against F16 activations: avx2.cpp's four FMA chains of eight lanes, two to a 512-bit
+// register (lanes 0-7 chain k, 8-15 chain k + 1), each lane the same products in the same order,
+// and the same sum at the end: its bits, with half the instructions.
+float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
+  auto widen = [](const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  };
   __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    x86::prefetch_ahead(a + i);
     acc01 = _mm512_fmadd_ps(widen(a + i), widen(b + i), acc01);
     acc23 = _mm512_fmadd_ps(widen(a + i + 16), widen(b + i + 16), acc23);
   }
@@ -515,27 +517,31 @@ __attribute__((always_inline)) inline float dot_h16(const uint16_t* a, const uin
       _mm256_add_ps(_mm512_castps512_ps256(acc23),
                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc23), 1)));
   float s = hsum(_mm256_add_ps(s01, s23));
-  for (; i < n; ++i) s += one(a[i]) * one(b[i]);
+  for (; i < n; ++i) s += fp16_to_fp32(a[i]) * fp16_to_fp32(b[i]);
   return s;
 }
 
-float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
-  return dot_h16(
-      a, b, n,
-      [](const uint16_t* p) {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      },
-      fp16_to_fp32);
-}
-
+// BF16: avx2.cpp's even and odd chains, 32 elements a step in one 512-bit load: lanes 0-7 of the
+// even register are AVX2's chain 0, lanes 8-15 its chain 2, of the odd register chains 1 and 3;
+// the sum at the end is AVX2's (0 + 1) + (2 + 3): its bits.
 float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n) {
-  return dot_h16(
-      a, b, n,
-      [](const uint16_t* p) {
-        return _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-      },
-      bf16_to_fp32);
+  const __m512i hi = _mm512_set1_epi32(int(0xFFFF0000u));
+  __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    x86::prefetch_ahead(a + i);
+    const __m512i w = _mm512_loadu_si512(a + i), x = _mm512_loadu_si512(b + i);
+    even = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)),
+                           _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), even);
+    odd = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hi)),
+                          _mm512_castsi512_ps(_mm512_and_si512(x, hi)), odd);
+  }
+  const __m512 pairs = _mm512_add_ps(even, odd);  // lanes 0-7: chains 0 + 1, 8-15: 2 + 3
+  float s =
+      hsum(_mm256_add_ps(_mm512_castps512_ps256(pairs),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pairs), 1))));
+  for (; i < n; ++i) s += bf16_to_fp32(a[i]) * bf16_to_fp32(b[i]);
+  return s;
 }
 
 // The activations' quantizers, 16 floats a step: quantize_acts.h's arithmetic (the same products,

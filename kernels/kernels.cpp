@@ -122,7 +122,9 @@ void quantize_activations(uint32_t wtype, const float* x, void* dst, int64_t n, 
 // for the types that decode a grid per 8 weights, bound by that work rather than by memory
 // (IQ2_XXS: 0.98x at 18 KiB; the other grid types assumed alike). Into L2, as the interleaved
 // bodies' (rows8_body.h): --no-interleave decode of Q4_K 1.02-1.09x, Q6_K 1.09-1.14x against L1,
-// F16 1.15x in expert-bench gemv; the grid types the same within the noise.
+// F16 1.15x in expert-bench gemv; the grid types the same within the noise. 0: the row's dot
+// prefetches for itself, a line a step (x86.h's prefetch_ahead), which the burst of a whole row
+// here would only slow.
 static size_t prefetch_bytes(uint32_t wtype) {
   switch (wtype) {
     case IQ1_S:
@@ -133,6 +135,9 @@ static size_t prefetch_bytes(uint32_t wtype) {
     case IQ3_XXS:
     case IQ3_S:
       return 2048;
+    case F16:
+    case BF16:
+      return 0;
     default:
       return 18432;
   }
@@ -348,8 +353,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
         continue;
       }
       const size_t w_row = row_size(m.wtype, m.cols);
-      const int64_t ahead =
-          std::max<int64_t>(1, int64_t((prefetch_bytes(m.wtype) + w_row - 1) / w_row));
+      const int64_t ahead = int64_t((prefetch_bytes(m.wtype) + w_row - 1) / w_row);
       const TileOp op(*type_traits(m.wtype), be);  // once per job, not per row
       for (int64_t rb = g - first[j]; rb < r_end; rb += kRowBlock)
         for (int64_t tb = 0; tb < m.n_tokens; tb += kTokenBlock)
@@ -357,7 +361,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool, Isa be
             const uint8_t* wr = static_cast<const uint8_t*>(m.w) + r * w_row;
             // The weights ahead (prefetch_bytes): the hardware's prefetcher alone leaves a
             // decode step's matrix-vector products at ~2/3 of the memory's bandwidth.
-            if (tb == 0 && r + ahead < r_end)
+            if (tb == 0 && ahead > 0 && r + ahead < r_end)
               for (size_t o = 0; o < w_row; o += 64)
                 _mm_prefetch(wr + ahead * w_row + o, _MM_HINT_T1);
             for (int64_t t = tb; t < std::min(tb + kTokenBlock, m.n_tokens); t += kMaxTile) {
