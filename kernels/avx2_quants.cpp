@@ -372,6 +372,8 @@ float dot_tq2_0(const BlockTq2_0* x, const BlockQ8K* y, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   const __m256i m3 = _mm256_set1_epi8(3);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
+    x86::prefetch_ahead(x + b);
+    x86::prefetch_ahead(reinterpret_cast<const uint8_t*>(x + b) + 64);
     __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
     for (int j = 0; j < 2; ++j) {
       const __m256i q = load(x[b].qs + 32 * j);
@@ -408,6 +410,7 @@ float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n) {
   const __m128i m4 = _mm_set1_epi8(0xF);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 64; ++b) {
+    x86::prefetch_ahead(x + b);
     __m256i p[2];
     for (int k = 0; k < 2; ++k) {  // sub-blocks 2k and 2k + 1 against Q8_0 block 2b + k
       const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 16 * k));

@@ -137,6 +137,8 @@ static size_t prefetch_bytes(uint32_t wtype) {
       return 2048;
     case F16:
     case BF16:
+    case NVFP4:
+    case TQ2_0:
       return 0;
     default:
       return 18432;

@@ -24,11 +24,13 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// How far ahead the row dots that prefetch for themselves (F16, BF16) reach: one line into L2
-// (T1) per 64 bytes of the row, ~16 KiB on, so the stream runs on into the rows after it. A
-// burst of a whole row's lines at once (the matrix-vector driver's prefetch for the other types)
-// took the F16 and BF16 products from ~0.8 of the memory stream to ~0.7; one line per step, 4-16
-// KiB on, ~0.93 (Intel Xeon, AVX2, 2 threads).
+// How far ahead the row dots that prefetch for themselves (F16, BF16, NVFP4, TQ2_0) reach: a line
+// into L2 (T1) per 64 bytes of the row, ~16 KiB on, so the stream runs on into the rows after it.
+// A burst of a whole row's lines at once (the matrix-vector driver's prefetch for the other types)
+// held a BF16 product at ~0.7 of the memory stream; a line a step, 4-16 KiB on, ~0.9 (Intel Xeon,
+// AVX2, 2 threads; expert-bench gemv). In the super-block types' shared loop (avx2.h's sb_chunk)
+// the same took Q2_K's rows from 0.66-0.76 to 0.46-0.59 and IQ3_XXS's from 0.49 to 0.37: those
+// keep the driver's prefetch.
 inline void prefetch_ahead(const void* p) {
   _mm_prefetch(static_cast<const char*>(p) + 16384, _MM_HINT_T1);
 }
