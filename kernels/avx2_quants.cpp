@@ -397,8 +397,13 @@ float dot_tq2_0(const BlockTq2_0* x, const BlockQ8K* y, int64_t n) {
 }
 
 float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n) {
-  // llama.cpp's structure: the four sub-block scales (a table of the 256 UE4M3 values) times the
-  // activations' scales, two sub-blocks per float vector, in eight lanes.
+  // A block's 32 code bytes in one register: sub-blocks 0 and 1 in the low 128-bit lane, 2 and 3
+  // in the high one (each sub-block's 8 bytes, low nibbles its elements 0-7, high nibbles 8-15).
+  // The nibbles looked up in both lanes at once, then unpacked so that one register holds
+  // sub-blocks 0 and 2 and the other 1 and 3, each against its activations' 16 bytes (Q8_0
+  // blocks 2b and 2b + 1, first or second half: loaded into the two lanes, no shuffle). The four
+  // sub-block scales (a table of the 256 UE4M3 values) times the activations' scales, in two
+  // chains of eight lanes: lanes 0-3 sub-block 0 (1), lanes 4-7 sub-block 2 (3).
   struct Ue4m3 {
     float v[256];
     Ue4m3() {
@@ -406,28 +411,35 @@ float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n) {
     }
   };
   static const Ue4m3 kScale;
-  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
-  const __m128i m4 = _mm_set1_epi8(0xF);
-  __m256 acc = _mm256_setzero_ps();
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled)));
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 acc02 = _mm256_setzero_ps(), acc13 = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 64; ++b) {
     x86::prefetch_ahead(x + b);
-    __m256i p[2];
-    for (int k = 0; k < 2; ++k) {  // sub-blocks 2k and 2k + 1 against Q8_0 block 2b + k
-      const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 16 * k));
-      const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(t, m4));
-      const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(t, 4), m4));
-      const __m256i w = _mm256_setr_m128i(_mm_unpacklo_epi64(lo, hi), _mm_unpackhi_epi64(lo, hi));
-      p[k] = mul_sum_i8(w, load(y[2 * b + k].qs));  // lanes 0-3: sub-block 2k, 4-7: 2k + 1
-    }
-    const float dy0 = fp16_to_fp32(y[2 * b].d), dy1 = fp16_to_fp32(y[2 * b + 1].d);
-    const __m256 s01 = _mm256_set_m128(_mm_set1_ps(kScale.v[x[b].d[1]] * dy0),
-                                       _mm_set1_ps(kScale.v[x[b].d[0]] * dy0));
-    const __m256 s23 = _mm256_set_m128(_mm_set1_ps(kScale.v[x[b].d[3]] * dy1),
-                                       _mm_set1_ps(kScale.v[x[b].d[2]] * dy1));
-    acc = _mm256_fmadd_ps(s01, _mm256_cvtepi32_ps(p[0]), acc);
-    acc = _mm256_fmadd_ps(s23, _mm256_cvtepi32_ps(p[1]), acc);
+    const __m256i q = load(x[b].qs);
+    const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
+    const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+    const BlockQ8_0 &y0 = y[2 * b], &y1 = y[2 * b + 1];
+    const __m256i p02 = mul_sum_i8(_mm256_unpacklo_epi64(lo, hi),
+                                   _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(y1.qs),
+                                                       reinterpret_cast<const __m128i*>(y0.qs)));
+    const __m256i p13 =
+        mul_sum_i8(_mm256_unpackhi_epi64(lo, hi),
+                   _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(y1.qs + 16),
+                                       reinterpret_cast<const __m128i*>(y0.qs + 16)));
+    const __m256 dy = _mm256_blend_ps(_mm256_set1_ps(fp16_to_fp32(y0.d)),
+                                      _mm256_set1_ps(fp16_to_fp32(y1.d)), 0xF0);
+    auto scales = [&](int s) {  // sub-blocks s and s + 2, from the table in memory
+      return _mm256_mul_ps(_mm256_blend_ps(_mm256_broadcast_ss(kScale.v + x[b].d[s]),
+                                           _mm256_broadcast_ss(kScale.v + x[b].d[s + 2]), 0xF0),
+                           dy);
+    };
+    const __m256 s02 = scales(0), s13 = scales(1);
+    acc02 = _mm256_fmadd_ps(s02, _mm256_cvtepi32_ps(p02), acc02);
+    acc13 = _mm256_fmadd_ps(s13, _mm256_cvtepi32_ps(p13), acc13);
   }
-  return hsum(acc);
+  return hsum(_mm256_add_ps(acc02, acc13));
 }
 
 }  // namespace kernels::avx2
