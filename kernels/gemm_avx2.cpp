@@ -30,6 +30,7 @@
 #include "kernels/dequant.h"
 #include "kernels/fp16.h"
 #include "kernels/gemm_drive.h"
+#include "kernels/gemm_float.h"
 #include "kernels/iq_grids.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
@@ -422,18 +423,86 @@ const GemmType* find(uint32_t wtype) {
   return nullptr;
 }
 
+// F16 and BF16 (gemm_float.h): the activations as avx2.cpp's dots widen them, F16's in order,
+// BF16's each 16 elements' even ones (shifted left 16) then its odd ones (low halves cleared);
+// one row against two tokens a pass, each (row, token) in the dot's four chains.
+void float_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_t* tok,
+                   int64_t n_tokens, int64_t cols, float* out) {
+  const __m256i hi = _mm256_set1_epi32(int(0xFFFF0000u));
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(xq + (tok ? tok[i] : i) * xq_row);
+    float* o = out + i * cols;
+    for (int64_t j = 0; j < cols; j += 16)
+      if (wtype == F16) {
+        _mm256_storeu_ps(o + j,
+                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + j))));
+        _mm256_storeu_ps(
+            o + j + 8,
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + j + 8))));
+      } else {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j));
+        _mm256_storeu_ps(o + j, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+        _mm256_storeu_ps(o + j + 8, _mm256_castsi256_ps(_mm256_and_si256(v, hi)));
+      }
+  }
+}
+
+template <uint32_t T, int N>
+__attribute__((always_inline)) inline void float_pass(const uint16_t* w, int64_t cols,
+                                                      const float* const* xs, float (*out)[2]) {
+  const __m256i hi = _mm256_set1_epi32(int(0xFFFF0000u));
+  __m256 acc[N][4];
+  for (int t = 0; t < N; ++t)
+    for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < cols; j += 32) {
+    __m256 wv[4];
+    if constexpr (T == F16) {
+      for (int k = 0; k < 4; ++k)
+        wv[k] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + j + 8 * k)));
+    } else {
+      for (int c = 0; c < 2; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j + 16 * c));
+        wv[2 * c] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        wv[2 * c + 1] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+      }
+    }
+    for (int t = 0; t < N; ++t)
+      for (int k = 0; k < 4; ++k)
+        acc[t][k] = _mm256_fmadd_ps(wv[k], _mm256_loadu_ps(xs[t] + j + 8 * k), acc[t][k]);
+  }
+  for (int t = 0; t < N; ++t)
+    out[0][t] = x86::hsum(
+        _mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
+}
+
+template <uint32_t T>
+void float_rows(const void* w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                const float* panel, int64_t n_tokens, float* y) {
+  x86::float_rows<1, 2>(
+      static_cast<const uint16_t*>(w), rows, cols, r0, r1, panel, n_tokens, y,
+      [&](int, int nt, const uint16_t* wr, const float* const* xs, float(*out)[2]) {
+        if (nt == 2)
+          float_pass<T, 2>(wr, cols, xs, out);
+        else
+          float_pass<T, 1>(wr, cols, xs, out);
+      });
+}
+
 }  // namespace
 
 bool gemm_supported(uint32_t wtype) {
-  return find(wtype) != nullptr;
+  return x86::float_panel_type(wtype) || find(wtype) != nullptr;
 }
 
-size_t gemm_act_bytes(uint32_t, int64_t cols, int64_t n_tokens) {
+size_t gemm_act_bytes(uint32_t wtype, int64_t cols, int64_t n_tokens) {
+  if (x86::float_panel_type(wtype)) return x86::float_panel_bytes(cols, n_tokens);
   return size_t((n_tokens + kLanes - 1) / kLanes) * size_t(cols / kUnit) * sizeof(AUnit) + 32;
 }
 
 void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_t* tok,
                   int64_t n_tokens, int64_t cols, uint8_t* panel) {
+  if (x86::float_panel_type(wtype))
+    return float_lay_out(wtype, xq, xq_row, tok, n_tokens, cols, x86::float_panel(panel));
   AUnit* out = units_of(reinterpret_cast<AUnit*>(panel));
   const int64_t units = cols / kUnit, groups = (n_tokens + kLanes - 1) / kLanes;
   const bool q8k = vec_dot_type(wtype) == Q8_K;
@@ -472,6 +541,11 @@ void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_
 
 void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                const uint8_t* panel, int64_t n_tokens, float* y) {
+  if (x86::float_panel_type(wtype)) {
+    const float* x = x86::float_panel(panel);
+    return wtype == F16 ? float_rows<F16>(w, rows, cols, r0, r1, x, n_tokens, y)
+                        : float_rows<BF16>(w, rows, cols, r0, r1, x, n_tokens, y);
+  }
   const GemmType& g = *find(wtype);
   const bool block32 = g.form == Form::Block32 || g.form == Form::Mxfp4;
   const int64_t units = cols / kUnit;

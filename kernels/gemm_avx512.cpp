@@ -19,6 +19,7 @@
 #include "kernels/dequant.h"
 #include "kernels/fp16.h"
 #include "kernels/gemm_drive.h"
+#include "kernels/gemm_float.h"
 #include "kernels/iq_grids.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
@@ -376,23 +377,108 @@ Micro<V> micro_for(const Shape& s) {
   return micro<V, 16, 4, false, false>;                       // Q3_K
 }
 
+// F16 and BF16 (gemm_float.h): the activations as avx512.cpp's dots widen them, F16's in order,
+// BF16's each 32 elements' even ones (shifted left 16) then its odd ones (low halves cleared);
+// two rows against four tokens a pass, each (row, token) in the dot's two registers of chains.
+void float_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_t* tok,
+                   int64_t n_tokens, int64_t cols, float* out) {
+  const __m512i hi = _mm512_set1_epi32(int(0xFFFF0000u));
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(xq + (tok ? tok[i] : i) * xq_row);
+    float* o = out + i * cols;
+    for (int64_t j = 0; j < cols; j += 32)
+      if (wtype == F16) {
+        _mm512_storeu_ps(
+            o + j, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j))));
+        _mm512_storeu_ps(
+            o + j + 16,
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j + 16))));
+      } else {
+        const __m512i v = _mm512_loadu_si512(x + j);
+        _mm512_storeu_ps(o + j, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+        _mm512_storeu_ps(o + j + 16, _mm512_castsi512_ps(_mm512_and_si512(v, hi)));
+      }
+  }
+}
+
+template <uint32_t T, int R, int N>
+__attribute__((always_inline)) inline void float_pass(const uint16_t* w, int64_t cols,
+                                                      const float* const* xs, float (*out)[4]) {
+  const __m512i hi = _mm512_set1_epi32(int(0xFFFF0000u));
+  __m512 acc[R][N][2];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < N; ++t) acc[r][t][0] = acc[r][t][1] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < cols; j += 32) {
+    __m512 wv[R][2];
+    for (int r = 0; r < R; ++r) {
+      const uint16_t* p = w + r * cols + j;
+      if constexpr (T == F16) {
+        wv[r][0] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        wv[r][1] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+      } else {
+        const __m512i v = _mm512_loadu_si512(p);
+        wv[r][0] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        wv[r][1] = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
+      }
+    }
+    for (int t = 0; t < N; ++t) {
+      const __m512 x0 = _mm512_loadu_ps(xs[t] + j), x1 = _mm512_loadu_ps(xs[t] + j + 16);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t][0] = _mm512_fmadd_ps(wv[r][0], x0, acc[r][t][0]);
+        acc[r][t][1] = _mm512_fmadd_ps(wv[r][1], x1, acc[r][t][1]);
+      }
+    }
+  }
+  auto halves = [](__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  };
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < N; ++t)
+      out[r][t] = T == F16 ? x86::hsum(_mm256_add_ps(halves(acc[r][t][0]), halves(acc[r][t][1])))
+                           : x86::hsum(halves(_mm512_add_ps(acc[r][t][0], acc[r][t][1])));
+}
+
+template <uint32_t T>
+void float_rows(const void* w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                const float* panel, int64_t n_tokens, float* y) {
+  x86::float_rows<2, 4>(
+      static_cast<const uint16_t*>(w), rows, cols, r0, r1, panel, n_tokens, y,
+      [&](int nr, int nt, const uint16_t* wr, const float* const* xs, float(*out)[4]) {
+        x86::with_n(nt, [&](auto n) {
+          if (nr == 2)
+            float_pass<T, 2, n>(wr, cols, xs, out);
+          else
+            float_pass<T, 1, n>(wr, cols, xs, out);
+        });
+      });
+}
+
 }  // namespace
 
 bool gemm_supported(uint32_t wtype) {
-  return find(wtype) != nullptr;
+  return x86::float_panel_type(wtype) || find(wtype) != nullptr;
 }
 
-size_t gemm_act_bytes(uint32_t, int64_t cols, int64_t n_tokens) {
+size_t gemm_act_bytes(uint32_t wtype, int64_t cols, int64_t n_tokens) {
+  if (x86::float_panel_type(wtype)) return x86::float_panel_bytes(cols, n_tokens);
   return size_t((n_tokens + kLanes - 1) / kLanes) * size_t(cols / kUnit) * sizeof(AUnit) + 64;
 }
 
 void gemm_lay_out(uint32_t wtype, const uint8_t* xq, size_t xq_row, const int32_t* tok,
                   int64_t n_tokens, int64_t cols, uint8_t* panel) {
+  if (x86::float_panel_type(wtype))
+    return float_lay_out(wtype, xq, xq_row, tok, n_tokens, cols, x86::float_panel(panel));
   lay_out(wtype, xq, xq_row, tok, n_tokens, cols, units_of(reinterpret_cast<AUnit*>(panel)));
 }
 
 void gemm_rows(uint32_t wtype, const void* w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                const uint8_t* panel, int64_t n_tokens, float* y) {
+  if (x86::float_panel_type(wtype)) {
+    const float* x = x86::float_panel(panel);
+    return wtype == F16 ? float_rows<F16>(w, rows, cols, r0, r1, x, n_tokens, y)
+                        : float_rows<BF16>(w, rows, cols, r0, r1, x, n_tokens, y);
+  }
   const GemmType& g = *find(wtype);
   const Micro<Z16> mk = micro_for<Z16>(g.shape);
   const Micro<Z8> mk8 = micro_for<Z8>(g.shape);

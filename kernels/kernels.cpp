@@ -213,6 +213,7 @@ void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const flo
 // 6-7 (1.2-1.3x at 8, 1.5-1.9x at 32), Q3_K (its scales unpack slowly) at 12-16 (0.98x at 8,
 // 1.27x at 16).
 static int64_t gemm_min_tokens(uint32_t wtype, Isa be) {
+  if (wtype == F16 || wtype == BF16) return 2;
   const bool b32 = wtype == Q8_0 || wtype == MXFP4;
   if (be == Isa::Avx2) return wtype == MXFP4 ? 4 : wtype == Q8_0 ? 6 : wtype == Q3_K ? 16 : 7;
   if (halves_512()) return b32 ? 5 : 6;
