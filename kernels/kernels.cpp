@@ -213,6 +213,8 @@ void matmul(uint32_t wtype, const void* w, int64_t rows, int64_t cols, const flo
 // 6-7 (1.2-1.3x at 8, 1.5-1.9x at 32), Q3_K (its scales unpack slowly) at 12-16 (0.98x at 8,
 // 1.27x at 16).
 static int64_t gemm_min_tokens(uint32_t wtype, Isa be) {
+  // F16 and BF16's panels widen a weight once for 2-4 tokens where each token's dot widens it
+  // again, and each activation once per matrix instead of once per row (not timed at 2 tokens).
   if (wtype == F16 || wtype == BF16) return 2;
   const bool b32 = wtype == Q8_0 || wtype == MXFP4;
   if (be == Isa::Avx2) return wtype == MXFP4 ? 4 : wtype == Q8_0 ? 6 : wtype == Q3_K ? 16 : 7;
