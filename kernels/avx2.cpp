@@ -383,12 +383,14 @@ float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps()};
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32)
+  for (; i + 32 <= n; i += 32) {
+    x86::prefetch_ahead(a + i);
     for (int k = 0; k < 4; ++k) {
       __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8 * k)));
       __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i + 8 * k)));
       acc[k] = _mm256_fmadd_ps(x, y, acc[k]);
     }
+  }
   s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
   a += i, b += i, n -= i;
   for (int64_t i = 0; i < n; ++i) s += fp16_to_fp32(a[i]) * fp16_to_fp32(b[i]);
@@ -404,7 +406,8 @@ float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps()};
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32)
+  for (; i + 32 <= n; i += 32) {
+    x86::prefetch_ahead(a + i);
     for (int c = 0; c < 2; ++c) {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 16 * c));
       const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i + 16 * c));
@@ -414,6 +417,7 @@ float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n) {
           _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(w, hi)),
                           _mm256_castsi256_ps(_mm256_and_si256(x, hi)), acc[2 * c + 1]);
     }
+  }
   float s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
   for (; i < n; ++i) s += bf16_to_fp32(a[i]) * bf16_to_fp32(b[i]);
   return s;

@@ -138,6 +138,7 @@ float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n);
 float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n);
 // One weight row against n_tok (1..kMaxTile) activation rows, each token's result bit-identical
 // to the dot's.
+void tile_nvfp4(const BlockNvfp4* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
 void tile_q2_k(const BlockQ2K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 void tile_q3_k(const BlockQ3K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 void tile_q4_k(const BlockQ4K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
