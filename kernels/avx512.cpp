@@ -473,11 +473,26 @@ float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
   }
 EXPERTD_AVX512_KERNEL(q2_k, BlockQ2K)
 EXPERTD_AVX512_KERNEL(q3_k, BlockQ3K)
-EXPERTD_AVX512_KERNEL(iq2_xxs, BlockIq2Xxs)
 EXPERTD_AVX512_KERNEL(iq4_xs, BlockIq4Xs)
 EXPERTD_AVX512_KERNEL(iq1_s, BlockIq1S)
 EXPERTD_AVX512_KERNEL(iq1_m, BlockIq1M)
 #undef EXPERTD_AVX512_KERNEL
+// IQ2_XXS: avx512_vbmi.cpp's body where the CPU has VBMI and GFNI (the same bits), else this
+// file's.
+void tile_iq2_xxs_plain(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                        float* out) {
+  with_n(n_tok, [&](auto N) { tile_iq2_xxs_avx512<N>(x, ys, n, out); });
+}
+void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                  float* out) {
+  if (avx512_vbmi::usable()) return avx512_vbmi::tile_iq2_xxs(x, ys, n_tok, n, out);
+  tile_iq2_xxs_plain(x, ys, n_tok, n, out);
+}
+float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
+  float r;
+  tile_iq2_xxs(x, &y, 1, n, &r);
+  return r;
+}
 // The grid types whose rows are gathered where gathers are fast.
 #define EXPERTD_AVX512_GATHER_KERNEL(name, Block)                                                 \
   void tile_##name(const Block* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) { \

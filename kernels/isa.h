@@ -191,6 +191,9 @@ void tile_q2_k(const BlockQ2K* x, const BlockQ8K* const* ys, int n_tok, int64_t 
 void tile_q3_k(const BlockQ3K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
                   float* out);
+// IQ2_XXS's body without VBMI (tile_iq2_xxs runs avx512_vbmi's where it can).
+void tile_iq2_xxs_plain(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                        float* out);
 void tile_iq4_xs(const BlockIq4Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 // Matrix-matrix (gemm_avx512.cpp): n_tokens activation rows (already quantized; row i at
 // xq + tok[i] * xq_row, tok == nullptr: row i) laid out once in a panel of gemm_act_bytes, then
@@ -211,5 +214,13 @@ void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, in
 float dot_iq3_s(const BlockIq3S* x, const BlockQ8K* y, int64_t n);
 void tile_iq3_s(const BlockIq3S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 }  // namespace avx512
+
+// AVX-512 bodies that also need VBMI and GFNI (avx512_vbmi.cpp): avx512's tiles above call them
+// where usable(), each giving the same bits as the body it stands in for.
+namespace avx512_vbmi {
+bool usable();
+void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                  float* out);
+}  // namespace avx512_vbmi
 
 }  // namespace kernels

@@ -370,27 +370,37 @@ TEST(Kernels, SuperBlockBodiesGiveTheSameBitsOnBothIsas) {
     uint32_t type;
     Tile avx2, avx512;
   };
-#define EXPERTD_BODIES(T, Block, name)                                                      \
-  Bodies {                                                                                  \
-    T,                                                                                      \
-        [](const void* w, const void* const* ys, int n_tok, int64_t n, float* out) {        \
-          avx2::tile_##name(static_cast<const Block*>(w),                                   \
-                            reinterpret_cast<const BlockQ8K* const*>(ys), n_tok, n, out);   \
-        },                                                                                  \
-        [](const void* w, const void* const* ys, int n_tok, int64_t n, float* out) {        \
-          avx512::tile_##name(static_cast<const Block*>(w),                                 \
-                              reinterpret_cast<const BlockQ8K* const*>(ys), n_tok, n, out); \
-        }                                                                                   \
+#define EXPERTD_BODIES_AS(T, Block, name, name512)                                             \
+  Bodies {                                                                                     \
+    T,                                                                                         \
+        [](const void* w, const void* const* ys, int n_tok, int64_t n, float* out) {           \
+          avx2::tile_##name(static_cast<const Block*>(w),                                      \
+                            reinterpret_cast<const BlockQ8K* const*>(ys), n_tok, n, out);      \
+        },                                                                                     \
+        [](const void* w, const void* const* ys, int n_tok, int64_t n, float* out) {           \
+          avx512::tile_##name512(static_cast<const Block*>(w),                                 \
+                                 reinterpret_cast<const BlockQ8K* const*>(ys), n_tok, n, out); \
+        }                                                                                      \
   }
+#define EXPERTD_BODIES(T, Block, name) EXPERTD_BODIES_AS(T, Block, name, name)
+  // avx512's tiles run avx512_vbmi.cpp's bodies where the CPU has VBMI and GFNI: the plain ones
+  // are listed too.
   const Bodies bodies[] = {
-      EXPERTD_BODIES(Q4_K, BlockQ4K, q4_k),       EXPERTD_BODIES(Q5_K, BlockQ5K, q5_k),
-      EXPERTD_BODIES(Q6_K, BlockQ6K, q6_k),       EXPERTD_BODIES(Q2_K, BlockQ2K, q2_k),
-      EXPERTD_BODIES(Q3_K, BlockQ3K, q3_k),       EXPERTD_BODIES(IQ2_XXS, BlockIq2Xxs, iq2_xxs),
-      EXPERTD_BODIES(IQ4_XS, BlockIq4Xs, iq4_xs), EXPERTD_BODIES(IQ1_S, BlockIq1S, iq1_s),
-      EXPERTD_BODIES(IQ1_M, BlockIq1M, iq1_m),    EXPERTD_BODIES(IQ3_XXS, BlockIq3Xxs, iq3_xxs),
+      EXPERTD_BODIES_AS(IQ2_XXS, BlockIq2Xxs, iq2_xxs, iq2_xxs_plain),
+      EXPERTD_BODIES(Q4_K, BlockQ4K, q4_k),
+      EXPERTD_BODIES(Q5_K, BlockQ5K, q5_k),
+      EXPERTD_BODIES(Q6_K, BlockQ6K, q6_k),
+      EXPERTD_BODIES(Q2_K, BlockQ2K, q2_k),
+      EXPERTD_BODIES(Q3_K, BlockQ3K, q3_k),
+      EXPERTD_BODIES(IQ2_XXS, BlockIq2Xxs, iq2_xxs),
+      EXPERTD_BODIES(IQ4_XS, BlockIq4Xs, iq4_xs),
+      EXPERTD_BODIES(IQ1_S, BlockIq1S, iq1_s),
+      EXPERTD_BODIES(IQ1_M, BlockIq1M, iq1_m),
+      EXPERTD_BODIES(IQ3_XXS, BlockIq3Xxs, iq3_xxs),
       EXPERTD_BODIES(IQ3_S, BlockIq3S, iq3_s),
   };
 #undef EXPERTD_BODIES
+#undef EXPERTD_BODIES_AS
   for (const Bodies& k : bodies)
     for (int64_t n : {256, 2816}) {  // 1 super-block; a full group of 8 lanes and 3 more
       SCOPED_TRACE(k.type);
