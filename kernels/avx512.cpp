@@ -356,22 +356,131 @@ __attribute__((always_inline)) inline void iq1_avx512(const Block* x, const Bloc
       });
 }
 
-template <int N>
-void tile_iq1_s_avx512(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  iq1_avx512<N>(x, ys, n, out,
-                [](const BlockIq1S& b, int ib, const uint64_t* g, int& s0, int& s1, int16_t* off) {
-                  return iq1s_tile_group(b, ib, g, s0, s1, off);
-                });
+// IQ1_S and IQ1_M where gathers are fast: 64 weights a step, the eight rows' 11-bit indices made
+// in a register (the low bytes zero-extended, the high bits rotated into place from the group
+// pair's qh) and their iq1_grid8 rows gathered at once; the super-block's sixteen 16-element
+// scales and the offsets of its 16-element sums made once, a step's scales picked by vpermd. Then
+// iq1_avx512's vpdpbusd and vpdpwssd per token, 64 weights at a time: the same exact sums.
+// rows(b, m): super-block b's u for rows 8m .. 8m + 7; scales(b, o16): its 16 scales s (2 s + 1
+// from the 3-bit field) as i16, and its 16 offsets, an i16 pair each, into o16.
+template <int N, class Block, class Rows, class Scales>
+__attribute__((always_inline)) inline void iq1_gather(const Block* x, const BlockQ8K* const* ys,
+                                                      int64_t n, float* out, const Rows& rows,
+                                                      const Scales& scales) {
+  const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  avx2::sb_rows_dx<N, false>(
+      x, sizeof(Block), 0, n, ys, 0.125f, out,
+      [&](int64_t b, __m256i* I, __m256i*) {
+        __m256i o16;
+        const __m512i s16 = _mm512_cvtepu16_epi32(scales(x[b], o16));  // the scale in the low word
+        __m512i acc[N];
+        for (int t = 0; t < N; ++t) {
+          I[t] = _mm256_madd_epi16(
+              o16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums)));
+          acc[t] = _mm512_setzero_si512();
+        }
+        for (int m = 0; m < 4; ++m) {
+          const __m512i u = rows(x[b], m);
+          const __m512i sc = _mm512_permutexvar_epi32(
+              _mm512_add_epi32(quarter, _mm512_set1_epi32(4 * m)), s16);  // 16s 4m .. 4m + 3
+          for (int t = 0; t < N; ++t)
+            acc[t] =
+                _mm512_dpwssd_epi32(acc[t],
+                                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
+                                                        _mm512_loadu_si512(ys[t][b].qs + 64 * m)),
+                                    sc);
+        }
+        for (int t = 0; t < N; ++t) I[t] = _mm256_add_epi32(I[t], fold(acc[t]));
+      },
+      [&](const uint8_t* first, int kb) {
+        alignas(32) float d[8] = {};
+        for (int k = 0; k < kb; ++k) d[k] = Iq1<Block>::d(reinterpret_cast<const Block*>(first)[k]);
+        return _mm256_load_ps(d);
+      });
+}
+// Rows 8m .. 8m + 7: their low index bytes and the dword h holding their high bits; row j's three
+// at bit `at(j)` of h rotated to bits 8-10 (rot: 8 - at(j), mod 64, per row).
+inline __m512i iq1_rows8(const uint64_t* grid8, const uint8_t* qs8, uint32_t h, __m512i rot) {
+  const __m512i lo = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs8)));
+  const __m512i idx = _mm512_ternarylogic_epi64(_mm512_rolv_epi64(_mm512_set1_epi32(int(h)), rot),
+                                                _mm512_set1_epi64(0x700), lo, 0xEA);
+  return _mm512_i64gather_epi64(idx, grid8, 8);
+}
+// i16 lane pairs (2c, 2c + 1) holding v's word c.
+inline __m256i doubled16(__m128i v) {
+  const __m256i w = _mm256_cvtepu16_epi32(v);
+  return _mm256_or_si256(w, _mm256_slli_epi32(w, 16));
 }
 
-template <int N>
+template <int N, bool kGather>
+void tile_iq1_s_avx512(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  if constexpr (kGather) {
+    const uint64_t* grid8 = iq1_grid8();
+    // group 2m + j / 4's qh in h's half j / 4; row j % 4's high bits at 3 (j % 4) of it
+    const __m512i rot = _mm512_setr_epi64(8, 5, 2, 63, 56, 53, 50, 47);
+    iq1_gather<N>(
+        x, ys, n, out,
+        [&](const BlockIq1S& b, int m) {
+          uint32_t h;
+          std::memcpy(&h, b.qh + 2 * m, 4);
+          return iq1_rows8(grid8, b.qs + 8 * m, h, rot);
+        },
+        [](const BlockIq1S& b, __m256i& o16) {  // a group's scale and offset for both its 16s
+          const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh));
+          const __m128i s = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(qh, 11), _mm_set1_epi16(14)),
+                                         _mm_set1_epi16(1));
+          const __m128i f =  // the delta's sign ? -9 : -7
+              _mm_sub_epi16(_mm_set1_epi16(-7),
+                            _mm_and_si128(_mm_srli_epi16(qh, 14), _mm_set1_epi16(2)));
+          o16 = doubled16(_mm_mullo_epi16(s, f));
+          return doubled16(s);
+        });
+  } else {
+    iq1_avx512<N>(x, ys, n, out,
+                  [](const BlockIq1S& b, int ib, const uint64_t* g, int& s0, int& s1,
+                     int16_t* off) { return iq1s_tile_group(b, ib, g, s0, s1, off); });
+  }
+}
+
+template <int N, bool kGather>
 void tile_iq1_m_avx512(const BlockIq1M* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  const DeltaRow* deltas = iq1m_deltas();
-  iq1_avx512<N>(
-      x, ys, n, out,
-      [deltas](const BlockIq1M& b, int ib, const uint64_t* g, int& s0, int& s1, int16_t* off) {
-        return iq1m_tile_group<true>(b, ib, g, deltas, s0, s1, off);
-      });
+  if constexpr (kGather) {
+    const uint64_t* grid8 = iq1_grid8();
+    // row j's nibble j of the four qh bytes: three high bits, then the delta's sign
+    const __m512i rot = _mm512_setr_epi64(8, 4, 0, 60, 56, 52, 48, 44);
+    const __m512i twos = _mm512_set1_epi8(2);
+    iq1_gather<N>(
+        x, ys, n, out,
+        [&](const BlockIq1M& b, int m) {
+          uint32_t h;
+          std::memcpy(&h, b.qh + 4 * m, 4);
+          const __m512i g = iq1_rows8(grid8, b.qs + 8 * m, h, rot);
+          // + 2 (delta +1/8) on the rows whose delta bit is clear
+          return _mm512_mask_add_epi64(g, __mmask8(~_pext_u32(h, 0x88888888u)), g, twos);
+        },
+        [](const BlockIq1M& b, __m256i& o16) {  // 16 c's s at 3 (c % 4) of scales word c / 4
+          int64_t words;
+          std::memcpy(&words, b.scales, 8);
+          const __m256i w =
+              _mm256_shuffle_epi8(_mm256_set1_epi64x(words),
+                                  _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
+                                                   4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7));
+          const __m256i s3 = _mm256_and_si256(
+              _mm256_srlv_epi16(w,
+                                _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9)),
+              _mm256_set1_epi16(7));
+          const __m256i s = _mm256_or_si256(_mm256_slli_epi16(s3, 1), _mm256_set1_epi16(1));
+          o16 = _mm256_mullo_epi16(s, _mm256_set1_epi16(-9));
+          return s;
+        });
+  } else {
+    const DeltaRow* deltas = iq1m_deltas();
+    iq1_avx512<N>(
+        x, ys, n, out,
+        [deltas](const BlockIq1M& b, int ib, const uint64_t* g, int& s0, int& s1, int16_t* off) {
+          return iq1m_tile_group<true>(b, ib, g, deltas, s0, s1, off);
+        });
+  }
 }
 
 // IQ4_XS: 4-bit indices into IQ4_NL's table (signed); |w| against the activations with w's signs.
@@ -474,8 +583,6 @@ float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n) {
 EXPERTD_AVX512_KERNEL(q2_k, BlockQ2K)
 EXPERTD_AVX512_KERNEL(q3_k, BlockQ3K)
 EXPERTD_AVX512_KERNEL(iq4_xs, BlockIq4Xs)
-EXPERTD_AVX512_KERNEL(iq1_s, BlockIq1S)
-EXPERTD_AVX512_KERNEL(iq1_m, BlockIq1M)
 #undef EXPERTD_AVX512_KERNEL
 // IQ2_XXS: avx512_vbmi.cpp's body where the CPU has VBMI and GFNI (the same bits), else this
 // file's.
@@ -507,6 +614,8 @@ float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
                    : tile_##name##_avx512<1, true>(x, &y, n, &r);                                 \
     return r;                                                                                     \
   }
+EXPERTD_AVX512_GATHER_KERNEL(iq1_s, BlockIq1S)
+EXPERTD_AVX512_GATHER_KERNEL(iq1_m, BlockIq1M)
 EXPERTD_AVX512_GATHER_KERNEL(iq3_xxs, BlockIq3Xxs)
 EXPERTD_AVX512_GATHER_KERNEL(iq3_s, BlockIq3S)
 #undef EXPERTD_AVX512_GATHER_KERNEL
