@@ -279,7 +279,8 @@ void tile_iq2_xxs_avx512(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_
 // x86::aux_signs) a mask put onto the activations, as IQ2_XXS's: the AVX2 tile's exact sums, so
 // its bits.
 template <int N, bool kGather>
-void tile_iq3_xxs_avx512(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+void tile_iq3_xxs_plain_avx512(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n,
+                               float* out) {
   avx2::sb_rows<N, false>(
       x, sizeof(BlockIq3Xxs), 0, 0, n, ys, 0.25f, out, [&](int64_t b, __m256i* isum, __m256i*) {
         const uint8_t* q = x[b].qs;
@@ -300,7 +301,7 @@ void tile_iq3_xxs_avx512(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_
 // IQ3_S: as IQ3_XXS, the grid's 512 rows indexed by a byte and a bit of qh, the signs plain bits
 // (the mask itself), one scale per 32.
 template <int N, bool kGather>
-void tile_iq3_s_avx512(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+void tile_iq3_s_plain_avx512(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   avx2::sb_rows<N, false>(x, sizeof(BlockIq3S), 0, 0, n, ys, 1.0f, out,
                           [&](int64_t b, __m256i* isum, __m256i*) {
                             for (int ib = 0; ib < 8; ++ib) {
@@ -616,9 +617,29 @@ float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
   }
 EXPERTD_AVX512_GATHER_KERNEL(iq1_s, BlockIq1S)
 EXPERTD_AVX512_GATHER_KERNEL(iq1_m, BlockIq1M)
-EXPERTD_AVX512_GATHER_KERNEL(iq3_xxs, BlockIq3Xxs)
-EXPERTD_AVX512_GATHER_KERNEL(iq3_s, BlockIq3S)
+EXPERTD_AVX512_GATHER_KERNEL(iq3_xxs_plain, BlockIq3Xxs)
+EXPERTD_AVX512_GATHER_KERNEL(iq3_s_plain, BlockIq3S)
 #undef EXPERTD_AVX512_GATHER_KERNEL
+
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: avx512_vbmi.cpp's bodies (a gather per 64 weights) where the CPU
+// has VBMI, GFNI and BITALG and gathers are fast (the same bits); else this file's IQ3 bodies and
+// AVX2's IQ2.
+#define EXPERTD_AVX512_VBMI_GRID_KERNEL(name, Block, fallback)                                    \
+  void tile_##name(const Block* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) { \
+    if (avx512_vbmi::usable() && !gathers_slow())                                                 \
+      return avx512_vbmi::tile_##name(x, ys, n_tok, n, out);                                      \
+    fallback(x, ys, n_tok, n, out);                                                               \
+  }                                                                                               \
+  float dot_##name(const Block* x, const BlockQ8K* y, int64_t n) {                                \
+    float r;                                                                                      \
+    tile_##name(x, &y, 1, n, &r);                                                                 \
+    return r;                                                                                     \
+  }
+EXPERTD_AVX512_VBMI_GRID_KERNEL(iq2_xs, BlockIq2Xs, avx2::tile_iq2_xs)
+EXPERTD_AVX512_VBMI_GRID_KERNEL(iq2_s, BlockIq2S, avx2::tile_iq2_s)
+EXPERTD_AVX512_VBMI_GRID_KERNEL(iq3_xxs, BlockIq3Xxs, tile_iq3_xxs_plain)
+EXPERTD_AVX512_VBMI_GRID_KERNEL(iq3_s, BlockIq3S, tile_iq3_s_plain)
+#undef EXPERTD_AVX512_VBMI_GRID_KERNEL
 
 // F16 rows against F16 activations: avx2.cpp's four FMA chains of eight lanes, two to a 512-bit
 // register (lanes 0-7 chain k, 8-15 chain k + 1), each lane the same products in the same order,

@@ -1,13 +1,15 @@
-// AVX-512 bodies that need VBMI's byte permutes (vpermb, vpermi2b, vpmultishiftqb): Ice Lake and
-// later, Zen 4 and later; not Cascade Lake, whose VNNI runs avx512.cpp's bodies. The flags add
-// -mavx512vbmi to avx512.cpp's (CMakeLists.txt); avx512.cpp calls in here where has_vbmi().
+// AVX-512 bodies that need the instructions of Ice Lake and later (Zen 4 and later too): VBMI's
+// byte permutes (vpermb, vpermi2b, vpmultishiftqb), GFNI's vgf2p8affineqb and BITALG's
+// vpshufbitqmb; not Cascade Lake's, whose VNNI runs avx512.cpp's bodies. The flags add them to
+// avx512.cpp's (CMakeLists.txt); avx512.cpp calls in here where usable().
 //
-// The grid types look their rows up with loads, a row of 8 weights each, 32 a super-block and a
-// few cycles each on the load ports; here the grid's rows are codes of 2 bits a weight (every IQ2
-// grid holds only the magnitudes 8, 25 and 43), a row's 16-bit code looked up by byte permutes
-// (a table of 256 codes is four registers a byte half), every weight's 2 bits picked by
-// vpmultishiftqb and made a magnitude by vpermb. The sums are the AVX2 bodies' exact integers, so
-// their bits.
+// IQ2_XXS: a grid row's 8 magnitudes are one of 8, 25, 43 each (every IQ2 grid holds only these),
+// so a row is a code of 2 bits a weight; the 256 rows' 16-bit codes are four registers a byte
+// half, a super-block's 32 looked up by vpermi2b, every weight's 2 bits picked by vpmultishiftqb
+// and made a magnitude by vgf2p8affineqb (an affine map over GF(2) takes 0, 1, 2 to 8, 25, 43).
+// The grid types with larger grids (IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) gather their rows, 64 weights
+// an instruction, where gathers are fast. The sums are the AVX2 bodies' exact integers, so their
+// bits.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -148,6 +150,169 @@ void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, flo
 void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
                   float* out) {
   x86::with_n(n_tok, [&](auto N) { iq2xxs_rows<N>(x, ys, n, out); });
+}
+
+namespace {
+
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S where gathers are fast: 64 weights a step, their grid rows (8 of
+// 8 bytes or 16 of 4) gathered by one instruction, the signs a 64-bit mask put onto the
+// activations (7-bit indices get their parity bit by vgf2p8affineqb and become the mask by
+// vpshufbitqmb; whole sign bytes are the mask as they lie), the super-block's sixteen 16-element
+// scales made once and a step's picked by vpermd. Per token a vpdpbusd (four products a lane,
+// <= 4 x 62 x 127: the lane fits 16 bits) and a vpdpwssd with the scale on its low word: the AVX2
+// bodies' exact sums (avx2_quants.cpp's grid_rows), so their bits.
+// rows(block, m, neg): weights 64m .. 64m + 63's magnitudes, their signs into neg; scales(block):
+// 16 i16 lanes, the scale (2 s + 1) of each 16 elements.
+template <int N, class Block, class Rows, class Scales>
+__attribute__((always_inline)) inline void grid_gather(const Block* x, const BlockQ8K* const* ys,
+                                                       int64_t n, float post, float* out,
+                                                       const Rows& rows, const Scales& scales) {
+  const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  avx2::sb_rows<N, false>(
+      x, sizeof(Block), 0, 0, n, ys, post, out, [&](int64_t b, __m256i* I, __m256i*) {
+        const __m512i s16 = _mm512_cvtepu16_epi32(scales(x[b]));  // the scale in the low word
+        __m512i acc[N];
+        for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_si512();
+        for (int m = 0; m < 4; ++m) {
+          __mmask64 neg;
+          const __m512i g = rows(x[b], m, neg);
+          const __m512i sc = _mm512_permutexvar_epi32(
+              _mm512_add_epi32(quarter, _mm512_set1_epi32(4 * m)), s16);  // 16s 4m .. 4m + 3
+          for (int t = 0; t < N; ++t) {
+            const __m512i y = load64(ys[t][b].qs + 64 * m);
+            acc[t] = _mm512_dpwssd_epi32(
+                acc[t],
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), g,
+                                    _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y)),
+                sc);
+          }
+        }
+        for (int t = 0; t < N; ++t) I[t] = fold(acc[t]);
+      });
+}
+
+// The mask of 64 weights whose sign indices (7 bits) are the low bits of each qword of v, its
+// other bits ignored: bit 8j + i is sign i of ksigns_iq2xs[index j].
+inline __mmask64 sign_mask(__m512i v) {
+  const __m512i bit_of_byte0 = _mm512_set1_epi64(0x0706050403020100);
+  return _mm512_bitshuffle_epi64_mask(
+      _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(int64_t(kSignParity)), 0), bit_of_byte0);
+}
+inline __mmask64 mask_at(const uint8_t* p) {  // 64 sign bits as they lie
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return _cvtu64_mask64(v);
+}
+inline __m512i lanes_u32(const uint8_t* p) {  // the dword at p in every i32 lane
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(int(v));
+}
+// 16 i16 lanes: 2 s + 1 of each 4-bit s of 8 bytes, low nibble first (IQ2_XS, IQ2_S).
+inline __m256i nibble_scales16(const uint8_t* p) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  const __m256i s = _mm256_cvtepu8_epi16(
+      _mm_unpacklo_epi8(_mm_and_si128(b, m4), _mm_and_si128(_mm_srli_epi16(b, 4), m4)));
+  return _mm256_or_si256(_mm256_slli_epi16(s, 1), _mm256_set1_epi16(1));
+}
+// 16 i16 lanes from 8 scales s in i32 lanes: 2 s + 1 twice each (a group of 32's two 16s).
+inline __m256i pair_scales16(__m256i s) {
+  const __m256i ls = _mm256_or_si256(_mm256_slli_epi32(s, 1), _mm256_set1_epi32(1));
+  return _mm256_or_si256(ls, _mm256_slli_epi32(ls, 16));
+}
+
+template <int N>
+void iq2xs_rows(const BlockIq2Xs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  grid_gather<N>(
+      x, ys, n, 0.125f, out,
+      [](const BlockIq2Xs& b, int m, __mmask64& neg) {
+        const __m512i w =  // eight rows' 9-bit index and 7-bit sign index
+            _mm512_cvtepu16_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 8 * m)));
+        neg = sign_mask(_mm512_srli_epi64(w, 9));
+        return _mm512_i64gather_epi64(_mm512_and_si512(w, _mm512_set1_epi64(511)), iq::iq2xs_grid,
+                                      8);
+      },
+      [](const BlockIq2Xs& b) { return nibble_scales16(b.scales); });
+}
+
+template <int N>
+void iq2s_rows(const BlockIq2S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  // rows 8m + j: group 2m + j / 4's qh byte at 8 (j / 4) of the dword from qh + 2m, row j % 4's
+  // two high bits at 2 (j % 4) of it, rotated to bits 8-9
+  const __m512i rot = _mm512_setr_epi64(8, 6, 4, 2, 0, 62, 60, 58);
+  grid_gather<N>(
+      x, ys, n, 0.125f, out,
+      [&](const BlockIq2S& b, int m, __mmask64& neg) {
+        const __m512i lo =
+            _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * m)));
+        const __m512i idx = _mm512_ternarylogic_epi64(
+            _mm512_rolv_epi64(lanes_u32(b.qh + 2 * m), rot), _mm512_set1_epi64(0x300), lo, 0xEA);
+        neg = mask_at(b.qs + 32 + 8 * m);
+        return _mm512_i64gather_epi64(idx, iq::iq2s_grid, 8);
+      },
+      [](const BlockIq2S& b) { return nibble_scales16(b.scales); });
+}
+
+template <int N>
+void iq3xxs_rows(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  // sign index j % 4 of group 2m + j / 4 at 7 (j % 4) + 32 (j / 4) of the two aux dwords
+  const __m512i at = _mm512_setr_epi64(0, 7, 14, 21, 32, 39, 46, 53);
+  grid_gather<N>(
+      x, ys, n, 0.25f, out,
+      [&](const BlockIq3Xxs& b, int m, __mmask64& neg) {
+        int64_t aux2;
+        std::memcpy(&aux2, b.qs + 64 + 8 * m, 8);
+        neg = sign_mask(_mm512_srlv_epi64(_mm512_set1_epi64(aux2), at));
+        const __m512i idx =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * m)));
+        return _mm512_i32gather_epi32(idx, iq::iq3xxs_grid, 4);
+      },
+      [](const BlockIq3Xxs& b) {
+        return pair_scales16(
+            _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 64)), 28));
+      });
+}
+
+template <int N>
+void iq3s_rows(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  // row r of the 16 (groups 2m, 2m + 1): its ninth index bit is bit r of qh[2m] | qh[2m + 1] << 8
+  const __m512i at = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  grid_gather<N>(
+      x, ys, n, 1.0f, out,
+      [&](const BlockIq3S& b, int m, __mmask64& neg) {
+        const __m512i lo =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * m)));
+        const __m512i hi = _mm512_srlv_epi32(_mm512_slli_epi32(lanes_u32(b.qh + 2 * m), 8), at);
+        const __m512i idx = _mm512_ternarylogic_epi32(hi, _mm512_set1_epi32(0x100), lo, 0xEA);
+        neg = mask_at(b.signs + 8 * m);
+        return _mm512_i32gather_epi32(idx, iq::iq3s_grid, 4);
+      },
+      [](const BlockIq3S& b) {
+        uint32_t v;
+        std::memcpy(&v, b.scales, 4);
+        const __m256i s =
+            _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(v)),
+                                               _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                             _mm256_set1_epi32(0xF));
+        return pair_scales16(s);
+      });
+}
+
+}  // namespace
+
+void tile_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  x86::with_n(n_tok, [&](auto N) { iq2xs_rows<N>(x, ys, n, out); });
+}
+void tile_iq2_s(const BlockIq2S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  x86::with_n(n_tok, [&](auto N) { iq2s_rows<N>(x, ys, n, out); });
+}
+void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                  float* out) {
+  x86::with_n(n_tok, [&](auto N) { iq3xxs_rows<N>(x, ys, n, out); });
+}
+void tile_iq3_s(const BlockIq3S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  x86::with_n(n_tok, [&](auto N) { iq3s_rows<N>(x, ys, n, out); });
 }
 
 }  // namespace kernels::avx512_vbmi

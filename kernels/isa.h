@@ -213,6 +213,17 @@ void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, in
                   float* out);
 float dot_iq3_s(const BlockIq3S* x, const BlockQ8K* y, int64_t n);
 void tile_iq3_s(const BlockIq3S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+// The IQ3 bodies of this file (tile_iq3_xxs and tile_iq3_s run avx512_vbmi's where usable and
+// gathers are fast).
+void tile_iq3_xxs_plain(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                        float* out);
+void tile_iq3_s_plain(const BlockIq3S* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                      float* out);
+// IQ2_XS and IQ2_S: avx512_vbmi's bodies where usable and gathers are fast, else AVX2's.
+float dot_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* y, int64_t n);
+void tile_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+float dot_iq2_s(const BlockIq2S* x, const BlockQ8K* y, int64_t n);
+void tile_iq2_s(const BlockIq2S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 }  // namespace avx512
 
 // AVX-512 bodies that also need VBMI and GFNI (avx512_vbmi.cpp): avx512's tiles above call them
@@ -221,6 +232,12 @@ namespace avx512_vbmi {
 bool usable();
 void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
                   float* out);
+// The grid types whose rows these gather (avx512's tiles call them where gathers are fast too).
+void tile_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_iq2_s(const BlockIq2S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                  float* out);
+void tile_iq3_s(const BlockIq3S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 }  // namespace avx512_vbmi
 
 }  // namespace kernels

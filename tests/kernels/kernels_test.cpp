@@ -387,6 +387,10 @@ TEST(Kernels, SuperBlockBodiesGiveTheSameBitsOnBothIsas) {
   // are listed too.
   const Bodies bodies[] = {
       EXPERTD_BODIES_AS(IQ2_XXS, BlockIq2Xxs, iq2_xxs, iq2_xxs_plain),
+      EXPERTD_BODIES_AS(IQ3_XXS, BlockIq3Xxs, iq3_xxs, iq3_xxs_plain),
+      EXPERTD_BODIES_AS(IQ3_S, BlockIq3S, iq3_s, iq3_s_plain),
+      EXPERTD_BODIES(IQ2_XS, BlockIq2Xs, iq2_xs),
+      EXPERTD_BODIES(IQ2_S, BlockIq2S, iq2_s),
       EXPERTD_BODIES(Q4_K, BlockQ4K, q4_k),
       EXPERTD_BODIES(Q5_K, BlockQ5K, q5_k),
       EXPERTD_BODIES(Q6_K, BlockQ6K, q6_k),
