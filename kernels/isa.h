@@ -156,6 +156,13 @@ void tile_iq1_s(const BlockIq1S* x, const BlockQ8K* const* ys, int n_tok, int64_
 void tile_iq1_m(const BlockIq1M* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 void tile_q8_0(const BlockQ8_0* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
 void tile_mxfp4(const BlockMxfp4* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
+// avx2_gather.cpp's bodies, which the tiles above run where gathers are fast (the same bits).
+void tile_iq1_s_gather(const BlockIq1S* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                       float* out);
+void tile_iq1_m_gather(const BlockIq1M* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                       float* out);
+void tile_iq2_s_gather(const BlockIq2S* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                       float* out);
 // Matrix-matrix (gemm_avx2.cpp) for Q8_0, MXFP4, Q2_K-Q6_K, IQ2_XXS, IQ4_XS: as avx512's below.
 bool gemm_supported(uint32_t wtype);
 size_t gemm_act_bytes(uint32_t wtype, int64_t cols, int64_t n_tokens);
