@@ -621,8 +621,8 @@ EXPERTD_AVX512_GATHER_KERNEL(iq3_xxs_plain, BlockIq3Xxs)
 EXPERTD_AVX512_GATHER_KERNEL(iq3_s_plain, BlockIq3S)
 #undef EXPERTD_AVX512_GATHER_KERNEL
 
-// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: avx512_vbmi.cpp's bodies (a gather per 64 weights) where the CPU
-// has VBMI, GFNI and BITALG and gathers are fast (the same bits); else this file's IQ3 bodies and
+// IQ2_XS, IQ2_S, IQ3_S: avx512_vbmi.cpp's bodies (a gather per 64 weights) where the CPU has
+// VBMI, GFNI and BITALG and gathers are fast (the same bits); else this file's IQ3_S body and
 // AVX2's IQ2.
 #define EXPERTD_AVX512_VBMI_GRID_KERNEL(name, Block, fallback)                                    \
   void tile_##name(const Block* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) { \
@@ -637,7 +637,17 @@ EXPERTD_AVX512_GATHER_KERNEL(iq3_s_plain, BlockIq3S)
   }
 EXPERTD_AVX512_VBMI_GRID_KERNEL(iq2_xs, BlockIq2Xs, avx2::tile_iq2_xs)
 EXPERTD_AVX512_VBMI_GRID_KERNEL(iq2_s, BlockIq2S, avx2::tile_iq2_s)
-EXPERTD_AVX512_VBMI_GRID_KERNEL(iq3_xxs, BlockIq3Xxs, tile_iq3_xxs_plain)
+// IQ3_XXS's rows by byte permutes (no gathers).
+void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                  float* out) {
+  if (avx512_vbmi::usable()) return avx512_vbmi::tile_iq3_xxs(x, ys, n_tok, n, out);
+  tile_iq3_xxs_plain(x, ys, n_tok, n, out);
+}
+float dot_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* y, int64_t n) {
+  float r;
+  tile_iq3_xxs(x, &y, 1, n, &r);
+  return r;
+}
 EXPERTD_AVX512_VBMI_GRID_KERNEL(iq3_s, BlockIq3S, tile_iq3_s_plain)
 #undef EXPERTD_AVX512_VBMI_GRID_KERNEL
 

@@ -7,9 +7,9 @@
 // so a row is a code of 2 bits a weight; the 256 rows' 16-bit codes are four registers a byte
 // half, a super-block's 32 looked up by vpermi2b, every weight's 2 bits picked by vpmultishiftqb
 // and made a magnitude by vgf2p8affineqb (an affine map over GF(2) takes 0, 1, 2 to 8, 25, 43).
-// The grid types with larger grids (IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) gather their rows, 64 weights
-// an instruction, where gathers are fast. The sums are the AVX2 bodies' exact integers, so their
-// bits.
+// IQ3_XXS the same with 3-bit levels (4, 12, .., 52, 62: a vpermb). The grid types with larger
+// grids (IQ2_XS, IQ2_S, IQ3_S) gather their rows, 64 weights an instruction, where gathers are
+// fast. The sums are the AVX2 bodies' exact integers, so their bits.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -54,10 +54,9 @@ struct Iq2XxsConsts {
   // The codes' layout: qword j holds the codes of rows j, 8 + j, 16 + j, 24 + j (a word each),
   // so that one vpmultishiftqb per 64 weights unpacks rows 8m .. 8m + 7 in order.
   alignas(64) uint8_t code_pos[64];
-  alignas(64) uint8_t unpack[4][64];  // m: qword byte i -> the bit offset of its weight i
-  alignas(64) uint8_t
-      sign_fields[64];               // qword byte l < 4 -> the offset of sign index l of its group
-  alignas(64) uint8_t sign_pos[64];  // byte 8m + j -> pos(8m + j): row-ordered sign bytes
+  alignas(64) uint8_t unpack[4][64];     // m: qword byte i -> the bit offset of its weight i
+  alignas(64) uint8_t sign_fields[64];   // qword byte l < 4 -> sign index l's offset
+  alignas(64) uint8_t sign_pos[64];      // byte 8m + j -> pos(8m + j): row-ordered sign bytes
   alignas(64) uint8_t scale_pos[4][64];  // m: even bytes -> the scale byte of group 2m or 2m + 1
   Iq2XxsConsts() {
     for (int g = 0; g < 256; ++g) {
@@ -255,26 +254,6 @@ void iq2s_rows(const BlockIq2S* x, const BlockQ8K* const* ys, int64_t n, float* 
 }
 
 template <int N>
-void iq3xxs_rows(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  // sign index j % 4 of group 2m + j / 4 at 7 (j % 4) + 32 (j / 4) of the two aux dwords
-  const __m512i at = _mm512_setr_epi64(0, 7, 14, 21, 32, 39, 46, 53);
-  grid_gather<N>(
-      x, ys, n, 0.25f, out,
-      [&](const BlockIq3Xxs& b, int m, __mmask64& neg) {
-        int64_t aux2;
-        std::memcpy(&aux2, b.qs + 64 + 8 * m, 8);
-        neg = sign_mask(_mm512_srlv_epi64(_mm512_set1_epi64(aux2), at));
-        const __m512i idx =
-            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * m)));
-        return _mm512_i32gather_epi32(idx, iq::iq3xxs_grid, 4);
-      },
-      [](const BlockIq3Xxs& b) {
-        return pair_scales16(
-            _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 64)), 28));
-      });
-}
-
-template <int N>
 void iq3s_rows(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   // row r of the 16 (groups 2m, 2m + 1): its ninth index bit is bit r of qh[2m] | qh[2m + 1] << 8
   const __m512i at = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -296,6 +275,75 @@ void iq3s_rows(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* 
                                                _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
                              _mm256_set1_epi32(0xF));
         return pair_scales16(s);
+      });
+}
+
+// IQ3_XXS by byte permutes: a grid row's 4 magnitudes are levels 0..7 (4, 12, .., 52, 62), a
+// 12-bit code; the 64 rows' low and high code bytes by two vpermi2b each, the words placed so
+// that qword j of a step holds its two rows' codes, each weight's 3 bits picked by vpmultishiftqb
+// and made a magnitude by vpermb.
+struct Iq3XxsConsts {
+  alignas(64) uint8_t lo[256];
+  alignas(64) uint8_t hi[256];
+  alignas(64) uint8_t levels[64];    // x -> the magnitude of level x % 8
+  alignas(64) uint8_t place[2][64];  // the code words of steps 2h, 2h + 1 from the low / high bytes
+  alignas(64) uint8_t unpack[2][64];  // step m % 2: qword byte i -> its weight's bit offset
+  Iq3XxsConsts() {
+    for (int g = 0; g < 256; ++g) {
+      uint32_t code = 0;
+      for (int p = 0; p < 4; ++p) {
+        const uint8_t v = uint8_t(iq::iq3xxs_grid[g] >> (8 * p));
+        code |= uint32_t(v == 62 ? 7 : (v - 4) / 8) << (3 * p);
+      }
+      lo[g] = uint8_t(code), hi[g] = uint8_t(code >> 8);
+    }
+    for (int x = 0; x < 64; ++x) levels[x] = uint8_t(x % 8 == 7 ? 62 : 4 + 8 * (x % 8));
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 8; ++j)
+        for (int t = 0; t < 4; ++t) {  // word t of qword j: row 32h + 16 (t / 2) + 2j + t % 2
+          const int r = 32 * h + 16 * (t / 2) + 2 * j + t % 2, w = 4 * j + t;
+          place[h][2 * w] = uint8_t(r), place[h][2 * w + 1] = uint8_t(64 + r);
+        }
+    for (int odd = 0; odd < 2; ++odd)
+      for (int i = 0; i < 64; ++i)
+        unpack[odd][i] = uint8_t(32 * odd + 16 * ((i % 8) / 4) + 3 * (i % 4));
+  }
+};
+const Iq3XxsConsts kIq3Xxs;
+
+template <int N>
+void iq3xxs_rows(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  const Iq3XxsConsts& c = kIq3Xxs;
+  const __m512i lo0 = load64(c.lo), lo1 = load64(c.lo + 64), lo2 = load64(c.lo + 128),
+                lo3 = load64(c.lo + 192);
+  const __m512i hi0 = load64(c.hi), hi1 = load64(c.hi + 64), hi2 = load64(c.hi + 128),
+                hi3 = load64(c.hi + 192);
+  const __m512i levels = load64(c.levels), place0 = load64(c.place[0]), place1 = load64(c.place[1]);
+  const __m512i unpack0 = load64(c.unpack[0]), unpack1 = load64(c.unpack[1]);
+  const __m512i at = _mm512_setr_epi64(0, 7, 14, 21, 32, 39, 46, 53);
+  __m512i codes[2];
+  grid_gather<N>(
+      x, ys, n, 0.25f, out,
+      [&](const BlockIq3Xxs& b, int m, __mmask64& neg) {
+        if (m == 0) {
+          const __m512i idx = load64(b.qs);
+          const __mmask64 above = _mm512_movepi8_mask(idx);
+          const __m512i l = _mm512_mask_blend_epi8(above, _mm512_permutex2var_epi8(lo0, idx, lo1),
+                                                   _mm512_permutex2var_epi8(lo2, idx, lo3));
+          const __m512i h = _mm512_mask_blend_epi8(above, _mm512_permutex2var_epi8(hi0, idx, hi1),
+                                                   _mm512_permutex2var_epi8(hi2, idx, hi3));
+          codes[0] = _mm512_permutex2var_epi8(l, place0, h);
+          codes[1] = _mm512_permutex2var_epi8(l, place1, h);
+        }
+        int64_t aux2;
+        std::memcpy(&aux2, b.qs + 64 + 8 * m, 8);
+        neg = sign_mask(_mm512_srlv_epi64(_mm512_set1_epi64(aux2), at));
+        return _mm512_permutexvar_epi8(
+            _mm512_multishift_epi64_epi8(m % 2 ? unpack1 : unpack0, codes[m / 2]), levels);
+      },
+      [](const BlockIq3Xxs& b) {
+        return pair_scales16(
+            _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 64)), 28));
       });
 }
 

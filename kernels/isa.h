@@ -239,11 +239,11 @@ namespace avx512_vbmi {
 bool usable();
 void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
                   float* out);
+void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
+                  float* out);
 // The grid types whose rows these gather (avx512's tiles call them where gathers are fast too).
 void tile_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 void tile_iq2_s(const BlockIq2S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
-void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
-                  float* out);
 void tile_iq3_s(const BlockIq3S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 }  // namespace avx512_vbmi
 
