@@ -54,11 +54,7 @@ __attribute__((always_inline)) inline void iq1_gather_rows(const Block* x,
         for (int t = 0; t < N; ++t)
           I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(o16, load(ys[t][b].bsums)));
       },
-      [&](const uint8_t* first, int kb) {
-        alignas(32) float d[8] = {};
-        for (int k = 0; k < kb; ++k) d[k] = Iq1<Block>::d(reinterpret_cast<const Block*>(first)[k]);
-        return _mm256_load_ps(d);
-      });
+      iq1_d8<Block>);
 }
 // Rows 8k .. 8k + 7's 11-bit indices: low bytes at qs8, high bits (3 each) at `shift` of h.
 inline void iq1_indices8(const uint8_t* qs8, const uint8_t* h4, __m256i shift, int32_t* idx) {

@@ -242,11 +242,7 @@ __attribute__((always_inline)) inline void iq1_rows(const Block* x, const BlockQ
         for (int t = 0; t < N; ++t)
           I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(o16, load(ys[t][b].bsums)));
       },
-      [&](const uint8_t* first, int kb) {
-        alignas(32) float d[8] = {};
-        for (int k = 0; k < kb; ++k) d[k] = Iq1<Block>::d(reinterpret_cast<const Block*>(first)[k]);
-        return _mm256_load_ps(d);
-      });
+      iq1_d8<Block>);
 }
 template <int N>
 void iq1s_rows(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* out) {

@@ -350,11 +350,7 @@ __attribute__((always_inline)) inline void iq1_avx512(const Block* x, const Bloc
               I[t], _mm256_madd_epi16(
                         o16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].bsums))));
       },
-      [&](const uint8_t* first, int kb) {
-        alignas(32) float d[8] = {};
-        for (int k = 0; k < kb; ++k) d[k] = Iq1<Block>::d(reinterpret_cast<const Block*>(first)[k]);
-        return _mm256_load_ps(d);
-      });
+      iq1_d8<Block>);
 }
 
 // IQ1_S and IQ1_M where gathers are fast: 64 weights a step, the eight rows' 11-bit indices made
@@ -393,11 +389,7 @@ __attribute__((always_inline)) inline void iq1_gather(const Block* x, const Bloc
         }
         for (int t = 0; t < N; ++t) I[t] = _mm256_add_epi32(I[t], fold(acc[t]));
       },
-      [&](const uint8_t* first, int kb) {
-        alignas(32) float d[8] = {};
-        for (int k = 0; k < kb; ++k) d[k] = Iq1<Block>::d(reinterpret_cast<const Block*>(first)[k]);
-        return _mm256_load_ps(d);
-      });
+      iq1_d8<Block>);
 }
 // Rows 8m .. 8m + 7: their low index bytes and the dword h holding their high bits; row j's three
 // at bit `at(j)` of h rotated to bits 8-10 (rot: 8 - at(j), mod 64, per row).
@@ -585,21 +577,10 @@ EXPERTD_AVX512_KERNEL(q2_k, BlockQ2K)
 EXPERTD_AVX512_KERNEL(q3_k, BlockQ3K)
 EXPERTD_AVX512_KERNEL(iq4_xs, BlockIq4Xs)
 #undef EXPERTD_AVX512_KERNEL
-// IQ2_XXS: avx512_vbmi.cpp's body where the CPU has VBMI and GFNI (the same bits), else this
-// file's.
+// IQ2_XXS without VBMI (avx512_vbmi.cpp's body runs where the CPU has it, below).
 void tile_iq2_xxs_plain(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
                         float* out) {
   with_n(n_tok, [&](auto N) { tile_iq2_xxs_avx512<N>(x, ys, n, out); });
-}
-void tile_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
-                  float* out) {
-  if (avx512_vbmi::usable()) return avx512_vbmi::tile_iq2_xxs(x, ys, n_tok, n, out);
-  tile_iq2_xxs_plain(x, ys, n_tok, n, out);
-}
-float dot_iq2_xxs(const BlockIq2Xxs* x, const BlockQ8K* y, int64_t n) {
-  float r;
-  tile_iq2_xxs(x, &y, 1, n, &r);
-  return r;
 }
 // The grid types whose rows are gathered where gathers are fast.
 #define EXPERTD_AVX512_GATHER_KERNEL(name, Block)                                                 \
@@ -621,12 +602,13 @@ EXPERTD_AVX512_GATHER_KERNEL(iq3_xxs_plain, BlockIq3Xxs)
 EXPERTD_AVX512_GATHER_KERNEL(iq3_s_plain, BlockIq3S)
 #undef EXPERTD_AVX512_GATHER_KERNEL
 
-// IQ2_XS, IQ2_S, IQ3_S: avx512_vbmi.cpp's bodies (a gather per 64 weights) where the CPU has
-// VBMI, GFNI and BITALG and gathers are fast (the same bits); else this file's IQ3_S body and
-// AVX2's IQ2.
-#define EXPERTD_AVX512_VBMI_GRID_KERNEL(name, Block, fallback)                                    \
+// The grid types on avx512_vbmi.cpp's bodies where the CPU has VBMI, GFNI and BITALG (and, for
+// those that gather, gathers are fast): the same bits; else `fallback`, this file's bodies or
+// AVX2's (IQ2_XS and IQ2_S have none here). IQ2_XXS and IQ3_XXS look their rows up by byte
+// permutes, the others gather.
+#define EXPERTD_AVX512_VBMI_KERNEL(name, Block, gathers, fallback)                                \
   void tile_##name(const Block* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) { \
-    if (avx512_vbmi::usable() && !gathers_slow())                                                 \
+    if (avx512_vbmi::usable() && !(gathers && gathers_slow()))                                    \
       return avx512_vbmi::tile_##name(x, ys, n_tok, n, out);                                      \
     fallback(x, ys, n_tok, n, out);                                                               \
   }                                                                                               \
@@ -635,21 +617,12 @@ EXPERTD_AVX512_GATHER_KERNEL(iq3_s_plain, BlockIq3S)
     tile_##name(x, &y, 1, n, &r);                                                                 \
     return r;                                                                                     \
   }
-EXPERTD_AVX512_VBMI_GRID_KERNEL(iq2_xs, BlockIq2Xs, avx2::tile_iq2_xs)
-EXPERTD_AVX512_VBMI_GRID_KERNEL(iq2_s, BlockIq2S, avx2::tile_iq2_s)
-// IQ3_XXS's rows by byte permutes (no gathers).
-void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
-                  float* out) {
-  if (avx512_vbmi::usable()) return avx512_vbmi::tile_iq3_xxs(x, ys, n_tok, n, out);
-  tile_iq3_xxs_plain(x, ys, n_tok, n, out);
-}
-float dot_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* y, int64_t n) {
-  float r;
-  tile_iq3_xxs(x, &y, 1, n, &r);
-  return r;
-}
-EXPERTD_AVX512_VBMI_GRID_KERNEL(iq3_s, BlockIq3S, tile_iq3_s_plain)
-#undef EXPERTD_AVX512_VBMI_GRID_KERNEL
+EXPERTD_AVX512_VBMI_KERNEL(iq2_xxs, BlockIq2Xxs, false, tile_iq2_xxs_plain)
+EXPERTD_AVX512_VBMI_KERNEL(iq3_xxs, BlockIq3Xxs, false, tile_iq3_xxs_plain)
+EXPERTD_AVX512_VBMI_KERNEL(iq2_xs, BlockIq2Xs, true, avx2::tile_iq2_xs)
+EXPERTD_AVX512_VBMI_KERNEL(iq2_s, BlockIq2S, true, avx2::tile_iq2_s)
+EXPERTD_AVX512_VBMI_KERNEL(iq3_s, BlockIq3S, true, tile_iq3_s_plain)
+#undef EXPERTD_AVX512_VBMI_KERNEL
 
 // F16 rows against F16 activations: avx2.cpp's four FMA chains of eight lanes, two to a 512-bit
 // register (lanes 0-7 chain k, 8-15 chain k + 1), each lane the same products in the same order,

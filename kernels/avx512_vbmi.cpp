@@ -45,6 +45,24 @@ const uint64_t kMagnitudes =
 // ksigns_iq2xs as a map: a 7-bit sign index keeps its bits, the eighth is their parity.
 const uint64_t kSignParity = gf2_matrix([](int i) { return i < 7 ? 1 << i : 0x7F; });
 
+// A table of 256 16-bit codes (IQ2_XXS's, IQ3_XXS's grid rows), four registers a byte half.
+struct CodeRegs {
+  __m512i lo[4], hi[4];
+  CodeRegs(const uint8_t* lo_bytes, const uint8_t* hi_bytes) {
+    for (int k = 0; k < 4; ++k)
+      lo[k] = load64(lo_bytes + 64 * k), hi[k] = load64(hi_bytes + 64 * k);
+  }
+  // The low and high code bytes of the 64 rows idx's bytes name: two vpermi2b a half (rows below
+  // and above 128), a blend by the top bit.
+  void look_up(__m512i idx, __m512i& l, __m512i& h) const {
+    const __mmask64 above = _mm512_movepi8_mask(idx);
+    l = _mm512_mask_blend_epi8(above, _mm512_permutex2var_epi8(lo[0], idx, lo[1]),
+                               _mm512_permutex2var_epi8(lo[2], idx, lo[3]));
+    h = _mm512_mask_blend_epi8(above, _mm512_permutex2var_epi8(hi[0], idx, hi[1]),
+                               _mm512_permutex2var_epi8(hi[2], idx, hi[3]));
+  }
+};
+
 // IQ2_XXS's constants. A super-block's qs are 8 groups of 32 weights, 8 bytes each: four grid
 // indices (one per 8 weights) and an aux dword (four 7-bit sign indices, a 4-bit scale on top);
 // 8-weight row r (0..31) has its index at byte pos(r) = 8 (r / 4) + r % 4.
@@ -97,10 +115,7 @@ bool usable() {
 template <int N>
 void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   const Iq2XxsConsts& c = kIq2Xxs;
-  const __m512i lo0 = load64(c.lo), lo1 = load64(c.lo + 64), lo2 = load64(c.lo + 128),
-                lo3 = load64(c.lo + 192);
-  const __m512i hi0 = load64(c.hi), hi1 = load64(c.hi + 64), hi2 = load64(c.hi + 128),
-                hi3 = load64(c.hi + 192);
+  const CodeRegs table(c.lo, c.hi);
   const __m512i code_pos = load64(c.code_pos), sign_fields = load64(c.sign_fields),
                 sign_pos = load64(c.sign_pos);
   const __m512i unpack[4] = {load64(c.unpack[0]), load64(c.unpack[1]), load64(c.unpack[2]),
@@ -113,12 +128,8 @@ void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, flo
   avx2::sb_rows<N, false>(
       x, sizeof(BlockIq2Xxs), 0, 0, n, ys, 0.125f, out, [&](int64_t b, __m256i* I, __m256i*) {
         const __m512i q = load64(x[b].qs);
-        const __m512i idx = _mm512_permutexvar_epi8(code_pos, q);
-        const __mmask64 above = _mm512_movepi8_mask(idx);  // rows 128..255
-        const __m512i clo = _mm512_mask_blend_epi8(above, _mm512_permutex2var_epi8(lo0, idx, lo1),
-                                                   _mm512_permutex2var_epi8(lo2, idx, lo3));
-        const __m512i chi = _mm512_mask_blend_epi8(above, _mm512_permutex2var_epi8(hi0, idx, hi1),
-                                                   _mm512_permutex2var_epi8(hi2, idx, hi3));
+        __m512i clo, chi;
+        table.look_up(_mm512_permutexvar_epi8(code_pos, q), clo, chi);
         const __m512i codes = _mm512_mask_blend_epi8(high_bytes, clo, chi);
         const __m512i signs =
             _mm512_gf2p8affine_epi64_epi8(_mm512_multishift_epi64_epi8(sign_fields, q), parity, 0);
@@ -314,10 +325,7 @@ const Iq3XxsConsts kIq3Xxs;
 template <int N>
 void iq3xxs_rows(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   const Iq3XxsConsts& c = kIq3Xxs;
-  const __m512i lo0 = load64(c.lo), lo1 = load64(c.lo + 64), lo2 = load64(c.lo + 128),
-                lo3 = load64(c.lo + 192);
-  const __m512i hi0 = load64(c.hi), hi1 = load64(c.hi + 64), hi2 = load64(c.hi + 128),
-                hi3 = load64(c.hi + 192);
+  const CodeRegs table(c.lo, c.hi);
   const __m512i levels = load64(c.levels), place0 = load64(c.place[0]), place1 = load64(c.place[1]);
   const __m512i unpack0 = load64(c.unpack[0]), unpack1 = load64(c.unpack[1]);
   const __m512i at = _mm512_setr_epi64(0, 7, 14, 21, 32, 39, 46, 53);
@@ -326,12 +334,8 @@ void iq3xxs_rows(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, flo
       x, ys, n, 0.25f, out,
       [&](const BlockIq3Xxs& b, int m, __mmask64& neg) {
         if (m == 0) {
-          const __m512i idx = load64(b.qs);
-          const __mmask64 above = _mm512_movepi8_mask(idx);
-          const __m512i l = _mm512_mask_blend_epi8(above, _mm512_permutex2var_epi8(lo0, idx, lo1),
-                                                   _mm512_permutex2var_epi8(lo2, idx, lo3));
-          const __m512i h = _mm512_mask_blend_epi8(above, _mm512_permutex2var_epi8(hi0, idx, hi1),
-                                                   _mm512_permutex2var_epi8(hi2, idx, hi3));
+          __m512i l, h;
+          table.look_up(load64(b.qs), l, h);
           codes[0] = _mm512_permutex2var_epi8(l, place0, h);
           codes[1] = _mm512_permutex2var_epi8(l, place1, h);
         }

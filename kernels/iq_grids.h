@@ -292,5 +292,13 @@ struct Iq1<BlockIq1M> {
   }
 };
 
+// The d of the kb IQ1 super-blocks from `first` in float lanes (zero past kb), for sb_rows_dx.
+template <class Block>
+__attribute__((always_inline)) inline __m256 iq1_d8(const uint8_t* first, int kb) {
+  alignas(32) float d[8] = {};
+  for (int k = 0; k < kb; ++k) d[k] = Iq1<Block>::d(reinterpret_cast<const Block*>(first)[k]);
+  return _mm256_load_ps(d);
+}
+
 }  // namespace
 }  // namespace kernels
