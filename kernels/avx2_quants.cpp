@@ -394,65 +394,22 @@ float dot_tq2_0(const BlockTq2_0* x, const BlockQ8K* y, int64_t n) {
   return hsum(acc);
 }
 
-// NVFP4 against N tokens (the dot is N = 1). A block's 32 code bytes in one register: sub-blocks
-// 0 and 1 in the low 128-bit lane, 2 and 3 in the high one (each sub-block's 8 bytes, low nibbles
-// its elements 0-7, high nibbles 8-15). The nibbles looked up in both lanes at once, then unpacked
-// so that one register holds sub-blocks 0 and 2 and the other 1 and 3, once for all the tokens;
-// each token's activations' 16 bytes (Q8_0 blocks 2b and 2b + 1, first or second half) loaded into
-// the two lanes, no shuffle. The four sub-block scales (a table of the 256 UE4M3 values) times the
-// token's activation scales, in two chains of eight lanes per token: lanes 0-3 sub-block 0 (1),
-// lanes 4-7 sub-block 2 (3).
-template <int N>
-__attribute__((always_inline)) inline void nvfp4_rows(const BlockNvfp4* x,
-                                                      const BlockQ8_0* const* ys, int64_t n,
-                                                      float* out) {
-  struct Ue4m3 {
-    float v[256];
-    Ue4m3() {
-      for (int i = 0; i < 256; ++i) v[i] = ue4m3_half(static_cast<uint8_t>(i));
-    }
-  };
-  static const Ue4m3 kScale;
-  const __m256i table =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled)));
-  const __m256i m4 = _mm256_set1_epi8(0xF);
-  __m256 acc02[N], acc13[N];
-  for (int t = 0; t < N; ++t) acc02[t] = acc13[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / 64; ++b) {
-    x86::prefetch_ahead(x + b);
-    const __m256i q = load(x[b].qs);
-    const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
-    const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-    const __m256i w02 = _mm256_unpacklo_epi64(lo, hi), w13 = _mm256_unpackhi_epi64(lo, hi);
-    const __m256 v02 = _mm256_blend_ps(_mm256_broadcast_ss(kScale.v + x[b].d[0]),
-                                       _mm256_broadcast_ss(kScale.v + x[b].d[2]), 0xF0);
-    const __m256 v13 = _mm256_blend_ps(_mm256_broadcast_ss(kScale.v + x[b].d[1]),
-                                       _mm256_broadcast_ss(kScale.v + x[b].d[3]), 0xF0);
-    for (int t = 0; t < N; ++t) {
-      const BlockQ8_0 &y0 = ys[t][2 * b], &y1 = ys[t][2 * b + 1];
-      const __m256i p02 =
-          mul_sum_i8(w02, _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(y1.qs),
-                                              reinterpret_cast<const __m128i*>(y0.qs)));
-      const __m256i p13 =
-          mul_sum_i8(w13, _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(y1.qs + 16),
-                                              reinterpret_cast<const __m128i*>(y0.qs + 16)));
-      const __m256 dy = _mm256_blend_ps(_mm256_set1_ps(fp16_to_fp32(y0.d)),
-                                        _mm256_set1_ps(fp16_to_fp32(y1.d)), 0xF0);
-      acc02[t] = _mm256_fmadd_ps(_mm256_mul_ps(v02, dy), _mm256_cvtepi32_ps(p02), acc02[t]);
-      acc13[t] = _mm256_fmadd_ps(_mm256_mul_ps(v13, dy), _mm256_cvtepi32_ps(p13), acc13[t]);
-    }
+namespace {
+struct NvfpMaddubs {  // x86.h's nvfp4_rows' 4-element sums: vpmaddubsw + vpmaddwd
+  static __m256i dot(__m256i aw, __m256i sy) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), _mm256_set1_epi16(1));
   }
-  for (int t = 0; t < N; ++t) out[t] = hsum(_mm256_add_ps(acc02[t], acc13[t]));
-}
+};
+}  // namespace
 
 float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n) {
   float r;
-  nvfp4_rows<1>(x, &y, n, &r);
+  x86::nvfp4_rows<NvfpMaddubs, 1>(x, &y, n, &r);
   return r;
 }
 
 void tile_nvfp4(const BlockNvfp4* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out) {
-  x86::with_n(n_tok, [&](auto N) { nvfp4_rows<N>(x, ys, n, out); });
+  x86::with_n(n_tok, [&](auto N) { x86::nvfp4_rows<NvfpMaddubs, N>(x, ys, n, out); });
 }
 
 }  // namespace kernels::avx2

@@ -547,6 +547,15 @@ float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n) {
   tile_mxfp4_avx512<1>(x, &y, n, &r);
   return r;
 }
+// NVFP4: x86.h's body with vpdpbusd for the 4-element sums (AVX2's bits).
+float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n) {
+  float r;
+  x86::nvfp4_rows<DotVnni, 1>(x, &y, n, &r);
+  return r;
+}
+void tile_nvfp4(const BlockNvfp4* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out) {
+  with_n(n_tok, [&](auto N) { x86::nvfp4_rows<DotVnni, N>(x, ys, n, out); });
+}
 float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n) {
   float r;
   tile_k45_avx512<false, 1>(reinterpret_cast<const uint8_t*>(x), sizeof(BlockQ4K), &y, n, &r);

@@ -181,10 +181,12 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_q8_k(const float* x, BlockQ8K* y, int64_t n);
 float dot_q8_0(const BlockQ8_0* x, const BlockQ8_0* y, int64_t n);
 float dot_mxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t n);
+float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n);
 float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n);
 float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n);
 float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n);
 // One weight row against n_tok (1..kMaxTile) activation rows.
+void tile_nvfp4(const BlockNvfp4* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
 void tile_q8_0(const BlockQ8_0* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
 void tile_mxfp4(const BlockMxfp4* x, const BlockQ8_0* const* ys, int n_tok, int64_t n, float* out);
 void tile_q4_k(const BlockQ4K* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);

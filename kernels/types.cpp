@@ -84,8 +84,8 @@ const std::array kTypes = {
                {dot<BlockQ5_1, BlockQ8_1, ref::dot_q5_1>, dot<BlockQ5_1, BlockQ8_1, avx2::dot_q5_1>}, {}, true},
     TypeTraits{IQ4_NL, "IQ4_NL", 32, 18, Q8_0, rows<IQ4_NL>, {},
                {dot<BlockIq4Nl, BlockQ8_0, ref::dot_iq4_nl>, dot<BlockIq4Nl, BlockQ8_0, avx2::dot_iq4_nl>}, {}, true},
-    TypeTraits{NVFP4, "NVFP4", 64, 36, Q8_0, rows<NVFP4>, {}, {dot<BlockNvfp4, BlockQ8_0, ref::dot_nvfp4>, dot<BlockNvfp4, BlockQ8_0, avx2::dot_nvfp4>},
-               {nullptr, tile<BlockNvfp4, BlockQ8_0, avx2::tile_nvfp4>}, true},
+    TypeTraits{NVFP4, "NVFP4", 64, 36, Q8_0, rows<NVFP4>, {}, {dot<BlockNvfp4, BlockQ8_0, ref::dot_nvfp4>, dot<BlockNvfp4, BlockQ8_0, avx2::dot_nvfp4>, dot<BlockNvfp4, BlockQ8_0, avx512::dot_nvfp4>},
+               {nullptr, tile<BlockNvfp4, BlockQ8_0, avx2::tile_nvfp4>, tile<BlockNvfp4, BlockQ8_0, avx512::tile_nvfp4>}, true},
     TypeTraits{Q1_0, "Q1_0", 128, 18, Q8_0, rows<Q1_0>, {}, {dot<BlockQ1_0, BlockQ8_0, ref::dot_q1_0>, dot<BlockQ1_0, BlockQ8_0, avx2::dot_q1_0>}, {}, true},
     TypeTraits{Q2_0, "Q2_0", 64, 18, Q8_0, rows<Q2_0>, {}, {dot<BlockQ2_0, BlockQ8_0, ref::dot_q2_0>, dot<BlockQ2_0, BlockQ8_0, avx2::dot_q2_0>}, {}, true},
     // Low-bit K-quants, ternary and IQ types against Q8_K activations.

@@ -461,6 +461,34 @@ TEST(Kernels, FloatRowDotsGiveTheSameBitsOnBothIsas) {
     }
 }
 
+// NVFP4's body is one (x86.h's nvfp4_rows) with each instruction set's 4-element sums (AVX2's
+// vpmaddubsw + vpmaddwd, AVX-512's vpdpbusd): the same integers, the same float steps, so the
+// same bits, the tiles' too.
+TEST(Kernels, Nvfp4GivesTheSameBitsOnBothIsas) {
+  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937_64 rng(29);
+  std::normal_distribution<float> g(0.f, 1.f);
+  for (int64_t n : {64, 2048 + 64}) {
+    SCOPED_TRACE(n);
+    auto w = random_weights(NVFP4, n, rng);
+    const size_t xq_row = row_size(vec_dot_type(NVFP4), n);
+    std::vector<uint8_t> xq(kMaxTile * xq_row);
+    std::vector<float> x(n);
+    const void* xs[kMaxTile];
+    for (int k = 0; k < kMaxTile; ++k) {
+      for (auto& v : x) v = g(rng) * float(1 << k);
+      quantize_activations(NVFP4, x.data(), xq.data() + k * xq_row, n);
+      xs[k] = xq.data() + k * xq_row;
+    }
+    for (int nt = 1; nt <= kMaxTile; ++nt) {
+      float a[kMaxTile] = {}, b[kMaxTile] = {};
+      dot_tile(NVFP4, w.data(), xs, nt, n, a, Isa::Avx2);
+      dot_tile(NVFP4, w.data(), xs, nt, n, b, Isa::Avx512);
+      for (int k = 0; k < nt; ++k) ASSERT_EQ(a[k], b[k]) << nt << " tokens, token " << k;
+    }
+  }
+}
+
 // IQ2_XXS's signs (a 7-bit index per 8 weights, the eighth sign its parity), decoded for a whole
 // block at once by the SIMD bodies: every index at every one of a group's four places, in every
 // group of a block, gives each backend the scalar reference's dot (one block: the same exact
