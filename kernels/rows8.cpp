@@ -81,6 +81,13 @@ void pack_mxfp4(const BlockMxfp4* const* rows, BlockMxfp4x8& out) {
   }
 }
 
+void pack_nvfp4(const BlockNvfp4* const* rows, BlockNvfp4x8& out) {
+  for (int r = 0; r < 8; ++r) {
+    for (int k = 0; k < 4; ++k) out.d[k][r] = rows[r]->d[k];
+    for (int s = 0; s < 8; ++s) std::memcpy(out.qs[s][r], rows[r]->qs + 4 * s, 4);
+  }
+}
+
 void pack_q8_0(const BlockQ8_0* const* rows, BlockQ8_0x8& out) {
   for (int r = 0; r < 8; ++r) {
     out.d[r] = rows[r]->d;
@@ -220,6 +227,15 @@ void unpack_mxfp4(const BlockMxfp4x8& in, BlockMxfp4* const* rows) {
   }
 }
 
+void unpack_nvfp4(const BlockNvfp4x8& in, BlockNvfp4* const* rows) {
+  uint8_t* dst[8];
+  for (int r = 0; r < 8; ++r) {
+    for (int k = 0; k < 4; ++k) rows[r]->d[k] = in.d[k][r];
+    dst[r] = rows[r]->qs;
+  }
+  transpose8(in.qs, dst);
+}
+
 void unpack_q8_0(const BlockQ8_0x8& in, BlockQ8_0* const* rows) {
   uint8_t* dst[8];
   for (int r = 0; r < 8; ++r)
@@ -312,7 +328,7 @@ void b32_groups(bool pack, uint32_t wtype, const void* in, size_t row, int64_t n
 
 bool rows8_supported(uint32_t wtype) {
   return wtype == Q4_K || wtype == Q5_K || wtype == Q2_K || wtype == Q3_K || wtype == MXFP4 ||
-         wtype == Q8_0 || wtype == IQ4_XS || wtype == Q6_K || is_b32(wtype);
+         wtype == Q8_0 || wtype == IQ4_XS || wtype == Q6_K || wtype == NVFP4 || is_b32(wtype);
 }
 
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
@@ -342,6 +358,8 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
       pack_groups<BlockQ6K, BlockQ6Kx8, pack_q6_k>(w, row, cols / kQK_K, out, g0, g1);
     else if (wtype == MXFP4)
       pack_groups<BlockMxfp4, BlockMxfp4x8, pack_mxfp4>(w, row, cols / kQK8_0, out, g0, g1);
+    else if (wtype == NVFP4)
+      pack_groups<BlockNvfp4, BlockNvfp4x8, pack_nvfp4>(w, row, cols / 64, out, g0, g1);
     else if (is_b32(wtype))
       b32_groups(true, wtype, w, row, cols / kQK8_0, out, g0, g1);
     else
@@ -370,6 +388,8 @@ void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out
     unpack_groups<BlockQ6K, BlockQ6Kx8, unpack_q6_k>(w8, row, cols / kQK_K, out, g0, g1);
   else if (wtype == MXFP4)
     unpack_groups<BlockMxfp4, BlockMxfp4x8, unpack_mxfp4>(w8, row, cols / kQK8_0, out, g0, g1);
+  else if (wtype == NVFP4)
+    unpack_groups<BlockNvfp4, BlockNvfp4x8, unpack_nvfp4>(w8, row, cols / 64, out, g0, g1);
   else if (is_b32(wtype))
     b32_groups(false, wtype, w8, row, cols / kQK8_0, out, g0, g1);
   else
@@ -415,6 +435,11 @@ void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const 
   } else if (is_b32(wtype)) {
     const auto* group = static_cast<const uint8_t*>(w8) + size_t(g) * rows8_bytes(wtype, 8, cols);
     avx2::rows8_b32(wtype, group, cols, xs, n_tok, out);
+  } else if (wtype == NVFP4) {
+    const auto* group = static_cast<const BlockNvfp4x8*>(w8) + g * (cols / 64);
+    const auto* ys = reinterpret_cast<const BlockQ8_0* const*>(xs);
+    vnni ? avx512::rows8_nvfp4(group, cols, ys, n_tok, out)
+         : avx2::rows8_nvfp4(group, cols, ys, n_tok, out);
   } else if (wtype == MXFP4) {
     const auto* group = static_cast<const BlockMxfp4x8*>(w8) + g * (cols / kQK8_0);
     avx2::rows8_mxfp4(group, cols, reinterpret_cast<const BlockQ8_0* const*>(xs), n_tok, out);

@@ -47,6 +47,15 @@ struct BlockMxfp4x8 {
 };
 static_assert(sizeof(BlockMxfp4x8) == 8 * sizeof(BlockMxfp4));
 
+// Eight rows' block b of NVFP4 (the rows' 8 x 36 bytes): the UE4M3 sub-block scales, the codes in
+// 4-byte steps (step s: the row's qs[4s ..], sub-block s / 2's elements 4 (s % 2).. in the low
+// nibbles and 8 + 4 (s % 2).. in the high).
+struct BlockNvfp4x8 {
+  uint8_t d[4][8];      // [sub-block][row]
+  uint8_t qs[8][8][4];  // [step s][row][4 bytes]: the row's qs[4s ..]
+};
+static_assert(sizeof(BlockNvfp4x8) == 8 * sizeof(BlockNvfp4));
+
 // Eight rows' block b of Q8_0 (the rows' 8 x 34 bytes): the scales, the values in 4-byte steps.
 struct BlockQ8_0x8 {
   uint16_t d[8];       // fp16, row r in [r]
@@ -154,6 +163,8 @@ void rows8_q3_k(const BlockQ3Kx8* group, int64_t cols, const BlockQ8K* const* ys
                 float* out);
 void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out);
+void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                 float* out);
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                   float* out);
 void rows8_q5_k(const BlockQ5Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
@@ -167,6 +178,8 @@ void rows8_b32(uint32_t wtype, const void* group, int64_t cols, const void* cons
 }  // namespace avx2
 
 namespace avx512 {  // AVX-512 VNNI (256-bit registers); the other types run the AVX2 bodies
+void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                 float* out);
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                   float* out);
 void rows8_q2_k(const BlockQ2Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,

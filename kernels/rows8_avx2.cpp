@@ -206,6 +206,16 @@ void mxfp4_group(const BlockMxfp4x8* x, int64_t nb, const BlockQ8_0* const* ys, 
   });
 }
 
+// NVFP4 (rows8_body.h's nvfp4_group): two steps' products added in 16 bits (each <= 2 x 12 x 128),
+// then in pairs into i32.
+struct NvfpMaddubs {
+  static __m256i dot2(__m256i u0, __m256i s0, __m256i u1, __m256i s1) {
+    return _mm256_madd_epi16(
+        _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)),
+        _mm256_set1_epi16(1));
+  }
+};
+
 // Q8_0: the values' magnitudes against the activations given the values' signs (the dot's
 // arithmetic, x86::b32_step), each block's exact sum into its row's lane.
 template <int N>
@@ -462,6 +472,11 @@ void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* 
 void rows8_mxfp4(const BlockMxfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                  float* out) {
   x86::with_n(n_tok, [&](auto N) { mxfp4_group<N>(group, cols / kQK8_0, ys, out); });
+}
+
+void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                 float* out) {
+  x86::with_n(n_tok, [&](auto N) { nvfp4_group<NvfpMaddubs, N>(group, cols / 64, ys, out); });
 }
 
 void rows8_q2_k(const BlockQ2Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,

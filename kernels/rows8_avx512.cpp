@@ -1,9 +1,9 @@
-// The interleaved rows' bodies of Q2_K, Q3_K and IQ4_XS with AVX-512 VNNI's instructions on 256-bit
-// registers (VL; flags in CMakeLists.txt). vpdpbusd sums four u8 x i8 products into an i32 with no
-// 16-bit step to overflow, so a 2-bit code needs no shift: the step's byte masked to code j's bits
-// (code x 4^j) goes straight into the sub-block's sum, which is divided by 4^j (exact) once per
-// sub-block; Q3_K's high bit likewise (bit k, 2^k). Each sub-block's sum fits 16 bits, so one
-// vpdpwssd by the scale (kZx: the lane's low word) adds it into the super-block's exact integer
+// The interleaved rows' bodies of Q2_K, Q3_K, IQ4_XS and NVFP4 with AVX-512 VNNI's instructions on
+// 256-bit registers (VL; flags in CMakeLists.txt). vpdpbusd sums four u8 x i8 products into an i32
+// with no 16-bit step to overflow, so a 2-bit code needs no shift: the step's byte masked to code
+// j's bits (code x 4^j) goes straight into the sub-block's sum, which is divided by 4^j (exact)
+// once per sub-block; Q3_K's high bit likewise (bit k, 2^k). Each sub-block's sum fits 16 bits, so
+// one vpdpwssd by the scale (kZx: the lane's low word) adds it into the super-block's exact integer
 // sum, which goes through the rows' arithmetic (rows8_body.h's sb_lane): bit for bit the AVX2
 // bodies and the rows' dots.
 #include <immintrin.h>
@@ -137,7 +137,19 @@ void iq4_xs_group(const BlockIq4Xsx8* x, int64_t nb, const BlockQ8K* const* ys, 
   });
 }
 
+// NVFP4 (rows8_body.h's nvfp4_group): two steps' sums in one chain of vpdpbusd.
+struct NvfpVnni {
+  static __m256i dot2(__m256i u0, __m256i s0, __m256i u1, __m256i s1) {
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u0, s0), u1, s1);
+  }
+};
+
 }  // namespace
+
+void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                 float* out) {
+  x86::with_n(n_tok, [&](auto N) { nvfp4_group<NvfpVnni, N>(group, cols / 64, ys, out); });
+}
 
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                   float* out) {

@@ -113,5 +113,73 @@ __attribute__((always_inline)) inline void each_pair(const F& f) {
   (std::make_integer_sequence<int, 8>{});
 }
 
+// NVFP4's UE4M3 sub-block scales of eight rows (rows8.h's BlockNvfp4x8::d) as floats, exactly
+// ue4m3_half's values: v[k] lane r = ue4m3_half(d[k][r]). Each byte becomes an fp16 with the
+// same value, two bytes at a time, then four vcvtph2ps: (e, m) with e > 0 is 2^(e-8) (1 + m/8),
+// the fp16 (e + 7, m << 7), whose high byte is (x >> 1) + 0x1C and low byte (x & 1) << 7; e = 0 is
+// m 2^-10, whose fp16 high bytes (low bytes 0) a vpshufb looks up, each no more than the normal
+// formula's (so a vpminub picks it, 0xFF elsewhere). 0x7F is 0; bit 7 is ignored, as there.
+__attribute__((always_inline)) inline void nvfp4x8_scales(const uint8_t* d, __m256* v) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d));
+  const __m256i y = _mm256_andnot_si256(_mm256_cmpeq_epi8(x, _mm256_set1_epi8(0x7F)),
+                                        _mm256_and_si256(x, _mm256_set1_epi8(0x7F)));
+  const __m256i sub = _mm256_cmpgt_epi8(_mm256_set1_epi8(8), y);  // e = 0
+  const __m256i sub_hi =
+      _mm256_setr_epi8(0, 0x14, 0x18, 0x1A, 0x1C, 0x1D, 0x1E, 0x1F, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x14,
+                       0x18, 0x1A, 0x1C, 0x1D, 0x1E, 0x1F, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m256i hi = _mm256_min_epu8(
+      _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(y, 1), _mm256_set1_epi8(0x7F)),
+                      _mm256_set1_epi8(0x1C)),
+      _mm256_or_si256(_mm256_shuffle_epi8(sub_hi, y),
+                      _mm256_andnot_si256(sub, _mm256_set1_epi8(-1))));
+  const __m256i lo = _mm256_andnot_si256(
+      sub, _mm256_and_si256(_mm256_slli_epi16(y, 7), _mm256_set1_epi8(static_cast<char>(0x80))));
+  const __m256i h02 = _mm256_unpacklo_epi8(lo, hi), h13 = _mm256_unpackhi_epi8(lo, hi);
+  v[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h02));
+  v[1] = _mm256_cvtph_ps(_mm256_castsi256_si128(h13));
+  v[2] = _mm256_cvtph_ps(_mm256_extracti128_si256(h02, 1));
+  v[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(h13, 1));
+}
+
+// NVFP4: x86.h's nvfp4_rows, one row per lane. Its float lane 2k + p is sub-block k's half p
+// (elements 8p ..) of every block: here the accumulator acc[t][2k + p], fed the same exact
+// 8-element sums (|w| against the activations given w's signs; Dot::dot2 sums two steps' four bytes
+// a lane) times the same products of scales, and summed as hsum sums the lanes there.
+template <class Dot, int N>
+__attribute__((always_inline)) inline void nvfp4_group(const BlockNvfp4x8* x, int64_t nb,
+                                                       const BlockQ8_0* const* ys, float* out) {
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled)));
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  blocks<N, 64>(x, nb, out, [&](int64_t b, const BlockNvfp4x8& w, __m256(*acc)[8]) {
+    __m256 v[4];
+    nvfp4x8_scales(&w.d[0][0], v);
+    __m256 dy[N][2];
+    for (int t = 0; t < N; ++t)
+      for (int h = 0; h < 2; ++h) dy[t][h] = _mm256_set1_ps(_cvtsh_ss(ys[t][2 * b + h].d));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      __m256i lo[2], hi[2];  // step 2k + i's low and high nibbles' values
+      for (int i = 0; i < 2; ++i) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[2 * k + i]));
+        lo[i] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
+        hi[i] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+      }
+      const __m256i alo0 = _mm256_abs_epi8(lo[0]), alo1 = _mm256_abs_epi8(lo[1]);
+      const __m256i ahi0 = _mm256_abs_epi8(hi[0]), ahi1 = _mm256_abs_epi8(hi[1]);
+      for (int t = 0; t < N; ++t) {
+        const int8_t* a = ys[t][2 * b + k / 2].qs + 16 * (k % 2);
+        const __m256i p0 = Dot::dot2(alo0, _mm256_sign_epi8(bcast32(a), lo[0]), alo1,
+                                     _mm256_sign_epi8(bcast32(a + 4), lo[1]));
+        const __m256i p1 = Dot::dot2(ahi0, _mm256_sign_epi8(bcast32(a + 8), hi[0]), ahi1,
+                                     _mm256_sign_epi8(bcast32(a + 12), hi[1]));
+        const __m256 sc = _mm256_mul_ps(v[k], dy[t][k / 2]);
+        acc[t][2 * k] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p0), acc[t][2 * k]);
+        acc[t][2 * k + 1] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p1), acc[t][2 * k + 1]);
+      }
+    }
+  });
+}
+
 }  // namespace
 }  // namespace kernels

@@ -277,10 +277,12 @@ void tile_b32(const Block* x, const BlockQ8_0* const* ys, int64_t n, float* out)
 // its elements 0-7, high nibbles 8-15). The nibbles looked up in both lanes at once, then unpacked
 // so that one register holds sub-blocks 0 and 2 and the other 1 and 3, once for all the tokens;
 // each token's activations' 16 bytes (Q8_0 blocks 2b and 2b + 1, first or second half) loaded into
-// the two lanes, no shuffle. The four sub-block scales (a table of the 256 UE4M3 values) times the
-// token's activation scales, in two chains of eight lanes per token: lanes 0-3 sub-block 0 (1),
-// lanes 4-7 sub-block 2 (3). Dot::dot gives a sub-block's 4-element sums (|w| against the
-// activations with w's signs): each instruction set's, the same integers, so the same bits.
+// the two lanes, no shuffle. Dot::dot gives the 4-element sums (|w| against the activations with
+// w's signs): each instruction set's, the same integers, so the same bits; one vphaddd makes them
+// the 8-element sums of every sub-block k's half p (elements 8p ..) in lane 2k + p (lanes 0-3
+// sub-blocks 0 and 1, 4-7 sub-blocks 2 and 3), times the sub-block's scale (a table of the 256
+// UE4M3 values) and the token's activation scale, into one chain of eight lanes per token. The
+// interleaved rows (rows8_body.h's nvfp4_group) keep the same eight sums per row.
 template <class Dot, int N>
 __attribute__((always_inline)) inline void nvfp4_rows(const BlockNvfp4* x,
                                                       const BlockQ8_0* const* ys, int64_t n,
@@ -295,9 +297,9 @@ __attribute__((always_inline)) inline void nvfp4_rows(const BlockNvfp4* x,
   const __m256i table =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled)));
   const __m256i m4 = _mm256_set1_epi8(0xF);
-  const __m256i four = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-  __m256 acc02[N], acc13[N];
-  for (int t = 0; t < N; ++t) acc02[t] = acc13[t] = _mm256_setzero_ps();
+  const __m256i halves = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 64; ++b) {
     prefetch_ahead(x + b);
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
@@ -305,10 +307,12 @@ __attribute__((always_inline)) inline void nvfp4_rows(const BlockNvfp4* x,
     const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
     const __m256i w02 = _mm256_unpacklo_epi64(lo, hi), w13 = _mm256_unpackhi_epi64(lo, hi);
     const __m256i a02 = _mm256_abs_epi8(w02), a13 = _mm256_abs_epi8(w13);
-    const __m256 v02 = _mm256_blend_ps(_mm256_broadcast_ss(kScale.v + x[b].d[0]),
-                                       _mm256_broadcast_ss(kScale.v + x[b].d[2]), 0xF0);
-    const __m256 v13 = _mm256_blend_ps(_mm256_broadcast_ss(kScale.v + x[b].d[1]),
-                                       _mm256_broadcast_ss(kScale.v + x[b].d[3]), 0xF0);
+    // the sub-blocks' scales, each in its two lanes
+    const __m256 v01 = _mm256_blend_ps(_mm256_broadcast_ss(kScale.v + x[b].d[0]),
+                                       _mm256_broadcast_ss(kScale.v + x[b].d[1]), 0xCC);
+    const __m256 v23 = _mm256_blend_ps(_mm256_broadcast_ss(kScale.v + x[b].d[2]),
+                                       _mm256_broadcast_ss(kScale.v + x[b].d[3]), 0xCC);
+    const __m256 v = _mm256_blend_ps(v01, v23, 0xF0);
     for (int t = 0; t < N; ++t) {
       const BlockQ8_0 &y0 = ys[t][2 * b], &y1 = ys[t][2 * b + 1];
       const __m256i p02 = Dot::dot(
@@ -321,12 +325,12 @@ __attribute__((always_inline)) inline void nvfp4_rows(const BlockNvfp4* x,
                                 w13));
       // the two blocks' scales widened at once, each into its four lanes
       const __m256 dy = _mm256_permutevar8x32_ps(
-          _mm256_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(y0.d), y1.d, 4)), four);
-      acc02[t] = _mm256_fmadd_ps(_mm256_mul_ps(v02, dy), _mm256_cvtepi32_ps(p02), acc02[t]);
-      acc13[t] = _mm256_fmadd_ps(_mm256_mul_ps(v13, dy), _mm256_cvtepi32_ps(p13), acc13[t]);
+          _mm256_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(y0.d), y1.d, 4)), halves);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(v, dy),
+                               _mm256_cvtepi32_ps(_mm256_hadd_epi32(p02, p13)), acc[t]);
     }
   }
-  for (int t = 0; t < N; ++t) out[t] = hsum(_mm256_add_ps(acc02[t], acc13[t]));
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
 }
 
 }  // namespace kernels::x86

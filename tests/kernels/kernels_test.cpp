@@ -489,6 +489,26 @@ TEST(Kernels, Nvfp4GivesTheSameBitsOnBothIsas) {
   }
 }
 
+// NVFP4's interleaved rows turn eight rows' UE4M3 scale bytes into floats with vector operations
+// (rows8_body.h's nvfp4x8_scales), the rows' dot through a table of ue4m3_half: every one of the
+// 256 bytes (0 and 0x7F zero, the subnormal exponent 0, bit 7 set) in every sub-block position and
+// lane gives the dot's bits, on every instruction set, for one token and four.
+TEST(Kernels, Nvfp4InterleavedRowsReadEveryScaleByte) {
+  std::mt19937_64 rng(31);
+  const int64_t rows = 16, cols = 2048;  // 32 blocks, 128 scales a row
+  ThreadPool pool(2);
+  auto w = random_weights(NVFP4, rows * cols, rng);
+  const size_t w_row = row_size(NVFP4, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / 64; ++b)
+      for (int k = 0; k < 4; ++k)
+        w[r * w_row + b * sizeof(BlockNvfp4) + k] = uint8_t(r * 131 + b * 4 + k);
+  std::vector<uint8_t> w8(rows8_bytes(NVFP4, rows, cols));
+  rows8_pack(NVFP4, w.data(), rows, cols, w8.data(), &pool);
+  for (int64_t n_tok : {1, 4})
+    expect_each_tokens_dot(NVFP4, w, w8.data(), rows, cols, n_tok, rng, pool);
+}
+
 // IQ2_XXS's signs (a 7-bit index per 8 weights, the eighth sign its parity), decoded for a whole
 // block at once by the SIMD bodies: every index at every one of a group's four places, in every
 // group of a block, gives each backend the scalar reference's dot (one block: the same exact
