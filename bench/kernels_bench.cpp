@@ -247,6 +247,10 @@ CLI::App* add_gemv_command(CLI::App& app, GemvArgs& a) {
       "has them) against a stream of the same bytes (bytes/s; ratio = GEMV / stream)");
   g->add_option("--types", a.types, "weight types")->delimiter(',')->capture_default_str();
   g->add_option("--mib", a.mib, "matrix size")->capture_default_str();
+  g->add_option("--cols", a.cols,
+                "the matrix's columns, a multiple of 256 (an expert's: 768 to 7168; rows of "
+                "fewer columns pay the per-row costs more often)")
+      ->capture_default_str();
   g->add_option("--threads", a.threads, "threads (default: all cores)");
   g->add_option("--rounds", a.rounds, "alternating rounds")->capture_default_str();
   return g;
@@ -256,9 +260,15 @@ int bench_gemv(const GemvArgs& a) {
   using Clock = std::chrono::steady_clock;
   const int threads = a.threads > 0 ? a.threads : int(std::thread::hardware_concurrency());
   kernels::ThreadPool pool(threads);
-  const int64_t cols = 2048;
-  std::printf("gemv: %s kernels, %d threads, %lld MiB per matrix, %d rounds\n",
-              kernels::isa_name(kernels::best_isa()), threads, (long long)a.mib, a.rounds);
+  const int64_t cols = a.cols;
+  if (cols <= 0 || cols % 256) {
+    std::fprintf(stderr, "expert-bench: --cols %lld is not a positive multiple of 256\n",
+                 (long long)cols);
+    return 1;
+  }
+  std::printf("gemv: %s kernels, %d threads, %lld MiB per matrix of %lld columns, %d rounds\n",
+              kernels::isa_name(kernels::best_isa()), threads, (long long)a.mib, (long long)cols,
+              a.rounds);
   std::vector<double> ratios;
   for (const std::string& name : a.types) {
     const kernels::TypeTraits* t = kernels::type_by_name(name);

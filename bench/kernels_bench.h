@@ -27,6 +27,7 @@ int bench_attention(const AttentionArgs& a);
 struct GemvArgs {
   std::vector<std::string> types = {"Q4_K", "Q2_K", "Q3_K", "IQ2_XXS", "MXFP4", "IQ4_XS", "Q8_0"};
   int64_t mib = 512;
+  int64_t cols = 2048;
   int threads = 0, rounds = 7;
 };
 CLI::App* add_gemv_command(CLI::App& app, GemvArgs& a);

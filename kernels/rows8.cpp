@@ -88,6 +88,22 @@ void pack_nvfp4(const BlockNvfp4* const* rows, BlockNvfp4x8& out) {
   }
 }
 
+// Four bytes' 2-bit fields transposed: field f of byte i from field i of byte f (its own inverse).
+void transpose_fields(const uint8_t* in, uint8_t* out) {
+  for (int i = 0; i < 4; ++i) {
+    uint8_t v = 0;
+    for (int f = 0; f < 4; ++f) v = uint8_t(v | ((in[f] >> (2 * i)) & 3) << (2 * f));
+    out[i] = v;
+  }
+}
+
+void pack_q2_0(const BlockQ2_0* const* rows, BlockQ2_0x8& out) {
+  for (int r = 0; r < 8; ++r) {
+    out.d[r] = rows[r]->d;
+    for (int s = 0; s < 4; ++s) transpose_fields(rows[r]->qs + 4 * s, out.qs[s][r]);
+  }
+}
+
 void pack_q8_0(const BlockQ8_0* const* rows, BlockQ8_0x8& out) {
   for (int r = 0; r < 8; ++r) {
     out.d[r] = rows[r]->d;
@@ -236,6 +252,13 @@ void unpack_nvfp4(const BlockNvfp4x8& in, BlockNvfp4* const* rows) {
   transpose8(in.qs, dst);
 }
 
+void unpack_q2_0(const BlockQ2_0x8& in, BlockQ2_0* const* rows) {
+  for (int r = 0; r < 8; ++r) {
+    rows[r]->d = in.d[r];
+    for (int s = 0; s < 4; ++s) transpose_fields(in.qs[s][r], rows[r]->qs + 4 * s);
+  }
+}
+
 void unpack_q8_0(const BlockQ8_0x8& in, BlockQ8_0* const* rows) {
   uint8_t* dst[8];
   for (int r = 0; r < 8; ++r)
@@ -328,7 +351,8 @@ void b32_groups(bool pack, uint32_t wtype, const void* in, size_t row, int64_t n
 
 bool rows8_supported(uint32_t wtype) {
   return wtype == Q4_K || wtype == Q5_K || wtype == Q2_K || wtype == Q3_K || wtype == MXFP4 ||
-         wtype == Q8_0 || wtype == IQ4_XS || wtype == Q6_K || wtype == NVFP4 || is_b32(wtype);
+         wtype == Q8_0 || wtype == IQ4_XS || wtype == Q6_K || wtype == NVFP4 || wtype == Q2_0 ||
+         is_b32(wtype);
 }
 
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
@@ -360,6 +384,8 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
       pack_groups<BlockMxfp4, BlockMxfp4x8, pack_mxfp4>(w, row, cols / kQK8_0, out, g0, g1);
     else if (wtype == NVFP4)
       pack_groups<BlockNvfp4, BlockNvfp4x8, pack_nvfp4>(w, row, cols / 64, out, g0, g1);
+    else if (wtype == Q2_0)
+      pack_groups<BlockQ2_0, BlockQ2_0x8, pack_q2_0>(w, row, cols / 64, out, g0, g1);
     else if (is_b32(wtype))
       b32_groups(true, wtype, w, row, cols / kQK8_0, out, g0, g1);
     else
@@ -390,6 +416,8 @@ void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out
     unpack_groups<BlockMxfp4, BlockMxfp4x8, unpack_mxfp4>(w8, row, cols / kQK8_0, out, g0, g1);
   else if (wtype == NVFP4)
     unpack_groups<BlockNvfp4, BlockNvfp4x8, unpack_nvfp4>(w8, row, cols / 64, out, g0, g1);
+  else if (wtype == Q2_0)
+    unpack_groups<BlockQ2_0, BlockQ2_0x8, unpack_q2_0>(w8, row, cols / 64, out, g0, g1);
   else if (is_b32(wtype))
     b32_groups(false, wtype, w8, row, cols / kQK8_0, out, g0, g1);
   else
@@ -435,6 +463,11 @@ void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const 
   } else if (is_b32(wtype)) {
     const auto* group = static_cast<const uint8_t*>(w8) + size_t(g) * rows8_bytes(wtype, 8, cols);
     avx2::rows8_b32(wtype, group, cols, xs, n_tok, out);
+  } else if (wtype == Q2_0) {
+    const auto* group = static_cast<const BlockQ2_0x8*>(w8) + g * (cols / 64);
+    const auto* ys = reinterpret_cast<const BlockQ8_0* const*>(xs);
+    vnni ? avx512::rows8_q2_0(group, cols, ys, n_tok, out)
+         : avx2::rows8_q2_0(group, cols, ys, n_tok, out);
   } else if (wtype == NVFP4) {
     const auto* group = static_cast<const BlockNvfp4x8*>(w8) + g * (cols / 64);
     const auto* ys = reinterpret_cast<const BlockQ8_0* const*>(xs);

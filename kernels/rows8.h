@@ -56,6 +56,16 @@ struct BlockNvfp4x8 {
 };
 static_assert(sizeof(BlockNvfp4x8) == 8 * sizeof(BlockNvfp4));
 
+// Eight rows' block b of Q2_0 (the rows' 8 x 18 bytes): the scales, the codes in 4-byte steps with
+// each step's 2-bit fields transposed, so that field f of a step's byte i is element 16s + 4f + i
+// (in the rows, element 4m + f is field f of byte m): one shift and mask give a row's four
+// consecutive elements in each 4-byte lane.
+struct BlockQ2_0x8 {
+  uint16_t d[8];        // fp16, row r in [r]
+  uint8_t qs[4][8][4];  // [step s][row][4 bytes]: the row's qs[4s ..], fields transposed
+};
+static_assert(sizeof(BlockQ2_0x8) == 8 * sizeof(BlockQ2_0));
+
 // Eight rows' block b of Q8_0 (the rows' 8 x 34 bytes): the scales, the values in 4-byte steps.
 struct BlockQ8_0x8 {
   uint16_t d[8];       // fp16, row r in [r]
@@ -165,6 +175,8 @@ void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* 
                 float* out);
 void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                  float* out);
+void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                float* out);
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                   float* out);
 void rows8_q5_k(const BlockQ5Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
@@ -180,6 +192,8 @@ void rows8_b32(uint32_t wtype, const void* group, int64_t cols, const void* cons
 namespace avx512 {  // AVX-512 VNNI (256-bit registers); the other types run the AVX2 bodies
 void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                  float* out);
+void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                float* out);
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                   float* out);
 void rows8_q2_k(const BlockQ2Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,

@@ -216,6 +216,19 @@ struct NvfpMaddubs {
   }
 };
 
+// Q2_0 (rows8_body.h's q2_0_group): codes (0..3) against activations in 16 bits, a Q8_0 block's
+// eight steps (each pair <= 2 x 3 x 128) added there, then in pairs into i32.
+struct Q2_0Maddubs {
+  static __m256i sum8(const __m256i* u, const __m256i* a) {
+    __m256i s = _mm256_maddubs_epi16(u[0], a[0]);
+    for (int j = 1; j < 8; ++j) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(u[j], a[j]));
+    return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+  }
+  static __m256i sums4(__m256i a) {  // the activations' 4-element sums
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), _mm256_set1_epi16(1));
+  }
+};
+
 // Q8_0: the values' magnitudes against the activations given the values' signs (the dot's
 // arithmetic, x86::b32_step), each block's exact sum into its row's lane.
 template <int N>
@@ -472,6 +485,11 @@ void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* 
 void rows8_mxfp4(const BlockMxfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                  float* out) {
   x86::with_n(n_tok, [&](auto N) { mxfp4_group<N>(group, cols / kQK8_0, ys, out); });
+}
+
+void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                float* out) {
+  x86::with_n(n_tok, [&](auto N) { q2_0_group<Q2_0Maddubs, N>(group, cols / 64, ys, out); });
 }
 
 void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,

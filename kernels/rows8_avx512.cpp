@@ -144,7 +144,24 @@ struct NvfpVnni {
   }
 };
 
+// Q2_0 (rows8_body.h's q2_0_group): codes against activations in one chain of vpdpbusd.
+struct Q2_0Vnni {
+  static __m256i sum8(const __m256i* u, const __m256i* a) {
+    __m256i s = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) s = _mm256_dpbusd_epi32(s, u[j], a[j]);
+    return s;
+  }
+  static __m256i sums4(__m256i a) {  // the activations' 4-element sums
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), a);
+  }
+};
+
 }  // namespace
+
+void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                float* out) {
+  x86::with_n(n_tok, [&](auto N) { q2_0_group<Q2_0Vnni, N>(group, cols / 64, ys, out); });
+}
 
 void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                  float* out) {

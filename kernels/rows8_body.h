@@ -181,5 +181,48 @@ __attribute__((always_inline)) inline void nvfp4_group(const BlockNvfp4x8* x, in
   });
 }
 
+// Lanes' i32 sums in every lane: v's eight added.
+inline __m256i spread_total(__m256i v) {
+  v = _mm256_add_epi32(v, _mm256_permute2x128_si256(v, v, 1));
+  v = _mm256_add_epi32(v, _mm256_shuffle_epi32(v, 0x4E));
+  return _mm256_add_epi32(v, _mm256_shuffle_epi32(v, 0xB1));
+}
+
+// Q2_0 (rows8.h's BlockQ2_0x8) in the rows' dot's order, the reference's (one row per lane):
+// each Q8_0 block's exact sum, sum_i = dy0 I0 + dy1 I1 over the block's two, s += d sum_i; in
+// acc[t][0], the other lanes +0 (sum_lanes then adds nothing that changes a bit). A step's field f
+// (codes 0..3) against its four activations, Dot::sum8 adding a Q8_0 block's eight such sums; the
+// offset (q - 1) comes off as the block's activation sum (Dot::total, in every lane).
+template <class Dot, int N>
+__attribute__((always_inline)) inline void q2_0_group(const BlockQ2_0x8* x, int64_t nb,
+                                                      const BlockQ8_0* const* ys, float* out) {
+  const __m256i m2 = _mm256_set1_epi8(3);
+  blocks<N, 128>(x, nb, out, [&](int64_t b, const BlockQ2_0x8& w, __m256(*acc)[8]) {
+    const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
+    __m256 sum[N];
+    for (int t = 0; t < N; ++t) sum[t] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; ++k) {
+      __m256i u[8];  // steps 2k and 2k + 1, fields 0..3: elements 4j .. 4j + 3 of the Q8_0 block
+      for (int i = 0; i < 2; ++i) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[2 * k + i]));
+        for (int f = 0; f < 4; ++f)
+          u[4 * i + f] = _mm256_and_si256(f ? _mm256_srli_epi16(q, 2 * f) : q, m2);
+      }
+      for (int t = 0; t < N; ++t) {
+        const BlockQ8_0& y = ys[t][2 * b + k];
+        __m256i a[8];
+        for (int j = 0; j < 8; ++j) a[j] = bcast32(y.qs + 4 * j);
+        const __m256i I = _mm256_sub_epi32(
+            Dot::sum8(u, a),
+            spread_total(Dot::sums4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs)))));
+        const __m256 dy = _mm256_set1_ps(_cvtsh_ss(y.d));
+        sum[t] = _mm256_add_ps(sum[t], _mm256_mul_ps(dy, _mm256_cvtepi32_ps(I)));
+      }
+    }
+    for (int t = 0; t < N; ++t) acc[t][0] = _mm256_add_ps(acc[t][0], _mm256_mul_ps(dx, sum[t]));
+  });
+}
+
 }  // namespace
 }  // namespace kernels
