@@ -416,46 +416,70 @@ void tile_nvfp4(const BlockNvfp4* x, const BlockQ8_0* const* ys, int n_tok, int6
 
 namespace kernels::avx2 {
 namespace {
-// TQ1_0's base-3 digits: digit = ((uint8_t)(byte * 3^n) * 3) >> 8, for 16 bytes at once with
-// a multiplier per byte; returned as int8 digit - 1.
-inline __m128i tq1_digits(__m128i bytes, __m256i pow) {
-  const __m256i b = _mm256_cvtepu8_epi16(bytes);
-  const __m256i q = _mm256_and_si256(_mm256_mullo_epi16(b, pow), _mm256_set1_epi16(0xFF));
-  const __m256i xi = _mm256_srli_epi16(_mm256_mullo_epi16(q, _mm256_set1_epi16(3)), 8);
-  const __m256i d = _mm256_sub_epi16(xi, _mm256_set1_epi16(1));
-  return _mm_packs_epi16(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
+// A * 3 mod 256 in every byte (two byte adds).
+inline __m256i times3(__m256i a) {
+  return _mm256_add_epi8(_mm256_add_epi8(a, a), a);
+}
+
+// TQ1_0: weight e is base-3 digit n of its byte, digit = ((uint8_t)(byte * 3^n) * 3) >> 8, i.e.
+// 0, 1 or 2 as (uint8_t)(byte * 3^n) is below 86, below 171, or not. Each ymm's 32 such products
+// come from the one before by byte adds (x ^ 0x80 obeys the same recurrence, so the products are
+// made biased and compared signed); the digits meet the activations by vpmaddubsw, summed in 16
+// bits with the activations' block sums taken off (|sum| <= 6144), one exact integer a
+// super-block scaled as the reference does: its bits. Eight ymm a super-block, in element order:
+// digits 0-4 of qs[0..32); digits 0, 1 | 2, 3 of qs[32..48); digit 4 of qs[32..48) with qh's
+// digits 0-3 in its four bytes' dwords.
+template <int N>
+void tq1_0_rows(const BlockTq1_0* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  const __m256i bias = _mm256_set1_epi8(char(0x80));
+  const __m256i lo1 = _mm256_set1_epi8(85 - 128), lo2 = _mm256_set1_epi8(170 - 128);
+  float s[N] = {};
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    x86::prefetch_ahead(x + b);
+    x86::prefetch_ahead(reinterpret_cast<const uint8_t*>(x + b) + 64);
+    const uint8_t* q = x[b].qs;
+    __m256i v[8];
+    v[0] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), bias);
+    for (int k = 1; k < 5; ++k) v[k] = times3(v[k - 1]);
+    const __m256i r = _mm256_xor_si256(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 32))),
+        bias);
+    v[5] = _mm256_blend_epi32(r, times3(r), 0xF0);  // digits 0 | 1 of qs[32..48)
+    v[6] = times3(times3(v[5]));                    // digits 2 | 3
+    uint32_t qh;
+    std::memcpy(&qh, x[b].qh, 4);
+    // digit 2 of qs[32..48) | qh; then x3, x9, x27: digit 4 below, qh's digits 0-3 above.
+    const __m256i h0 =
+        _mm256_blend_epi32(v[6], _mm256_set1_epi32(static_cast<int>(qh ^ 0x80808080u)), 0xF0);
+    const __m256i h1 = times3(h0), h2 = times3(h1), h3 = times3(h2);
+    v[7] = _mm256_blend_epi32(_mm256_blend_epi32(_mm256_blend_epi32(h2, h0, 0x10), h1, 0x20), h3,
+                              0x80);
+    __m256i digit[8];
+    for (int k = 0; k < 8; ++k)
+      digit[k] = _mm256_sub_epi8(
+          _mm256_setzero_si256(),
+          _mm256_add_epi8(_mm256_cmpgt_epi8(v[k], lo1), _mm256_cmpgt_epi8(v[k], lo2)));
+    for (int t = 0; t < N; ++t) {
+      const BlockQ8K& yb = ys[t][b];
+      __m256i acc = _mm256_sub_epi16(_mm256_setzero_si256(), load(yb.bsums));
+      for (int k = 0; k < 8; ++k)
+        acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(digit[k], load(yb.qs + 32 * k)));
+      const int sum = hsum_i32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)));
+      s[t] += static_cast<float>(sum) * (fp16_to_fp32(x[b].d) * yb.d);
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = s[t];
 }
 }  // namespace
 
 float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n) {
-  static const int16_t pw[5] = {1, 3, 9, 27, 81};
-  const __m256i qh_pow = _mm256_setr_epi16(1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27);
-  float s = 0;
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
-    const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 16));
-    const __m128i a2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 32));
-    uint32_t qh;
-    std::memcpy(&qh, x[b].qh, 4);
-    const __m128i hq = _mm_set1_epi32(static_cast<int>(qh));  // qh[0..3] four times
-    __m256i isum = _mm256_setzero_si256();
-    for (int c = 0; c < 8; ++c) {
-      __m128i lo, hi;
-      if (c < 5) {  // elements 32c..: digit c of qs[0..32)
-        lo = tq1_digits(a0, _mm256_set1_epi16(pw[c])),
-        hi = tq1_digits(a1, _mm256_set1_epi16(pw[c]));
-      } else if (c < 7) {  // digits 2(c-5) and 2(c-5)+1 of qs[32..48)
-        lo = tq1_digits(a2, _mm256_set1_epi16(pw[2 * (c - 5)]));
-        hi = tq1_digits(a2, _mm256_set1_epi16(pw[2 * (c - 5) + 1]));
-      } else {  // digit 4 of qs[32..48), then qh's four digits of four bytes
-        lo = tq1_digits(a2, _mm256_set1_epi16(pw[4]));
-        hi = tq1_digits(hq, qh_pow);
-      }
-      isum = _mm256_add_epi32(isum, mul_sum_i8(_mm256_setr_m128i(lo, hi), load(y[b].qs + 32 * c)));
-    }
-    s += static_cast<float>(hsum_i32(isum)) * (fp16_to_fp32(x[b].d) * y[b].d);
-  }
-  return s;
+  float r;
+  tq1_0_rows<1>(x, &y, n, &r);
+  return r;
+}
+
+void tile_tq1_0(const BlockTq1_0* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  with_n(n_tok, [&](auto N) { tq1_0_rows<N>(x, ys, n, out); });
 }
 
 }  // namespace kernels::avx2

@@ -509,6 +509,40 @@ TEST(Kernels, Nvfp4InterleavedRowsReadEveryScaleByte) {
     expect_each_tokens_dot(NVFP4, w, w8.data(), rows, cols, n_tok, rng, pool);
 }
 
+// TQ1_0's SIMD bodies turn each byte times 3^n into a digit by comparisons (below 86, below 171):
+// every byte value at every one of a block's 52 places, against activations none of which is
+// zero (so every digit counts), gives each backend the reference's bits, for one token and four.
+TEST(Kernels, Tq1_0EveryByteInEveryPlace) {
+  std::mt19937_64 rng(37);
+  std::uniform_real_distribution<float> u(1.f, 4.f);
+  const int64_t n = 256 * kQK_K;  // block j holds byte (j + 97 p) % 256 at place p
+  std::vector<BlockTq1_0> w(n / kQK_K);
+  for (int j = 0; j < 256; ++j) {
+    uint8_t* q = w[j].qs;  // qs[48] then qh[4]
+    for (int p = 0; p < 52; ++p) q[p] = uint8_t(j + 97 * p);
+    w[j].d = 0x3C00;  // 1.0
+  }
+  const size_t xq_row = row_size(Q8_K, n);
+  std::vector<uint8_t> xq(kMaxTile * xq_row);
+  std::vector<float> x(n);
+  const void* xs[kMaxTile];
+  for (int k = 0; k < kMaxTile; ++k) {
+    for (auto& v : x) v = (rng() & 1 ? u(rng) : -u(rng)) * float(1 << k);
+    quantize_activations(TQ1_0, x.data(), xq.data() + k * xq_row, n, Isa::Scalar);
+    xs[k] = xq.data() + k * xq_row;
+  }
+  for (int k = 0; k < kMaxTile; ++k) {
+    const float want = dot(TQ1_0, w.data(), xs[k], n, Isa::Scalar);
+    for (Isa be : runnable_backends()) {
+      ASSERT_EQ(dot(TQ1_0, w.data(), xs[k], n, be), want)
+          << "token " << k << ", backend " << int(be);
+      float got[kMaxTile] = {};
+      dot_tile(TQ1_0, w.data(), xs, kMaxTile, n, got, be);
+      ASSERT_EQ(got[k], want) << "token " << k << " of a tile, backend " << int(be);
+    }
+  }
+}
+
 // IQ2_XXS's signs (a 7-bit index per 8 weights, the eighth sign its parity), decoded for a whole
 // block at once by the SIMD bodies: every index at every one of a group's four places, in every
 // group of a block, gives each backend the scalar reference's dot (one block: the same exact

@@ -1,0 +1,96 @@
+// The AVX-512 VNNI bodies of the low-bit types that have no AVX-512 kernel elsewhere (TQ1_0),
+// compiled with avx512.cpp's flags. Each gives the AVX2 body's and the reference's bits.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/fp16.h"
+#include "kernels/isa.h"
+#include "kernels/kernels.h"
+#include "kernels/x86.h"
+
+namespace kernels::avx512 {
+namespace {
+
+// TQ1_0: weight e is base-3 digit n of its byte, digit = ((uint8_t)(byte * 3^n) * 3) >> 8, i.e.
+// 0, 1 or 2 as (uint8_t)(byte * 3^n) is below 86, below 171, or not. A super-block is four zmm of
+// bytes in element order (qs[0..32) twice; qs[0..32), qs[32..48) twice; qs[32..48) three times
+// and qh's four bytes four times), each byte multiplied by its 3^n with two vpmullw (the even
+// bytes' products are the low bytes of one, the odd bytes' the high bytes of the other), the
+// digits two unsigned compares into masks, met by vpdpbusd with the activations; the activations'
+// block sums come off, one exact integer a super-block, scaled as the reference does: its bits.
+struct Tq1Powers {
+  alignas(64) int16_t m[4][32];  // the 16-bit lanes' multipliers (a lane's two bytes share one)
+  Tq1Powers() {
+    static const int16_t pow3[5] = {1, 3, 9, 27, 81};
+    for (int w = 0; w < 32; ++w) {
+      m[0][w] = pow3[w / 16];                      // digits 0, 1 of qs[0..32)
+      m[1][w] = pow3[2 + w / 16];                  // digits 2, 3
+      m[2][w] = w < 16 ? 81 : pow3[(w - 16) / 8];  // digit 4; digits 0, 1 of qs[32..48)
+      m[3][w] = w < 24 ? pow3[2 + w / 8] : pow3[(w - 24) / 2];  // digits 2-4; qh's 0-3
+    }
+  }
+};
+const Tq1Powers kTq1;
+
+template <int N>
+void tq1_0_rows(const BlockTq1_0* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  __m512i pw[4];
+  for (int k = 0; k < 4; ++k) pw[k] = _mm512_load_si512(kTq1.m[k]);
+  const __m512i odd = _mm512_set1_epi16(int16_t(0xFF00)), even = _mm512_set1_epi16(0x00FF);
+  const __m512i c86 = _mm512_set1_epi8(86), c171 = _mm512_set1_epi8(char(171));
+  const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2);
+  float s[N] = {};
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    x86::prefetch_ahead(x + b);
+    x86::prefetch_ahead(reinterpret_cast<const uint8_t*>(x + b) + 64);
+    const uint8_t* q = x[b].qs;
+    uint32_t qh;
+    std::memcpy(&qh, x[b].qh, 4);
+    const __m512i a =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+    const __m512i c =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 32)));
+    const __m512i p[4] = {a, a, _mm512_inserti64x4(a, _mm512_castsi512_si256(c), 1),
+                          _mm512_mask_set1_epi32(c, 0xF000, static_cast<int>(qh))};
+    const __m512i a_odd = _mm512_and_si512(a, odd);
+    __m512i digit[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m512i po = k < 2 ? a_odd : _mm512_and_si512(p[k], odd);
+      // (lo & 0x00FF) | hi: the even bytes' products from lo, the odd bytes' from hi.
+      const __m512i prod = _mm512_ternarylogic_epi32(_mm512_mullo_epi16(p[k], pw[k]),
+                                                     _mm512_mullo_epi16(po, pw[k]), even, 0xEC);
+      const __mmask64 ge1 = _mm512_cmpge_epu8_mask(prod, c86);
+      const __mmask64 ge2 = _mm512_cmpge_epu8_mask(prod, c171);
+      digit[k] = _mm512_mask_mov_epi8(_mm512_maskz_mov_epi8(ge1, one), ge2, two);
+    }
+    const float dx = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t) {
+      const BlockQ8K& yb = ys[t][b];
+      __m512i acc = _mm512_setzero_si512();
+      for (int k = 0; k < 4; ++k)
+        acc = _mm512_dpbusd_epi32(acc, digit[k], _mm512_loadu_si512(yb.qs + 64 * k));
+      const __m256i bs = _mm256_madd_epi16(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.bsums)), _mm256_set1_epi16(1));
+      const __m256i v = _mm256_sub_epi32(
+          _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)), bs);
+      s[t] += static_cast<float>(x86::hsum_i32(v)) * (dx * yb.d);
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = s[t];
+}
+
+}  // namespace
+
+float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n) {
+  float r;
+  tq1_0_rows<1>(x, &y, n, &r);
+  return r;
+}
+
+void tile_tq1_0(const BlockTq1_0* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
+  x86::with_n(n_tok, [&](auto N) { tq1_0_rows<N>(x, ys, n, out); });
+}
+
+}  // namespace kernels::avx512
