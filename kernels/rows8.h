@@ -66,6 +66,16 @@ struct BlockQ2_0x8 {
 };
 static_assert(sizeof(BlockQ2_0x8) == 8 * sizeof(BlockQ2_0));
 
+// Eight rows' block b of Q1_0 (the rows' 8 x 18 bytes): the scales, then the rows' bytes side by
+// side (qs[j][r] = row r's qs[j], elements 8j .. 8j + 7 in its bits): eight bytes are the byte mask
+// of eight rows' eight weights, one row per 8-byte lane, against one broadcast of eight
+// activations.
+struct BlockQ1_0x8 {
+  uint16_t d[8];      // fp16, row r in [r]
+  uint8_t qs[16][8];  // [byte j][row r]
+};
+static_assert(sizeof(BlockQ1_0x8) == 8 * sizeof(BlockQ1_0));
+
 // Eight rows' block b of Q8_0 (the rows' 8 x 34 bytes): the scales, the values in 4-byte steps.
 struct BlockQ8_0x8 {
   uint16_t d[8];       // fp16, row r in [r]
@@ -177,6 +187,8 @@ void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const
                  float* out);
 void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out);
+void rows8_q1_0(const BlockQ1_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                float* out);
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                   float* out);
 void rows8_q5_k(const BlockQ5Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
@@ -189,10 +201,12 @@ void rows8_b32(uint32_t wtype, const void* group, int64_t cols, const void* cons
                float* out);
 }  // namespace avx2
 
-namespace avx512 {  // AVX-512 VNNI (256-bit registers); the other types run the AVX2 bodies
+namespace avx512 {  // AVX-512 VNNI (256-bit registers; Q1_0's 512); the other types run AVX2's
 void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                  float* out);
 void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                float* out);
+void rows8_q1_0(const BlockQ1_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out);
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                   float* out);

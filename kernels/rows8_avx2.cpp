@@ -216,6 +216,66 @@ struct NvfpMaddubs {
   }
 };
 
+// Q1_0 (rows8.h's BlockQ1_0x8) in the rows' dot's order (dot_q1_0's, llama.cpp's: lane l of a
+// Q8_0 block is its elements 4l .. 4l + 3, blk = dy0 S0 then fma(dy_k, S_k, blk) over the block's
+// four, acc = fma(d, blk, acc), the lanes summed as x86::hsum does). A register holds four rows'
+// two lanes 2p, 2p + 1 (row 4h + j / 2, lane 2p + j % 2 in its lane j): their 32 bits of byte 4k +
+// p as bytes, 0xFF where a bit is 0, the eight activations broadcast and negated there
+// ((y ^ m) - m), summed by vpmaddubsw and vpmaddwd: the dot's integers.
+template <int N>
+void q1_0_rows8(const BlockQ1_0x8* x, int64_t nb, const BlockQ8_0* const* ys, float* out) {
+  const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  __m256 acc[N][4][2];
+  for (int t = 0; t < N; ++t)
+    for (int p = 0; p < 4; ++p) acc[t][p][0] = acc[t][p][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (size_t o = 0; o < sizeof(BlockQ1_0x8); o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(x + b + 128) + o, _MM_HINT_T1);
+    const BlockQ1_0x8& w = x[b];
+    const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
+    const __m256 dx[2] = {_mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
+                          _mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7))};
+    __m256 dy[N][4];
+    for (int t = 0; t < N; ++t)
+      for (int k = 0; k < 4; ++k) dy[t][k] = _mm256_set1_ps(_cvtsh_ss(ys[t][4 * b + k].d));
+    for (int p = 0; p < 4; ++p)
+      for (int h = 0; h < 2; ++h) {
+        __m256 blk[N];
+        for (int k = 0; k < 4; ++k) {
+          int32_t word;
+          std::memcpy(&word, &w.qs[4 * k + p][4 * h], 4);
+          const __m256i zero_bit = _mm256_cmpeq_epi8(
+              _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(word), rep), sel),
+              _mm256_setzero_si256());
+          for (int t = 0; t < N; ++t) {
+            int64_t y8;
+            std::memcpy(&y8, ys[t][4 * b + k].qs + 8 * p, 8);
+            const __m256i y = _mm256_set1_epi64x(y8);
+            const __m256i sy = _mm256_sub_epi8(_mm256_xor_si256(y, zero_bit), zero_bit);
+            const __m256 s =
+                _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, sy), ones16));
+            blk[t] = k == 0 ? _mm256_mul_ps(dy[t][k], s) : _mm256_fmadd_ps(dy[t][k], s, blk[t]);
+          }
+        }
+        for (int t = 0; t < N; ++t) acc[t][p][h] = _mm256_fmadd_ps(dx[h], blk[t], acc[t][p][h]);
+      }
+  }
+  // Row 4h + r: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), a_2p + e in lane 2r + e of p.
+  const __m256i even_odd = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  for (int t = 0; t < N; ++t)
+    for (int h = 0; h < 2; ++h) {
+      const __m256 e =
+          _mm256_permutevar8x32_ps(_mm256_add_ps(_mm256_add_ps(acc[t][0][h], acc[t][2][h]),
+                                                 _mm256_add_ps(acc[t][1][h], acc[t][3][h])),
+                                   even_odd);
+      _mm_storeu_ps(out + 8 * t + 4 * h,
+                    _mm_add_ps(_mm256_castps256_ps128(e), _mm256_extractf128_ps(e, 1)));
+    }
+}
+
 // Q2_0 (rows8_body.h's q2_0_group): codes (0..3) against activations in 16 bits, a Q8_0 block's
 // eight steps (each pair <= 2 x 3 x 128) added there, then in pairs into i32.
 struct Q2_0Maddubs {
@@ -485,6 +545,11 @@ void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* 
 void rows8_mxfp4(const BlockMxfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                  float* out) {
   x86::with_n(n_tok, [&](auto N) { mxfp4_group<N>(group, cols / kQK8_0, ys, out); });
+}
+
+void rows8_q1_0(const BlockQ1_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                float* out) {
+  x86::with_n(n_tok, [&](auto N) { q1_0_rows8<N>(group, cols / 128, ys, out); });
 }
 
 void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,

@@ -144,6 +144,68 @@ struct NvfpVnni {
   }
 };
 
+// Q1_0 (rows8.h's BlockQ1_0x8) in the rows' dot's order (avx2::dot_q1_0's; rows8_avx2.cpp's
+// q1_0_rows8 says which), in 512-bit registers: one holds the eight rows' two lanes 2p, 2p + 1 (row
+// j / 2, lane 2p + j % 2 in its lane j), its 64-bit mask the rows' byte 4k + p as they lie, one
+// masked move picks each activation or its negation (the block's activations negated once a
+// token), vpdpbusd against ones gives the dot's integers.
+template <int N>
+void q1_0_rows8(const BlockQ1_0x8* x, int64_t nb, const BlockQ8_0* const* ys, float* out) {
+  const __m512i ones8 = _mm512_set1_epi8(1);
+  const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  __m512 acc[N][4];
+  for (int t = 0; t < N; ++t)
+    for (int p = 0; p < 4; ++p) acc[t][p] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (size_t o = 0; o < sizeof(BlockQ1_0x8); o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(x + b + 128) + o, _MM_HINT_T1);
+    const BlockQ1_0x8& w = x[b];
+    const __m512 dx = _mm512_permutexvar_ps(
+        pairs, _mm512_castps256_ps512(
+                   _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)))));
+    __m512 dy[N][4];
+    alignas(32) int8_t neg[N][4][32];
+    for (int t = 0; t < N; ++t)
+      for (int k = 0; k < 4; ++k) {
+        const BlockQ8_0& y = ys[t][4 * b + k];
+        dy[t][k] = _mm512_set1_ps(_cvtsh_ss(y.d));
+        _mm256_store_si256(
+            reinterpret_cast<__m256i*>(neg[t][k]),
+            _mm256_sub_epi8(_mm256_setzero_si256(),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs))));
+      }
+    for (int p = 0; p < 4; ++p) {
+      __m512 blk[N];
+      for (int k = 0; k < 4; ++k) {
+        uint64_t bits;
+        std::memcpy(&bits, w.qs[4 * k + p], 8);
+        const __mmask64 m = _cvtu64_mask64(bits);
+        for (int t = 0; t < N; ++t) {
+          int64_t y8, n8;
+          std::memcpy(&y8, ys[t][4 * b + k].qs + 8 * p, 8);
+          std::memcpy(&n8, neg[t][k] + 8 * p, 8);
+          const __m512i sy = _mm512_mask_mov_epi8(_mm512_set1_epi64(n8), m, _mm512_set1_epi64(y8));
+          const __m512 s =
+              _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones8, sy));
+          blk[t] = k == 0 ? _mm512_mul_ps(dy[t][k], s) : _mm512_fmadd_ps(dy[t][k], s, blk[t]);
+        }
+      }
+      for (int t = 0; t < N; ++t) acc[t][p] = _mm512_fmadd_ps(dx, blk[t], acc[t][p]);
+    }
+  }
+  // Row r: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), a_2p + e in lane 2r + e of p.
+  const __m512i even_odd = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int t = 0; t < N; ++t) {
+    const __m512 e = _mm512_permutexvar_ps(
+        even_odd,
+        _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][2]), _mm512_add_ps(acc[t][1], acc[t][3])));
+    _mm256_storeu_ps(
+        out + 8 * t,
+        _mm256_add_ps(_mm512_castps512_ps256(e),
+                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+  }
+}
+
 // Q2_0 (rows8_body.h's q2_0_group): codes against activations in one chain of vpdpbusd.
 struct Q2_0Vnni {
   static __m256i sum8(const __m256i* u, const __m256i* a) {
@@ -157,6 +219,11 @@ struct Q2_0Vnni {
 };
 
 }  // namespace
+
+void rows8_q1_0(const BlockQ1_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
+                float* out) {
+  x86::with_n(n_tok, [&](auto N) { q1_0_rows8<N>(group, cols / 128, ys, out); });
+}
 
 void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out) {
