@@ -426,17 +426,12 @@ float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n) {
 // Q5_0 against Q8_0 activations: exact integer sums per block of 32, as ggml's reference does.
 float dot_q5_0(const BlockQ5_0* x, const BlockQ8_0* y, int64_t n) {
   // The 32 fifth bits spread to bytes (0 or 16) with a shuffle and a bit mask, then as Q8_0.
-  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
-                                          0x0202020202020202, 0x0303030303030303);
-  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   const __m128i m4 = _mm_set1_epi8(0xF);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK8_0; ++b) {
     uint32_t qh;
     std::memcpy(&qh, x[b].qh, 4);
-    const __m256i hb = _mm256_cmpeq_epi8(
-        _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuf), bits),
-        bits);
+    const __m256i hb = x86::bytes_where_set(qh);
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
     const __m256i lo4 =
         _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));

@@ -76,9 +76,6 @@ float dot_q4_0(const BlockQ4_0* x, const BlockQ8_0* y, int64_t n) {
 // Q4_1 / Q5_1: unsigned quants against Q8_1; the mins meet the activations' sums s.
 template <bool kFive>
 float dot_q51(const uint8_t* blocks, size_t stride, const BlockQ8_1* y, int64_t n) {
-  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
-                                          0x0202020202020202, 0x0303030303030303);
-  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   __m256 acc = _mm256_setzero_ps();
   float summs = 0, sum = 0;
   for (int64_t b = 0; b < n / 32; ++b) {
@@ -91,10 +88,7 @@ float dot_q51(const uint8_t* blocks, size_t stride, const BlockQ8_1* y, int64_t 
     if (kFive) {
       uint32_t qh;
       std::memcpy(&qh, blk + 4, 4);
-      const __m256i hb = _mm256_cmpeq_epi8(
-          _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuf),
-                           bits),
-          bits);
+      const __m256i hb = x86::bytes_where_set(qh);
       w = _mm256_or_si256(w, _mm256_and_si256(hb, _mm256_set1_epi8(16)));
     }
     if (kFive) {  // Q5_1: the reference's order, one exact sum per block (as llama.cpp rounds it)
@@ -339,9 +333,6 @@ float dot_q2_0(const BlockQ2_0* x, const BlockQ8_0* y, int64_t n) {
 float dot_q1_0(const BlockQ1_0* x, const BlockQ8_0* y, int64_t n) {
   // llama.cpp's structure: each bit picks +q8 or -q8 (xor and subtract with the compare mask),
   // summed per Q8_0 block, scaled in eight lanes per block of 128, then by the block's d.
-  const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
-                                        2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 128; ++b) {
@@ -349,9 +340,7 @@ float dot_q1_0(const BlockQ1_0* x, const BlockQ8_0* y, int64_t n) {
     for (int k = 0; k < 4; ++k) {
       uint32_t q;
       std::memcpy(&q, x[b].qs + 4 * k, 4);
-      const __m256i zero_bit = _mm256_cmpeq_epi8(
-          _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(q)), shuf), bits),
-          _mm256_setzero_si256());
+      const __m256i zero_bit = x86::bytes_where_clear(q);
       const __m256i qy = load(y[4 * b + k].qs);
       const __m256i sy = _mm256_sub_epi8(_mm256_xor_si256(qy, zero_bit), zero_bit);
       const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, sy), ones16);
@@ -459,13 +448,14 @@ void tq1_0_rows(const BlockTq1_0* x, const BlockQ8K* const* ys, int64_t n, float
       digit[k] = _mm256_sub_epi8(
           _mm256_setzero_si256(),
           _mm256_add_epi8(_mm256_cmpgt_epi8(v[k], lo1), _mm256_cmpgt_epi8(v[k], lo2)));
+    const float dx = fp16_to_fp32(x[b].d);
     for (int t = 0; t < N; ++t) {
       const BlockQ8K& yb = ys[t][b];
       __m256i acc = _mm256_sub_epi16(_mm256_setzero_si256(), load(yb.bsums));
       for (int k = 0; k < 8; ++k)
         acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(digit[k], load(yb.qs + 32 * k)));
       const int sum = hsum_i32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)));
-      s[t] += static_cast<float>(sum) * (fp16_to_fp32(x[b].d) * yb.d);
+      s[t] += static_cast<float>(sum) * (dx * yb.d);
     }
   }
   for (int t = 0; t < N; ++t) out[t] = s[t];

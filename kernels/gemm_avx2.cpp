@@ -145,18 +145,13 @@ void unpack_iq2_xxs(const uint8_t* row, int64_t u, WUnit& w) {
   const BlockIq2Xxs& b = reinterpret_cast<const BlockIq2Xxs*>(row)[u];
   const uint8_t* q = reinterpret_cast<const uint8_t*>(b.qs);
   w.d = fp16_to_fp32(b.d);
-  // Bit i of a 32-bit sign word -> byte i: 0xFF where negative.
-  const __m256i spread =
-      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   int32_t corr = 0;
   for (int ib = 0; ib < 8; ++ib, q += 8) {
     uint32_t aux;
     std::memcpy(&aux, q + 4, 4);
     const __m256i g = x86::iq2xxs_grid(q);
     const uint32_t neg = x86::iq2xxs_negative(aux);
-    const __m256i m = _mm256_cmpeq_epi8(
-        _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(neg)), spread), bit), bit);
+    const __m256i m = x86::bytes_where_set(neg);                   // 0xFF where negative
     const __m256i v = _mm256_sub_epi8(_mm256_xor_si256(g, m), m);  // -g where m is set
     _mm256_store_si256(reinterpret_cast<__m256i*>(w.w + 32 * ib), v);
     w.sc[ib] = int16_t(2 * (aux >> 28) + 1);

@@ -28,6 +28,7 @@
 #include "kernels/dequant.h"
 #include "kernels/fp16.h"
 #include "kernels/quant_blocks.h"
+#include "kernels/x86.h"
 
 namespace kernels {
 namespace {
@@ -52,13 +53,7 @@ const Signs64 kSigns;
 inline __m256i signs32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
-  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
-                                          0x0202020202020202, 0x0303030303030303);
-  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  const __m256i set = _mm256_cmpeq_epi8(
-      _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(v)), shuf), bits),
-      bits);
-  return _mm256_or_si256(set, _mm256_set1_epi8(1));
+  return _mm256_or_si256(x86::bytes_where_set(v), _mm256_set1_epi8(1));
 }
 
 // The eight 4-byte grid rows of an IQ3_XXS or IQ3_S group: by one vpgatherdd, or by eight loads

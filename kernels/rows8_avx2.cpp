@@ -224,9 +224,6 @@ struct NvfpMaddubs {
 // ((y ^ m) - m), summed by vpmaddubsw and vpmaddwd: the dot's integers.
 template <int N>
 void q1_0_rows8(const BlockQ1_0x8* x, int64_t nb, const BlockQ8_0* const* ys, float* out) {
-  const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
-                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
   __m256 acc[N][4][2];
   for (int t = 0; t < N; ++t)
@@ -245,11 +242,9 @@ void q1_0_rows8(const BlockQ1_0x8* x, int64_t nb, const BlockQ8_0* const* ys, fl
       for (int h = 0; h < 2; ++h) {
         __m256 blk[N];
         for (int k = 0; k < 4; ++k) {
-          int32_t word;
+          uint32_t word;
           std::memcpy(&word, &w.qs[4 * k + p][4 * h], 4);
-          const __m256i zero_bit = _mm256_cmpeq_epi8(
-              _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(word), rep), sel),
-              _mm256_setzero_si256());
+          const __m256i zero_bit = x86::bytes_where_clear(word);
           for (int t = 0; t < N; ++t) {
             int64_t y8;
             std::memcpy(&y8, ys[t][4 * b + k].qs + 8 * p, 8);

@@ -45,6 +45,22 @@ inline int hsum_i32(__m256i a) {
   return _mm_cvtsi128_si32(s);
 }
 
+// Bit i of a 32-bit word as byte i of a register: 0xFF where it is set (bytes_where_set) or
+// where it is clear (bytes_where_clear); a broadcast, one vpshufb, one vpand and one vpcmpeqb.
+__attribute__((always_inline)) inline __m256i bit_in_byte(uint32_t w) {
+  const __m256i spread =
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  return _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(w)), spread),
+                          _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull)));
+}
+__attribute__((always_inline)) inline __m256i bytes_where_set(uint32_t w) {
+  return _mm256_cmpeq_epi8(bit_in_byte(w),
+                           _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull)));
+}
+__attribute__((always_inline)) inline __m256i bytes_where_clear(uint32_t w) {
+  return _mm256_cmpeq_epi8(bit_in_byte(w), _mm256_setzero_si256());
+}
+
 // Calls f with the tile width n (1..4) as a compile-time constant: the tiles are templates over
 // their token count (kernels.h's kMaxTile is 4; 8 spills registers and runs slower).
 template <typename F>
