@@ -16,6 +16,7 @@
 #include "kernels/avx2.h"
 #include "kernels/dequant.h"
 #include "kernels/fp16.h"
+#include "kernels/grid_rows512.h"
 #include "kernels/iq_grids.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
@@ -392,12 +393,15 @@ __attribute__((always_inline)) inline void iq1_gather(const Block* x, const Bloc
       iq1_d8<Block>);
 }
 // Rows 8m .. 8m + 7: their low index bytes and the dword h holding their high bits; row j's three
-// at bit `at(j)` of h rotated to bits 8-10 (rot: 8 - at(j), mod 64, per row).
-inline __m512i iq1_rows8(const uint64_t* grid8, const uint8_t* qs8, uint32_t h, __m512i rot) {
+// at bit `at(j)` of h rotated to bits 8-10 (rot: 8 - at(j), mod 64, per row); fetched as
+// grid_rows512.h's kLoads says.
+template <bool kLoads>
+__attribute__((always_inline)) inline __m512i iq1_rows8(const uint64_t* grid8, const uint8_t* qs8,
+                                                        uint32_t h, __m512i rot) {
   const __m512i lo = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs8)));
   const __m512i idx = _mm512_ternarylogic_epi64(_mm512_rolv_epi64(_mm512_set1_epi32(int(h)), rot),
                                                 _mm512_set1_epi64(0x700), lo, 0xEA);
-  return _mm512_i64gather_epi64(idx, grid8, 8);
+  return grid_rows64<kLoads>(grid8, idx);
 }
 // i16 lane pairs (2c, 2c + 1) holding v's word c.
 inline __m256i doubled16(__m128i v) {
@@ -405,7 +409,7 @@ inline __m256i doubled16(__m128i v) {
   return _mm256_or_si256(w, _mm256_slli_epi32(w, 16));
 }
 
-template <int N, bool kGather>
+template <int N, bool kGather, bool kLoads = false>
 void tile_iq1_s_avx512(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   if constexpr (kGather) {
     const uint64_t* grid8 = iq1_grid8();
@@ -416,7 +420,7 @@ void tile_iq1_s_avx512(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n,
         [&](const BlockIq1S& b, int m) {
           uint32_t h;
           std::memcpy(&h, b.qh + 2 * m, 4);
-          return iq1_rows8(grid8, b.qs + 8 * m, h, rot);
+          return iq1_rows8<kLoads>(grid8, b.qs + 8 * m, h, rot);
         },
         [](const BlockIq1S& b, __m256i& o16) {  // a group's scale and offset for both its 16s
           const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh));
@@ -435,7 +439,7 @@ void tile_iq1_s_avx512(const BlockIq1S* x, const BlockQ8K* const* ys, int64_t n,
   }
 }
 
-template <int N, bool kGather>
+template <int N, bool kGather, bool kLoads = false>
 void tile_iq1_m_avx512(const BlockIq1M* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   if constexpr (kGather) {
     const uint64_t* grid8 = iq1_grid8();
@@ -447,7 +451,7 @@ void tile_iq1_m_avx512(const BlockIq1M* x, const BlockQ8K* const* ys, int64_t n,
         [&](const BlockIq1M& b, int m) {
           uint32_t h;
           std::memcpy(&h, b.qh + 4 * m, 4);
-          const __m512i g = iq1_rows8(grid8, b.qs + 8 * m, h, rot);
+          const __m512i g = iq1_rows8<kLoads>(grid8, b.qs + 8 * m, h, rot);
           // + 2 (delta +1/8) on the rows whose delta bit is clear
           return _mm512_mask_add_epi64(g, __mmask8(~_pext_u32(h, 0x88888888u)), g, twos);
         },
@@ -605,11 +609,30 @@ void tile_iq2_xxs_plain(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int n_t
                    : tile_##name##_avx512<1, true>(x, &y, n, &r);                                 \
     return r;                                                                                     \
   }
-EXPERTD_AVX512_GATHER_KERNEL(iq1_s, BlockIq1S)
-EXPERTD_AVX512_GATHER_KERNEL(iq1_m, BlockIq1M)
 EXPERTD_AVX512_GATHER_KERNEL(iq3_xxs_plain, BlockIq3Xxs)
 EXPERTD_AVX512_GATHER_KERNEL(iq3_s_plain, BlockIq3S)
 #undef EXPERTD_AVX512_GATHER_KERNEL
+// IQ1_S and IQ1_M: rows looked up one at a time where gathers are slow, else gathered, by loads
+// where isa.h's gathers_by_loads says (AMD's Zen 4).
+#define EXPERTD_AVX512_IQ1_KERNEL(name, Block)                                                    \
+  void tile_##name(const Block* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) { \
+    with_n(n_tok, [&](auto N) {                                                                   \
+      if (gathers_slow())                                                                         \
+        tile_##name##_avx512<N, false>(x, ys, n, out);                                            \
+      else if (gathers_by_loads())                                                                \
+        tile_##name##_avx512<N, true, true>(x, ys, n, out);                                       \
+      else                                                                                        \
+        tile_##name##_avx512<N, true>(x, ys, n, out);                                             \
+    });                                                                                           \
+  }                                                                                               \
+  float dot_##name(const Block* x, const BlockQ8K* y, int64_t n) {                                \
+    float r;                                                                                      \
+    tile_##name(x, &y, 1, n, &r);                                                                 \
+    return r;                                                                                     \
+  }
+EXPERTD_AVX512_IQ1_KERNEL(iq1_s, BlockIq1S)
+EXPERTD_AVX512_IQ1_KERNEL(iq1_m, BlockIq1M)
+#undef EXPERTD_AVX512_IQ1_KERNEL
 
 // The grid types on avx512_vbmi.cpp's bodies where the CPU has VBMI, GFNI and BITALG (and, for
 // those that gather, gathers are fast): the same bits; else `fallback`, this file's bodies or

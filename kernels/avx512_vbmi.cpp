@@ -18,6 +18,7 @@
 
 #include "kernels/avx2.h"
 #include "kernels/dequant.h"
+#include "kernels/grid_rows512.h"
 #include "kernels/isa.h"
 
 namespace kernels::avx512_vbmi {
@@ -232,7 +233,7 @@ inline __m256i pair_scales16(__m256i s) {
   return _mm256_or_si256(ls, _mm256_slli_epi32(ls, 16));
 }
 
-template <int N>
+template <int N, bool kLoads>
 void iq2xs_rows(const BlockIq2Xs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   grid_gather<N>(
       x, ys, n, 0.125f, out,
@@ -240,13 +241,12 @@ void iq2xs_rows(const BlockIq2Xs* x, const BlockQ8K* const* ys, int64_t n, float
         const __m512i w =  // eight rows' 9-bit index and 7-bit sign index
             _mm512_cvtepu16_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 8 * m)));
         neg = sign_mask(_mm512_srli_epi64(w, 9));
-        return _mm512_i64gather_epi64(_mm512_and_si512(w, _mm512_set1_epi64(511)), iq::iq2xs_grid,
-                                      8);
+        return grid_rows64<kLoads>(iq::iq2xs_grid, _mm512_and_si512(w, _mm512_set1_epi64(511)));
       },
       [](const BlockIq2Xs& b) { return nibble_scales16(b.scales); });
 }
 
-template <int N>
+template <int N, bool kLoads>
 void iq2s_rows(const BlockIq2S* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   // rows 8m + j: group 2m + j / 4's qh byte at 8 (j / 4) of the dword from qh + 2m, row j % 4's
   // two high bits at 2 (j % 4) of it, rotated to bits 8-9
@@ -259,7 +259,7 @@ void iq2s_rows(const BlockIq2S* x, const BlockQ8K* const* ys, int64_t n, float* 
         const __m512i idx = _mm512_ternarylogic_epi64(
             _mm512_rolv_epi64(lanes_u32(b.qh + 2 * m), rot), _mm512_set1_epi64(0x300), lo, 0xEA);
         neg = mask_at(b.qs + 32 + 8 * m);
-        return _mm512_i64gather_epi64(idx, iq::iq2s_grid, 8);
+        return grid_rows64<kLoads>(iq::iq2s_grid, idx);
       },
       [](const BlockIq2S& b) { return nibble_scales16(b.scales); });
 }
@@ -354,10 +354,14 @@ void iq3xxs_rows(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, flo
 }  // namespace
 
 void tile_iq2_xs(const BlockIq2Xs* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
-  x86::with_n(n_tok, [&](auto N) { iq2xs_rows<N>(x, ys, n, out); });
+  x86::with_n(n_tok, [&](auto N) {
+    gathers_by_loads() ? iq2xs_rows<N, true>(x, ys, n, out) : iq2xs_rows<N, false>(x, ys, n, out);
+  });
 }
 void tile_iq2_s(const BlockIq2S* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
-  x86::with_n(n_tok, [&](auto N) { iq2s_rows<N>(x, ys, n, out); });
+  x86::with_n(n_tok, [&](auto N) {
+    gathers_by_loads() ? iq2s_rows<N, true>(x, ys, n, out) : iq2s_rows<N, false>(x, ys, n, out);
+  });
 }
 void tile_iq3_xxs(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int n_tok, int64_t n,
                   float* out) {

@@ -16,9 +16,14 @@ namespace kernels {
 bool halves_512();
 // Whether the AVX-512 bodies should look grid rows up one at a time instead of gathering them:
 // where the kernel reports a microcode mitigation of Gather Data Sampling (Intel's Skylake to Ice
-// Lake and Tiger Lake), which makes vpgather several times slower. EXPERTD_GATHER=0 or 1 decides
-// instead (tests run both paths).
+// Lake and Tiger Lake), which makes vpgather several times slower. EXPERTD_GATHER=0 says yes, 1 or
+// loads no (tests run every path).
 bool gathers_slow();
+// Whether the AVX-512 grid bodies that gather 8-byte rows (IQ1_S, IQ1_M, IQ2_XS, IQ2_S) fetch a
+// step's rows by loads from the stored indices instead of one vpgatherqq (grid_rows512.h): on AMD's
+// family 19h, where on a Zen 4 the loads read those types 7-12% faster (2 threads, from memory).
+// EXPERTD_GATHER=loads says yes, EXPERTD_GATHER=0 or 1 no.
+bool gathers_by_loads();
 
 namespace ref {
 void quantize_f32(const float* x, float* y, int64_t n);

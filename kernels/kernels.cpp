@@ -52,6 +52,14 @@ bool gathers_slow() {
   return slow;
 }
 
+bool gathers_by_loads() {
+  static const bool loads = [] {
+    if (const char* e = std::getenv("EXPERTD_GATHER")) return std::strcmp(e, "loads") == 0;
+    return halves_512();
+  }();
+  return loads;
+}
+
 Isa best_isa() {
   static const Isa b = [] {
     __builtin_cpu_init();
