@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/avx2.h"
 #include "kernels/fp16.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
@@ -83,14 +84,7 @@ void tq1_0_rows(const BlockTq1_0* x, const BlockQ8K* const* ys, int64_t n, float
 
 }  // namespace
 
-float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n) {
-  float r;
-  tq1_0_rows<1>(x, &y, n, &r);
-  return r;
-}
-
-void tile_tq1_0(const BlockTq1_0* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out) {
-  x86::with_n(n_tok, [&](auto N) { tq1_0_rows<N>(x, ys, n, out); });
-}
+using x86::with_n;
+EXPERTD_ROWS_KERNEL(tq1_0, BlockTq1_0, BlockQ8K, tq1_0_rows)
 
 }  // namespace kernels::avx512
