@@ -2,7 +2,9 @@
 // 256-bit registers (VL; flags in CMakeLists.txt). vpdpbusd sums four u8 x i8 products into an i32
 // with no 16-bit step to overflow, so a 2-bit code needs no shift: the step's byte masked to code
 // j's bits (code x 4^j) goes straight into the sub-block's sum, which is divided by 4^j (exact)
-// once per sub-block; Q3_K's high bit likewise (bit k, 2^k). Each sub-block's sum fits 16 bits, so
+// once per sub-block; Q3_K's high bit is moved in above its code (one vpternlogd), so one vpdpbusd
+// a step sums code + 4 x high bit (two, one for the bits apart, read 0.83 of the memory stream on
+// AMD's Zen 4 against 0.92, whose vpdpbusd was the limit). Each sub-block's sum fits 16 bits, so
 // one vpdpwssd by the scale (kZx: the lane's low word) adds it into the super-block's exact integer
 // sum, which goes through the rows' arithmetic (rows8_body.h's sb_lane): bit for bit the AVX2
 // bodies and the rows' dots.
@@ -24,34 +26,33 @@ __attribute__((always_inline)) inline void two_bit_pair(const Block& w, __m256i 
                                                         const BlockQ8K* const* ys, int64_t b,
                                                         __m256i* I) {
   constexpr int h = P / 4, j = P % 4, k = 4 * h + j;
-  const __m256i mq = _mm256_set1_epi8(static_cast<char>(3 << (2 * j)));
-  const __m256i mh = _mm256_set1_epi8(static_cast<char>(1 << k));
-  __m256i q[2][N], hb[2][N];  // [sub-block of the pair][token]
-  for (int t = 0; t < N; ++t) q[0][t] = q[1][t] = hb[0][t] = hb[1][t] = _mm256_setzero_si256();
+  // the codes at bits c .. c + 1 of each byte (c = 2j; Q3_K's last pair's moved down to 4), the
+  // high bit moved in above them: the byte is 2^c (code + 4 x high bit), < 2^8
+  constexpr int c = kHigh && j == 3 ? 4 : 2 * j, d = c + 2 - k;
+  const __m256i mq = _mm256_set1_epi8(static_cast<char>(3 << c));
+  const __m256i mh = _mm256_set1_epi8(static_cast<char>(4 << c));
+  __m256i q[2][N];  // [sub-block of the pair][token]
+  for (int t = 0; t < N; ++t) q[0][t] = q[1][t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
-    const __m256i c =
-        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[h][s])), mq);
-    __m256i m = _mm256_setzero_si256();
-    if constexpr (kHigh)
-      m = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.hmask[s])), mh);
-    for (int t = 0; t < N; ++t) {
-      const __m256i a = bcast32(ys[t][b].qs + 128 * h + 32 * j + 4 * s);
-      q[s / 4][t] = _mm256_dpbusd_epi32(q[s / 4][t], c, a);
-      if constexpr (kHigh) hb[s / 4][t] = _mm256_dpbusd_epi32(hb[s / 4][t], m, a);
+    __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[h][s]));
+    if constexpr (c != 2 * j) u = _mm256_srli_epi16(u, 2 * j - c);
+    u = _mm256_and_si256(u, mq);
+    if constexpr (kHigh) {
+      // hmask bit k of each byte to bit c + 2 (by a 16-bit shift: the bit stays in its byte)
+      __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.hmask[s]));
+      if constexpr (d > 0) hm = _mm256_slli_epi16(hm, d);
+      if constexpr (d < 0) hm = _mm256_srli_epi16(hm, -d);
+      u = _mm256_ternarylogic_epi32(u, hm, mh, 0xF8);  // u | (hm & mh)
     }
+    for (int t = 0; t < N; ++t)
+      q[s / 4][t] =
+          _mm256_dpbusd_epi32(q[s / 4][t], u, bcast32(ys[t][b].qs + 128 * h + 32 * j + 4 * s));
   }
   for (int t = 0; t < N; ++t)
-    for (int i = 0; i < 2; ++i) {
-      __m256i u = j ? _mm256_srai_epi32(q[i][t], 2 * j) : q[i][t];  // sum of code x a
-      if constexpr (kHigh) {                                        // + 4 x sum of high bit x a
-        __m256i e = hb[i][t];
-        if constexpr (k > 2) e = _mm256_srai_epi32(e, k - 2);
-        if constexpr (k < 2) e = _mm256_slli_epi32(e, 2 - k);
-        u = _mm256_add_epi32(u, e);
-      }
-      I[t] = _mm256_dpwssd_epi32(I[t], u, i ? s_hi : s_lo);
-    }
+    for (int i = 0; i < 2; ++i)  // sum of (code + 4 x high bit) x a
+      I[t] =
+          _mm256_dpwssd_epi32(I[t], c ? _mm256_srai_epi32(q[i][t], c) : q[i][t], i ? s_hi : s_lo);
 }
 
 // Q2_K: codes 0..3 times the sub-block scales, less the mins against the activations' 16-element
