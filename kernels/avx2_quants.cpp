@@ -541,11 +541,14 @@ void iq2s_rows(const BlockIq2S* x, const BlockQ8K* const* ys, int64_t n, float* 
   grid_rows<N>(x, ys, n, out);
 }
 // IQ3_XXS and IQ3_S: their eight 4-byte grid rows a group gathered unless gathers are slow
-// (iq_grids.h: iq3xxs_rows8, iq3s_rows8).
+// (iq_grids.h: iq3xxs_rows8, iq3s_rows8); IQ3_XXS's looked up one at a time also where rows are
+// fetched by loads (AMD's family 19h: on a Zen 4, 2 threads from memory, 7.4-7.6 GB/s against the
+// gather's 6.2-6.3; IQ3_S's rows, whose indices take more to make one at a time, gather faster
+// there, 7.1-7.2 against 4.8-5.9).
 template <int N>
 void iq3xxs_rows(const BlockIq3Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
-  gathers_slow() ? grid_rows<N, BlockIq3Xxs, false>(x, ys, n, out)
-                 : grid_rows<N, BlockIq3Xxs, true>(x, ys, n, out);
+  gathers_slow() || gathers_by_loads() ? grid_rows<N, BlockIq3Xxs, false>(x, ys, n, out)
+                                       : grid_rows<N, BlockIq3Xxs, true>(x, ys, n, out);
 }
 template <int N>
 void iq3s_rows(const BlockIq3S* x, const BlockQ8K* const* ys, int64_t n, float* out) {

@@ -20,9 +20,10 @@ bool halves_512();
 // loads no (tests run every path).
 bool gathers_slow();
 // Whether the AVX-512 grid bodies that gather 8-byte rows (IQ1_S, IQ1_M, IQ2_XS, IQ2_S) fetch a
-// step's rows by loads from the stored indices instead of one vpgatherqq (grid_rows512.h): on AMD's
-// family 19h, where on a Zen 4 the loads read those types 7-12% faster (2 threads, from memory).
-// EXPERTD_GATHER=loads says yes, EXPERTD_GATHER=0 or 1 no.
+// step's rows by loads from the stored indices instead of one vpgatherqq (grid_rows512.h), and
+// AVX2's IQ3_XXS looks its rows up one at a time instead of by vpgatherdd: on AMD's family 19h,
+// where on a Zen 4 the loads read those types 7-12% faster and IQ3_XXS's lookups 1.2x (2 threads,
+// from memory). EXPERTD_GATHER=loads says yes, EXPERTD_GATHER=0 or 1 no.
 bool gathers_by_loads();
 
 namespace ref {
