@@ -7,9 +7,13 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
+#include "kernels/iq_grids.h"
 #include "kernels/quant_blocks.h"
+#include "kernels/rows8.h"
+#include "kernels/types.h"
 
 namespace kernels {
 namespace {
@@ -222,6 +226,120 @@ __attribute__((always_inline)) inline void q2_0_group(const BlockQ2_0x8* x, int6
     }
     for (int t = 0; t < N; ++t) acc[t][0] = _mm256_add_ps(acc[t][0], _mm256_mul_ps(dx, sum[t]));
   });
+}
+
+// Where a step's fifth bits are (BlockB32x8's qh, a u32 per row, bit j element j's): step s's
+// low nibbles are elements 4s.., bits 4(s % 2).. of byte s / 2; its high ones byte 2 + s / 2.
+// kFifthBytes[k] puts byte k of each lane in all four of the lane's bytes; kFifthBits[n] picks bit
+// 4n + i of the lane's byte i.
+struct FifthBits {
+  alignas(32) uint8_t bytes[4][32], bits[2][32];
+};
+constexpr FifthBits make_fifth_bits() {
+  FifthBits f{};
+  for (int i = 0; i < 32; ++i) {
+    for (int k = 0; k < 4; ++k) f.bytes[k][i] = uint8_t(i % 16 / 4 * 4 + k);
+    for (int n = 0; n < 2; ++n) f.bits[n][i] = uint8_t(1 << (4 * n + i % 4));
+  }
+  return f;
+}
+inline constexpr FifthBits kFifth = make_fifth_bits();
+inline __m256i fifth_bits(__m256i qh, int byte, int nibble) {  // 16 where the bit is set, else 0
+  const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(kFifth.bits[nibble]));
+  const __m256i v = _mm256_shuffle_epi8(
+      qh, _mm256_load_si256(reinterpret_cast<const __m256i*>(kFifth.bytes[byte])));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8(16));
+}
+
+// The legacy 32-element blocks and IQ4_NL (rows8.h's BlockB32x8). A step's low nibbles are
+// elements 4s.. of each row and its high ones 16 + 4s.., so its two exact 4-element sums per row
+// are lanes s and 4 + s of the rows' dot (avx2_quants.cpp's mul_sum_i8 / madd_u8 sums). Q4_0, Q5_0
+// and Q4_1, whose dots keep eight float lanes (an FMA a block into each), keep them in acc[t][s]
+// and acc[t][4 + s], one row per lane, and sum_lanes adds them as the dot's hsum does (Q4_1's
+// m x s terms summed apart and added last, as its dot does); IQ4_NL and Q5_1, whose dots add each
+// block's exact sum in the reference's order, add it into acc[t][0] (the other lanes stay +0, and
+// adding +0 to a sum that started at +0 changes no bit). Each instruction set its own way, the
+// same bytes and integers: Ops::add_fifth(v, qh, byte, nibble), v with 16 added where fifth_bits
+// has it (Q5_0, Q5_1); Ops::offset_sums(u, a, offset), each lane's four (u - offset) x a summed
+// (Q4_0, Q5_0: codes u, offset 8 or 16).
+template <class Ops, int N, uint32_t T>
+__attribute__((always_inline)) inline void b32_group(const void* group, int64_t nb,
+                                                     const void* const* yv, float* out) {
+  constexpr bool kMin = T == Q4_1 || T == Q5_1, kFive = T == Q5_0 || T == Q5_1;
+  constexpr bool kLanes = T == Q4_0 || T == Q5_0 || T == Q4_1;
+  using Block8 = BlockB32x8<kMin, kFive>;
+  using Act = std::conditional_t<kMin, BlockQ8_1, BlockQ8_0>;
+  const auto* x = static_cast<const Block8*>(group);
+  const auto* const* ys = reinterpret_cast<const Act* const*>(yv);
+  const __m256i low4 = _mm256_set1_epi8(0xF), ones16 = _mm256_set1_epi16(1);
+  const __m256i offset = _mm256_set1_epi8(kFive ? 16 : 8);  // Q4_0's q - 8, Q5_0's q - 16
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl)));
+  __m256 mins[N];  // Q4_1: the m x s terms
+  for (int t = 0; t < N; ++t) mins[t] = _mm256_setzero_ps();
+  blocks<N, 18432 / sizeof(Block8)>(x, nb, out, [&](int64_t b, const Block8& w, __m256(*acc)[8]) {
+    const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
+    __m256 dd[N];
+    __m256i I[N];
+    for (int t = 0; t < N; ++t) {
+      dd[t] = _mm256_mul_ps(dx, _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(ys[t][b].d))));
+      I[t] = _mm256_setzero_si256();
+    }
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kFive) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh));
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[s]));
+      __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      if constexpr (kFive) {
+        lo = Ops::add_fifth(lo, qh, s / 2, s % 2);
+        hi = Ops::add_fifth(hi, qh, 2 + s / 2, s % 2);
+      }
+      if constexpr (T == IQ4_NL)
+        lo = _mm256_shuffle_epi8(table, lo), hi = _mm256_shuffle_epi8(table, hi);
+      for (int t = 0; t < N; ++t) {
+        const int8_t* a = ys[t][b].qs + 4 * s;
+        __m256i il, ih;
+        if constexpr (kMin) {  // unsigned codes against the activations
+          il = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, bcast32(a)), ones16);
+          ih = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, bcast32(a + 16)), ones16);
+        } else if constexpr (T == IQ4_NL) {  // |w| against the activations with w's signs
+          il = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(_mm256_abs_epi8(lo), _mm256_sign_epi8(bcast32(a), lo)), ones16);
+          ih = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(_mm256_abs_epi8(hi), _mm256_sign_epi8(bcast32(a + 16), hi)),
+              ones16);
+        } else {  // the codes less the offset against the activations
+          il = Ops::offset_sums(lo, bcast32(a), offset);
+          ih = Ops::offset_sums(hi, bcast32(a + 16), offset);
+        }
+        if constexpr (kLanes) {
+          acc[t][s] = _mm256_fmadd_ps(dd[t], _mm256_cvtepi32_ps(il), acc[t][s]);
+          acc[t][4 + s] = _mm256_fmadd_ps(dd[t], _mm256_cvtepi32_ps(ih), acc[t][4 + s]);
+        } else {
+          I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(il, ih));
+        }
+      }
+    }
+    if constexpr (kMin) {
+      const __m256 mx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.m)));
+      for (int t = 0; t < N; ++t) {
+        const __m256 ms =
+            _mm256_mul_ps(mx, _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(ys[t][b].s))));
+        if constexpr (T == Q4_1)
+          mins[t] = _mm256_add_ps(mins[t], ms);
+        else  // Q5_1: (d dy) I + m s, then into the sum
+          acc[t][0] = _mm256_add_ps(
+              acc[t][0], _mm256_add_ps(_mm256_mul_ps(dd[t], _mm256_cvtepi32_ps(I[t])), ms));
+      }
+    } else if constexpr (!kLanes) {  // IQ4_NL
+      for (int t = 0; t < N; ++t)
+        acc[t][0] = _mm256_add_ps(acc[t][0], _mm256_mul_ps(dd[t], _mm256_cvtepi32_ps(I[t])));
+    }
+  });
+  if constexpr (T == Q4_1)
+    for (int t = 0; t < N; ++t)
+      _mm256_storeu_ps(out + 8 * t, _mm256_add_ps(_mm256_loadu_ps(out + 8 * t), mins[t]));
 }
 
 }  // namespace
