@@ -480,9 +480,8 @@ void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const 
     avx2::rows8_q6_k(group, cols, reinterpret_cast<const BlockQ8K* const*>(xs), n_tok, out);
   } else if (is_b32(wtype)) {
     const auto* group = static_cast<const uint8_t*>(w8) + size_t(g) * rows8_bytes(wtype, 8, cols);
-    vnni && (wtype == Q5_0 || wtype == Q5_1)
-        ? avx512::rows8_b32_five(wtype, group, cols, xs, n_tok, out)
-        : avx2::rows8_b32(wtype, group, cols, xs, n_tok, out);
+    vnni ? avx512::rows8_b32(wtype, group, cols, xs, n_tok, out)
+         : avx2::rows8_b32(wtype, group, cols, xs, n_tok, out);
   } else if (wtype == Q2_0) {
     const auto* group = static_cast<const BlockQ2_0x8*>(w8) + g * (cols / 64);
     const auto* ys = reinterpret_cast<const BlockQ8_0* const*>(xs);

@@ -214,9 +214,9 @@ void rows8_q2_k(const BlockQ2Kx8* group, int64_t cols, const BlockQ8K* const* ys
                 float* out);
 void rows8_q3_k(const BlockQ3Kx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
                 float* out);
-// Q5_0 (Q8_0 activations) and Q5_1 (Q8_1): wtype says which, as avx2::rows8_b32.
-void rows8_b32_five(uint32_t wtype, const void* group, int64_t cols, const void* const* ys,
-                    int n_tok, float* out);
+// The legacy 32-element blocks and IQ4_NL: wtype says which, as avx2::rows8_b32.
+void rows8_b32(uint32_t wtype, const void* group, int64_t cols, const void* const* ys, int n_tok,
+               float* out);
 }  // namespace avx512
 
 }  // namespace kernels

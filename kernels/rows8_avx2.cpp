@@ -399,16 +399,18 @@ void q6_k_group(const BlockQ6Kx8* x, int64_t nb, const BlockQ8K* const* ys, floa
   });
 }
 
-// rows8_body.h's b32_group: the fifth bits by a compare (16 where set); the signed sums as |w|
-// against the activations with w's signs.
+// rows8_body.h's b32_group: the fifth bits by a compare (16 where set); the codes' sums by
+// vpmaddubsw and vpmaddwd (IQ4_NL's signed table as |w| against the activations with w's signs).
 struct B32Avx2 {
+  static constexpr bool kBiasedTable = false;
   static __m256i add_fifth(__m256i v, __m256i qh, int byte, int nibble) {
     return _mm256_or_si256(v, fifth_bits(qh, byte, nibble));
   }
-  static __m256i offset_sums(__m256i u, __m256i a, __m256i offset) {
-    const __m256i w = _mm256_sub_epi8(u, offset);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w)),
-                             _mm256_set1_epi16(1));
+  static __m256i code_sums(__m256i u, __m256i a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
+  }
+  static __m256i code_sums(__m256i sum, __m256i u, __m256i a) {  // added into sum
+    return _mm256_add_epi32(sum, code_sums(u, a));
   }
 };
 

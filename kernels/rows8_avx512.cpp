@@ -138,11 +138,12 @@ void iq4_xs_group(const BlockIq4Xsx8* x, int64_t nb, const BlockQ8K* const* ys, 
   });
 }
 
-// rows8_body.h's b32_group for Q5_0 and Q5_1: the fifth bits as a mask by one vptestmb, 16 added
-// by one masked vpaddb (three operations a step's nibbles, AVX2's five); Q5_0's signed sums as the
-// unsigned codes' vpdpbusd less 16 x the activations' (vpdpbusd of 16s): three operations, AVX2's
-// five (an offset, abs, sign, vpmaddubsw, vpmaddwd). The same bytes and integers.
+// rows8_body.h's b32_group: the fifth bits as a mask by one vptestmb, 16 added by one masked
+// vpaddb (three operations a step's nibbles, AVX2's five); the codes' sums by one vpdpbusd (AVX2's
+// vpmaddubsw and vpmaddwd), IQ4_NL's table biased by 128 to sum it so (AVX2: abs, sign, vpmaddubsw,
+// vpmaddwd). The same bytes and integers.
 struct B32Vnni {
+  static constexpr bool kBiasedTable = true;
   static __m256i add_fifth(__m256i v, __m256i qh, int byte, int nibble) {
     const __m256i at = _mm256_shuffle_epi8(
         qh, _mm256_load_si256(reinterpret_cast<const __m256i*>(kFifth.bytes[byte])));
@@ -150,9 +151,9 @@ struct B32Vnni {
         at, _mm256_load_si256(reinterpret_cast<const __m256i*>(kFifth.bits[nibble])));
     return _mm256_mask_add_epi8(v, set, v, _mm256_set1_epi8(16));
   }
-  static __m256i offset_sums(__m256i u, __m256i a, __m256i offset) {
-    const __m256i zero = _mm256_setzero_si256();
-    return _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, u, a), _mm256_dpbusd_epi32(zero, offset, a));
+  static __m256i code_sums(__m256i u, __m256i a) { return code_sums(_mm256_setzero_si256(), u, a); }
+  static __m256i code_sums(__m256i sum, __m256i u, __m256i a) {  // added into sum
+    return _mm256_dpbusd_epi32(sum, u, a);
   }
 };
 
@@ -259,11 +260,21 @@ void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const
   x86::with_n(n_tok, [&](auto N) { iq4_xs_group<N>(group, cols / kQK_K, ys, out); });
 }
 
-void rows8_b32_five(uint32_t wtype, const void* group, int64_t cols, const void* const* ys,
-                    int n_tok, float* out) {
+void rows8_b32(uint32_t wtype, const void* group, int64_t cols, const void* const* ys, int n_tok,
+               float* out) {
   x86::with_n(n_tok, [&](auto N) {
-    wtype == Q5_0 ? b32_group<B32Vnni, N, Q5_0>(group, cols / kQK8_0, ys, out)
-                  : b32_group<B32Vnni, N, Q5_1>(group, cols / kQK8_0, ys, out);
+    switch (wtype) {
+      case Q4_0:
+        return b32_group<B32Vnni, N, Q4_0>(group, cols / kQK8_0, ys, out);
+      case Q4_1:
+        return b32_group<B32Vnni, N, Q4_1>(group, cols / kQK8_0, ys, out);
+      case Q5_0:
+        return b32_group<B32Vnni, N, Q5_0>(group, cols / kQK8_0, ys, out);
+      case Q5_1:
+        return b32_group<B32Vnni, N, Q5_1>(group, cols / kQK8_0, ys, out);
+      default:
+        return b32_group<B32Vnni, N, IQ4_NL>(group, cols / kQK8_0, ys, out);
+    }
   });
 }
 

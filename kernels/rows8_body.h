@@ -24,6 +24,12 @@ inline __m256i bcast32(const void* p) {  // four bytes (activations, or two i16 
   return _mm256_set1_epi32(v);
 }
 
+inline __m256i lane_total(__m256i v) {  // the eight i32 lanes' sum, in every lane
+  v = _mm256_add_epi32(v, _mm256_permute2x128_si256(v, v, 1));
+  v = _mm256_add_epi32(v, _mm256_shuffle_epi32(v, 0x4E));
+  return _mm256_add_epi32(v, _mm256_shuffle_epi32(v, 0xB1));
+}
+
 // Row r's result in lane r: the eight lane accumulators added as x86::hsum adds one row's lanes,
 // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
 inline __m256 sum_lanes(const __m256* a) {
@@ -258,10 +264,14 @@ inline __m256i fifth_bits(__m256i qh, int byte, int nibble) {  // 16 where the b
 // and acc[t][4 + s], one row per lane, and sum_lanes adds them as the dot's hsum does (Q4_1's
 // m x s terms summed apart and added last, as its dot does); IQ4_NL and Q5_1, whose dots add each
 // block's exact sum in the reference's order, add it into acc[t][0] (the other lanes stay +0, and
-// adding +0 to a sum that started at +0 changes no bit). Each instruction set its own way, the
-// same bytes and integers: Ops::add_fifth(v, qh, byte, nibble), v with 16 added where fifth_bits
-// has it (Q5_0, Q5_1); Ops::offset_sums(u, a, offset), each lane's four (u - offset) x a summed
-// (Q4_0, Q5_0: codes u, offset 8 or 16).
+// adding +0 to a sum that started at +0 changes no bit). Every code is summed unsigned against the
+// activations (Ops::code_sums(u, a): each lane's four u x a); the signed types' offset (Q4_0's 8,
+// Q5_0's 16, 128 on a biased IQ4_NL table) comes off as offset x the step's four activations,
+// Ops::code_sums(offset, y) once a block and token for all eight steps (lane s holds step s's:
+// the same lanes as the rows' sums), each step's broadcast from memory. Each instruction set its
+// own way, the same bytes and integers: Ops::add_fifth(v, qh, byte, nibble), v with 16 added where
+// fifth_bits has it (Q5_0, Q5_1); Ops::kBiasedTable, IQ4_NL's values + 128 summed unsigned (else
+// |w| against the activations with w's signs).
 template <class Ops, int N, uint32_t T>
 __attribute__((always_inline)) inline void b32_group(const void* group, int64_t nb,
                                                      const void* const* yv, float* out) {
@@ -272,11 +282,15 @@ __attribute__((always_inline)) inline void b32_group(const void* group, int64_t 
   const auto* x = static_cast<const Block8*>(group);
   const auto* const* ys = reinterpret_cast<const Act* const*>(yv);
   const __m256i low4 = _mm256_set1_epi8(0xF), ones16 = _mm256_set1_epi16(1);
-  const __m256i offset = _mm256_set1_epi8(kFive ? 16 : 8);  // Q4_0's q - 8, Q5_0's q - 16
-  const __m256i table = _mm256_broadcastsi128_si256(
+  constexpr bool kBiased = T == IQ4_NL && Ops::kBiasedTable;
+  constexpr bool kOffset = T == Q4_0 || T == Q5_0 || kBiased;
+  const __m256i offset = _mm256_set1_epi8(static_cast<char>(kBiased ? 128 : kFive ? 16 : 8));
+  __m256i table = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kvalues_iq4nl)));
+  if constexpr (kBiased) table = _mm256_add_epi8(table, offset);
   __m256 mins[N];  // Q4_1: the m x s terms
   for (int t = 0; t < N; ++t) mins[t] = _mm256_setzero_ps();
+  [[maybe_unused]] alignas(32) int32_t off[N][8];  // lane s: offset x step s's four activations
   blocks<N, 18432 / sizeof(Block8)>(x, nb, out, [&](int64_t b, const Block8& w, __m256(*acc)[8]) {
     const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
     __m256 dd[N];
@@ -284,6 +298,14 @@ __attribute__((always_inline)) inline void b32_group(const void* group, int64_t 
     for (int t = 0; t < N; ++t) {
       dd[t] = _mm256_mul_ps(dx, _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(ys[t][b].d))));
       I[t] = _mm256_setzero_si256();
+      if constexpr (kOffset) {
+        const __m256i o = Ops::code_sums(
+            offset, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ys[t][b].qs)));
+        if constexpr (kBiased)  // one sum a block: it starts less the offset's
+          I[t] = _mm256_sub_epi32(I[t], lane_total(o));
+        else
+          _mm256_store_si256(reinterpret_cast<__m256i*>(off[t]), o);
+      }
     }
     __m256i qh = _mm256_setzero_si256();
     if constexpr (kFive) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh));
@@ -299,25 +321,25 @@ __attribute__((always_inline)) inline void b32_group(const void* group, int64_t 
         lo = _mm256_shuffle_epi8(table, lo), hi = _mm256_shuffle_epi8(table, hi);
       for (int t = 0; t < N; ++t) {
         const int8_t* a = ys[t][b].qs + 4 * s;
-        __m256i il, ih;
-        if constexpr (kMin) {  // unsigned codes against the activations
-          il = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, bcast32(a)), ones16);
-          ih = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, bcast32(a + 16)), ones16);
-        } else if constexpr (T == IQ4_NL) {  // |w| against the activations with w's signs
-          il = _mm256_madd_epi16(
+        if constexpr (T == IQ4_NL && !kBiased) {  // |w| against the activations with w's signs
+          const __m256i il = _mm256_madd_epi16(
               _mm256_maddubs_epi16(_mm256_abs_epi8(lo), _mm256_sign_epi8(bcast32(a), lo)), ones16);
-          ih = _mm256_madd_epi16(
+          const __m256i ih = _mm256_madd_epi16(
               _mm256_maddubs_epi16(_mm256_abs_epi8(hi), _mm256_sign_epi8(bcast32(a + 16), hi)),
               ones16);
-        } else {  // the codes less the offset against the activations
-          il = Ops::offset_sums(lo, bcast32(a), offset);
-          ih = Ops::offset_sums(hi, bcast32(a + 16), offset);
-        }
-        if constexpr (kLanes) {
+          I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(il, ih));
+        } else if constexpr (!kLanes) {  // into the block's sum (the biased table's less its
+                                         // offset)
+          I[t] = Ops::code_sums(I[t], lo, bcast32(a));
+          I[t] = Ops::code_sums(I[t], hi, bcast32(a + 16));
+        } else {  // each step's sums into its float lanes, less the offset's
+          __m256i il = Ops::code_sums(lo, bcast32(a)), ih = Ops::code_sums(hi, bcast32(a + 16));
+          if constexpr (kOffset) {
+            il = _mm256_sub_epi32(il, _mm256_set1_epi32(off[t][s]));
+            ih = _mm256_sub_epi32(ih, _mm256_set1_epi32(off[t][4 + s]));
+          }
           acc[t][s] = _mm256_fmadd_ps(dd[t], _mm256_cvtepi32_ps(il), acc[t][s]);
           acc[t][4 + s] = _mm256_fmadd_ps(dd[t], _mm256_cvtepi32_ps(ih), acc[t][4 + s]);
-        } else {
-          I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(il, ih));
         }
       }
     }
