@@ -399,12 +399,19 @@ void q6_k_group(const BlockQ6Kx8* x, int64_t nb, const BlockQ8K* const* ys, floa
   });
 }
 
-// rows8_body.h's b32_group: the fifth bits by a compare (16 where set); the codes' sums by
-// vpmaddubsw and vpmaddwd (IQ4_NL's signed table as |w| against the activations with w's signs).
+// rows8_body.h's b32_group: the fifth bits moved to bits 4..7 of their bytes (the low nibble's by
+// a shift of qh, once a block), so that the tested bit, at least 16, is 16 by vpminub: a shuffle,
+// an and and a min (a compare and a second and before); the codes' sums by vpmaddubsw and vpmaddwd
+// (IQ4_NL's signed table as |w| against the activations with w's signs).
 struct B32Avx2 {
   static constexpr bool kBiasedTable = false;
   static __m256i add_fifth(__m256i v, __m256i qh, int byte, int nibble) {
-    return _mm256_or_si256(v, fifth_bits(qh, byte, nibble));
+    const __m256i at = _mm256_shuffle_epi8(
+        nibble ? qh : _mm256_slli_epi16(qh, 4),
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(kFifth.bytes[byte])));
+    const __m256i bit =
+        _mm256_and_si256(at, _mm256_load_si256(reinterpret_cast<const __m256i*>(kFifth.bits[1])));
+    return _mm256_or_si256(v, _mm256_min_epu8(bit, _mm256_set1_epi8(16)));
   }
   static __m256i code_sums(__m256i u, __m256i a) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));

@@ -250,12 +250,6 @@ constexpr FifthBits make_fifth_bits() {
   return f;
 }
 inline constexpr FifthBits kFifth = make_fifth_bits();
-inline __m256i fifth_bits(__m256i qh, int byte, int nibble) {  // 16 where the bit is set, else 0
-  const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(kFifth.bits[nibble]));
-  const __m256i v = _mm256_shuffle_epi8(
-      qh, _mm256_load_si256(reinterpret_cast<const __m256i*>(kFifth.bytes[byte])));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8(16));
-}
 
 // The legacy 32-element blocks and IQ4_NL (rows8.h's BlockB32x8). A step's low nibbles are
 // elements 4s.. of each row and its high ones 16 + 4s.., so its two exact 4-element sums per row
@@ -270,8 +264,8 @@ inline __m256i fifth_bits(__m256i qh, int byte, int nibble) {  // 16 where the b
 // Ops::code_sums(offset, y) once a block and token for all eight steps (lane s holds step s's:
 // the same lanes as the rows' sums), each step's broadcast from memory. Each instruction set its
 // own way, the same bytes and integers: Ops::add_fifth(v, qh, byte, nibble), v with 16 added where
-// fifth_bits has it (Q5_0, Q5_1); Ops::kBiasedTable, IQ4_NL's values + 128 summed unsigned (else
-// |w| against the activations with w's signs).
+// bit 4 nibble + i of qh's byte `byte` is set (kFifth; Q5_0, Q5_1); Ops::kBiasedTable, IQ4_NL's
+// values + 128 summed unsigned (else |w| against the activations with w's signs).
 template <class Ops, int N, uint32_t T>
 __attribute__((always_inline)) inline void b32_group(const void* group, int64_t nb,
                                                      const void* const* yv, float* out) {
