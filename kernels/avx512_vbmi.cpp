@@ -73,10 +73,11 @@ struct Iq2XxsConsts {
   // The codes' layout: qword j holds the codes of rows j, 8 + j, 16 + j, 24 + j (a word each),
   // so that one vpmultishiftqb per 64 weights unpacks rows 8m .. 8m + 7 in order.
   alignas(64) uint8_t code_pos[64];
-  alignas(64) uint8_t unpack[4][64];     // m: qword byte i -> the bit offset of its weight i
-  alignas(64) uint8_t sign_fields[64];   // qword byte l < 4 -> sign index l's offset
-  alignas(64) uint8_t sign_pos[64];      // byte 8m + j -> pos(8m + j): row-ordered sign bytes
-  alignas(64) uint8_t scale_pos[4][64];  // m: even bytes -> the scale byte of group 2m or 2m + 1
+  alignas(64) uint8_t unpack[4][64];    // m: qword byte i -> the bit offset of its weight i
+  alignas(64) uint8_t sign_fields[64];  // qword byte l < 4 -> sign index l's offset
+  alignas(64) uint8_t sign_pos[64];     // byte 8j + m -> pos(8m + j): row 8m + j's sign byte
+  // scales[s0 + 16 s1]: 2 s0 + 1 in the low 16 i16 lanes (group 2m), 2 s1 + 1 in the high (2m + 1)
+  alignas(64) int16_t scales[256][32];
   Iq2XxsConsts() {
     for (int g = 0; g < 256; ++g) {
       uint32_t code = 0;
@@ -91,12 +92,11 @@ struct Iq2XxsConsts {
       for (int m = 0; m < 4; ++m)
         code_pos[8 * j + 2 * m] = code_pos[8 * j + 2 * m + 1] = pos(8 * m + j);
     for (int m = 0; m < 4; ++m)
-      for (int i = 0; i < 64; ++i) {
-        unpack[m][i] = uint8_t(16 * m + 2 * (i % 8));
-        scale_pos[m][i] = uint8_t(8 * (2 * m + i / 32) + 7);
-      }
+      for (int i = 0; i < 64; ++i) unpack[m][i] = uint8_t(16 * m + 2 * (i % 8));
+    for (int k = 0; k < 256; ++k)
+      for (int i = 0; i < 32; ++i) scales[k][i] = int16_t(2 * (i < 16 ? k % 16 : k / 16) + 1);
     for (int i = 0; i < 64; ++i) sign_fields[i] = uint8_t(32 + 7 * (i % 4));
-    for (int i = 0; i < 64; ++i) sign_pos[i] = i < 32 ? pos(i) : 0;
+    for (int i = 0; i < 64; ++i) sign_pos[i] = i % 8 < 4 ? pos(8 * (i % 8) + i / 8) : 0;
   }
 };
 const Iq2XxsConsts kIq2Xxs;
@@ -111,8 +111,10 @@ bool usable() {
 // IQ2_XXS: a super-block's 32 row codes by four vpermi2b (each a table of 128 bytes: low or high
 // code bytes of rows below or above 128); its 32 sign indices picked by one vpmultishiftqb, their
 // parity bits added by one vgf2p8affineqb; then per 64 weights a vpmultishiftqb and a
-// vgf2p8affineqb for the magnitudes, the signs a mask put onto the activations, the two groups'
-// scales placed by a vpermb, and per token a maddubs and a vpdpwssd.
+// vgf2p8affineqb for the magnitudes, the signs a mask (one vpshufbitqmb) put onto the
+// activations, the two groups' scales a row of a table (two scalar byte loads name it), and per
+// token a maddubs and a vpdpwssd. On Zen 4 the masks as loads of a stored vector and the scales by
+// a vpermb decoded 1.2x slower (the store's forwarding to 8-byte loads, and the permutes' unit).
 template <int N>
 void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   const Iq2XxsConsts& c = kIq2Xxs;
@@ -121,11 +123,9 @@ void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, flo
                 sign_pos = load64(c.sign_pos);
   const __m512i unpack[4] = {load64(c.unpack[0]), load64(c.unpack[1]), load64(c.unpack[2]),
                              load64(c.unpack[3])};
-  const __m512i scale_pos[4] = {load64(c.scale_pos[0]), load64(c.scale_pos[1]),
-                                load64(c.scale_pos[2]), load64(c.scale_pos[3])};
   const __m512i magnitudes = _mm512_set1_epi64(int64_t(kMagnitudes));
   const __m512i parity = _mm512_set1_epi64(int64_t(kSignParity));
-  const __mmask64 high_bytes = 0xAAAAAAAAAAAAAAAAull, low_bytes = 0x5555555555555555ull;
+  const __mmask64 high_bytes = 0xAAAAAAAAAAAAAAAAull;
   avx2::sb_rows<N, false>(
       x, sizeof(BlockIq2Xxs), 0, 0, n, ys, 0.125f, out, [&](int64_t b, __m256i* I, __m256i*) {
         const __m512i q = load64(x[b].qs);
@@ -134,20 +134,19 @@ void iq2xxs_rows(const BlockIq2Xxs* x, const BlockQ8K* const* ys, int64_t n, flo
         const __m512i codes = _mm512_mask_blend_epi8(high_bytes, clo, chi);
         const __m512i signs =
             _mm512_gf2p8affine_epi64_epi8(_mm512_multishift_epi64_epi8(sign_fields, q), parity, 0);
-        alignas(64) uint64_t negative[8];  // m < 4: the 64 weights 64m.. negated where set
-        _mm512_store_si512(negative, _mm512_permutexvar_epi8(sign_pos, signs));
-        // every byte b as 2 (b >> 4) + 1: the top byte of a group's aux gives its scale
-        const __m512i ls = _mm512_or_si512(
-            _mm512_and_si512(_mm512_srli_epi16(q, 3), _mm512_set1_epi8(0x1E)), _mm512_set1_epi8(1));
-        // the masks from memory: a load each, not a move from a general register
-        asm volatile("" : : : "memory");
+        // qword j's byte m: row 8m + j's signs, so that mask m (the 64 weights 64m.. negated
+        // where set) is byte m of every qword by one vpshufbitqmb: no trip through memory
+        const __m512i negative = _mm512_permutexvar_epi8(sign_pos, signs);
         __m512i acc[N];
         for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_si512();
         for (int m = 0; m < 4; ++m) {
           const __m512i g = _mm512_gf2p8affine_epi64_epi8(
               _mm512_multishift_epi64_epi8(unpack[m], codes), magnitudes, 8);
-          const __mmask64 neg = _load_mask64(reinterpret_cast<__mmask64*>(negative + m));
-          const __m512i scale = _mm512_maskz_permutexvar_epi8(low_bytes, scale_pos[m], ls);
+          const __mmask64 neg = _mm512_bitshuffle_epi64_mask(
+              negative, _mm512_set1_epi64(0x0706050403020100 + 0x0808080808080808 * m));
+          const uint8_t* qb =
+              reinterpret_cast<const uint8_t*>(x[b].qs) + 16 * m;  // the auxes' tops
+          const __m512i scale = load64(c.scales[(qb[7] >> 4) | (qb[15] & 0xF0)]);
           for (int t = 0; t < N; ++t) {
             const __m512i y = load64(ys[t][b].qs + 64 * m);
             const __m512i q8 = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
