@@ -430,20 +430,7 @@ void rows8_q6_k(const BlockQ6Kx8* group, int64_t cols, const BlockQ8K* const* ys
 
 void rows8_b32(uint32_t wtype, const void* group, int64_t cols, const void* const* ys, int n_tok,
                float* out) {
-  x86::with_n(n_tok, [&](auto N) {
-    switch (wtype) {
-      case Q4_0:
-        return b32_group<B32Avx2, N, Q4_0>(group, cols / kQK8_0, ys, out);
-      case Q4_1:
-        return b32_group<B32Avx2, N, Q4_1>(group, cols / kQK8_0, ys, out);
-      case Q5_0:
-        return b32_group<B32Avx2, N, Q5_0>(group, cols / kQK8_0, ys, out);
-      case Q5_1:
-        return b32_group<B32Avx2, N, Q5_1>(group, cols / kQK8_0, ys, out);
-      default:
-        return b32_group<B32Avx2, N, IQ4_NL>(group, cols / kQK8_0, ys, out);
-    }
-  });
+  x86::with_n(n_tok, [&](auto N) { b32_rows<B32Avx2, N>(wtype, group, cols / kQK8_0, ys, out); });
 }
 
 void rows8_q8_0(const BlockQ8_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,

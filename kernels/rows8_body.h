@@ -358,5 +358,22 @@ __attribute__((always_inline)) inline void b32_group(const void* group, int64_t 
       _mm256_storeu_ps(out + 8 * t, _mm256_add_ps(_mm256_loadu_ps(out + 8 * t), mins[t]));
 }
 
+// b32_group of the type wtype names (Q4_0, Q4_1, Q5_0, Q5_1, else IQ4_NL), nb blocks a row.
+template <class Ops, int N>
+void b32_rows(uint32_t wtype, const void* group, int64_t nb, const void* const* ys, float* out) {
+  switch (wtype) {
+    case Q4_0:
+      return b32_group<Ops, N, Q4_0>(group, nb, ys, out);
+    case Q4_1:
+      return b32_group<Ops, N, Q4_1>(group, nb, ys, out);
+    case Q5_0:
+      return b32_group<Ops, N, Q5_0>(group, nb, ys, out);
+    case Q5_1:
+      return b32_group<Ops, N, Q5_1>(group, nb, ys, out);
+    default:
+      return b32_group<Ops, N, IQ4_NL>(group, nb, ys, out);
+  }
+}
+
 }  // namespace
 }  // namespace kernels
