@@ -322,8 +322,7 @@ __attribute__((always_inline)) inline void b32_group(const void* group, int64_t 
               _mm256_maddubs_epi16(_mm256_abs_epi8(hi), _mm256_sign_epi8(bcast32(a + 16), hi)),
               ones16);
           I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(il, ih));
-        } else if constexpr (!kLanes) {  // into the block's sum (the biased table's less its
-                                         // offset)
+        } else if constexpr (!kLanes) {  // into the block's sum, which starts at -offset x a
           I[t] = Ops::code_sums(I[t], lo, bcast32(a));
           I[t] = Ops::code_sums(I[t], hi, bcast32(a + 16));
         } else {  // each step's sums into its float lanes, less the offset's
