@@ -14,6 +14,11 @@
 namespace kernels::avx512 {
 namespace {
 
+// A * 3 mod 256 in every byte (two byte adds).
+inline __m256i times3(__m256i a) {
+  return _mm256_add_epi8(_mm256_add_epi8(a, a), a);
+}
+
 // TQ1_0: weight e is base-3 digit n of its byte, digit = ((uint8_t)(byte * 3^n) * 3) >> 8, i.e.
 // 0, 1 or 2 as (uint8_t)(byte * 3^n) is below 86, below 171, or not. A super-block is four zmm of
 // bytes in element order (qs[0..32) twice; qs[0..32), qs[32..48) twice; qs[32..48) three times
@@ -36,7 +41,7 @@ struct Tq1Powers {
 const Tq1Powers kTq1;
 
 template <int N>
-void tq1_0_rows(const BlockTq1_0* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+void tq1_0_digits(const BlockTq1_0* x, const BlockQ8K* const* ys, int64_t n, float* out) {
   __m512i pw[4];
   for (int k = 0; k < 4; ++k) pw[k] = _mm512_load_si512(kTq1.m[k]);
   const __m512i odd = _mm512_set1_epi16(int16_t(0xFF00)), even = _mm512_set1_epi16(0x00FF);
@@ -80,6 +85,77 @@ void tq1_0_rows(const BlockTq1_0* x, const BlockQ8K* const* ys, int64_t n, float
     }
   }
   for (int t = 0; t < N; ++t) out[t] = s[t];
+}
+
+// TQ1_0 for one token: with x = (uint8_t)(byte * 3^n) and x' = (uint8_t)(3x), the next digit's
+// product, digit n is (3x - x') / 256 exactly. So the digits need no forming: over a super-block,
+// sum(digit * y) = (3 S - T) / 256 with S = sum(x * y) and T = sum(x' * y), each vpdpbusd of the
+// products themselves (u8) with the activations (i8), exact integers (|3S| < 2^25). The products
+// are eight ymm in element order, each from the one before by byte adds as in the AVX2 body
+// (digits 0-4 of qs[0..32); digits 0, 1 | 2, 3 of qs[32..48); digit 4 of qs[32..48) with qh's
+// digits 0-3 in its four bytes' dwords), and x' of each is the next register or three times it:
+// no multiplies, compares or masked moves, against the digits' body, at twice its vpdpbusd work
+// a token. One exact integer a super-block, scaled as the reference does: its bits.
+void tq1_0_one(const BlockTq1_0* x, const BlockQ8K* y, int64_t n, float* out) {
+  const __m256i k256 = _mm256_set1_epi16(256);
+  __m128 s = _mm_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    x86::prefetch_ahead(x + b);
+    x86::prefetch_ahead(reinterpret_cast<const uint8_t*>(x + b) + 64);
+    const uint8_t* q = x[b].qs;
+    __m256i v[8], nx[8];  // the products in element order; each one's next digit's products
+    v[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    for (int k = 1; k < 5; ++k) v[k] = nx[k - 1] = times3(v[k - 1]);
+    nx[4] = times3(v[4]);
+    const __m256i r =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 32)));
+    v[5] = _mm256_blend_epi32(r, times3(r), 0xF0);  // digits 0 | 1 of qs[32..48)
+    nx[5] = times3(v[5]);
+    v[6] = times3(nx[5]);  // digits 2 | 3
+    nx[6] = times3(v[6]);
+    uint32_t qh;
+    std::memcpy(&qh, x[b].qh, 4);
+    // digit 2 of qs[32..48) | qh four times; then times 3 where the byte is not yet at its digit:
+    // digit 4 below, qh's digits 0-3 in the dwords above.
+    v[7] = _mm256_blend_epi32(v[6], _mm256_set1_epi32(static_cast<int>(qh)), 0xF0);
+    for (const __mmask32 k : {0xFFF0FFFFu, 0xFF00FFFFu, 0xF0000000u})
+      v[7] = _mm256_mask_add_epi8(v[7], k, v[7], _mm256_add_epi8(v[7], v[7]));
+    nx[7] = times3(v[7]);
+    const BlockQ8K& yb = y[b];
+    // T starts at 256 times the activations' sum (the digits' -1): 3 S - T is 256 times the dot.
+    __m256i sa = _mm256_setzero_si256(), sb = sa, tb = sa;
+    __m256i ta =
+        _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.bsums)), k256);
+    for (int k = 0; k < 8; k += 2) {
+      const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.qs + 32 * k));
+      const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.qs + 32 * k + 32));
+      sa = _mm256_dpbusd_epi32(sa, v[k], y0);
+      ta = _mm256_dpbusd_epi32(ta, nx[k], y0);
+      sb = _mm256_dpbusd_epi32(sb, v[k + 1], y1);
+      tb = _mm256_dpbusd_epi32(tb, nx[k + 1], y1);
+    }
+    const __m256i s1 = _mm256_add_epi32(sa, sb);
+    const __m256i w =
+        _mm256_sub_epi32(_mm256_add_epi32(s1, _mm256_add_epi32(s1, s1)), _mm256_add_epi32(ta, tb));
+    // The sum in the low lane, kept in a vector register (no round trip through a general one).
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    h = _mm_srai_epi32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1)), 8);
+    const float dx = fp16_to_fp32(x[b].d);
+    s = _mm_add_ss(s, _mm_mul_ss(_mm_cvtepi32_ps(h), _mm_set_ss(dx * yb.d)));
+  }
+  *out = _mm_cvtss_f32(s);
+}
+
+// Decode (one token) takes the products' body: its weights' side costs less, its dot more, so
+// tiles of 2-4 tokens (prefill) keep the digits' (prefill-64 of a 4-layer TQ1_0 model lost ~18%
+// with the products' body for every tile, Zen 4).
+template <int N>
+void tq1_0_rows(const BlockTq1_0* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  if constexpr (N == 1)
+    tq1_0_one(x, ys[0], n, out);
+  else
+    tq1_0_digits<N>(x, ys, n, out);
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 
 using namespace kernels;
 
-// TQ1_0's SIMD bodies turn each byte times 3^n into a digit by comparisons (below 86, below 171):
+// TQ1_0's SIMD bodies turn each byte times 3^n into a digit by comparisons (below 86, below 171),
+// or (AVX-512, one token) take the digit as (3x - x') / 256 of that product x and the next, x':
 // every byte value at every one of a block's 52 places, against activations none of which is
 // zero (so every digit counts), gives each backend the reference's bits, for one token and four.
 TEST(Kernels, Tq1_0EveryByteInEveryPlace) {
