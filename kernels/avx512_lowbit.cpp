@@ -1,5 +1,6 @@
-// The AVX-512 VNNI bodies of the low-bit types that have no AVX-512 kernel elsewhere (TQ1_0),
-// compiled with avx512.cpp's flags. Each gives the AVX2 body's and the reference's bits.
+// The AVX-512 VNNI bodies of the low-bit types that have no AVX-512 kernel elsewhere (TQ1_0,
+// TQ2_0), compiled with avx512.cpp's flags. Each gives the AVX2 body's bits (TQ1_0's are the
+// reference's too).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -158,9 +159,56 @@ void tq1_0_rows(const BlockTq1_0* x, const BlockQ8K* const* ys, int64_t n, float
     tq1_0_digits<N>(x, ys, n, out);
 }
 
+// TQ2_0 in the AVX2 row dot's order (avx2_quants.cpp's dot_tq2_0, llama.cpp's): lane l of a
+// super-block is the products of bytes 4l .. 4l + 3 of both 32-byte halves of qs, all four codes
+// of each, less the activations' 16-element sums 2l and 2l + 1; acc = float(lane) * (dy * dx) +
+// acc in eight float lanes, summed as x86::hsum does. Here each code k is its byte masked to bits
+// 2k, 2k + 1 (the code times 4^k, no shift), met by vpdpbusd in its own i32 sums (no 16-bit step
+// to saturate, a code of 3 included), which are divided by 4^k exactly; the block sums come off
+// by one vpdpwssd by -1. The same integers, the same float steps: the AVX2 body's bits, with 8
+// masks and 8 vpdpbusd a super-block a token in place of 8 masks, 6 shifts, 8 vpmaddubsw and the
+// 16-bit adds.
+template <int N>
+void tq2_0_rows(const BlockTq2_0* x, const BlockQ8K* const* ys, int64_t n, float* out) {
+  const __m256i minus1 = _mm256_set1_epi16(-1);
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    x86::prefetch_ahead(x + b);
+    x86::prefetch_ahead(reinterpret_cast<const uint8_t*>(x + b) + 64);
+    const __m256i q[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs)),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32))};
+    __m256i c[4][2];  // [code k][half j]: the bytes masked to code k's bits
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 2; ++j)
+        c[k][j] = _mm256_and_si256(q[j], _mm256_set1_epi8(static_cast<char>(3 << (2 * k))));
+    const float dx = fp16_to_fp32(x[b].d);
+    for (int t = 0; t < N; ++t) {
+      const BlockQ8K& y = ys[t][b];
+      __m256i s[4];
+      s[0] = _mm256_dpwssd_epi32(_mm256_setzero_si256(),
+                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)),
+                                 minus1);
+      for (int k = 1; k < 4; ++k) s[k] = _mm256_setzero_si256();
+      for (int k = 0; k < 4; ++k)
+        for (int j = 0; j < 2; ++j)
+          s[k] = _mm256_dpbusd_epi32(
+              s[k], c[k][j],
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 128 * j + 32 * k)));
+      const __m256i lane = _mm256_add_epi32(
+          _mm256_add_epi32(s[0], _mm256_srai_epi32(s[1], 2)),
+          _mm256_add_epi32(_mm256_srai_epi32(s[2], 4), _mm256_srai_epi32(s[3], 6)));
+      acc[t] =
+          _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lane), _mm256_set1_ps(y.d * dx)), acc[t]);
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = x86::hsum(acc[t]);
+}
+
 }  // namespace
 
 using x86::with_n;
 EXPERTD_ROWS_KERNEL(tq1_0, BlockTq1_0, BlockQ8K, tq1_0_rows)
+EXPERTD_ROWS_KERNEL(tq2_0, BlockTq2_0, BlockQ8K, tq2_0_rows)
 
 }  // namespace kernels::avx512

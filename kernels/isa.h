@@ -192,6 +192,8 @@ float dot_nvfp4(const BlockNvfp4* x, const BlockQ8_0* y, int64_t n);
 // avx512_lowbit.cpp
 float dot_tq1_0(const BlockTq1_0* x, const BlockQ8K* y, int64_t n);
 void tile_tq1_0(const BlockTq1_0* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
+float dot_tq2_0(const BlockTq2_0* x, const BlockQ8K* y, int64_t n);
+void tile_tq2_0(const BlockTq2_0* x, const BlockQ8K* const* ys, int n_tok, int64_t n, float* out);
 float dot_q4_k(const BlockQ4K* x, const BlockQ8K* y, int64_t n);
 float dot_q5_k(const BlockQ5K* x, const BlockQ8K* y, int64_t n);
 float dot_q6_k(const BlockQ6K* x, const BlockQ8K* y, int64_t n);

@@ -49,6 +49,38 @@ TEST(Kernels, Tq1_0EveryByteInEveryPlace) {
   }
 }
 
+// TQ2_0's AVX-512 body masks each code in place (the code times 4^k, no shift) and divides its
+// i32 sums by 4^k: every byte value (codes of 3 included, which a 16-bit step would saturate
+// against) at every one of a block's 64 places, each block its own scale, gives the AVX2 row
+// dot's bits (its lanes: the same integers, the same float steps), for one token and in a tile.
+TEST(Kernels, Tq2_0EveryByteInEveryPlace) {
+  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937_64 rng(41);
+  std::normal_distribution<float> g(0.f, 1.f);
+  const int64_t n = 256 * kQK_K;  // block j holds byte (j + 97 p) % 256 at place p
+  std::vector<BlockTq2_0> w(n / kQK_K);
+  for (int j = 0; j < 256; ++j) {
+    for (int p = 0; p < 64; ++p) w[j].qs[p] = uint8_t(j + 97 * p);
+    w[j].d = uint16_t(0x3000 + 37 * j);  // 0.125 and up, a different mantissa each
+  }
+  const size_t xq_row = row_size(Q8_K, n);
+  std::vector<uint8_t> xq(kMaxTile * xq_row);
+  std::vector<float> x(n);
+  const void* xs[kMaxTile];
+  for (int k = 0; k < kMaxTile; ++k) {
+    for (auto& v : x) v = g(rng) * float(1 << k);
+    quantize_activations(TQ2_0, x.data(), xq.data() + k * xq_row, n, Isa::Scalar);
+    xs[k] = xq.data() + k * xq_row;
+  }
+  for (int k = 0; k < kMaxTile; ++k) {
+    const float want = dot(TQ2_0, w.data(), xs[k], n, Isa::Avx2);
+    ASSERT_EQ(dot(TQ2_0, w.data(), xs[k], n, Isa::Avx512), want) << "token " << k;
+    float got[kMaxTile] = {};
+    dot_tile(TQ2_0, w.data(), xs, kMaxTile, n, got, Isa::Avx512);
+    ASSERT_EQ(got[k], want) << "token " << k << " of a tile";
+  }
+}
+
 // IQ2_XXS's signs (a 7-bit index per 8 weights, the eighth sign its parity), decoded for a whole
 // block at once by the SIMD bodies: every index at every one of a group's four places, in every
 // group of a block, gives each backend the scalar reference's dot (one block: the same exact
