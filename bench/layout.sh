@@ -4,14 +4,14 @@
 # a pack in rows (as the GGUF stores them) and from one built with --layout rows8 (the types with
 # interleaved rows stored that way). A Qwen3-30B-A3B-shaped synthetic model (4 layers) in Q4_K,
 # Q2_K with Q3_K down (Kimi-K3's mix), MXFP4 experts (DeepSeek-V4-Flash's), Q8_0, IQ4_XS, Q5_K, Q4_0,
-# IQ4_NL, Q6_K, Q4_K with Q6_K down (as Q4_K_M files hold their down projections), NVFP4 or Q1_0; each run
+# IQ4_NL, Q6_K, Q4_K with Q6_K down (as Q4_K_M files hold their down projections), NVFP4, Q1_0 or TQ2_0; each run
 # decodes (and prefills 256 tokens) after a warm-up run and bench/fill-cache.sh have put every
 # expert in the daemon's cache (no read is left; a note says if a timed run missed); the three runs
 # alternate (their order turning each round), ROUNDS rounds, medians and the ratios to --local
 # (prefill: rows8 to rows). On the AVX2 kernels and, where the CPU has AVX-512 VNNI, the AVX-512
 # ones; the CPU and the ISA are printed with every figure.
 #   bash bench/layout.sh [rounds] [types...]     (types: q4_k q2_k mxfp4 q8_0 iq4_xs q5_k q4_0 iq4_nl
-#                                                   q6_k q4_k_m nvfp4 q1_0)
+#                                                   q6_k q4_k_m nvfp4 q1_0 tq2_0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/fill-cache.sh
@@ -34,6 +34,7 @@ declare -A MIX=(
   [q4_k_m]="--type Q4_K --down-type Q6_K"
   [nvfp4]="--type NVFP4"
   [q1_0]="--type Q1_0"
+  [tq2_0]="--type TQ2_0"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(q4_k q2_k mxfp4 q8_0)

@@ -97,6 +97,14 @@ void transpose_fields(const uint8_t* in, uint8_t* out) {
   }
 }
 
+void pack_tq2_0(const BlockTq2_0* const* rows, BlockTq2_0x8& out) {
+  for (int r = 0; r < 8; ++r) {
+    out.d[r] = rows[r]->d;
+    for (int h = 0; h < 2; ++h)
+      for (int s = 0; s < 8; ++s) std::memcpy(out.qs[h][s][r], rows[r]->qs + 32 * h + 4 * s, 4);
+  }
+}
+
 void pack_q2_0(const BlockQ2_0* const* rows, BlockQ2_0x8& out) {
   for (int r = 0; r < 8; ++r) {
     out.d[r] = rows[r]->d;
@@ -259,6 +267,14 @@ void unpack_nvfp4(const BlockNvfp4x8& in, BlockNvfp4* const* rows) {
   transpose8(in.qs, dst);
 }
 
+void unpack_tq2_0(const BlockTq2_0x8& in, BlockTq2_0* const* rows) {
+  for (int r = 0; r < 8; ++r) {
+    rows[r]->d = in.d[r];
+    for (int h = 0; h < 2; ++h)
+      for (int s = 0; s < 8; ++s) std::memcpy(rows[r]->qs + 32 * h + 4 * s, in.qs[h][s][r], 4);
+  }
+}
+
 void unpack_q2_0(const BlockQ2_0x8& in, BlockQ2_0* const* rows) {
   for (int r = 0; r < 8; ++r) {
     rows[r]->d = in.d[r];
@@ -366,7 +382,7 @@ void b32_groups(bool pack, uint32_t wtype, const void* in, size_t row, int64_t n
 bool rows8_supported(uint32_t wtype) {
   return wtype == Q4_K || wtype == Q5_K || wtype == Q2_K || wtype == Q3_K || wtype == MXFP4 ||
          wtype == Q8_0 || wtype == IQ4_XS || wtype == Q6_K || wtype == NVFP4 || wtype == Q2_0 ||
-         wtype == Q1_0 || is_b32(wtype);
+         wtype == Q1_0 || wtype == TQ2_0 || is_b32(wtype);
 }
 
 size_t rows8_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
@@ -400,6 +416,8 @@ void rows8_pack(uint32_t wtype, const void* w, int64_t rows, int64_t cols, void*
       pack_groups<BlockNvfp4, BlockNvfp4x8, pack_nvfp4>(w, row, cols / 64, out, g0, g1);
     else if (wtype == Q2_0)
       pack_groups<BlockQ2_0, BlockQ2_0x8, pack_q2_0>(w, row, cols / 64, out, g0, g1);
+    else if (wtype == TQ2_0)
+      pack_groups<BlockTq2_0, BlockTq2_0x8, pack_tq2_0>(w, row, cols / kQK_K, out, g0, g1);
     else if (wtype == Q1_0)
       pack_groups<BlockQ1_0, BlockQ1_0x8, pack_q1_0>(w, row, cols / 128, out, g0, g1);
     else if (is_b32(wtype))
@@ -434,6 +452,8 @@ void rows8_unpack_groups(uint32_t wtype, const void* w8, int64_t cols, void* out
     unpack_groups<BlockNvfp4, BlockNvfp4x8, unpack_nvfp4>(w8, row, cols / 64, out, g0, g1);
   else if (wtype == Q2_0)
     unpack_groups<BlockQ2_0, BlockQ2_0x8, unpack_q2_0>(w8, row, cols / 64, out, g0, g1);
+  else if (wtype == TQ2_0)
+    unpack_groups<BlockTq2_0, BlockTq2_0x8, unpack_tq2_0>(w8, row, cols / kQK_K, out, g0, g1);
   else if (wtype == Q1_0)
     unpack_groups<BlockQ1_0, BlockQ1_0x8, unpack_q1_0>(w8, row, cols / 128, out, g0, g1);
   else if (is_b32(wtype))
@@ -487,6 +507,11 @@ void rows8_group(uint32_t wtype, const void* w8, int64_t cols, int64_t g, const 
     const auto* ys = reinterpret_cast<const BlockQ8_0* const*>(xs);
     vnni ? avx512::rows8_q2_0(group, cols, ys, n_tok, out)
          : avx2::rows8_q2_0(group, cols, ys, n_tok, out);
+  } else if (wtype == TQ2_0) {
+    const auto* group = static_cast<const BlockTq2_0x8*>(w8) + g * (cols / kQK_K);
+    const auto* ys = reinterpret_cast<const BlockQ8K* const*>(xs);
+    vnni ? avx512::rows8_tq2_0(group, cols, ys, n_tok, out)
+         : avx2::rows8_tq2_0(group, cols, ys, n_tok, out);
   } else if (wtype == Q1_0) {
     const auto* group = static_cast<const BlockQ1_0x8*>(w8) + g * (cols / 128);
     const auto* ys = reinterpret_cast<const BlockQ8_0* const*>(xs);

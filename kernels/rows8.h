@@ -56,6 +56,14 @@ struct BlockNvfp4x8 {
 };
 static_assert(sizeof(BlockNvfp4x8) == 8 * sizeof(BlockNvfp4));
 
+// Eight rows' super-block b of TQ2_0 (the rows' 8 x 66 bytes): the scales, the codes in 4-byte
+// steps as Q2_K's (step s of half h: a row's qs[32h + 4s ..], its lane s of the row dot's eight).
+struct BlockTq2_0x8 {
+  uint16_t d[8];           // fp16, row r in [r]
+  uint8_t qs[2][8][8][4];  // [half h][step s][row][4 bytes]: the row's qs[32h + 4s ..]
+};
+static_assert(sizeof(BlockTq2_0x8) == 8 * sizeof(BlockTq2_0));
+
 // Eight rows' block b of Q2_0 (the rows' 8 x 18 bytes): the scales, the codes in 4-byte steps with
 // each step's 2-bit fields transposed, so that field f of a step's byte i is element 16s + 4f + i
 // (in the rows, element 4m + f is field f of byte m): one shift and mask give a row's four
@@ -187,6 +195,8 @@ void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const
                  float* out);
 void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out);
+void rows8_tq2_0(const BlockTq2_0x8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                 float* out);
 void rows8_q1_0(const BlockQ1_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out);
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
@@ -206,6 +216,8 @@ void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const
                  float* out);
 void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out);
+void rows8_tq2_0(const BlockTq2_0x8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                 float* out);
 void rows8_q1_0(const BlockQ1_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out);
 void rows8_iq4_xs(const BlockIq4Xsx8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,

@@ -271,6 +271,40 @@ void q1_0_rows8(const BlockQ1_0x8* x, int64_t nb, const BlockQ8_0* const* ys, fl
     }
 }
 
+// TQ2_0 (rows8.h's BlockTq2_0x8) in the row dot's order (avx2_quants.cpp's dot_tq2_0, llama.cpp's):
+// row r's lane s of a super-block is the products of its step s of both halves, all four codes,
+// less the activations' 16-element sums 2s and 2s + 1, so step s's register holds lane s of the
+// eight rows: the eight vpmaddubsw of a lane summed in 16 bits (<= 8 x 2 x 3 x 128), the block
+// sums' pair taken off there, vpmaddwd into i32, then acc[s] = float(lane) * (dy * dx) + acc[s].
+template <int N>
+void tq2_0_group(const BlockTq2_0x8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
+  const __m256i m3 = _mm256_set1_epi8(3), ones16 = _mm256_set1_epi16(1);
+  blocks<N, 32>(x, nb, out, [&](int64_t b, const BlockTq2_0x8& w, __m256(*acc)[8]) {
+    const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
+    __m256 d[N];
+    for (int t = 0; t < N; ++t) d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      __m256i sum[N];
+      for (int t = 0; t < N; ++t) sum[t] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[h][s]));
+        for (int k = 0; k < 4; ++k) {
+          const __m256i u = _mm256_and_si256(k ? _mm256_srli_epi16(q, 2 * k) : q, m3);
+          for (int t = 0; t < N; ++t)
+            sum[t] = _mm256_add_epi16(
+                sum[t], _mm256_maddubs_epi16(u, bcast32(ys[t][b].qs + 128 * h + 32 * k + 4 * s)));
+        }
+      }
+      for (int t = 0; t < N; ++t) {
+        const __m256i lane =
+            _mm256_madd_epi16(_mm256_sub_epi16(sum[t], bcast32(ys[t][b].bsums + 2 * s)), ones16);
+        acc[t][s] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lane), d[t]), acc[t][s]);
+      }
+    }
+  });
+}
+
 // Q2_0 (rows8_body.h's q2_0_group): codes (0..3) against activations in 16 bits, a Q8_0 block's
 // eight steps (each pair <= 2 x 3 x 128) added there, then in pairs into i32.
 struct Q2_0Maddubs {
@@ -451,6 +485,11 @@ void rows8_q1_0(const BlockQ1_0x8* group, int64_t cols, const BlockQ8_0* const* 
 void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out) {
   x86::with_n(n_tok, [&](auto N) { q2_0_group<Q2_0Maddubs, N>(group, cols / 64, ys, out); });
+}
+
+void rows8_tq2_0(const BlockTq2_0x8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                 float* out) {
+  x86::with_n(n_tok, [&](auto N) { tq2_0_group<N>(group, cols / kQK_K, ys, out); });
 }
 
 void rows8_nvfp4(const BlockNvfp4x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,

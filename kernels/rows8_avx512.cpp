@@ -226,6 +226,43 @@ void q1_0_rows8(const BlockQ1_0x8* x, int64_t nb, const BlockQ8_0* const* ys, fl
   }
 }
 
+// TQ2_0 (rows8_avx2.cpp's tq2_0_group, the row dot's lanes) as avx512_lowbit.cpp's row body: code
+// k masked in its byte (the code times 4^k), vpdpbusd into its own i32 sums, divided by 4^k
+// exactly; the block sums' pair comes off by one vpdpwssd by -1 (the first code's sums start
+// there).
+template <int N>
+void tq2_0_group(const BlockTq2_0x8* x, int64_t nb, const BlockQ8K* const* ys, float* out) {
+  const __m256i minus1 = _mm256_set1_epi16(-1);
+  blocks<N, 32>(x, nb, out, [&](int64_t b, const BlockTq2_0x8& w, __m256(*acc)[8]) {
+    const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
+    __m256 d[N];
+    for (int t = 0; t < N; ++t) d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      __m256i c[2][4];  // [half h][code k]
+      for (int h = 0; h < 2; ++h) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[h][s]));
+        for (int k = 0; k < 4; ++k)
+          c[h][k] = _mm256_and_si256(q, _mm256_set1_epi8(static_cast<char>(3 << (2 * k))));
+      }
+      for (int t = 0; t < N; ++t) {
+        __m256i sum[4];
+        sum[0] =
+            _mm256_dpwssd_epi32(_mm256_setzero_si256(), bcast32(ys[t][b].bsums + 2 * s), minus1);
+        for (int k = 1; k < 4; ++k) sum[k] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; ++h)
+          for (int k = 0; k < 4; ++k)
+            sum[k] = _mm256_dpbusd_epi32(sum[k], c[h][k],
+                                         bcast32(ys[t][b].qs + 128 * h + 32 * k + 4 * s));
+        const __m256i lane = _mm256_add_epi32(
+            _mm256_add_epi32(sum[0], _mm256_srai_epi32(sum[1], 2)),
+            _mm256_add_epi32(_mm256_srai_epi32(sum[2], 4), _mm256_srai_epi32(sum[3], 6)));
+        acc[t][s] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lane), d[t]), acc[t][s]);
+      }
+    }
+  });
+}
+
 // Q2_0 (rows8_body.h's q2_0_group): codes against activations in one chain of vpdpbusd.
 struct Q2_0Vnni {
   static __m256i sum8(const __m256i* u, const __m256i* a) {
@@ -243,6 +280,11 @@ struct Q2_0Vnni {
 void rows8_q1_0(const BlockQ1_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
                 float* out) {
   x86::with_n(n_tok, [&](auto N) { q1_0_rows8<N>(group, cols / 128, ys, out); });
+}
+
+void rows8_tq2_0(const BlockTq2_0x8* group, int64_t cols, const BlockQ8K* const* ys, int n_tok,
+                 float* out) {
+  x86::with_n(n_tok, [&](auto N) { tq2_0_group<N>(group, cols / kQK_K, ys, out); });
 }
 
 void rows8_q2_0(const BlockQ2_0x8* group, int64_t cols, const BlockQ8_0* const* ys, int n_tok,
